@@ -1,0 +1,57 @@
+"""The project's error types.
+
+Every problem with user input is an :class:`InputError` whose one-line message names the file,
+the line (when there is one) and the field. The CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+
+class SimrunError(Exception):
+    """Base class of errors simrun reports to the user without a traceback."""
+
+    exit_code = 1
+
+
+class InputError(SimrunError):
+    """Bad input: a file, a field or a command-line value.
+
+    ``str(err)`` is ``"<file>:<line>: <field>: <message>"`` (parts omitted when unknown).
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.field = field
+        self.message = message
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = str(self.file)
+            if self.line is not None:
+                where += f":{self.line}"
+            where += ": "
+        field = f"{self.field}: " if self.field else ""
+        text = f"{where}{field}{self.message}"
+        return " ".join(text.split())  # always one line
+
+
+class UsageError(InputError):
+    """A bad command-line value or combination of flags (exit code 2)."""
+
+
+class SimulationStalled(SimrunError):
+    """The event loop ended with ranks still waiting (unmatched collective or send/recv)."""
+
+    exit_code = 1

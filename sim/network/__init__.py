@@ -1,0 +1,1 @@
+"""Network models: how long each collective and point-to-point transfer takes."""

@@ -1,0 +1,93 @@
+"""The interface between the engine and a network model.
+
+The engine hands the network a :class:`CommRequest` when every simulated member of a group has
+reached a communication; the network returns a SimPy event that succeeds (with a
+:class:`CommResult`) when the transfer is complete. Times are integer nanoseconds.
+
+Symmetric mode: the engine simulates one representative rank per pipeline stage; the network is
+told so in :meth:`Network.bind` and must account for the identical copies of each request that
+run at the same time on the other (unsimulated) ranks, e.g. the other TP ranks' DP rings that
+share a node's NICs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import simpy
+
+from sim.placement import Placement
+from sim.workload.model import CollKind, GroupKind
+
+
+@dataclass(frozen=True, slots=True)
+class CommRequest:
+    """One communication of one group instance.
+
+    ``ranks``: all members of the group in group order (for ``SENDRECV``: ``(src, dst)``).
+    ``size_bytes``: nccl-tests convention — the full buffer for AllReduce/Broadcast/AllToAll,
+    the full *output* of AllGather and the full *input* of ReduceScatter; the message for a send.
+    """
+
+    kind: CollKind
+    group: GroupKind
+    ranks: tuple[int, ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommResult:
+    """How a communication went: its algorithm and the bandwidth it achieved."""
+
+    duration_ns: int
+    algorithm: str = ""
+    algbw_GBps: float = 0.0
+
+
+class Network(ABC):
+    """Abstract network model."""
+
+    env: simpy.Environment | None = None
+
+    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool) -> None:
+        """Attach to a simulation. Called once by the engine before it runs."""
+        self.env = env
+        self.placement = placement
+        self.symmetric = symmetric
+
+    @abstractmethod
+    def isolated(self, req: CommRequest) -> CommResult:
+        """Cost of ``req`` when nothing else uses the network (ns, algorithm, bandwidth)."""
+
+    def fusable(self, group: GroupKind) -> bool:
+        """True if blocking comms of ``group`` never share links with other traffic.
+
+        The engine may then pre-compute their cost with :meth:`isolated` and merge them with the
+        surrounding compute into a single timeout (event economy).
+        """
+        return True
+
+    def start(self, req: CommRequest) -> simpy.Event:
+        """Start ``req`` now; the returned event succeeds with a :class:`CommResult` when done.
+
+        The default: no contention, the isolated cost.
+        """
+        assert self.env is not None, "bind() first"
+        res = self.isolated(req)
+        return self.env.timeout(res.duration_ns, value=res)
+
+    def describe(self) -> list[str]:
+        """Assumptions of this model, for the report."""
+        return []
+
+
+def nccl_busbw_factor(kind: CollKind, n: int) -> float:
+    """nccl-tests' busbw/algbw factor for ``kind`` over ``n`` ranks."""
+    if n <= 1:
+        return 1.0
+    if kind is CollKind.ALLREDUCE:
+        return 2.0 * (n - 1) / n
+    if kind in (CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLTOALL):
+        return (n - 1) / n
+    return 1.0

@@ -1,0 +1,111 @@
+"""Placement of parallel ranks on GPUs and the process groups that follow from it.
+
+A rank's coordinates are ``(tp, dp, pp)``. The placement order string lists the dimensions from
+fastest- to slowest-varying (Megatron's default is ``tp-dp-pp``: tensor-parallel peers are
+adjacent GPUs, then data-parallel replicas, then pipeline stages). The global rank is the linear
+index in that order, and rank ``r`` runs on GPU ``r`` (node ``r // gpus_per_node``).
+
+Expert parallelism splits the data-parallel dimension: the EP group of a rank holds the ``ep``
+consecutive DP indices of its block; the DP_EP group (expert-parameter gradient sync) holds the
+DP indices congruent modulo ``ep``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from sim.errors import UsageError
+from sim.workload.model import GroupKind
+
+DIMS = ("tp", "dp", "pp")
+DEFAULT_ORDER = "tp-dp-pp"
+
+
+@dataclass(frozen=True, slots=True)
+class Coord:
+    tp: int
+    dp: int
+    pp: int
+
+
+def parse_order(order: str) -> tuple[str, str, str]:
+    """Parse ``"tp-dp-pp"``-style order strings (fastest dimension first)."""
+    parts = tuple(p.strip().lower() for p in order.replace(",", "-").split("-") if p.strip())
+    if sorted(parts) != sorted(DIMS):
+        raise UsageError(
+            f"placement order {order!r} must list each of tp, dp, pp once (e.g. 'tp-dp-pp')",
+            field="--placement",
+        )
+    return parts  # type: ignore[return-value]
+
+
+class Placement:
+    """Ranks ↔ coordinates and process groups for a ``tp × dp × pp`` layout."""
+
+    def __init__(self, tp: int, dp: int, pp: int, ep: int = 1, order: str = DEFAULT_ORDER):
+        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep)):
+            if value < 1:
+                raise UsageError(f"{name} must be ≥ 1, got {value}", field=f"--{name}")
+        if dp % ep:
+            raise UsageError(
+                f"expert-parallel size {ep} must divide the data-parallel size {dp}", field="--ep"
+            )
+        self.tp, self.dp, self.pp, self.ep = tp, dp, pp, ep
+        self.order = parse_order(order)
+        self.world_size = tp * dp * pp
+        sizes = {"tp": tp, "dp": dp, "pp": pp}
+        stride = 1
+        self._stride: dict[str, int] = {}
+        for dim in self.order:
+            self._stride[dim] = stride
+            stride *= sizes[dim]
+
+    @property
+    def order_string(self) -> str:
+        return "-".join(self.order)
+
+    def rank(self, tp: int, dp: int, pp: int) -> int:
+        s = self._stride
+        return tp * s["tp"] + dp * s["dp"] + pp * s["pp"]
+
+    def coord(self, rank: int) -> Coord:
+        s = self._stride
+        return Coord(
+            tp=(rank // s["tp"]) % self.tp,
+            dp=(rank // s["dp"]) % self.dp,
+            pp=(rank // s["pp"]) % self.pp,
+        )
+
+    def group(self, kind: GroupKind, rank: int) -> tuple[int, ...]:
+        """Members (global ranks) of ``rank``'s group of ``kind``, in group-rank order.
+
+        For ``PP`` this is the pipeline of ``rank`` (stage 0 first).
+        """
+        c = self.coord(rank)
+        if kind is GroupKind.TP:
+            return tuple(self.rank(t, c.dp, c.pp) for t in range(self.tp))
+        if kind is GroupKind.DP:
+            return tuple(self.rank(c.tp, d, c.pp) for d in range(self.dp))
+        if kind is GroupKind.PP:
+            return tuple(self.rank(c.tp, c.dp, p) for p in range(self.pp))
+        if kind is GroupKind.EP:
+            base = (c.dp // self.ep) * self.ep
+            return tuple(self.rank(c.tp, base + e, c.pp) for e in range(self.ep))
+        if kind is GroupKind.DP_EP:
+            off = c.dp % self.ep
+            return tuple(self.rank(c.tp, off + k * self.ep, c.pp) for k in range(self.dp // self.ep))
+        raise ValueError(kind)
+
+    def groups(self, kind: GroupKind) -> list[tuple[int, ...]]:
+        """Every group of ``kind``, each once, ordered by its first member."""
+        seen: dict[int, tuple[int, ...]] = {}
+        for r in range(self.world_size):
+            g = self.group(kind, r)
+            seen.setdefault(g[0], g)
+        return [seen[k] for k in sorted(seen)]
+
+    @cached_property
+    def stage_representatives(self) -> tuple[int, ...]:
+        """Rank ``(tp=0, dp=0, pp=s)`` for each stage ``s``: the ranks simulated in symmetric mode."""
+        return tuple(self.rank(0, 0, s) for s in range(self.pp))

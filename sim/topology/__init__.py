@@ -1,0 +1,1 @@
+"""Cluster descriptions: topology YAML files, hardware specs, the cluster graph."""

@@ -1,0 +1,1 @@
+"""Workload files → one typed workload model (:mod:`sim.workload.model`)."""

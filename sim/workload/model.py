@@ -1,0 +1,115 @@
+"""The internal, typed workload model shared by every reader and by the generator.
+
+Units: compute times are integer nanoseconds (``*_ns``), sizes integer bytes (``*_bytes``).
+Integers keep sums exact (no float drift over millions of events) and make runs reproducible.
+
+A *layer* is one row of a workload file: a forward phase, an input-gradient phase and a
+weight-gradient phase, each with a compute time and at most one communication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class CollKind(str, Enum):
+    """Communication operation kinds."""
+
+    ALLREDUCE = "ALLREDUCE"
+    ALLGATHER = "ALLGATHER"
+    REDUCESCATTER = "REDUCESCATTER"
+    ALLTOALL = "ALLTOALL"
+    BROADCAST = "BROADCAST"
+    SENDRECV = "SENDRECV"  # point-to-point (pipeline activations / gradients)
+
+
+class GroupKind(str, Enum):
+    """Process groups a communication runs in."""
+
+    TP = "TP"
+    DP = "DP"
+    EP = "EP"
+    DP_EP = "DP_EP"
+    PP = "PP"
+
+
+class PhaseKind(str, Enum):
+    FORWARD = "forward"
+    INPUT_GRAD = "input_grad"
+    WEIGHT_GRAD = "weight_grad"
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """One communication issued by a layer phase.
+
+    ``blocking`` collectives stall the compute stream until done (TP/EP); non-blocking ones
+    (data-parallel gradient reductions) run on their group's communication stream and overlap
+    later compute; the optimizer waits for them. ``post_delay_ns`` is the AICB "process time"
+    added after the collective completes.
+    """
+
+    kind: CollKind
+    group: GroupKind
+    size_bytes: int
+    blocking: bool = True
+    post_delay_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """Compute (ns) followed by an optional communication."""
+
+    compute_ns: int = 0
+    comm: Comm | None = None
+
+
+NO_PHASE = Phase()
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One workload row: forward, input-gradient and weight-gradient phases.
+
+    ``line`` is the 1-based line in the source file (0 for generated layers).
+    """
+
+    name: str
+    forward: Phase = NO_PHASE
+    input_grad: Phase = NO_PHASE
+    weight_grad: Phase = NO_PHASE
+    line: int = 0
+
+    def phase(self, kind: PhaseKind) -> Phase:
+        if kind is PhaseKind.FORWARD:
+            return self.forward
+        if kind is PhaseKind.INPUT_GRAD:
+            return self.input_grad
+        return self.weight_grad
+
+
+@dataclass
+class WorkloadHeader:
+    """Parallel layout declared by a workload file; ``None`` = not given in the file."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    vpp: int | None = None
+    ga: int | None = None
+    all_gpus: int | None = None
+    pp_comm_bytes: int | None = None
+    declared_rows: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Workload:
+    """A parsed workload file: the rows of one representative rank, as written."""
+
+    path: str
+    format: str
+    header: WorkloadHeader
+    layers: list[Layer]
+    assumptions: list[str] = field(default_factory=list)

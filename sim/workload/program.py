@@ -1,0 +1,81 @@
+"""What the engine runs: the per-stage programs of a pipeline-parallel iteration.
+
+Readers produce a :class:`~sim.workload.model.Workload` (the rows of one representative rank);
+:mod:`sim.workload.stages` turns it into a :class:`PipelineProgram`; the model-driven generator
+produces a :class:`PipelineProgram` directly. The engine times it.
+
+Per microbatch, model chunk ``c`` of stage ``s`` runs ``stages[s].chunks[c]``: forward in list
+order, backward in reverse order (input-gradient then weight-gradient phase of each layer).
+Non-blocking (data-parallel) communications of per-microbatch layers are issued only in the
+backward of the last microbatch (gradient accumulation defers the sync, as Megatron and DDP do).
+``prologue`` runs once before the first microbatch; ``epilogue`` once after the stage's last
+backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sim.workload.model import Comm, Layer
+
+
+class TaskKind(str, Enum):
+    """What a prologue/epilogue task is, for the report's breakdown."""
+
+    COMPUTE = "compute"  # counted as compute
+    OPTIMIZER = "optimizer"  # optimizer step compute
+    GRAD_SYNC = "grad_sync"  # gradient / parameter collectives around the optimizer
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One step of a prologue or epilogue: wait (optionally), compute, then communicate.
+
+    ``wait_async``: first wait until every outstanding non-blocking communication of this rank
+    has completed (the optimizer waits for the gradient reductions).
+    """
+
+    label: str
+    kind: TaskKind = TaskKind.COMPUTE
+    compute_ns: int = 0
+    comm: Comm | None = None
+    wait_async: bool = False
+
+
+@dataclass
+class StageProgram:
+    """The work of one pipeline stage (every rank of the stage runs the same program)."""
+
+    stage: int
+    chunks: list[tuple[Layer, ...]]
+    prologue: tuple[Task, ...] = ()
+    epilogue: tuple[Task, ...] = ()
+
+
+@dataclass
+class PipelineProgram:
+    """A whole iteration: layout, schedule and per-stage programs.
+
+    ``pp_bytes``: bytes of one activation message between adjacent (virtual) stages per
+    microbatch; the gradient sent back has the same size.
+    ``microbatch_group_size``: Megatron's ``microbatch_group_size_per_vp_stage`` (interleaved
+    only; ``None`` = pipeline size).
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    vpp: int
+    microbatches: int
+    pp_bytes: int
+    stages: list[StageProgram]
+    schedule: str
+    source: str = ""
+    microbatch_group_size: int | None = None
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
