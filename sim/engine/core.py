@@ -1,0 +1,359 @@
+"""The SimPy event loop that times a pipeline-parallel iteration.
+
+Each simulated rank is one SimPy process walking its schedule (``sim.schedules``): for each
+forward/backward op it waits for the activation/gradient from the neighbouring virtual stage,
+runs the chunk's compiled steps (``sim.engine.segments``) on its compute stream, and sends its
+output on. Blocking (TP/EP) collectives stall the compute stream; non-blocking (DP) ones run
+FIFO on a per-group communication stream and overlap later compute; epilogue optimizer work
+waits for them. A collective starts when every *simulated* member of its group has reached it
+(in symmetric mode the unsimulated copies are the network's business).
+
+Pipeline sends are asynchronous: the transfer starts when the sender finishes the op, the
+receiver blocks until the data has arrived. Time a receiver waits before the sender has even
+started is pipeline bubble; the rest is exposed PP communication.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.result import LayerStats, RankStats, SimResult, Span
+from sim.engine.segments import AsyncIssue, Blocking, Compiled, Fused, compile_pass
+from sim.errors import SimulationStalled
+from sim.network.base import CommRequest, Network
+from sim.placement import Placement
+from sim.schedules import schedule_table
+from sim.workload.model import CollKind, Comm, GroupKind, PhaseKind
+from sim.workload.program import PipelineProgram, Task, TaskKind
+
+_PHASE_INDEX = {PhaseKind.FORWARD: 0, PhaseKind.INPUT_GRAD: 1, PhaseKind.WEIGHT_GRAD: 2}
+
+
+def simulate(
+    program: PipelineProgram,
+    network: Network,
+    *,
+    placement: Placement | None = None,
+    per_rank: bool = False,
+    record_spans: bool = False,
+    fuse: bool = True,
+    until_ns: int | None = None,
+) -> SimResult:
+    """Simulate one iteration of ``program`` on ``network``.
+
+    ``per_rank``: simulate every rank (default: one representative per pipeline stage, which
+    is exact on uniform clusters). ``record_spans``: keep every interval for traces and plots.
+    ``fuse``: merge compute with fusable blocking comms into single timeouts (exact when every
+    member of a fused group runs the same program at the same speed). ``until_ns``: stop the
+    clock there (watchdog); ranks still busy then are reported as stalled.
+    """
+    if placement is None:
+        placement = Placement(program.tp, program.dp, program.pp, program.ep)
+    return _Engine(program, network, placement, per_rank, record_spans, fuse).run(until_ns)
+
+
+class _Engine:
+    def __init__(self, prog: PipelineProgram, net: Network, pl: Placement, per_rank: bool,
+                 record: bool, fuse: bool) -> None:
+        if (pl.tp, pl.dp, pl.pp) != (prog.tp, prog.dp, prog.pp):
+            raise ValueError("placement does not match the program's layout")
+        self.env = simpy.Environment()
+        self.prog, self.net, self.pl, self.fuse = prog, net, pl, fuse
+        self.per_rank = per_rank
+        self.p, self.v, self.m = prog.pp, prog.vpp, prog.microbatches
+        self.sched = schedule_table(prog.schedule, self.p, self.m, self.v,
+                                    prog.microbatch_group_size)
+        self.sim_ranks = list(range(pl.world_size)) if per_rank else list(
+            pl.stage_representatives)
+        self.sim_set = frozenset(self.sim_ranks)
+        net.bind(self.env, pl, symmetric=not per_rank)
+        self.stats = {r: RankStats(r, pl.coord(r).pp) for r in self.sim_ranks}
+        self.spans: list[Span] | None = [] if record else None
+        self.msgs: dict[tuple, simpy.Event] = {}
+        self.send_start: dict[tuple, int] = {}
+        self.rdv: dict[tuple, list] = {}
+        self.seq: dict[tuple, int] = {}
+        self.async_tail: dict[tuple, simpy.Event] = {}
+        self.pending: dict[int, list] = {r: [] for r in self.sim_ranks}
+        self.waiting: dict[int, str] = {}
+        self._groups: dict[tuple, tuple[int, ...]] = {}
+        self._sim_count: dict[tuple[int, ...], int] = {}
+        self._iso: dict[tuple, tuple[int, str] | None] = {}
+        self._compiled: dict[tuple, Compiled] = {}
+        self._all_compiled: list[tuple[int, Compiled]] = []
+
+    # ---- helpers -------------------------------------------------------------------------
+    def group(self, kind: GroupKind, rank: int) -> tuple[int, ...]:
+        key = (kind, rank)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = self.pl.group(kind, rank)
+        return g
+
+    def fused_cost(self, rank: int, comm: Comm) -> tuple[int, str] | None:
+        if not self.fuse or not self.net.fusable(comm.group):
+            return None
+        members = self.group(comm.group, rank)
+        key = (comm.kind, comm.group, members, comm.size_bytes)
+        if key not in self._iso:
+            res = self.net.isolated(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
+            self._iso[key] = (res.duration_ns, res.algorithm)
+        return self._iso[key]
+
+    def compiled(self, rank: int, stage: int, chunk: int, forward: bool, last: bool) -> Compiled:
+        key = (rank, chunk, forward, last)
+        comp = self._compiled.get(key)
+        if comp is None:
+            layers = self.prog.stages[stage].chunks[chunk]
+            comp = compile_pass(layers, forward, last and not forward,
+                                lambda c: self.fused_cost(rank, c))
+            self._compiled[key] = comp
+            self._all_compiled.append((rank, comp))
+        return comp
+
+    def msg(self, key: tuple) -> simpy.Event:
+        ev = self.msgs.get(key)
+        if ev is None:
+            ev = self.msgs[key] = self.env.event()
+        return ev
+
+    def span(self, *args, **kw) -> None:
+        if self.spans is not None:
+            self.spans.append(Span(*args, **kw))
+
+    # ---- processes -----------------------------------------------------------------------
+    def run(self, until_ns: int | None) -> SimResult:
+        procs = {r: self.env.process(self.rank_proc(r)) for r in self.sim_ranks}
+        self.env.run(until=until_ns)
+        stalled = [r for r, pr in procs.items() if not pr.triggered]
+        if stalled:
+            shown = "; ".join(f"rank {r}: {self.waiting.get(r, 'running')}" for r in stalled[:8])
+            more = f" (and {len(stalled) - 8} more)" if len(stalled) > 8 else ""
+            raise SimulationStalled(
+                f"simulation stopped at t = {self.env.now * 1e-9:.6f} s with {len(stalled)} "
+                f"rank(s) still waiting: {shown}{more}")
+        for pr in procs.values():
+            if not pr.ok:
+                raise pr.value
+        iteration = max(s.end_ns for s in self.stats.values())
+        for s in self.stats.values():
+            tail = iteration - s.end_ns
+            s.bubble_ns += tail
+            if tail:
+                self.span(s.rank, "compute", s.end_ns, iteration, "bubble", "idle")
+        self._layer_totals()
+        events = next(self.env._eid) if hasattr(self.env, "_eid") else 0  # SimPy's event counter
+        return SimResult(self.prog, iteration, [self.stats[r] for r in self.sim_ranks],
+                         self.spans or [], events, self.per_rank, self.net.describe())
+
+    def rank_proc(self, rank: int):
+        env, st, p = self.env, self.stats[rank], self.p
+        stage = st.stage
+        c0 = self.pl.coord(rank)
+        last_vs = p * self.v - 1
+        prog = self.prog.stages[stage]
+        yield from self.tasks(rank, prog.prologue)
+        for op in self.sched[stage]:
+            mb, chunk = op.microbatch, op.chunk
+            vs = chunk * p + stage
+            if op.kind == "F":
+                if vs > 0:
+                    yield from self.recv(rank, (rank, "F", mb, vs))
+                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, True, False),
+                                          mb, chunk)
+                if vs < last_vs:
+                    dst = self.pl.rank(c0.tp, c0.dp, (vs + 1) % p)
+                    self.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
+            else:
+                if vs < last_vs:
+                    yield from self.recv(rank, (rank, "B", mb, vs))
+                comp = self.compiled(rank, stage, chunk, False, mb == self.m - 1)
+                yield from self.run_steps(rank, comp, mb, chunk)
+                if vs > 0:
+                    dst = self.pl.rank(c0.tp, c0.dp, (vs - 1) % p)
+                    self.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
+        yield from self.tasks(rank, prog.epilogue)
+        yield from self.drain(rank)
+        st.end_ns = env.now
+
+    def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int):
+        env, st = self.env, self.stats[rank]
+        comp.executions += 1
+        for step in comp.steps:
+            if type(step) is Fused:
+                t0 = env.now
+                if step.duration_ns:
+                    yield env.timeout(step.duration_ns)
+                st.compute_ns += step.compute_ns
+                for g, ns in step.comm_ns:
+                    st.exposed_comm_ns[g] += ns
+                if self.spans is not None:
+                    for part in step.parts:
+                        s0 = t0 + part.offset_ns
+                        if part.group is None:
+                            self.span(rank, "compute", s0, s0 + part.duration_ns,
+                                      part.phase.value, part.layer, mb, chunk)
+                        else:
+                            self.span(rank, part.group.value, s0, s0 + part.duration_ns, "comm",
+                                      f"{part.layer}.{part.phase.value}", mb, chunk,
+                                      _comm_args(part.comm, part.algorithm))
+            elif type(step) is Blocking:
+                t0 = env.now
+                res = yield from self.collective(rank, step.comm, f"{step.layer} {step.phase.value}")
+                d = env.now - t0
+                st.exposed_comm_ns[step.comm.group] += d
+                ls = st.layers.setdefault(step.layer, LayerStats())
+                ls.comm_ns[step.comm.group.value] = ls.comm_ns.get(step.comm.group.value, 0) + d
+                self.span(rank, step.comm.group.value, t0, env.now, "comm",
+                          f"{step.layer}.{step.phase.value}", mb, chunk,
+                          _comm_args(step.comm, res.algorithm if res else ""))
+            else:
+                assert type(step) is AsyncIssue
+                self.issue_async(rank, step.comm, f"{step.layer}.{step.phase.value}")
+
+    def collective(self, rank: int, comm: Comm, what: str, seq: int | None = None):
+        """Rendezvous with the group's simulated members, then run ``comm`` on the network."""
+        members = self.group(comm.group, rank)
+        if seq is None:
+            seq = self.next_seq(rank, comm.group)
+        key = (comm.group, members[0], seq)
+        entry = self.rdv.get(key)
+        if entry is None:
+            need = self._sim_count.get(members)
+            if need is None:
+                need = self._sim_count[members] = sum(1 for r in members if r in self.sim_set)
+            entry = self.rdv[key] = [need, self.env.event()]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self.rdv[key]
+            done = entry[1]
+            ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
+            ev.callbacks.append(lambda e: done.succeed(e.value))
+        self.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
+        res = yield entry[1]
+        if comm.post_delay_ns:
+            yield self.env.timeout(comm.post_delay_ns)
+        self.waiting.pop(rank, None)
+        return res
+
+    def next_seq(self, rank: int, group: GroupKind) -> int:
+        k = (rank, group)
+        n = self.seq.get(k, 0)
+        self.seq[k] = n + 1
+        return n
+
+    def issue_async(self, rank: int, comm: Comm, label: str) -> None:
+        key = (rank, comm.group)
+        prev = self.async_tail.get(key)
+        proc = self.env.process(self.async_proc(rank, comm, prev, label,
+                                                self.next_seq(rank, comm.group)))
+        self.async_tail[key] = proc
+        self.pending[rank].append((proc, comm.group))
+
+    def async_proc(self, rank: int, comm: Comm, prev, label: str, seq: int):
+        if prev is not None and not prev.processed:
+            yield prev
+        t0 = self.env.now
+        res = yield from self.collective(rank, comm, label, seq)
+        self.span(rank, comm.group.value, t0, self.env.now, "comm", label, -1, -1,
+                  _comm_args(comm, res.algorithm if res else ""))
+        return res
+
+    def drain(self, rank: int):
+        """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""
+        st = self.stats[rank]
+        for ev, group in self.pending[rank]:
+            if not ev.processed:
+                t0 = self.env.now
+                self.waiting[rank] = f"its outstanding {group.value} gradient communication"
+                yield ev
+                st.exposed_comm_ns[group] += self.env.now - t0
+                self.span(rank, "compute", t0, self.env.now, "comm_wait", f"wait {group.value}")
+        self.pending[rank].clear()
+        self.waiting.pop(rank, None)
+
+    def tasks(self, rank: int, tasks: tuple[Task, ...]):
+        env, st = self.env, self.stats[rank]
+        for t in tasks:
+            if t.wait_async:
+                yield from self.drain(rank)
+            if t.compute_ns:
+                t0 = env.now
+                yield env.timeout(t.compute_ns)
+                if t.kind is TaskKind.OPTIMIZER:
+                    st.optimizer_ns += t.compute_ns
+                else:
+                    st.compute_ns += t.compute_ns
+                self.span(rank, "compute", t0, env.now,
+                          "optimizer" if t.kind is TaskKind.OPTIMIZER else "forward", t.label)
+            if t.comm is None:
+                continue
+            if t.comm.blocking:
+                t0 = env.now
+                res = yield from self.collective(rank, t.comm, t.label)
+                st.exposed_comm_ns[t.comm.group] += env.now - t0
+                self.span(rank, t.comm.group.value, t0, env.now, "comm", t.label, -1, -1,
+                          _comm_args(t.comm, res.algorithm if res else ""))
+            else:
+                self.issue_async(rank, t.comm, t.label)
+
+    def send(self, rank: int, dst: int, key: tuple, mb: int, chunk: int) -> None:
+        now = self.env.now
+        self.send_start[key] = now
+        size = self.prog.pp_bytes
+        target = self.msg(key)
+        if size <= 0:
+            target.succeed()
+            return
+        ev = self.net.start(CommRequest(CollKind.SENDRECV, GroupKind.PP, (rank, dst), size))
+
+        def arrived(e, t0=now):
+            target.succeed()
+            self.span(rank, "PP", t0, self.env.now, "comm", f"{key[1]}{mb} → rank {dst}", mb,
+                      chunk, (("bytes", size), ("peer", dst)))
+
+        ev.callbacks.append(arrived)
+
+    def recv(self, rank: int, key: tuple):
+        ev = self.msg(key)
+        if ev.processed:
+            del self.msgs[key]
+            return
+        env, st = self.env, self.stats[rank]
+        t0 = env.now
+        self.waiting[rank] = f"receive of {key[1]} microbatch {key[2]} for virtual stage {key[3]}"
+        yield ev
+        del self.msgs[key]
+        self.waiting.pop(rank, None)
+        t1 = env.now
+        ts = self.send_start.pop(key, t1)
+        bubble = min(max(ts - t0, 0), t1 - t0)
+        st.bubble_ns += bubble
+        st.exposed_comm_ns[GroupKind.PP] += t1 - t0 - bubble
+        if bubble:
+            self.span(rank, "compute", t0, t0 + bubble, "bubble", "wait for other stage")
+        if t1 - t0 - bubble:
+            self.span(rank, "compute", t0 + bubble, t1, "recv_wait", "wait for PP transfer")
+
+    def _layer_totals(self) -> None:
+        for rank, comp in self._all_compiled:
+            n = comp.executions
+            if not n:
+                continue
+            layers = self.stats[rank].layers
+            for name, (f, ig, wg, comm, cnt) in comp.layer_totals.items():
+                ls = layers.setdefault(name, LayerStats())
+                ls.forward_ns += n * f
+                ls.input_grad_ns += n * ig
+                ls.weight_grad_ns += n * wg
+                ls.count += n * cnt
+                for g, ns in comm.items():
+                    ls.comm_ns[g] = ls.comm_ns.get(g, 0) + n * ns
+
+
+def _comm_args(comm: Comm | None, algorithm: str) -> tuple[tuple[str, object], ...]:
+    if comm is None:
+        return ()
+    out: tuple[tuple[str, object], ...] = (("op", comm.kind.value), ("group", comm.group.value),
+                                           ("bytes", comm.size_bytes))
+    return out + ((("algorithm", algorithm),) if algorithm else ())

@@ -1,0 +1,84 @@
+"""What a simulation produces: per-rank time accounting, per-layer totals and optional spans.
+
+All times are integer nanoseconds. For every simulated rank the categories partition the
+iteration exactly: ``compute + optimizer + Σ exposed_comm + bubble == iteration_ns``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.workload.model import GroupKind
+from sim.workload.program import PipelineProgram
+
+GROUPS = tuple(GroupKind)
+
+
+@dataclass
+class LayerStats:
+    """Totals over the iteration for all layers with one name on one rank (ns)."""
+
+    forward_ns: int = 0
+    input_grad_ns: int = 0
+    weight_grad_ns: int = 0
+    comm_ns: dict[str, int] = field(default_factory=dict)  # exposed, by group name
+    count: int = 0  # forward executions
+
+
+@dataclass
+class RankStats:
+    """Where one rank's iteration time went (ns)."""
+
+    rank: int
+    stage: int
+    compute_ns: int = 0
+    optimizer_ns: int = 0
+    exposed_comm_ns: dict[GroupKind, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
+    bubble_ns: int = 0
+    end_ns: int = 0  # when this rank's last work finished
+    layers: dict[str, LayerStats] = field(default_factory=dict)
+
+    @property
+    def busy_ns(self) -> int:
+        return self.compute_ns + self.optimizer_ns + sum(self.exposed_comm_ns.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One interval on one stream of one rank (for traces and timeline plots).
+
+    ``stream``: ``compute`` or a communication stream name (``TP``, ``PP``, ``DP``, …).
+    ``kind``: forward, input_grad, weight_grad, optimizer, comm, recv_wait, bubble.
+    """
+
+    rank: int
+    stream: str
+    start_ns: int
+    end_ns: int
+    kind: str
+    label: str
+    microbatch: int = -1
+    chunk: int = -1
+    args: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass
+class SimResult:
+    """The outcome of :func:`sim.engine.simulate`."""
+
+    program: PipelineProgram
+    iteration_ns: int
+    ranks: list[RankStats]
+    spans: list[Span]
+    events: int
+    per_rank: bool
+    network_notes: list[str] = field(default_factory=list)
+
+    def stage_stats(self) -> list[RankStats]:
+        """One entry per pipeline stage: the simulated rank of that stage that finished last."""
+        best: dict[int, RankStats] = {}
+        for r in self.ranks:
+            cur = best.get(r.stage)
+            if cur is None or (r.end_ns, -r.rank) > (cur.end_ns, -cur.rank):
+                best[r.stage] = r
+        return [best[s] for s in sorted(best)]

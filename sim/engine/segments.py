@@ -1,0 +1,129 @@
+"""Compile a chunk's layers into the few steps the event loop must actually take.
+
+Event economy: consecutive compute and blocking communications whose cost does not depend on
+other traffic (the network says the group is *fusable*) are merged into one :class:`Fused`
+timeout; only non-fusable blocking comms (:class:`Blocking`) and asynchronous issues
+(:class:`AsyncIssue`) break a run. The parts of each fused run are kept so traces, timelines and
+per-layer totals can be reconstructed exactly without extra events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.workload.model import Comm, GroupKind, Layer, PhaseKind
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A piece of a fused run: ``offset_ns`` from its start, lasting ``duration_ns``.
+
+    ``group`` is ``None`` for compute, else the group of the (blocking) communication.
+    """
+
+    offset_ns: int
+    duration_ns: int
+    phase: PhaseKind
+    layer: str
+    group: GroupKind | None
+    comm: Comm | None = None
+    algorithm: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    duration_ns: int
+    compute_ns: int
+    comm_ns: tuple[tuple[GroupKind, int], ...]
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    comm: Comm
+    phase: PhaseKind
+    layer: str
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncIssue:
+    comm: Comm
+    phase: PhaseKind
+    layer: str
+
+
+Step = Fused | Blocking | AsyncIssue
+# (comm, phase) -> (duration_ns, algorithm) if fusable for this rank, else None
+CostFn = Callable[[Comm], "tuple[int, str] | None"]
+
+
+@dataclass
+class Compiled:
+    """The steps of one (chunk, direction, last-microbatch?) for one rank, plus its per-layer
+    totals (ns per execution) and how often it ran."""
+
+    steps: tuple[Step, ...]
+    layer_totals: dict[str, list]  # name -> [fwd, ig, wg, {group: comm_ns}, fwd_count]
+    executions: int = 0
+
+
+def phases(layers: tuple[Layer, ...], forward: bool):
+    """The (layer, phase kind, phase) sequence of a forward or backward pass over ``layers``."""
+    if forward:
+        for lay in layers:
+            yield lay, PhaseKind.FORWARD, lay.forward
+    else:
+        for lay in reversed(layers):
+            yield lay, PhaseKind.INPUT_GRAD, lay.input_grad
+            yield lay, PhaseKind.WEIGHT_GRAD, lay.weight_grad
+
+
+def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
+                 cost: CostFn) -> Compiled:
+    """Compile one pass. ``issue_async``: include non-blocking (gradient) communications."""
+    steps: list[Step] = []
+    parts: list[Part] = []
+    totals: dict[str, list] = {}
+    run = [0, 0, {}]  # duration, compute, comm by group
+
+    def flush() -> None:
+        if parts:
+            steps.append(Fused(run[0], run[1], tuple(sorted(run[2].items(),
+                                                            key=lambda kv: kv[0].value)),
+                               tuple(parts)))
+            parts.clear()
+            run[0], run[1], run[2] = 0, 0, {}
+
+    for lay, kind, ph in phases(layers, forward):
+        tot = totals.setdefault(lay.name, [0, 0, 0, {}, 0])
+        if kind is PhaseKind.FORWARD:
+            tot[4] += 1
+        if ph.compute_ns:
+            parts.append(Part(run[0], ph.compute_ns, kind, lay.name, None))
+            run[0] += ph.compute_ns
+            run[1] += ph.compute_ns
+            tot[(PhaseKind.FORWARD, PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD).index(kind)] += (
+                ph.compute_ns)
+        c = ph.comm
+        if c is None:
+            continue
+        if not c.blocking:
+            if issue_async:
+                flush()
+                steps.append(AsyncIssue(c, kind, lay.name))
+            continue
+        fused = cost(c)
+        if fused is None:
+            flush()
+            steps.append(Blocking(c, kind, lay.name))
+            continue
+        dur, algo = fused
+        dur += c.post_delay_ns
+        if dur:
+            parts.append(Part(run[0], dur, kind, lay.name, c.group, c, algo))
+            run[0] += dur
+            run[2][c.group] = run[2].get(c.group, 0) + dur
+            tot[3][c.group.value] = tot[3].get(c.group.value, 0) + dur
+    flush()
+    return Compiled(tuple(steps), totals)

@@ -1,0 +1,194 @@
+"""Reader for SimAI / AICB workload text files (``HYBRID_TRANSFORMER_FWD_IN_BCKWD`` header).
+
+Format (see docs/workload-formats.md): line 1 is a policy word followed by ``key: value``
+tokens in any order (``key:value``, ``key: value`` and ``pp_comm value`` without a colon are all
+accepted; ``checkpoints: N id…`` carries N ids); line 2 is the row count; then one row per
+layer with 12 whitespace-separated columns: name, placeholder, then (compute ns, comm type,
+comm bytes) for forward, input-gradient and weight-gradient, and the process time in ns.
+
+Communicator groups: forward and input-gradient comms run in the TP group, weight-gradient comms
+in the DP group; suffix ``_EP`` selects the EP group, ``_DP_EP`` the DP×EP group (``_TP``,
+``_DP``, ``_PP`` are accepted too). TP and EP comms block the layer; DP and DP_EP comms are
+asynchronous gradient reductions. Zero-size comms are no-ops.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sim.errors import InputError
+from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase, Workload, WorkloadHeader
+
+POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "DATA", "MICRO")
+INT_KEYS = {
+    "model_parallel_NPU_group": "tp",
+    "tp": "tp",
+    "ep": "ep",
+    "pp": "pp",
+    "vpp": "vpp",
+    "ga": "ga",
+    "all_gpus": "all_gpus",
+    "pp_comm": "pp_comm_bytes",
+}
+LIST_KEYS = ("checkpoints", "checkpoint_initiates")
+N_COLUMNS = 12
+COLUMN_NAMES = (
+    "name", "placeholder",
+    "forward_compute_ns", "forward_comm_type", "forward_comm_bytes",
+    "input_grad_compute_ns", "input_grad_comm_type", "input_grad_comm_bytes",
+    "weight_grad_compute_ns", "weight_grad_comm_type", "weight_grad_comm_bytes",
+    "process_time_ns",
+)  # fmt: skip
+_SUFFIXES = (("_DP_EP", GroupKind.DP_EP), ("_EP", GroupKind.EP), ("_DP", GroupKind.DP),
+             ("_TP", GroupKind.TP), ("_PP", GroupKind.PP))  # fmt: skip
+_NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def sniff(text: str) -> bool:
+    """True if ``text`` looks like an AICB workload (policy word first)."""
+    first = text.lstrip("\ufeff").split(None, 1)
+    return bool(first) and first[0] in POLICIES
+
+
+def parse_int(tok: str, *, file: str, line: int, field: str, allow_float: bool = True) -> int:
+    """A non-negative integer field; floats (e.g. ``1.5e6``) are rounded to the nearest integer."""
+    if not _NUM.match(tok):
+        raise InputError(f"expected a number, got {tok!r}", file=file, line=line, field=field)
+    if re.fullmatch(r"[+-]?\d+", tok):
+        value = int(tok)
+    else:
+        if not allow_float:
+            raise InputError(f"expected an integer, got {tok!r}", file=file, line=line, field=field)
+        f = float(tok)
+        if f != f or f in (float("inf"), float("-inf")):
+            raise InputError(f"not a finite number: {tok!r}", file=file, line=line, field=field)
+        value = int(round(f))
+    if value < 0:
+        raise InputError(f"must be ≥ 0, got {tok}", file=file, line=line, field=field)
+    return value
+
+
+def parse_comm_type(tok: str, default_group: GroupKind, *, file: str, line: int, field: str):
+    """``ALLREDUCE_DP_EP`` → (CollKind.ALLREDUCE, GroupKind.DP_EP); ``NONE`` → None."""
+    t = tok.upper()
+    if t in ("NONE", "NULL", "-"):
+        return None
+    group = default_group
+    for suffix, g in _SUFFIXES:
+        if t.endswith(suffix) and t[: -len(suffix)] in CollKind.__members__:
+            t, group = t[: -len(suffix)], g
+            break
+    if t not in CollKind.__members__ or t == "SENDRECV":
+        raise InputError(
+            f"unknown communication type {tok!r} (expected ALLREDUCE, ALLGATHER, REDUCESCATTER, "
+            "ALLTOALL, BROADCAST or NONE, optionally with _EP / _DP_EP)",
+            file=file, line=line, field=field,
+        )
+    return CollKind[t], group
+
+
+def _parse_header(text: str, file: str, assumptions: list[str]) -> WorkloadHeader:
+    toks = text.replace(":", ": ").split()
+    if not toks or toks[0] not in POLICIES:
+        raise InputError(
+            f"first token must be a policy word such as HYBRID_TRANSFORMER_FWD_IN_BCKWD, "
+            f"got {toks[0] if toks else 'an empty line'!r}",
+            file=file, line=1, field="header",
+        )
+    h = WorkloadHeader()
+    h.extra["policy"] = toks[0]
+    i = 1
+    while i < len(toks):
+        key = toks[i].rstrip(":")
+        i += 1
+        if not key:
+            continue
+        if key in LIST_KEYS:
+            count = parse_int(_take(toks, i, file, key), file=file, line=1, field=key,
+                              allow_float=False)
+            ids = toks[i + 1 : i + 1 + count]
+            if len(ids) != count:
+                raise InputError(f"declares {count} ids but {len(ids)} follow", file=file, line=1,
+                                 field=key)
+            h.extra[key] = " ".join([str(count), *ids])
+            i += 1 + count
+            continue
+        value = _take(toks, i, file, key)
+        i += 1
+        if key in INT_KEYS:
+            v = parse_int(value, file=file, line=1, field=key, allow_float=False)
+            attr = INT_KEYS[key]
+            if attr != "pp_comm_bytes" and v < 1:
+                raise InputError(f"must be ≥ 1, got {v}", file=file, line=1, field=key)
+            setattr(h, attr, v)
+        else:
+            h.extra[key] = value
+            assumptions.append(f"header field {key!r} = {value!r} is not used by simrun")
+    return h
+
+
+def _take(toks: list[str], i: int, file: str, key: str) -> str:
+    if i >= len(toks) or toks[i].endswith(":"):
+        raise InputError("has no value", file=file, line=1, field=key)
+    return toks[i]
+
+
+def _phase(cols: list[str], start: int, default_group: GroupKind, process_ns: int,
+           file: str, line: int) -> Phase:
+    compute = parse_int(cols[start], file=file, line=line, field=COLUMN_NAMES[start])
+    ctype = parse_comm_type(cols[start + 1], default_group, file=file, line=line,
+                            field=COLUMN_NAMES[start + 1])
+    size = parse_int(cols[start + 2], file=file, line=line, field=COLUMN_NAMES[start + 2],
+                     allow_float=False)
+    if ctype is None or size == 0:
+        return Phase(compute, None)
+    kind, group = ctype
+    blocking = group not in (GroupKind.DP, GroupKind.DP_EP)
+    return Phase(compute, Comm(kind, group, size, blocking, process_ns))
+
+
+def read_aicb(text: str, file: str) -> Workload:
+    """Parse AICB text. Raises :class:`InputError` naming file, line and field on bad input."""
+    lines = text.lstrip("\ufeff").splitlines()
+    assumptions: list[str] = ["AICB units: compute times in ns, communication sizes in bytes"]
+    if not lines or not lines[0].strip():
+        raise InputError("empty file (expected an AICB header line)", file=file, line=1,
+                         field="header")
+    header = _parse_header(lines[0], file, assumptions)
+    body_start = 1
+    if len(lines) > 1 and len(lines[1].split()) == 1:
+        header.declared_rows = parse_int(lines[1].strip(), file=file, line=2, field="row_count",
+                                         allow_float=False)
+        body_start = 2
+    else:
+        assumptions.append("no row-count line after the header; counting the rows present")
+    layers: list[Layer] = []
+    for idx in range(body_start, len(lines)):
+        raw = lines[idx]
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        lineno = idx + 1
+        cols = raw.split()
+        if len(cols) != N_COLUMNS:
+            raise InputError(
+                f"expected {N_COLUMNS} columns, found {len(cols)}", file=file, line=lineno,
+                field="row",
+            )
+        process_ns = parse_int(cols[11], file=file, line=lineno, field=COLUMN_NAMES[11])
+        layers.append(Layer(
+            name=cols[0],
+            forward=_phase(cols, 2, GroupKind.TP, process_ns, file, lineno),
+            input_grad=_phase(cols, 5, GroupKind.TP, process_ns, file, lineno),
+            weight_grad=_phase(cols, 8, GroupKind.DP, process_ns, file, lineno),
+            line=lineno,
+        ))
+    if not layers:
+        raise InputError("no layer rows after the header", file=file, line=len(lines) or 1,
+                         field="rows")
+    if header.declared_rows is not None and header.declared_rows != len(layers):
+        raise InputError(
+            f"declares {header.declared_rows} rows but {len(layers)} rows follow",
+            file=file, line=2, field="row_count",
+        )
+    return Workload(path=file, format="aicb", header=header, layers=layers,
+                    assumptions=assumptions)

@@ -1,0 +1,160 @@
+"""Reader for per-operator workload tables (NeuSight-style, tab-separated, with a header row).
+
+Columns (by header name, any order): ``name, forward_compute_time, forward_comm_type,
+forward_comm_size, backward_compute_time, backward_comm_type, backward_comm_size,
+weight_grad_compute_time, weight_grad_comm_type, weight_grad_comm_size[, process_time]``.
+
+Units: compute times in MILLISECONDS (converted to integer ns, rounded to nearest); comm sizes
+in ELEMENTS, converted to bytes with ``bytes_per_element`` (default 4: PyTorch DDP with AMP
+keeps fp32 gradients; override with ``--bytes-per-element``). ``process_time`` is in ms too.
+
+``ALLREDUCE_ASYNC`` is the data-parallel gradient all-reduce of a parameter, issued
+asynchronously during backward (non-blocking, DP group) whichever column it is in. Other comm
+types follow the AICB rule (forward / backward columns: TP group, blocking; weight-grad column:
+DP group, non-blocking).
+
+Missing backward: if every backward and weight-gradient compute time is 0 while forward times
+are not, the generator did not predict them. simrun then applies a stated rule (never a free
+backward): input-gradient = weight-gradient = ``backward_ratio / 2`` × forward per row
+(default ratio 2.0, i.e. backward = 2 × forward; ``--missing-backward-ratio``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.errors import InputError
+from sim.workload.aicb import parse_comm_type
+from sim.workload.model import Comm, GroupKind, Layer, Phase, Workload, WorkloadHeader
+
+REQUIRED = (
+    "name",
+    "forward_compute_time", "forward_comm_type", "forward_comm_size",
+    "backward_compute_time", "backward_comm_type", "backward_comm_size",
+    "weight_grad_compute_time", "weight_grad_comm_type", "weight_grad_comm_size",
+)  # fmt: skip
+OPTIONAL = ("process_time",)
+DEFAULT_BYTES_PER_ELEMENT = 4
+DEFAULT_BACKWARD_RATIO = 2.0
+
+
+def sniff(text: str) -> bool:
+    first = text.lstrip("\ufeff").split("\n", 1)[0]
+    return "forward_compute_time" in first and "name" in first
+
+
+def _ms_to_ns(tok: str, *, file: str, line: int, field: str) -> int:
+    try:
+        ms = float(tok)
+    except ValueError:
+        raise InputError(f"expected a time in ms, got {tok!r}", file=file, line=line,
+                         field=field) from None
+    if not math.isfinite(ms) or ms < 0:
+        raise InputError(f"must be a finite time ≥ 0 ms, got {tok}", file=file, line=line,
+                         field=field)
+    return int(round(ms * 1e6))
+
+
+def _elements(tok: str, *, file: str, line: int, field: str) -> int:
+    try:
+        f = float(tok)
+    except ValueError:
+        raise InputError(f"expected an element count, got {tok!r}", file=file, line=line,
+                         field=field) from None
+    if not math.isfinite(f) or f < 0 or f != int(f):
+        raise InputError(f"must be a whole element count ≥ 0, got {tok}", file=file, line=line,
+                         field=field)
+    return int(tok) if tok.strip().lstrip("+").isdigit() else int(f)
+
+
+def _comm(ctype: str, elements: int, default_group: GroupKind, bpe: int, post_ns: int,
+          file: str, line: int, field: str) -> Comm | None:
+    t = ctype.strip()
+    asynchronous = t.upper().endswith("_ASYNC")
+    if asynchronous:
+        t = t[: -len("_ASYNC")]
+    parsed = parse_comm_type(t, default_group, file=file, line=line, field=field)
+    if parsed is None or elements == 0:
+        return None
+    kind, group = parsed
+    if asynchronous:
+        group = GroupKind.DP if group not in (GroupKind.DP, GroupKind.DP_EP) else group
+    blocking = group not in (GroupKind.DP, GroupKind.DP_EP)
+    return Comm(kind, group, elements * bpe, blocking, post_ns)
+
+
+def read_optable(
+    text: str,
+    file: str,
+    *,
+    bytes_per_element: int = DEFAULT_BYTES_PER_ELEMENT,
+    backward_ratio: float = DEFAULT_BACKWARD_RATIO,
+) -> Workload:
+    """Parse an operator table into a :class:`Workload` (times → ns, elements → bytes)."""
+    lines = text.lstrip("\ufeff").splitlines()
+    if not lines or not lines[0].strip():
+        raise InputError("empty file (expected a header row)", file=file, line=1, field="header")
+    sep = "\t" if "\t" in lines[0] else None
+    header = [h.strip() for h in lines[0].split(sep)]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise InputError(f"header lacks column(s) {', '.join(missing)}", file=file, line=1,
+                         field="header")
+    unknown = [c for c in header if c not in REQUIRED and c not in OPTIONAL]
+    if unknown:
+        raise InputError(f"unknown column(s) {', '.join(unknown)}", file=file, line=1,
+                         field="header")
+    col = {name: i for i, name in enumerate(header)}
+    rows: list[tuple[int, list[str]]] = []
+    for idx in range(1, len(lines)):
+        if not lines[idx].strip():
+            continue
+        cols = [c.strip() for c in lines[idx].split(sep)]
+        if len(cols) != len(header):
+            raise InputError(f"expected {len(header)} columns, found {len(cols)}", file=file,
+                             line=idx + 1, field="row")
+        rows.append((idx + 1, cols))
+    if not rows:
+        raise InputError("no operator rows after the header", file=file, line=1, field="rows")
+
+    def ns(cols: list[str], line: int, name: str) -> int:
+        return _ms_to_ns(cols[col[name]], file=file, line=line, field=name)
+
+    parsed = []
+    for line, cols in rows:
+        post = ns(cols, line, "process_time") if "process_time" in col else 0
+        phases = []
+        for prefix, group in (("forward", GroupKind.TP), ("backward", GroupKind.TP),
+                              ("weight_grad", GroupKind.DP)):
+            t = ns(cols, line, f"{prefix}_compute_time")
+            elems = _elements(cols[col[f"{prefix}_comm_size"]], file=file, line=line,
+                              field=f"{prefix}_comm_size")
+            c = _comm(cols[col[f"{prefix}_comm_type"]], elems, group, bytes_per_element, post,
+                      file, line, f"{prefix}_comm_type")
+            phases.append((t, c))
+        parsed.append((line, cols[col["name"]], phases))
+
+    assumptions = [
+        "operator table units: compute times in ms (converted to ns), comm sizes in elements "
+        f"× {bytes_per_element} bytes per element (--bytes-per-element)",
+        "ALLREDUCE_ASYNC = asynchronous data-parallel gradient all-reduce, overlapped with "
+        "backward",
+    ]
+    total_fwd = sum(p[0][0] for _, _, p in parsed)
+    total_bwd = sum(p[1][0] + p[2][0] for _, _, p in parsed)
+    fill = total_bwd == 0 and total_fwd > 0
+    if fill:
+        if not (backward_ratio > 0 and math.isfinite(backward_ratio)):
+            raise InputError(f"must be > 0, got {backward_ratio}", field="--missing-backward-ratio")
+        assumptions.append(
+            f"every backward and weight-grad time in the file is 0 (not predicted): using "
+            f"input-grad = weight-grad = {backward_ratio / 2:g} × forward per operator "
+            f"(backward = {backward_ratio:g} × forward; --missing-backward-ratio)"
+        )
+    layers = []
+    for line, name, ((tf, cf), (tb, cb), (tw, cw)) in parsed:
+        if fill:
+            tb = tw = int(round(tf * backward_ratio / 2))
+        layers.append(Layer(name, Phase(tf, cf), Phase(tb, cb), Phase(tw, cw), line=line))
+    return Workload(path=file, format="optable", header=WorkloadHeader(), layers=layers,
+                    assumptions=assumptions)

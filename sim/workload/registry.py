@@ -1,0 +1,70 @@
+"""Reader registry: pick a workload reader by content sniffing, or by ``--format``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.errors import InputError
+from sim.workload import aicb, optable
+from sim.workload.model import Workload
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    description: str
+    sniff: Callable[[str], bool]
+    read: Callable[..., Workload]
+
+
+READERS: dict[str, Reader] = {
+    "aicb": Reader("aicb", "SimAI/AICB workload text (ns, bytes)", aicb.sniff,
+                   lambda text, file, **_: aicb.read_aicb(text, file)),
+    "optable": Reader("optable", "per-operator table (ms, element counts)", optable.sniff,
+                      lambda text, file, **kw: optable.read_optable(text, file, **kw)),
+}
+
+
+def read_text(path: str | Path) -> str:
+    """Read a UTF-8 text file; any I/O or decoding problem becomes an :class:`InputError`."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", file=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a file", file=str(path)) from None
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", file=str(path)) from None
+    if b"\x00" in data:
+        raise InputError("binary data (NUL bytes), expected a text file", file=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(f"not UTF-8 text (byte 0x{data[e.start]:02x})", file=str(path),
+                         line=line, field="encoding") from None
+
+
+def read_workload(path: str | Path, fmt: str | None = None, **options) -> Workload:
+    """Parse a workload file with the reader ``fmt`` or, if ``None``, the one whose sniffer
+    accepts the content. ``options`` go to readers that take them (e.g. ``bytes_per_element``)."""
+    text = read_text(path)
+    if fmt is not None:
+        if fmt not in READERS:
+            raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(READERS)}",
+                             field="--format")
+        reader = READERS[fmt]
+    else:
+        found = [r for r in READERS.values() if r.sniff(text)]
+        if not found:
+            raise InputError(
+                "unrecognised workload format (expected an AICB header such as "
+                "'HYBRID_TRANSFORMER_FWD_IN_BCKWD ...' or an operator table header with "
+                "'forward_compute_time'); force one with --format",
+                file=str(path), line=1, field="format",
+            )
+        reader = found[0]
+    return reader.read(text, str(path), **options)
