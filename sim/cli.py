@@ -1,0 +1,222 @@
+"""Command-line interface: ``simrun --workload W --topo T`` and the subcommands.
+
+Exit codes: 0 success, 2 bad input or usage, 1 internal error; messages go to stderr as one
+line (``simrun: error: <file>:<line>: <field>: <message>``). Set ``SIMRUN_DEBUG=1`` to see
+tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+from sim import __version__
+from sim.errors import SimrunError, UsageError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, help)
+    "collective": ("sim.network.predict", "nccl-tests-style collective time/bandwidth predictor"),
+    "inspect": ("sim.models.inspect", "show what simrun infers from a model-description file"),
+    "generate": ("sim.models.generate_cli", "write a generated workload in AICB text format"),
+    "sweep": ("sim.sweep.cli", "simulate many parallel layouts and rank them"),
+    "validate": ("sim.validate", "compare predictions with published measured iterations"),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message)
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def add_layout_arguments(p: argparse.ArgumentParser) -> None:
+    """Parallel-layout overrides shared by the run and other subcommands."""
+    g = p.add_argument_group("parallel layout (override the workload header)")
+    g.add_argument("--tp", type=positive_int, help="tensor-parallel size (default: from the file, else 1)")
+    g.add_argument("--pp", type=positive_int, help="pipeline stages (default: from the file, else 1)")
+    g.add_argument("--ep", type=positive_int, help="expert-parallel size (default: from the file, else 1)")
+    g.add_argument("--vpp", type=positive_int,
+                   help="virtual pipeline size = model chunks per stage (default: header vpp if "
+                        "it is a valid Megatron virtual pipeline size, else 1)")
+    g.add_argument("--microbatches", type=positive_int,
+                   help="microbatches per iteration (default: header ga, else 1)")
+    g.add_argument("--gpus", type=positive_int,
+                   help="total GPUs; DP = GPUs / (TP·PP) (default: header all_gpus, else all "
+                        "GPUs of the topology)")
+    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"),
+                   help="pipeline schedule (default: interleaved if vpp > 1, else 1f1b)")
+    g.add_argument("--microbatch-group-size", type=positive_int,
+                   help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
+                        "(Megatron's microbatch_group_size_per_vp_stage; default PP)")
+    g.add_argument("--pp-comm-bytes", type=nonneg_int,
+                   help="bytes sent between adjacent stages per microbatch (default: header "
+                        "pp_comm, else derived from the TP collective sizes; stated in output)")
+    g.add_argument("--row-placement", choices=("megatron", "all"), default="megatron",
+                   help="which AICB rows run on which stage: 'megatron' puts embedding rows on "
+                        "the first and output/loss rows on the last stage; 'all' runs every row "
+                        "on every stage (default: %(default)s)")
+    g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
+                   help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
+
+
+def build_parser() -> Parser:
+    sub = "\n".join(f"  simrun {name:<11} {helptext}" for name, (_, helptext) in SUBCOMMANDS.items())
+    p = Parser(
+        prog="simrun",
+        description="Simulate one training iteration of a large model on a GPU cluster and "
+                    "report where the time goes. Times are reported in seconds (s) or "
+                    "milliseconds (ms), sizes in bytes.",
+        epilog=f"subcommands (run 'simrun <name> --help'):\n{sub}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"simrun {__version__}")
+    g = p.add_argument_group("inputs")
+    g.add_argument("--workload", metavar="PATH", help="workload file (AICB text or operator table)")
+    g.add_argument("--format", choices=("aicb", "optable"),
+                   help="force a workload reader (default: detected from the content)")
+    g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
+    g.add_argument("--nodes", type=positive_int,
+                   help="number of nodes (default: the topology file's node count)")
+    add_layout_arguments(p)
+    g = p.add_argument_group("operator-table workloads")
+    g.add_argument("--bytes-per-element", type=positive_int, default=4,
+                   help="bytes per element of communication sizes given as element counts "
+                        "(default: %(default)s, fp32 gradients)")
+    g.add_argument("--missing-backward-ratio", type=positive_float, default=2.0,
+                   help="when a file has no backward times: backward = RATIO × forward, split "
+                        "equally into input-grad and weight-grad (default: %(default)s)")
+    g = p.add_argument_group("simulation")
+    g.add_argument("--per-rank", action="store_true",
+                   help="simulate every rank instead of one representative per stage")
+    g.add_argument("--no-fuse", action="store_true",
+                   help="give every compute and collective its own event (slower; for checking)")
+    _add_network_args(p)
+    g = p.add_argument_group("outputs")
+    g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
+                                                  "docs/report-schema.md)")
+    g.add_argument("--quiet", action="store_true", help="do not print the report table")
+    return p
+
+
+def _add_network_args(p: argparse.ArgumentParser) -> None:
+    from sim.network import add_network_arguments
+
+    add_network_arguments(p)
+
+
+def run(argv: list[str]) -> int:
+    """The main job: workload + topology → simulated iteration → report."""
+    from sim.engine import simulate
+    from sim.network import network_from_args
+    from sim.outputs import write_json
+    from sim.placement import Placement
+    from sim.report import build_report, format_report
+    from sim.topology import load_topology
+    from sim.workload.registry import read_workload
+    from sim.workload.stages import LayoutOptions, build_program
+
+    args = build_parser().parse_args(argv)
+    if not args.workload:
+        raise UsageError("--workload PATH is required", field="--workload")
+    topo = load_topology(args.topo, nodes=args.nodes)
+    wl = read_workload(args.workload, args.format, bytes_per_element=args.bytes_per_element,
+                       backward_ratio=args.missing_backward_ratio)
+    prog = build_program(wl, LayoutOptions(
+        tp=args.tp, pp=args.pp, ep=args.ep, vpp=args.vpp, microbatches=args.microbatches,
+        all_gpus=args.gpus, schedule=args.schedule, pp_comm_bytes=args.pp_comm_bytes,
+        row_placement=args.row_placement, microbatch_group_size=args.microbatch_group_size,
+        default_gpus=topo.num_gpus))
+    if prog.world_size > topo.num_gpus:
+        raise UsageError(
+            f"the layout needs {prog.world_size} GPUs (TP {prog.tp} x PP {prog.pp} x DP "
+            f"{prog.dp}) but {args.topo} has {topo.num_gpus} ({topo.num_nodes} nodes x "
+            f"{topo.gpus_per_node}); use --nodes or --gpus", field="--gpus")
+    placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep, args.placement)
+    net = network_from_args(args, topo)
+    result = simulate(prog, net, placement=placement, per_rank=args.per_rank,
+                      fuse=not args.no_fuse)
+    extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
+             f"{topo.gpus_per_node})"]
+    if prog.world_size < topo.num_gpus:
+        extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
+    rep = build_report(result, workload=args.workload, topology=args.topo,
+                       extra_assumptions=extra)
+    if args.json:
+        write_json(args.json, rep)
+    if not args.quiet:
+        sys.stdout.write(format_report(rep))
+    return 0
+
+
+def _subcommand(name: str) -> Callable[[list[str]], int]:
+    import importlib
+
+    module, _ = SUBCOMMANDS[name]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and module.startswith(e.name):
+            raise UsageError(f"subcommand {name!r} is not available in this build") from None
+        raise
+    return mod.main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``simrun`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return int(_subcommand(argv[0])(argv[1:]) or 0)
+        return run(argv)
+    except SimrunError as e:
+        print(f"simrun: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("simrun: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - last-resort guard: no traceback for users
+        if os.environ.get("SIMRUN_DEBUG"):
+            traceback.print_exc()
+        print(f"simrun: internal error: {type(e).__name__}: {e} (set SIMRUN_DEBUG=1 for a "
+              "traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Writing output files atomically: a temp file in the same directory, then ``os.replace``.
+
+An interrupted run never leaves a half-written JSON, CSV, trace or image behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sim.errors import InputError
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool = False,
+                 flag: str = "") -> None:
+    """Call ``write(fileobj)`` on a temp file next to ``path`` and rename it into place."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"directory {str(parent)!r} does not exist", file=str(path),
+                         field=flag or None)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: str | Path, data: Any, *, flag: str = "--json") -> None:
+    """Write ``data`` as indented JSON (deterministic: insertion key order, repr floats)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text), flag=flag)

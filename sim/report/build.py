@@ -1,0 +1,114 @@
+"""Turn a :class:`~sim.engine.SimResult` into the report document (docs/report-schema.md).
+
+Fixed top-level keys other tools rely on: ``iteration_time_s``, ``bubble_fraction``,
+``pipeline_stages``, ``microbatches``, ``stages`` (one entry per stage, seconds) and
+``assumptions`` (strings). Every number carries its unit in its key.
+
+``bubble_fraction`` uses the same definition as the ideal formula: bubble time divided by the
+time the stage is not in a bubble, averaged over stages; ``ideal_bubble_fraction`` is
+``(p−1)/M`` (GPipe, 1F1B) or ``(p−1)/(v·M)`` (interleaved).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim import __version__
+from sim.engine.result import GROUPS, SimResult
+from sim.schedules import ideal_bubble_fraction
+
+NS = 1e-9
+
+
+def _s(ns: int) -> float:
+    return ns * NS
+
+
+def build_report(result: SimResult, *, workload: str = "", topology: str = "",
+                 extra_assumptions: list[str] | None = None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready dict (deterministic key order)."""
+    prog = result.program
+    it = result.iteration_ns
+    stages = []
+    fractions = []
+    for st in result.stage_stats():
+        busy = it - st.bubble_ns
+        frac = st.bubble_ns / busy if busy > 0 else 0.0
+        fractions.append(frac)
+        stages.append({
+            "stage": st.stage,
+            "rank": st.rank,
+            "compute_s": _s(st.compute_ns),
+            "optimizer_s": _s(st.optimizer_ns),
+            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS},
+            "bubble_s": _s(st.bubble_ns),
+            "bubble_fraction": frac,
+            "finish_time_s": _s(st.end_ns),
+        })
+    ideal = ideal_bubble_fraction(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
+    formula = "(p-1)/(v*M)" if prog.schedule == "interleaved" else "(p-1)/M"
+    layers: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for st in result.stage_stats():
+        for name, ls in st.layers.items():
+            if name not in layers:
+                order.append(name)
+                layers[name] = {"name": name, "stages": [], "count": 0, "forward_s": 0.0,
+                                "input_grad_s": 0.0, "weight_grad_s": 0.0,
+                                "exposed_comm_s": {}, "_ns": [0, 0, 0, {}]}
+            e = layers[name]
+            e["stages"].append(st.stage)
+            e["count"] += ls.count
+            acc = e["_ns"]
+            acc[0] += ls.forward_ns
+            acc[1] += ls.input_grad_ns
+            acc[2] += ls.weight_grad_ns
+            for g, ns in ls.comm_ns.items():
+                acc[3][g] = acc[3].get(g, 0) + ns
+    layer_list = []
+    for name in order:
+        e = layers[name]
+        f, ig, wg, comm = e.pop("_ns")
+        e["forward_s"], e["input_grad_s"], e["weight_grad_s"] = _s(f), _s(ig), _s(wg)
+        e["exposed_comm_s"] = {g: _s(comm[g]) for g in sorted(comm)}
+        e["stages"] = _stage_ranges(e["stages"])
+        layer_list.append(e)
+    assumptions = list(prog.assumptions) + list(result.network_notes) + list(
+        extra_assumptions or [])
+    mode = "per-rank" if result.per_rank else "symmetric (one representative rank per stage)"
+    assumptions.append(f"simulation mode: {mode}")
+    report: dict[str, Any] = {
+        "schema": "simrun.report/1",
+        "simrun_version": __version__,
+        "workload": workload or prog.source,
+        "topology": topology,
+        "iteration_time_s": _s(it),
+        "bubble_fraction": sum(fractions) / len(fractions) if fractions else 0.0,
+        "ideal_bubble_fraction": ideal,
+        "ideal_bubble_formula": formula,
+        "pipeline_stages": prog.pp,
+        "microbatches": prog.microbatches,
+        "virtual_pipeline_size": prog.vpp,
+        "schedule": prog.schedule,
+        "parallelism": {"tp": prog.tp, "pp": prog.pp, "dp": prog.dp, "ep": prog.ep,
+                        "world_size": prog.world_size},
+        "pp_message_bytes": prog.pp_bytes,
+        "simulation": {"mode": "per-rank" if result.per_rank else "symmetric",
+                       "simulated_ranks": len(result.ranks), "events": result.events},
+        "stages": stages,
+        "layers": layer_list,
+        "assumptions": assumptions,
+    }
+    if extra:
+        report.update(extra)
+    return report
+
+
+def _stage_ranges(stages: list[int]) -> str:
+    stages = sorted(set(stages))
+    if not stages:
+        return ""
+    if stages == list(range(stages[0], stages[-1] + 1)) and len(stages) > 1:
+        return f"{stages[0]}-{stages[-1]}"
+    return ",".join(map(str, stages))

@@ -1,0 +1,35 @@
+"""Shared test helpers: paths and small synthetic programs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.workload.model import Layer, Phase
+from sim.workload.program import PipelineProgram, StageProgram
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ROOT / "workloads"
+TOPOLOGIES = ROOT / "topologies"
+SEED_1024 = WORKLOADS / "aicb-gpt-h16384-tp8-pp16-dp8-1024gpu.txt"
+SEED_512 = WORKLOADS / "aicb-gpt13b-tp8-pp8-512gpu.txt"
+SEED_OPTABLE = WORKLOADS / "optable-gpt2-large-block.tsv"
+
+
+def uniform_program(p: int, m: int, f_ns: int, b_ns: int, *, v: int = 1, schedule: str = "1f1b",
+                    pp_bytes: int = 0, layers_per_chunk: int = 1) -> PipelineProgram:
+    """p identical stages; per microbatch and stage: forward f_ns, backward b_ns (split equally
+    into input-grad and weight-grad), spread evenly over v chunks × layers_per_chunk layers."""
+    n = v * layers_per_chunk
+    assert f_ns % n == 0 and b_ns % (2 * n) == 0
+    lay = Layer("layer", Phase(f_ns // n), Phase(b_ns // (2 * n)), Phase(b_ns // (2 * n)))
+    stages = [StageProgram(s, [tuple([lay] * layers_per_chunk) for _ in range(v)])
+              for s in range(p)]
+    return PipelineProgram(tp=1, pp=p, dp=1, ep=1, vpp=v, microbatches=m, pp_bytes=pp_bytes,
+                           stages=stages, schedule=schedule)
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
