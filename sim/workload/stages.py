@@ -303,6 +303,12 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
     if sched is None:
         sched = "interleaved" if v > 1 else "1f1b"
         notes.append(f"schedule: {sched} (default for virtual pipeline size {v}; --schedule)")
+    if sched == "interleaved":
+        check_interleaved(pp, m, v, opts.microbatch_group_size)
+    elif v > 1:
+        raise UsageError(f"the {sched} schedule runs one model chunk per stage; got a virtual "
+                         f"pipeline size of {v} (use --schedule interleaved or --vpp 1)",
+                         field="--schedule")
     return v, sched
 
 
