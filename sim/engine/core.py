@@ -268,7 +268,8 @@ class _Engine:
                 self.waiting[rank] = f"its outstanding {group.value} gradient communication"
                 yield ev
                 st.exposed_comm_ns[group] += self.env.now - t0
-                self.span(rank, "compute", t0, self.env.now, "comm_wait", f"wait {group.value}")
+                self.span(rank, "compute", t0, self.env.now, "comm_wait", f"wait {group.value}",
+                          args=(("group", group.value),))
         self.pending[rank].clear()
         self.waiting.pop(rank, None)
 
@@ -355,5 +356,5 @@ def _comm_args(comm: Comm | None, algorithm: str) -> tuple[tuple[str, object], .
     if comm is None:
         return ()
     out: tuple[tuple[str, object], ...] = (("op", comm.kind.value), ("group", comm.group.value),
-                                           ("bytes", comm.size_bytes))
+                                           ("bytes", comm.size_bytes), ("blocking", comm.blocking))
     return out + ((("algorithm", algorithm),) if algorithm else ())
