@@ -1,0 +1,31 @@
+"""Model-driven workloads: model specs, FLOP/parameter/memory accounting, the roofline compute
+model, the workload generator and importers of model descriptions (see docs/models.md).
+
+Public API::
+
+    load_model(path) -> ModelSpec
+    ParallelConfig(tp, pp, dp, vpp, ep, micro_batch, global_batch, sequence_parallel,
+                   recompute, dtype, distributed_optimizer, schedule, ...)
+    generate(model, par, gpu, ...) -> PipelineProgram
+    build_plan(model, par) -> Plan            (operators per row, FLOP accounting)
+    check_memory(model, par, gpu, ...) -> MemoryReport
+    model_flops_per_iteration(model, global_batch) -> int
+    achieved_throughput(model_flops, iteration_time_s, n_gpus, peak_tflops) -> (tflops, mfu)
+"""
+
+from sim.models.flops import (
+    achieved_throughput,
+    hardware_flops_per_iteration,
+    model_flops_per_iteration,
+    total_params,
+)
+from sim.models.generator import generate
+from sim.models.parallel import ParallelConfig
+from sim.models.plan import Plan, build_plan
+from sim.models.spec import ModelSpec, MoESpec, load_model, model_from_dict
+
+__all__ = [
+    "ModelSpec", "MoESpec", "ParallelConfig", "Plan", "achieved_throughput", "build_plan",
+    "generate", "hardware_flops_per_iteration", "load_model", "model_flops_per_iteration",
+    "model_from_dict", "total_params",
+]

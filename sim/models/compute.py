@@ -1,0 +1,142 @@
+"""Roofline compute-time model of one operator on a GPU.
+
+For an operator of ``F`` matrix FLOPs moving ``Q`` HBM bytes on a GPU with dense peak ``P``
+(training dtype) and HBM bandwidth ``W``::
+
+    GEMM / BMM:    t = max(F / (η_gemm · P), Q / (η_mem · W)) + o_gemm
+    flash attn:    t = c · F / (η_flash · P) + o_gemm        (c = 0.5: causal mask skips half)
+    element-wise:  t = Q / (η_mem · W) + o_elem               (norms, softmax, dropout, loss,
+                                                              optimizer)
+
+The fixed per-kernel cost ``o`` (launch gap, prologue, partial last wave) makes the effective
+GEMM efficiency rise with size: ``η_eff(F) = η_gemm · t_c / (t_c + o_gemm)`` with
+``t_c = F/(η_gemm·P)`` — half of ``η_gemm`` at ``F = η_gemm·P·o_gemm`` (≈ 1 GFLOP on A100:
+a 1024³ GEMM runs at ≈ 55% of peak, a 4096³ at ≈ 78%, as cuBLAS does). Small-``k`` GEMMs
+(attention batched matmuls with ``k = head_dim``) become memory-bound through the roofline.
+
+Efficiencies per GPU family are physical (achievable fractions of datasheet peaks, not per-case
+fudge factors); the A100 values are calibrated once against the per-layer times of Korthikanti
+et al. (22B, Table 4; see tests/test_models_compute.py) and the H100 values follow the same
+kernels' published efficiencies. An op with ``count > 1`` is ``count`` equal kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.models.ops import Op, OpKind
+from sim.topology.gpu import GpuSpec
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Kernel efficiencies of one GPU family (fractions of peak) and per-kernel overheads (ns)."""
+
+    family: str
+    gemm_efficiency: float  # large dense GEMMs: fraction of dense tensor-core peak
+    bmm_efficiency: float  # batched attention matmuls (unfused attention)
+    flash_fwd_efficiency: float
+    flash_bwd_efficiency: float
+    memory_efficiency: float  # streaming kernels: fraction of HBM bandwidth
+    gemm_overhead_ns: float
+    elementwise_overhead_ns: float
+    fp8_gemm_efficiency: float = 0.0  # fp8 GEMMs (0: no fp8 tensor cores)
+    causal_fraction: float = 0.5  # share of the s×s scores a causal flash kernel computes
+
+    def describe(self) -> str:
+        return (
+            f"compute model ({self.family}): roofline per operator; GEMM efficiency "
+            f"{self.gemm_efficiency:.0%} of peak + {self.gemm_overhead_ns / 1e3:g} µs per "
+            f"kernel, attention batched matmuls {self.bmm_efficiency:.0%}, flash attention "
+            f"{self.flash_fwd_efficiency:.0%} fwd / {self.flash_bwd_efficiency:.0%} bwd "
+            f"(causal: {self.causal_fraction:g} of the scores), element-wise kernels "
+            f"{self.memory_efficiency:.0%} of HBM bandwidth + "
+            f"{self.elementwise_overhead_ns / 1e3:g} µs per kernel"
+        )
+
+
+# A100 SXM: cuBLAS BF16 reaches ~80-85% of 312 TFLOP/s on large GEMMs; streaming kernels
+# ~80% of HBM bandwidth; FlashAttention-2 ~70% forward, ~55% backward (Dao 2023).
+A100 = ComputeModel("A100", gemm_efficiency=0.80, bmm_efficiency=0.60,
+                    flash_fwd_efficiency=0.65, flash_bwd_efficiency=0.50,
+                    memory_efficiency=0.80, gemm_overhead_ns=4000.0,
+                    elementwise_overhead_ns=2000.0)
+# H100 SXM: cuBLAS BF16 ~70-75% of 989 TFLOP/s, FP8 ~65% of 1979; HBM3 ~85%; FA2 ~50%/40%.
+H100 = ComputeModel("H100", gemm_efficiency=0.72, bmm_efficiency=0.50,
+                    flash_fwd_efficiency=0.50, flash_bwd_efficiency=0.40,
+                    memory_efficiency=0.85, gemm_overhead_ns=3000.0,
+                    elementwise_overhead_ns=2000.0, fp8_gemm_efficiency=0.65)
+GENERIC = ComputeModel("generic", gemm_efficiency=0.75, bmm_efficiency=0.55,
+                       flash_fwd_efficiency=0.55, flash_bwd_efficiency=0.45,
+                       memory_efficiency=0.80, gemm_overhead_ns=4000.0,
+                       elementwise_overhead_ns=2000.0)
+_FAMILIES = (("A100", A100), ("A800", A100), ("H100", H100), ("H800", H100), ("H200", H100),
+             ("GH200", H100))
+
+
+def compute_model_for(gpu: GpuSpec) -> ComputeModel:
+    """The efficiency set for ``gpu`` (matched by family name in ``gpu.name``, else generic)."""
+    name = gpu.name.upper()
+    for key, cm in _FAMILIES:
+        if key in name:
+            return cm
+    return GENERIC
+
+
+def peak_flops(gpu: GpuSpec, dtype: str) -> float:
+    """Dense peak in FLOP/s for ``dtype`` (``fp32_matmul`` work uses ``fp32``, else ``tf32``)."""
+    return gpu.tflops(dtype) * 1e12
+
+
+def fp32_peak_flops(gpu: GpuSpec) -> tuple[float, str]:
+    """Peak FLOP/s for fp32 matrix work and a note on where it came from."""
+    for key in ("fp32", "tf32"):
+        if key in gpu.peak_tflops:
+            return gpu.peak_tflops[key] * 1e12, f"{key} peak of {gpu.name}"
+    bf16 = gpu.peak_tflops.get("bf16", 0.0)
+    return bf16 * 1e12 / 16, f"{gpu.name} has no fp32/tf32 peak; assumed bf16 peak / 16"
+
+
+def op_time_ns(op: Op, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> float:
+    """Time of ``op`` in nanoseconds (float) under the roofline model above."""
+    bw = gpu.hbm_GBps * 1e9 * cm.memory_efficiency  # bytes/s
+    if bw <= 0:
+        raise ValueError(f"GPU {gpu.name} has no HBM bandwidth (hbm_GBps)")
+    count = op.count
+    if op.kind in (OpKind.ELEMENTWISE, OpKind.OPTIMIZER):
+        if op.bytes == 0:
+            return 0.0
+        return (op.bytes / bw) * 1e9 + count * cm.elementwise_overhead_ns
+    if op.flops == 0 and op.bytes == 0:
+        return 0.0
+    if op.kind is OpKind.FP32_MATMUL:
+        peak, _ = fp32_peak_flops(gpu)
+        return op.flops / (peak * cm.gemm_efficiency) * 1e9 + count * cm.gemm_overhead_ns
+    # fp8 applies to the linear layers' GEMMs; attention runs in bf16 (Transformer Engine).
+    peak = peak_flops(gpu, "bf16" if dtype == "fp8" and op.kind is not OpKind.GEMM else dtype)
+    if op.kind is OpKind.FLASH_FWD or op.kind is OpKind.FLASH_BWD:
+        eff = cm.flash_fwd_efficiency if op.kind is OpKind.FLASH_FWD else cm.flash_bwd_efficiency
+        t_s = cm.causal_fraction * op.flops / (peak * eff)
+        return t_s * 1e9 + count * cm.gemm_overhead_ns
+    if op.kind is OpKind.GEMM:
+        eff = cm.fp8_gemm_efficiency if dtype == "fp8" else cm.gemm_efficiency
+        if eff <= 0:
+            raise ValueError(f"compute model {cm.family} has no fp8 GEMM efficiency")
+    else:
+        eff = cm.bmm_efficiency
+    t_s = max(op.flops / (peak * eff), op.bytes / bw)
+    return t_s * 1e9 + count * cm.gemm_overhead_ns
+
+
+def ops_time_ns(ops, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> int:
+    """Total time of ``ops`` run back to back, rounded up to whole nanoseconds."""
+    total = math.fsum(op_time_ns(op, gpu, cm, dtype) for op in ops)
+    return math.ceil(total - 1e-6) if total > 0 else 0
+
+
+def gemm_efficiency(flops: float, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> float:
+    """Effective fraction of peak of a compute-bound GEMM of ``flops`` FLOPs (the curve above)."""
+    peak = peak_flops(gpu, dtype)
+    t_c = flops / (peak * cm.gemm_efficiency)
+    return flops / (peak * (t_c + cm.gemm_overhead_ns * 1e-9))

@@ -1,0 +1,120 @@
+"""Closed-form parameter and FLOP counts, and achieved-throughput metrics.
+
+Notation: ``B`` global batch (sequences), ``L`` layers, ``s`` sequence length, ``h`` hidden,
+``V`` vocabulary. Matrix-multiply FLOPs only (2 per multiply-add); attention over the full
+s×s score matrix (as in the papers; causal kernels may skip half of it, which affects time,
+not the accounting).
+
+- Narayanan et al. (SC'21): parameters ``P = 12·L·h²·(1 + 13/(12h) + (V + s)/(12·L·h))``
+  (tied embeddings, learned positions; excludes the final LayerNorm's 2h), and with full
+  recomputation ``F = 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``.
+- Korthikanti et al. (MLSys'23): model FLOPs ``72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))``; their
+  hardware FLOPs with selective recompute are stated as ``72·B·L·s·h²·(1 + s/(3h) + ...)``.
+  Re-running the attention core forward costs ``4·B·s²·h`` per layer, i.e. ``1 + 2s/(9h)``;
+  the paper's ``s/(3h)`` counts ``8·B·L·s²·h`` more. We count what is executed
+  (:func:`hardware_flops_per_iteration`) and keep the paper's formula for reference
+  (:func:`korthikanti_selective_hardware_flops`).
+"""
+
+from __future__ import annotations
+
+from sim.models.spec import ModelSpec
+
+
+def layer_params(model: ModelSpec) -> int:
+    """Parameters of one transformer layer (all experts for MoE)."""
+    h, f, kv = model.hidden, model.ffn_hidden, model.kv_hidden
+    f1 = 2 * f if model.gated_mlp else f
+    attn = h * (h + 2 * kv) + h * h + ((h + 2 * kv) + h if model.bias else 0)
+    mlp = h * f1 + f * h + (f1 + h if model.bias else 0)
+    norms = 2 * (2 if model.norm == "layernorm" else 1) * h
+    if model.moe is not None:
+        return attn + model.moe.experts * mlp + h * model.moe.experts + norms
+    return attn + mlp + norms
+
+
+def total_params(model: ModelSpec, vocab: int | None = None) -> int:
+    """All parameters: layers, word (and learned position) embeddings, final norm, and the output
+    layer when untied. ``vocab`` defaults to the unpadded ``model.vocab``."""
+    v = model.vocab if vocab is None else vocab
+    h = model.hidden
+    emb = v * h + (model.seq_len * h if model.position_embedding == "learned" else 0)
+    out = 0 if model.tied_embeddings else v * h
+    final_norm = (2 if model.norm == "layernorm" else 1) * h
+    return model.layers * layer_params(model) + emb + out + final_norm
+
+
+def narayanan_params(model: ModelSpec) -> int:
+    """``12·L·h²·(1 + 13/(12h) + (V + s)/(12·L·h)) = 12Lh² + 13Lh + (V + s)h`` (exact integer)."""
+    L, h = model.layers, model.hidden
+    return 12 * L * h * h + 13 * L * h + (model.vocab + model.seq_len) * h
+
+
+def _layer_forward_flops_per_token(model: ModelSpec) -> tuple[int, int]:
+    """(linear-layer FLOPs, attention-core FLOPs) of one layer's forward, per token."""
+    h, f, kv, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.seq_len
+    f1 = 2 * f if model.gated_mlp else f
+    linear = 2 * h * (h + 2 * kv) + 2 * h * h
+    mlp = 2 * h * f1 + 2 * f * h
+    if model.moe is not None:
+        mlp = model.moe.top_k * mlp + 2 * h * model.moe.experts
+    return linear + mlp, 4 * s * h
+
+
+def model_flops_per_iteration(model: ModelSpec, global_batch: int,
+                              vocab: int | None = None) -> int:
+    """Model FLOPs of one iteration (forward + backward, no recomputation), all GPUs.
+
+    ``3 · B·s · [L·(linear + 4·s·h) + 2·h·V]`` with per-token forward linear FLOPs
+    ``2h(h + 2·kv) + 2h² + MLP`` (MLP ``4hf``, gated ``6hf``, MoE ``top_k×`` plus the router).
+    Equals ``72·B·L·s·h²·(1 + s/(6h) + V/(12hL))`` for GPT-style models.
+    """
+    v = model.vocab if vocab is None else vocab
+    linear, attn = _layer_forward_flops_per_token(model)
+    per_token = model.layers * (linear + attn) + 2 * model.hidden * v
+    return 3 * global_batch * model.seq_len * per_token
+
+
+def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, recompute: str,
+                                 flash_attention: bool = False, vocab: int | None = None) -> int:
+    """FLOPs executed in one iteration: model FLOPs plus recomputation.
+
+    ``full``: every layer's forward again (``B·s·L·(linear + 4sh)``); ``selective`` (unfused
+    attention): the attention core forward again (``4·B·L·s²·h``); flash attention recomputes
+    ``QKᵀ`` in its backward (``2·B·L·s²·h``) and makes selective recompute a no-op.
+    """
+    tokens = global_batch * model.seq_len
+    linear, attn = _layer_forward_flops_per_token(model)
+    extra = 0
+    if recompute == "full":
+        extra += tokens * model.layers * (linear + attn)
+    elif recompute == "selective" and not flash_attention:
+        extra += tokens * model.layers * attn
+    if flash_attention:
+        extra += tokens * model.layers * attn // 2
+    return model_flops_per_iteration(model, global_batch, vocab) + extra
+
+
+def korthikanti_model_flops(B: int, L: int, s: int, h: int, V: int) -> int:
+    """``72·B·L·s·h²·(1 + s/(6h) + V/(12hL)) = 72BLsh² + 12BLs²h + 6BshV``."""
+    return 72 * B * L * s * h * h + 12 * B * L * s * s * h + 6 * B * s * h * V
+
+
+def korthikanti_selective_hardware_flops(B: int, L: int, s: int, h: int, V: int) -> int:
+    """The paper's ``72·B·L·s·h²·(1 + s/(3h) + V/(12hL))`` (used for its HFU column)."""
+    return 72 * B * L * s * h * h + 24 * B * L * s * s * h + 6 * B * s * h * V
+
+
+def narayanan_full_recompute_flops(B: int, L: int, s: int, h: int, V: int) -> int:
+    """``96·B·s·L·h²·(1 + s/(6h) + V/(16Lh)) = 96BsLh² + 16BLs²h + 6BshV``."""
+    return 96 * B * s * L * h * h + 16 * B * L * s * s * h + 6 * B * s * h * V
+
+
+def achieved_throughput(model_flops: int, iteration_time_s: float, n_gpus: int,
+                        peak_tflops: float) -> tuple[float, float]:
+    """``(tflops_per_gpu, mfu)``: model FLOPs per second per GPU in TFLOP/s (1e12 FLOP/s) and
+    its fraction of the GPU's dense peak ``peak_tflops`` for the training dtype."""
+    if iteration_time_s <= 0 or n_gpus <= 0:
+        raise ValueError("iteration time and GPU count must be positive")
+    tflops = model_flops / iteration_time_s / n_gpus / 1e12
+    return tflops, tflops / peak_tflops

@@ -1,0 +1,219 @@
+"""Model-driven workload generation: model spec + parallel layout + GPU → PipelineProgram.
+
+:func:`generate` times every operator of the :class:`~sim.models.plan.Plan` with the roofline
+model (:mod:`sim.models.compute`), attaches Megatron's data-parallel gradient collectives, and
+adds the optimizer epilogue. Every modelling choice is listed in ``program.assumptions``.
+A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
+"""
+
+from __future__ import annotations
+
+from sim.models.compute import ComputeModel, compute_model_for, ops_time_ns
+from sim.models.flops import model_flops_per_iteration
+from sim.models.ops import ACT_BYTES
+from sim.models.optimizer import ShampooPlan, adam_ops
+from sim.models.parallel import ParallelConfig
+from sim.models.plan import Plan, StagePlan, build_plan
+from sim.models.rows import Row
+from sim.models.spec import ModelSpec
+from sim.topology.gpu import GpuSpec
+from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
+
+PARAM_BYTES = 2  # bf16/fp16 model weights (fp8 runs keep bf16 weights)
+
+
+def grad_bytes(dtype: str) -> int:
+    """Bytes per gradient element in the DP reduction: fp32 main grads for bf16/fp8 (Megatron's
+    ``accumulate_allreduce_grads_in_fp32``), fp16 for fp16."""
+    return 2 if dtype == "fp16" else 4
+
+
+def bucket_params(dp: int) -> int:
+    """Megatron DDP bucket size in parameters: ``max(40M, 1M · dp)``."""
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
+             compute_model: ComputeModel | None = None,
+             optimizer: str | ShampooPlan = "adam",
+             plan: Plan | None = None, source: str = "") -> PipelineProgram:
+    """Generate the pipeline program of one training iteration (times in ns, sizes in bytes).
+
+    ``optimizer``: ``"adam"`` or a :class:`ShampooPlan` (Adam state plus Shampoo work on the
+    owning DP ranks). ``plan``: a prebuilt :func:`build_plan` result for ``(model, par)``.
+    Raises :class:`~sim.errors.UsageError` for layouts Megatron cannot run.
+    """
+    from sim.errors import UsageError
+
+    plan = plan or build_plan(model, par)
+    if par.dtype not in gpu.peak_tflops:
+        raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
+                         f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
+    cm = compute_model or compute_model_for(gpu)
+    if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
+        raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="--dtype")
+    stages = [_stage_program(st, plan, gpu, cm, optimizer) for st in plan.stages]
+    dm = plan.dims
+    pp_bytes = dm.b * dm.s * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
+    program = PipelineProgram(
+        tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, vpp=par.vpp,
+        microbatches=par.microbatches, pp_bytes=pp_bytes, stages=stages,
+        schedule=par.schedule_name, source=source or f"model {model.name}",
+        microbatch_group_size=par.microbatch_group_size,
+    )
+    program.assumptions = assumptions(plan, gpu, cm, optimizer)
+    return program
+
+
+def _stage_program(st: StagePlan, plan: Plan, gpu: GpuSpec, cm: ComputeModel,
+                   optimizer: str | ShampooPlan) -> StageProgram:
+    par = plan.par
+    chunks = [tuple(_layers(rows, par, gpu, cm)) for rows in st.chunks]
+    return StageProgram(stage=st.stage, chunks=chunks,
+                        epilogue=_epilogue(st, plan, gpu, cm, optimizer))
+
+
+def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> Comm | None:
+    group_size = par.dp // par.ep if expert else par.dp
+    if params == 0 or group_size == 1:
+        return None
+    kind = CollKind.REDUCESCATTER if par.distributed_optimizer else CollKind.ALLREDUCE
+    group = GroupKind.DP_EP if expert else GroupKind.DP
+    return Comm(kind, group, params * grad_bytes(par.dtype), blocking=blocking)
+
+
+def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
+    """Megatron DDP with overlapped gradient reduction: gradients fill buckets in backward order;
+    a bucket's collective starts after the weight-grad of the row that completes it."""
+    out: dict[int, Comm] = {}
+    if not par.overlap_grad_reduce:
+        return out
+    limit = bucket_params(par.dp)
+    for expert in (False, True):
+        acc, last = 0, -1
+        for i in range(len(rows) - 1, -1, -1):
+            n = rows[i].expert_params if expert else rows[i].params
+            if n == 0:
+                continue
+            acc, last = acc + n, i
+            if acc >= limit:
+                comm = _dp_comm(par, acc, expert, blocking=False)
+                if comm is not None:
+                    out[i] = comm
+                acc = 0
+        if acc:
+            comm = _dp_comm(par, acc, expert, blocking=False)
+            if comm is not None:
+                out[last] = comm
+    return out
+
+
+def _layers(rows: list[Row], par: ParallelConfig, gpu: GpuSpec, cm: ComputeModel):
+    dp_comms = _bucket_comms(rows, par)
+    dtype = par.dtype
+    for i, r in enumerate(rows):
+        yield Layer(
+            name=r.name,
+            forward=Phase(ops_time_ns(r.fwd, gpu, cm, dtype), r.fwd_comm),
+            input_grad=Phase(ops_time_ns(r.ig, gpu, cm, dtype), r.ig_comm),
+            weight_grad=Phase(ops_time_ns(r.wg, gpu, cm, dtype), dp_comms.get(i, r.wg_comm)),
+        )
+
+
+def _epilogue(st: StagePlan, plan: Plan, gpu: GpuSpec, cm: ComputeModel,
+              optimizer: str | ShampooPlan) -> tuple[Task, ...]:
+    par = plan.par
+    dense, expert = st.params, st.expert_params
+    tasks: list[Task] = []
+    if not par.overlap_grad_reduce:
+        for n, is_expert in ((dense, False), (expert, True)):
+            comm = _dp_comm(par, n, is_expert, blocking=True)
+            if comm is not None:
+                tasks.append(Task("grad_reduce" + ("_experts" if is_expert else ""),
+                                  TaskKind.GRAD_SYNC, comm=comm))
+    ops = adam_ops(dense, par.dp, par.distributed_optimizer, grad_bytes(par.dtype))
+    if expert:
+        ops += adam_ops(expert, par.dp // par.ep, par.distributed_optimizer,
+                        grad_bytes(par.dtype))
+    layers = sum(len(ids) for ids in st.layers)
+    first = st.stage == 0
+    if isinstance(optimizer, ShampooPlan):
+        ops += (optimizer.stage_op(layers, first, par.dp),)
+    tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
+                      compute_ns=ops_time_ns(ops, gpu, cm, par.dtype), wait_async=True))
+    if isinstance(optimizer, ShampooPlan) and par.dp > 1:
+        size = optimizer.root_bytes(layers, first)
+        tasks.append(Task("shampoo_root_allgather", TaskKind.GRAD_SYNC,
+                          comm=Comm(CollKind.ALLGATHER, GroupKind.DP, size, blocking=True)))
+    if par.distributed_optimizer:
+        for n, is_expert, size in ((dense, False, par.dp), (expert, True, par.dp // par.ep)):
+            if n and size > 1:
+                group = GroupKind.DP_EP if is_expert else GroupKind.DP
+                tasks.append(Task("param_allgather" + ("_experts" if is_expert else ""),
+                                  TaskKind.GRAD_SYNC,
+                                  comm=Comm(CollKind.ALLGATHER, group, n * PARAM_BYTES)))
+    return tuple(tasks)
+
+
+def assumptions(plan: Plan, gpu: GpuSpec, cm: ComputeModel,
+                optimizer: str | ShampooPlan) -> list[str]:
+    """Human-readable list of every modelling choice behind a generated program."""
+    m, par, dm = plan.model, plan.par, plan.dims
+    out = [
+        f"workload generated from model spec {m.name}: {m.layers} layers, hidden {m.hidden}, "
+        f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}"
+        f"{' gated' if m.gated_mlp else ''}, vocab {m.vocab} padded to {dm.v} "
+        f"(multiple of 128·tp), sequence {m.seq_len}"
+        + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
+        f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}, micro batch "
+        f"{par.micro_batch}, global batch {par.global_batch} → {par.microbatches} microbatches; "
+        f"schedule {par.schedule_name}; {m.layers // (par.pp * par.vpp)} layers per model chunk",
+        f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
+        f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",
+        f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
+        + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp else "")
+        + f"; attention: {'flash (fused)' if par.flash_attention else 'unfused (Megatron 2022)'}",
+        cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
+        f"{gpu.hbm_GBps:g} GB/s HBM",
+        "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
+        "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
+        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group; Megatron's "
+        "overlap of backward TP collectives with weight-gradient GEMMs is not modelled",
+        "embedding on the first stage (vocab-parallel, TP all-reduce of its output); final norm, "
+        "output layer and vocab-parallel cross entropy (3 all-reduces of n fp32 values) on the "
+        "last stage",
+        f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
+        "pp_bytes (no scatter/gather optimisation)",
+    ]
+    if par.dp > 1:
+        kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
+        if par.overlap_grad_reduce:
+            out.append(f"DP gradient {kind} per Megatron DDP bucket (≥ {bucket_params(par.dp):,} "
+                       "parameters, per model chunk, in backward order), non-blocking, issued "
+                       "in the last microbatch's backward; the optimizer waits for them")
+        else:
+            out.append(f"DP gradient {kind} after the backward, blocking")
+        if par.distributed_optimizer:
+            out.append("distributed optimizer: parameter all-gather (2 bytes/parameter) after "
+                       "the optimizer step, not overlapped with the next iteration")
+    out.append("optimizer: Adam, memory-bound (30 bytes per updated parameter + gradient norm "
+               "and buffer zeroing)" + ("; distributed over DP" if par.distributed_optimizer
+                                        else ""))
+    if isinstance(optimizer, ShampooPlan):
+        out.append(f"Shampoo: {len(optimizer.layer_blocks)} preconditioned blocks per layer; "
+                   f"inverse 4th roots by {optimizer.newton_steps}-step coupled Newton "
+                   f"(4·{optimizer.newton_steps}·n³ FLOPs per n×n factor, fp32) every step on "
+                   "the owning DP rank (owner mod dp); the step waits for the busiest owner; "
+                   "roots all-gathered in DP")
+    if m.tied_embeddings and par.pp > 1:
+        out.append("tied embeddings: the first/last-stage embedding-gradient all-reduce is not "
+                   "modelled (no such process group in the engine)")
+    if m.moe is not None:
+        out.append("MoE: balanced routing (no token dropping), experts TP-sharded, all-to-all "
+                   "dispatch/combine in the EP group, expert gradients synced in DP_EP")
+    out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
+               "bytes), CPU launch overheads, memory allocator effects")
+    mf = model_flops_per_iteration(m, par.global_batch)
+    out.append(f"model FLOPs per iteration (for MFU): {mf:.4e} (vocab {m.vocab}, unpadded)")
+    return out

@@ -1,0 +1,272 @@
+"""Megatron-LM's per-GPU operators and communications for one microbatch, as rows.
+
+``transformer_layer_rows``, ``embedding_rows`` and ``output_rows`` follow Megatron GPT
+(``ParallelTransformerLayer`` / Megatron-Core ``TransformerLayer``) with tensor parallelism
+``t``: column-parallel QKV and fc1, row-parallel projection and fc2; the ``f``/``g`` operators
+(all-reduce in backward / forward) or, with sequence parallelism, all-gather / reduce-scatter.
+Byte counts of element-wise kernels are documented next to each operator (``A`` = activation
+bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.models.ops import ACT_BYTES as A
+from sim.models.ops import MASK_BYTES as K
+from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
+from sim.models.parallel import ParallelConfig, padded_vocab
+from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
+from sim.models.spec import ModelSpec
+from sim.workload.model import CollKind, Comm, GroupKind
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Per-microbatch sizes: ``n`` tokens, ``nt`` tokens in the residual stream per GPU
+    (``n/t`` with sequence parallelism), ``v`` padded vocabulary, ``eg`` GEMM operand bytes."""
+
+    b: int
+    s: int
+    h: int
+    a: int
+    t: int
+    d: int
+    kvh: int
+    f: int
+    f1: int
+    v: int
+    n: int
+    nt: int
+    sp: bool
+    eg: int
+    ep: int
+
+    @classmethod
+    def of(cls, model: ModelSpec, par: ParallelConfig) -> Dims:
+        n = par.micro_batch * model.seq_len
+        f1 = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
+        return cls(
+            b=par.micro_batch, s=model.seq_len, h=model.hidden, a=model.heads, t=par.tp,
+            d=model.head_dim, kvh=model.kv_hidden, f=model.ffn_hidden, f1=f1,
+            v=padded_vocab(model.vocab, par.tp), n=n, nt=n // par.tp if par.sp else n,
+            sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep,
+        )
+
+
+def _tp(kind: CollKind, size: int) -> Comm:
+    return Comm(kind, GroupKind.TP, size, blocking=True)
+
+
+def tp_enter(dm: Dims, tokens: int = 0) -> Conj:
+    """Megatron's ``f`` (identity / all-reduce) or, with SP, ``ḡ`` (all-gather / reduce-scatter)
+    before a column-parallel linear. Buffer: ``tokens·h`` activations (default ``n``; the full
+    AllGather output / ReduceScatter input)."""
+    if dm.t == 1:
+        return Conj()
+    size = (tokens or dm.n) * dm.h * A
+    if dm.sp:
+        return Conj(_tp(CollKind.ALLGATHER, size), _tp(CollKind.REDUCESCATTER, size))
+    return Conj(None, _tp(CollKind.ALLREDUCE, size))
+
+
+def tp_exit(dm: Dims, tokens: int = 0) -> Conj:
+    """Megatron's ``g`` (all-reduce / identity) or, with SP, reduce-scatter / all-gather after a
+    row-parallel linear."""
+    if dm.t == 1:
+        return Conj()
+    size = (tokens or dm.n) * dm.h * A
+    if dm.sp:
+        return Conj(_tp(CollKind.REDUCESCATTER, size), _tp(CollKind.ALLGATHER, size))
+    return Conj(_tp(CollKind.ALLREDUCE, size), None)
+
+
+def _norm_params(model: ModelSpec) -> int:
+    return (2 if model.norm == "layernorm" else 1) * model.hidden
+
+
+def norm_block(name: str, model: ModelSpec, dm: Dims, pre: tuple[Op, ...] = ()) -> Block:
+    """LayerNorm/RMSNorm over the residual stream: forward reads x, writes y (2A per element);
+    backward reads x, dy and the residual gradient, writes dx (4A)."""
+    e = dm.nt * dm.h
+    return Block(name, fwd=pre + (elementwise(name, 2 * A * e),),
+                 ig=(elementwise(name + "_grad", 4 * A * e),), params=_norm_params(model))
+
+
+def bda_ops(name: str, dm: Dims) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """Fused bias-dropout-add: forward reads x and residual, writes y and the mask (3A + 1);
+    backward reads dy and the mask, writes dx (2A + 1)."""
+    e = dm.nt * dm.h
+    return (elementwise(name, (3 * A + K) * e),), (elementwise(name + "_grad", (2 * A + K) * e),)
+
+
+def attention_core(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
+    """Core attention forward and backward operators (per GPU: ``a/t`` heads).
+
+    Unfused (Megatron 2022): QKᵀ and PV batched matmuls (2·b·s²·h/t FLOPs each), fused
+    scale-mask-softmax (reads and writes the b·(a/t)·s² scores: 2A per element) and dropout
+    (reads x, writes y and the mask: 2A + 1). Backward: four batched matmuls (2× forward
+    FLOPs), dropout backward (2A + 1), softmax backward (reads y and dy, writes dx: 3A).
+    Flash attention: one forward kernel (4·b·s²·h/t FLOPs) and one backward kernel (8·b·s²·h/t
+    model FLOPs plus the 2·b·s²·h/t recomputation of QKᵀ).
+    """
+    hb = dm.b * (dm.a // dm.t)  # batched heads on this GPU
+    s, d = dm.s, dm.d
+    if par.flash_attention:
+        qkvo = A * dm.n * (2 * dm.h + 2 * dm.kvh) // dm.t
+        fwd = (Op("flash_attn", OpKind.FLASH_FWD, 4 * hb * s * s * d, qkvo),)
+        bwd = (
+            Op("flash_attn_grad", OpKind.FLASH_BWD, 8 * hb * s * s * d, 2 * qkvo),
+            Op("flash_attn_grad_recompute_qk", OpKind.FLASH_BWD, 2 * hb * s * s * d, 0,
+               recompute=True),
+        )
+        return fwd, bwd
+    x = hb * s * s
+    fwd = (
+        bmm("attn_scores", hb, s, d, s),
+        elementwise("attn_softmax", 2 * A * x),
+        elementwise("attn_dropout", (2 * A + K) * x),
+        bmm("attn_values", hb, s, s, d),
+    )
+    bwd = (
+        bmm("attn_values_grad_probs", hb, s, d, s),
+        bmm("attn_values_grad_v", hb, s, s, d),
+        elementwise("attn_dropout_grad", (2 * A + K) * x),
+        elementwise("attn_softmax_grad", 3 * A * x),
+        bmm("attn_scores_grad_q", hb, s, s, d),
+        bmm("attn_scores_grad_k", hb, s, s, d),
+    )
+    if par.recompute == "selective":
+        bwd = as_recompute(fwd) + bwd
+    return fwd, bwd
+
+
+def _linear_params(model: ModelSpec, k: int, n: int, t: int, column: bool) -> int:
+    """Weight ``k×n`` split ``t`` ways; column-parallel bias split, row-parallel bias replicated."""
+    bias = (n // t if column else n) if model.bias else 0
+    return k * n // t + bias
+
+
+def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
+                           index: int) -> list[Row]:
+    """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
+    n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
+    qkv_out = h + 2 * dm.kvh
+    core_f, core_b = attention_core(model, par, dm)
+    bda1_f, bda1_b = bda_ops("attn_bda", dm)
+    bda2_f, bda2_b = bda_ops("mlp_bda", dm)
+    items: list[Block | Conj] = [
+        norm_block("attn_norm", model, dm),
+        tp_enter(dm),
+        Block("attn_qkv",
+              fwd=(gemm("qkv", n, h, qkv_out // t, eg),) + core_f,
+              ig=core_b + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
+              wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
+              params=_linear_params(model, h, qkv_out, t, True)),
+        Block("attn_proj",
+              fwd=(gemm("proj", n, h // t, h, eg),),
+              ig=(gemm("proj_dgrad", n, h, h // t, eg),),
+              wg=(wgrad("proj_wgrad", n, h // t, h, eg),),
+              params=_linear_params(model, h, h, t, False)),
+        tp_exit(dm),
+    ]
+    mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f)
+    mlp_norm.ig = mlp_norm.ig + bda1_b
+    items.append(mlp_norm)
+    if model.moe is None:
+        items += _dense_mlp(model, dm)
+    else:
+        from sim.models.moe import moe_mlp_items
+
+        items += moe_mlp_items(model, par, dm)
+    items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
+    rows = rows_from_items(items)
+    if par.recompute == "full":
+        rows += recompute_rows(rows)
+    for r in rows:
+        r.name = f"layer{index}_{r.name}"
+        r.tags["layer"] = index
+    return rows
+
+
+def _dense_mlp(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
+    """fc1 (column-parallel) → GeLU/SwiGLU → fc2 (row-parallel). Activation kernel: GeLU reads
+    and writes n·f/t (2A), its backward reads x and dy, writes dx (3A); SwiGLU reads 2f and
+    writes f (3A), backward reads 2f and df, writes 2f (5A)."""
+    n, h, t, eg, f, f1 = dm.n, dm.h, dm.t, dm.eg, dm.f, dm.f1
+    act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
+    e = n * f // t
+    return [
+        tp_enter(dm),
+        Block("mlp_fc1",
+              fwd=(gemm("fc1", n, h, f1 // t, eg), elementwise("mlp_act", act_f * A * e)),
+              ig=(elementwise("mlp_act_grad", act_b * A * e), gemm("fc1_dgrad", n, f1 // t, h, eg)),
+              wg=(wgrad("fc1_wgrad", n, h, f1 // t, eg),),
+              params=_linear_params(model, h, f1, t, True)),
+        Block("mlp_fc2",
+              fwd=(gemm("fc2", n, f // t, h, eg),),
+              ig=(gemm("fc2_dgrad", n, h, f // t, eg),),
+              wg=(wgrad("fc2_wgrad", n, f // t, h, eg),),
+              params=_linear_params(model, f, h, t, False)),
+        tp_exit(dm),
+    ]
+
+
+def embedding_rows(model: ModelSpec, par: ParallelConfig, dm: Dims) -> list[Row]:
+    """Vocab-parallel word embedding (+ learned positions) on the first stage.
+
+    Forward: lookup writes n·h (2A incl. the read of the rows), position add (3A), then the
+    TP all-reduce (SP: reduce-scatter) of the n·h output, then dropout (2A + 1). Weight grad:
+    scatter-add of the n·h gradient into the fp32 main-grad rows (A + 8 per element for the
+    positions, A·n·h + 8·n·h/t for the vocab shard).
+    """
+    n, h, t = dm.n, dm.h, dm.t
+    look = (elementwise("embedding_lookup", 2 * A * n * h),)
+    wg = [elementwise("embedding_wgrad", A * n * h + 8 * n * h // t)]
+    params = dm.v * h // t
+    if model.position_embedding == "learned":
+        look += (elementwise("position_add", 3 * A * n * h),)
+        wg.append(elementwise("position_wgrad", (A + 8) * n * h))
+        params += dm.s * h
+    comm = Conj()
+    if t > 1:
+        size = n * h * A
+        kind = CollKind.REDUCESCATTER if dm.sp else CollKind.ALLREDUCE
+        comm = Conj(_tp(kind, size), _tp(CollKind.ALLGATHER, size) if dm.sp else None)
+    e = dm.nt * h
+    items = [
+        Block("embedding", fwd=look, wg=tuple(wg), params=params),
+        comm,
+        Block("embedding_dropout", fwd=(elementwise("embedding_dropout", (2 * A + K) * e),),
+              ig=(elementwise("embedding_dropout_grad", (2 * A + K) * e),)),
+    ]
+    return rows_from_items(items)
+
+
+def output_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, holds_output_weight: bool
+                ) -> list[Row]:
+    """Final norm, vocab-parallel output layer and cross entropy on the last stage.
+
+    Logits GEMM ``n × h × v/t``; the vocab-parallel cross entropy casts the logits to fp32
+    (reads A, writes 4 bytes per logit) and makes three passes (max; subtract + target logit;
+    exp + sum: 8 bytes per logit each), each followed by a TP all-reduce of n fp32 values
+    (Megatron's three all-reduces). Backward: softmax − one-hot (reads and writes fp32: 8) and
+    the cast to the activation dtype (4 + A).
+    """
+    n, h, t, eg, v = dm.n, dm.h, dm.t, dm.eg, dm.v
+    e = n * v // t
+    out_params = v * h // t if holds_output_weight else 0
+    items: list[Block | Conj] = [norm_block("final_norm", model, dm), tp_enter(dm)]
+    items.append(Block("output_logits",
+                       fwd=(gemm("logits", n, h, v // t, eg),),
+                       ig=(gemm("logits_dgrad", n, v // t, h, eg),),
+                       wg=(wgrad("logits_wgrad", n, h, v // t, eg),),
+                       params=out_params))
+    ce_fwd = [(A + 4 + 8) * e, 8 * e, 8 * e]
+    for i, nbytes in enumerate(ce_fwd, start=1):
+        ig = (elementwise("cross_entropy_grad", (8 + 4 + A) * e),) if i == 1 else ()
+        items.append(Block(f"cross_entropy{i}", fwd=(elementwise(f"cross_entropy{i}", nbytes),),
+                           ig=ig))
+        if t > 1:
+            items.append(Conj(_tp(CollKind.ALLREDUCE, n * 4), None))
+    return rows_from_items(items)

@@ -1,0 +1,79 @@
+"""Operators: the unit of FLOP accounting and of the compute-time model.
+
+FLOPs are counted as in Narayanan et al. (SC'21) and Korthikanti et al. (MLSys'23): matrix
+multiplies only, 2 FLOPs per multiply-add; element-wise work (norms, softmax, dropout, GeLU,
+residual adds, the optimizer) has ``flops = 0`` and is timed from the HBM bytes it moves.
+All counts are per GPU (one tensor-parallel shard) and per microbatch unless stated otherwise.
+``recompute=True`` marks work re-done in the backward pass (counts towards hardware FLOPs, not
+model FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+ACT_BYTES = 2  # activations are bf16/fp16 in every dtype setting (fp8 only in GEMM operands)
+MASK_BYTES = 1  # dropout masks are stored as one byte per element
+
+
+class OpKind(str, Enum):
+    GEMM = "gemm"  # dense matrix multiply (weights): tensor cores, training dtype
+    BMM = "bmm"  # batched matmul of the unfused attention core (activations × activations)
+    FLASH_FWD = "flash_fwd"  # fused attention forward (FlashAttention-2)
+    FLASH_BWD = "flash_bwd"  # fused attention backward
+    ELEMENTWISE = "elementwise"  # memory-bound kernel (norm, softmax, dropout, GeLU, add, loss)
+    OPTIMIZER = "optimizer"  # memory-bound optimizer step (multi-tensor apply)
+    FP32_MATMUL = "fp32_matmul"  # fp32 matrix work (Shampoo inverse roots)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """``count`` identical kernels with ``flops`` matrix-multiply FLOPs and ``bytes`` HBM traffic
+    (read + written) in total (e.g. one GEMM per local expert)."""
+
+    name: str
+    kind: OpKind
+    flops: int
+    bytes: int
+    recompute: bool = False
+    count: int = 1
+
+
+def gemm(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
+         out_bytes: int = ACT_BYTES) -> Op:
+    """``C[m×n] = A[m×k] · B[k×n]``: ``2mkn`` FLOPs; reads A and B, writes C."""
+    return Op(name, OpKind.GEMM, 2 * m * k * n,
+              operand_bytes * (m * k + k * n) + out_bytes * m * n)
+
+
+def wgrad(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES) -> Op:
+    """Weight gradient ``dW[k×n] = Xᵀ[k×m] · dY[m×n]`` accumulated into an fp32 main-grad buffer
+    (Megatron's gradient-accumulation fusion): reads X, dY and dW (fp32), writes dW (fp32)."""
+    return Op(name, OpKind.GEMM, 2 * m * k * n, operand_bytes * (m * k + m * n) + 8 * k * n)
+
+
+def bmm(name: str, batch: int, m: int, k: int, n: int) -> Op:
+    """Batched ``[m×k]·[k×n]`` over ``batch`` matrices (attention core, activations only)."""
+    return Op(name, OpKind.BMM, 2 * batch * m * k * n,
+              ACT_BYTES * batch * (m * k + k * n + m * n))
+
+
+def elementwise(name: str, nbytes: int) -> Op:
+    """A memory-bound kernel moving ``nbytes`` bytes."""
+    return Op(name, OpKind.ELEMENTWISE, 0, nbytes)
+
+
+def as_recompute(ops: tuple[Op, ...] | list[Op]) -> tuple[Op, ...]:
+    """Copies of ``ops`` marked as recomputation (re-done in backward)."""
+    return tuple(replace(op, name="recompute_" + op.name, recompute=True) for op in ops)
+
+
+def model_flops(ops) -> int:
+    """Matrix-multiply FLOPs of ``ops`` excluding recomputation."""
+    return sum(op.flops for op in ops if not op.recompute)
+
+
+def hardware_flops(ops) -> int:
+    """Matrix-multiply FLOPs of ``ops`` including recomputation."""
+    return sum(op.flops for op in ops)

@@ -1,0 +1,85 @@
+"""Optimizer-step work: Adam (memory-bound) and distributed Shampoo (fp32 matrix roots).
+
+Adam (Megatron mixed precision, fused multi-tensor kernel) per parameter it updates: reads the
+fp32 gradient (``g`` bytes: 4, or 2 with fp16 gradients), reads and writes the fp32 master
+weight, ``m`` and ``v`` (3 × 8 bytes) and writes the 16-bit weight (2): ``g + 26`` bytes; the
+gradient-norm pass reads the gradient again (``g``); the gradient buffer is zeroed (``g`` per
+local parameter). With the distributed optimizer a GPU updates ``1/dp`` of its parameters.
+
+Shampoo (blocked, as in seed 000): for a block ``m×n`` with left ``m×m`` and right ``n×n``
+factors, each step costs ``2m²n + 2mn²`` FLOPs to update the statistics (G·Gᵀ, Gᵀ·G),
+``2m²n + 2mn²`` to precondition (L^-¼·G·R^-¼), and the inverse 4th roots, computed by a
+coupled Newton iteration of ``k`` steps (default 10) with two ``n×n`` fp32 GEMMs (``2n³``
+each) per step: ``4k·n³`` FLOPs per factor (``40·n³``). The owning data-parallel rank does
+this work; the roots are then all-gathered in the DP group (``n²`` fp32 values per factor).
+The step ends when the slowest owner is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.models.ops import Op, OpKind
+
+
+def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4) -> tuple[Op, ...]:
+    """Memory-bound Adam step of one GPU holding ``local_params`` parameters (see module doc)."""
+    updated = -(-local_params // dp) if distributed else local_params
+    return (
+        Op("grad_norm", OpKind.OPTIMIZER, 0, grad_bytes * updated),
+        Op("adam_step", OpKind.OPTIMIZER, 0, (grad_bytes + 26) * updated),
+        Op("zero_grad_buffer", OpKind.OPTIMIZER, 0, grad_bytes * local_params),
+    )
+
+
+@dataclass(frozen=True)
+class ShampooBlock:
+    """One preconditioned block ``rows × cols`` of a weight, owned by DP rank ``owner``."""
+
+    tensor: str
+    owner: int
+    rows: int
+    cols: int
+
+
+def root_flops(n: int, newton_steps: int = 10) -> int:
+    """FLOPs of one inverse 4th root of an ``n×n`` factor: ``4·k·n³`` (k Newton steps)."""
+    return 4 * newton_steps * n**3
+
+
+def block_step_flops(b: ShampooBlock, newton_steps: int = 10) -> int:
+    """Statistics update + preconditioning + both inverse roots of one block (FLOPs)."""
+    m, n = b.rows, b.cols
+    return 4 * m * m * n + 4 * m * n * n + root_flops(m, newton_steps) + root_flops(n, newton_steps)
+
+
+@dataclass(frozen=True)
+class ShampooPlan:
+    """Shampoo preconditioner blocks of one transformer layer (per TP shard) and of the
+    embedding, with their owning DP ranks (mapped modulo the DP size of the layout)."""
+
+    layer_blocks: tuple[ShampooBlock, ...]
+    embedding_blocks: tuple[ShampooBlock, ...] = ()
+    newton_steps: int = 10
+
+    def per_rank_flops(self, layers: int, with_embedding: bool, dp: int) -> list[int]:
+        """Shampoo FLOPs per DP rank for a stage with ``layers`` transformer layers."""
+        work = [0] * dp
+        blocks = [(b, layers) for b in self.layer_blocks]
+        if with_embedding:
+            blocks += [(b, 1) for b in self.embedding_blocks]
+        for b, times in blocks:
+            work[b.owner % dp] += times * block_step_flops(b, self.newton_steps)
+        return work
+
+    def root_bytes(self, layers: int, with_embedding: bool) -> int:
+        """fp32 bytes of all inverse-root factors of a stage (all-gathered after the step)."""
+        total = layers * sum(b.rows**2 + b.cols**2 for b in self.layer_blocks)
+        if with_embedding:
+            total += sum(b.rows**2 + b.cols**2 for b in self.embedding_blocks)
+        return 4 * total
+
+    def stage_op(self, layers: int, with_embedding: bool, dp: int) -> Op:
+        """The critical-path Shampoo work of a stage: the busiest owner's FLOPs (fp32)."""
+        work = self.per_rank_flops(layers, with_embedding, dp)
+        return Op("shampoo_step", OpKind.FP32_MATMUL, max(work), 0)

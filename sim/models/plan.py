@@ -1,0 +1,95 @@
+"""The operator-level plan of one iteration: which rows each (stage, chunk) runs per microbatch.
+
+A :class:`Plan` depends only on the model and the parallel layout (no GPU): it is what the
+FLOP, parameter and memory accounting read, and what :func:`sim.models.generate` times.
+Virtual stage ``c·p + r`` (chunk ``c`` of stage ``r``) holds layers
+``[(c·p + r)·L/(p·v), (c·p + r + 1)·L/(p·v))``; the embedding precedes virtual stage 0 and the
+final norm, output layer and loss follow the last one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.models.layers import Dims, embedding_rows, output_rows, transformer_layer_rows
+from sim.models.parallel import ParallelConfig, validate
+from sim.models.rows import Row
+from sim.models.spec import ModelSpec
+
+
+@dataclass
+class StagePlan:
+    """Rows of each model chunk of one stage (per microbatch, per GPU) and its parameters."""
+
+    stage: int
+    chunks: list[list[Row]]
+    layers: list[list[int]]  # global transformer-layer indices per chunk
+
+    @property
+    def params(self) -> int:
+        """Dense parameters held by one GPU of this stage (TP shard)."""
+        return sum(r.params for chunk in self.chunks for r in chunk)
+
+    @property
+    def expert_params(self) -> int:
+        """Expert parameters held by one GPU of this stage (EP and TP shard)."""
+        return sum(r.expert_params for chunk in self.chunks for r in chunk)
+
+    def rows(self):
+        for chunk in self.chunks:
+            yield from chunk
+
+
+@dataclass
+class Plan:
+    model: ModelSpec
+    par: ParallelConfig
+    dims: Dims
+    stages: list[StagePlan]
+
+    def iteration_flops(self) -> tuple[int, int]:
+        """(model FLOPs, hardware FLOPs) of one iteration on all GPUs, summed from the
+        per-operator accounting: per-GPU FLOPs × TP ranks × DP replicas × microbatches."""
+        mult = self.par.tp * self.par.dp * self.par.microbatches
+        model = hw = 0
+        for st in self.stages:
+            for row in st.rows():
+                for op in row.ops():
+                    hw += op.flops
+                    if not op.recompute:
+                        model += op.flops
+        return model * mult, hw * mult
+
+
+def build_plan(model: ModelSpec, par: ParallelConfig) -> Plan:
+    """Validate ``par`` against ``model`` and lay out every stage's rows."""
+    validate(model, par)
+    from sim.errors import UsageError
+
+    if model.moe is not None and par.tp > 1 and not par.sp:
+        raise UsageError("mixture-of-experts models with tp > 1 need --sequence-parallel "
+                         "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
+    dm = Dims.of(model, par)
+    p, v = par.pp, par.vpp
+    per_chunk = model.layers // (p * v)
+    stages = []
+    for r in range(p):
+        chunks: list[list[Row]] = []
+        layer_ids: list[list[int]] = []
+        for c in range(v):
+            vs = c * p + r
+            ids = list(range(vs * per_chunk, (vs + 1) * per_chunk))
+            rows: list[Row] = []
+            if vs == 0:
+                rows += embedding_rows(model, par, dm)
+            for i in ids:
+                rows += transformer_layer_rows(model, par, dm, i)
+            if vs == p * v - 1:
+                # The last stage holds the output weight: its own (untied) or, with pp > 1, a
+                # copy of the tied word embedding (Megatron); with pp == 1 it is shared.
+                holds = (not model.tied_embeddings) or p > 1
+                rows += output_rows(model, par, dm, holds_output_weight=holds)
+            chunks.append(rows)
+            layer_ids.append(ids)
+        stages.append(StagePlan(r, chunks, layer_ids))
+    return Plan(model, par, dm, stages)

@@ -1,0 +1,195 @@
+"""Model specifications: a decoder-only transformer's architecture (``workloads/models/*.yaml``).
+
+A :class:`ModelSpec` holds sizes only (no parallel layout). Defaults describe a GPT-style model
+(Megatron GPT / GPT-3): learned position embeddings, biases, LayerNorm, GeLU MLP with
+``ffn_hidden = 4·hidden``, word embeddings tied to the output layer. Llama-style models set
+``gated_mlp``, ``kv_heads``, ``norm: rmsnorm``, ``bias: false``, ``position_embedding: rope`` and
+``tied_embeddings: false``.
+
+YAML schema (unknown keys are rejected)::
+
+    name: gpt3-175b          # required, string
+    layers: 96               # required, > 0
+    hidden: 12288            # required, > 0, divisible by heads
+    heads: 96                # required, > 0
+    vocab: 51200             # required, > 0 (unpadded; Megatron pads per TP degree)
+    seq_len: 2048            # required, > 0
+    ffn_hidden: 49152        # optional, default 4·hidden
+    kv_heads: 96             # optional, default heads (GQA/MQA when smaller; divides heads)
+    gated_mlp: false         # optional (SwiGLU: fc1 produces 2·ffn_hidden)
+    bias: true               # optional, linear-layer biases
+    norm: layernorm          # optional: layernorm | rmsnorm
+    position_embedding: learned   # optional: learned | rope
+    tied_embeddings: true    # optional: output layer shares the word embedding
+    moe:                     # optional: mixture of experts in every layer's MLP
+      experts: 8             # > 1
+      top_k: 2               # 1 ≤ top_k ≤ experts
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sim.errors import InputError
+
+_REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
+_INT_OPTIONAL = ("ffn_hidden", "kv_heads")
+_BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
+_CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope")}
+_MOE_KEYS = ("experts", "top_k")
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts MLP: ``experts`` expert MLPs per layer, each token routed to ``top_k``."""
+
+    experts: int
+    top_k: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of a decoder-only transformer. All sizes are element counts."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    ffn_hidden: int = 0  # 0 → 4·hidden (resolved in __post_init__)
+    kv_heads: int = 0  # 0 → heads
+    gated_mlp: bool = False
+    bias: bool = True
+    norm: str = "layernorm"
+    position_embedding: str = "learned"
+    tied_embeddings: bool = True
+    moe: MoESpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.ffn_hidden == 0:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the K (or V) projection: ``kv_heads · head_dim``."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def is_gpt_style(self) -> bool:
+        """True when the closed-form formulas of Narayanan/Korthikanti apply exactly."""
+        return (
+            self.ffn_hidden == 4 * self.hidden
+            and self.kv_heads == self.heads
+            and not self.gated_mlp
+            and self.bias
+            and self.norm == "layernorm"
+            and self.position_embedding == "learned"
+            and self.tied_embeddings
+            and self.moe is None
+        )
+
+
+def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
+    """Build a :class:`ModelSpec` from a parsed mapping; raises :class:`InputError` naming
+    ``file`` and the offending key for unknown, missing or invalid values."""
+    if not isinstance(data, dict):
+        raise InputError("a model spec must be a mapping of keys to values", file=file)
+    allowed = {f.name for f in fields(ModelSpec)}
+    for key in data:
+        if key not in allowed:
+            raise InputError(
+                f"unknown key (allowed: {', '.join(sorted(allowed))})", file=file, field=str(key)
+            )
+    for key in _REQUIRED:
+        if key not in data or data[key] is None:
+            raise InputError("required key is missing", file=file, field=key)
+    kwargs: dict[str, Any] = {}
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("must be a non-empty string", file=file, field="name")
+    kwargs["name"] = name.strip()
+    for key in (*_REQUIRED[1:], *_INT_OPTIONAL):
+        if key in data:
+            kwargs[key] = _positive_int(data[key], file, key)
+    for key in _BOOL_OPTIONAL:
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise InputError(f"must be true or false, got {data[key]!r}", file=file, field=key)
+            kwargs[key] = data[key]
+    for key, choices in _CHOICES.items():
+        if key in data:
+            if data[key] not in choices:
+                raise InputError(
+                    f"must be one of {', '.join(choices)}, got {data[key]!r}", file=file, field=key
+                )
+            kwargs[key] = data[key]
+    if "moe" in data and data["moe"] is not None:
+        kwargs["moe"] = _moe(data["moe"], file)
+    spec = ModelSpec(**kwargs)
+    _check_consistency(spec, file)
+    return spec
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    """Load a model spec YAML file (``yaml.safe_load``); errors name the file and key."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read model spec: {exc.strerror}", file=str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(p),
+                         line=line) from None
+    return model_from_dict(data, file=str(p))
+
+
+def _positive_int(value: Any, file: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"must be a positive integer, got {value!r}", file=file, field=key)
+    if value <= 0:
+        raise InputError(f"must be a positive integer, got {value}", file=file, field=key)
+    return value
+
+
+def _moe(data: Any, file: str) -> MoESpec:
+    if not isinstance(data, dict):
+        raise InputError("must be a mapping with experts and top_k", file=file, field="moe")
+    for key in data:
+        if key not in _MOE_KEYS:
+            raise InputError(f"unknown key (allowed: {', '.join(_MOE_KEYS)})", file=file,
+                             field=f"moe.{key}")
+    for key in _MOE_KEYS:
+        if key not in data:
+            raise InputError("required key is missing", file=file, field=f"moe.{key}")
+    experts = _positive_int(data["experts"], file, "moe.experts")
+    top_k = _positive_int(data["top_k"], file, "moe.top_k")
+    if experts < 2:
+        raise InputError(f"must be ≥ 2 (got {experts})", file=file, field="moe.experts")
+    if top_k > experts:
+        raise InputError(f"must be ≤ experts ({experts}), got {top_k}", file=file,
+                         field="moe.top_k")
+    return MoESpec(experts=experts, top_k=top_k)
+
+
+def _check_consistency(spec: ModelSpec, file: str) -> None:
+    if spec.hidden % spec.heads:
+        raise InputError(f"hidden {spec.hidden} is not divisible by heads {spec.heads}",
+                         file=file, field="heads")
+    if spec.heads % spec.kv_heads:
+        raise InputError(f"heads {spec.heads} is not divisible by kv_heads {spec.kv_heads}",
+                         file=file, field="kv_heads")
