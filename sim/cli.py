@@ -129,6 +129,9 @@ def build_parser() -> Parser:
     g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
                                                   "docs/report-schema.md)")
     g.add_argument("--quiet", action="store_true", help="do not print the report table")
+    from sim.viz.cli import add_output_arguments
+
+    add_output_arguments(p)
     return p
 
 
@@ -146,6 +149,7 @@ def run(argv: list[str]) -> int:
     from sim.placement import Placement
     from sim.report import build_report, format_report
     from sim.topology import load_topology
+    from sim.viz import cli as viz
     from sim.workload.registry import read_workload
     from sim.workload.stages import LayoutOptions, build_program
 
@@ -166,9 +170,10 @@ def run(argv: list[str]) -> int:
             f"{prog.dp}) but {args.topo} has {topo.num_gpus} ({topo.num_nodes} nodes x "
             f"{topo.gpus_per_node}); use --nodes or --gpus", field="--gpus")
     placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep, args.placement)
+    viz.check_output_arguments(args, placement, args.per_rank)
     net = network_from_args(args, topo)
     result = simulate(prog, net, placement=placement, per_rank=args.per_rank,
-                      fuse=not args.no_fuse)
+                      fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})"]
     if prog.world_size < topo.num_gpus:
@@ -179,6 +184,7 @@ def run(argv: list[str]) -> int:
         write_json(args.json, rep)
     if not args.quiet:
         sys.stdout.write(format_report(rep))
+    viz.write_outputs(args, result, rep, placement=placement, gpus_per_node=topo.gpus_per_node)
     return 0
 
 
