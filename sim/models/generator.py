@@ -85,27 +85,40 @@ def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> 
 
 def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
     """Megatron DDP with overlapped gradient reduction: gradients fill buckets in backward order;
-    a bucket's collective starts after the weight-grad of the row that completes it."""
+    a bucket's collective starts after the weight-grad of the row that completes it.
+
+    Buckets do not span the embedding / output rows and the transformer layers (Megatron's
+    buckets do; the difference is a few bucket boundaries), so every stage with the same
+    layers gets the same transformer-layer buckets (needed for a representative-stage file).
+    """
     out: dict[int, Comm] = {}
     if not par.overlap_grad_reduce:
         return out
     limit = bucket_params(par.dp)
-    for expert in (False, True):
-        acc, last = 0, -1
-        for i in range(len(rows) - 1, -1, -1):
-            n = rows[i].expert_params if expert else rows[i].params
-            if n == 0:
-                continue
-            acc, last = acc + n, i
-            if acc >= limit:
+    segments: list[list[int]] = []
+    for i, r in enumerate(rows):
+        kind = "layer" in r.tags
+        if segments and ("layer" in rows[segments[-1][0]].tags) == kind:
+            segments[-1].append(i)
+        else:
+            segments.append([i])
+    for seg in segments:
+        for expert in (False, True):
+            acc, last = 0, -1
+            for i in reversed(seg):
+                n = rows[i].expert_params if expert else rows[i].params
+                if n == 0:
+                    continue
+                acc, last = acc + n, i
+                if acc >= limit:
+                    comm = _dp_comm(par, acc, expert, blocking=False)
+                    if comm is not None:
+                        out[i] = comm
+                    acc = 0
+            if acc:
                 comm = _dp_comm(par, acc, expert, blocking=False)
                 if comm is not None:
-                    out[i] = comm
-                acc = 0
-        if acc:
-            comm = _dp_comm(par, acc, expert, blocking=False)
-            if comm is not None:
-                out[last] = comm
+                    out[last] = comm
     return out
 
 
@@ -190,8 +203,9 @@ def assumptions(plan: Plan, gpu: GpuSpec, cm: ComputeModel,
         kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
         if par.overlap_grad_reduce:
             out.append(f"DP gradient {kind} per Megatron DDP bucket (≥ {bucket_params(par.dp):,} "
-                       "parameters, per model chunk, in backward order), non-blocking, issued "
-                       "in the last microbatch's backward; the optimizer waits for them")
+                       "parameters, in backward order, per model chunk; embedding and output "
+                       "layer in buckets of their own), non-blocking, issued in the last "
+                       "microbatch's backward; the optimizer waits for them")
         else:
             out.append(f"DP gradient {kind} after the backward, blocking")
         if par.distributed_optimizer:

@@ -265,8 +265,8 @@ def output_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, holds_output_we
     ce_fwd = [(A + 4 + 8) * e, 8 * e, 8 * e]
     for i, nbytes in enumerate(ce_fwd, start=1):
         ig = (elementwise("cross_entropy_grad", (8 + 4 + A) * e),) if i == 1 else ()
-        items.append(Block(f"cross_entropy{i}", fwd=(elementwise(f"cross_entropy{i}", nbytes),),
-                           ig=ig))
+        items.append(Block(f"output_cross_entropy{i}",
+                           fwd=(elementwise(f"cross_entropy{i}", nbytes),), ig=ig))
         if t > 1:
             items.append(Conj(_tp(CollKind.ALLREDUCE, n * 4), None))
     return rows_from_items(items)

@@ -1,0 +1,186 @@
+"""Per-GPU memory model: weights, gradients, optimizer state, activations, reserved.
+
+States (Megatron mixed precision): 16-bit weights (2 bytes/parameter), fp32 main gradients (4;
+2 for fp16 training), Adam's fp32 master weight, momentum and variance (12; divided by the DP
+size with the distributed optimizer; expert parameters by ``dp/ep``).
+
+Activations per transformer layer and microbatch (Korthikanti et al., MLSys'23, §4, bytes;
+``s`` sequence, ``b`` micro batch, ``h`` hidden, ``a`` heads, ``t`` TP size)::
+
+    no recompute:           s·b·h·(10 + 24/t + 5·a·s/(h·t))        (34 + 5as/h with t = 1)
+    + sequence parallel:    s·b·h·(34/t + 5·a·s/(h·t))
+    selective recompute:    drops the 5·a·s/(h·t) term (so does flash attention)
+    full recompute:         2·s·b·h (÷ t with sequence parallelism): the layer input only
+
+The 10 replicated units are the two LayerNorm inputs (2+2), the QKV and fc1 inputs (2+2) and
+two dropout masks (1+1); the 24/t are Q, K, V, the projection input, the GeLU input and the fc2
+input (2+2+2+2+8+8 for GPT; generalised to GQA, gated and MoE MLPs from the same tensors).
+Full recompute also holds one layer's complete activations while it is recomputed. The first
+stage adds the embedding dropout mask (s·b·h bytes, ÷ t with SP) per microbatch; the last stage
+the final-norm and output-layer inputs (4·s·b·h, ÷ t with SP) and the fp32 logits (4·s·b·V/t).
+
+Microbatches in flight come from the exact schedule (:mod:`sim.schedules`): the maximum over
+time of Σ_chunks (forwards done − backwards done) × that chunk's activations. This gives
+``min(p − r, M)`` for 1F1B stage ``r`` and Megatron's ``(1 + (p − 1)/(p·v))`` factor for the
+interleaved first stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.models.parallel import ParallelConfig
+from sim.models.plan import Plan, StagePlan, build_plan
+from sim.models.spec import ModelSpec
+from sim.topology.gpu import GpuSpec
+
+RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
+
+
+@dataclass
+class StageMemory:
+    """Bytes on one GPU of pipeline stage ``stage``."""
+
+    stage: int
+    weights_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    reserved_bytes: int
+    inflight_microbatches: int  # peak number of (microbatch, chunk) activation sets held
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.reserved_bytes)
+
+    def components(self) -> dict[str, int]:
+        return {"weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
+                "optimizer_bytes": self.optimizer_bytes,
+                "activations_bytes": self.activations_bytes,
+                "reserved_bytes": self.reserved_bytes, "total_bytes": self.total_bytes}
+
+
+@dataclass
+class MemoryReport:
+    """Per-stage memory and whether the busiest GPU fits ``capacity_bytes``."""
+
+    stages: list[StageMemory]
+    capacity_bytes: int
+    feasible: bool
+    reason: str
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> StageMemory:
+        """The stage needing the most memory (first such stage on ties)."""
+        return max(self.stages, key=lambda st: (st.total_bytes, -st.stage))
+
+
+def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str | None = None
+                           ) -> int:
+    """Activation bytes one transformer layer keeps for backward, per GPU and microbatch."""
+    rc = par.recompute if recompute is None else recompute
+    s, b, h, t = model.seq_len, par.micro_batch, model.hidden, par.tp
+    sp = par.sp
+    sbh = s * b * h
+    if rc == "full":
+        return 2 * sbh // (t if sp else 1)
+    kvh, f = model.kv_hidden, model.ffn_hidden
+    f1 = 2 * f if model.gated_mlp else f
+    sb = s * b
+    # split across TP: Q, K, V, projection input
+    split = sb * (2 * h + 4 * kvh + 2 * h)
+    if model.moe is None:
+        replicated = 10 * sbh
+        split += sb * (2 * f1 + 2 * f)
+    else:
+        k = model.moe.top_k
+        # dense part of the residual stream as for GPT; the expert input is gathered across
+        # TP (stored at full size); expert activations for n·top_k token copies
+        replicated = 8 * sbh + 2 * k * sbh
+        split += k * sb * (2 * f1 + 2 * f)
+    total = replicated // (t if sp else 1) + split // t
+    if rc != "selective" and not par.flash_attention:
+        total += 5 * model.heads * s * s * b // t
+    return total
+
+
+def _stage_activation_units(plan: Plan, st: StagePlan) -> tuple[list[int], int]:
+    """Activation bytes per microbatch of each chunk of ``st``, and the extra one-off bytes."""
+    model, par = plan.model, plan.par
+    s, b, h, t = model.seq_len, par.micro_batch, model.hidden, par.tp
+    div = t if par.sp else 1
+    per_layer = layer_activation_bytes(model, par)
+    p, v = par.pp, par.vpp
+    units = []
+    for c, ids in enumerate(st.layers):
+        vs = c * p + st.stage
+        u = len(ids) * per_layer
+        if vs == 0:
+            u += s * b * h // div  # embedding dropout mask
+        if vs == p * v - 1:
+            u += 4 * s * b * h // div + 4 * s * b * plan.dims.v // t
+        units.append(u)
+    extra = layer_activation_bytes(model, par, "none") if par.recompute == "full" else 0
+    return units, extra
+
+
+def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
+    """Peak of Σ_chunks live microbatches × bytes per microbatch over the op order ``ops``
+    (:class:`~sim.schedules.ScheduleOp`), and the peak number of live (microbatch, chunk)
+    activation sets (``min(p − r, M)`` for 1F1B)."""
+    peak = cur = live = peak_live = 0
+    for op in ops:
+        if op.kind == "F":
+            live += 1
+            cur += units[op.chunk]
+        else:
+            live -= 1
+            cur -= units[op.chunk]
+        peak = max(peak, cur)
+        peak_live = max(peak_live, live)
+    return peak, peak_live
+
+
+def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
+                 plan: Plan | None = None, reserved_bytes: int = RESERVED_BYTES) -> MemoryReport:
+    """Per-GPU memory of every stage and feasibility on ``gpu`` (capacity ``hbm_GB·1e9``)."""
+    from sim.models.generator import PARAM_BYTES, grad_bytes
+    from sim.schedules import schedule_table
+
+    plan = plan or build_plan(model, par)
+    table = schedule_table(par.schedule_name, par.pp, par.microbatches, par.vpp,
+                           par.microbatch_group_size)
+    g = grad_bytes(par.dtype)
+    stages = []
+    for st in plan.stages:
+        dense, expert = st.params, st.expert_params
+        params = dense + expert
+        if par.distributed_optimizer:
+            opt = 12 * (-(-dense // par.dp) + -(-expert // (par.dp // par.ep)))
+        else:
+            opt = 12 * params
+        units, extra = _stage_activation_units(plan, st)
+        act, mb = inflight_activation_bytes(units, table[st.stage])
+        stages.append(StageMemory(st.stage, PARAM_BYTES * params, g * params, opt, act + extra,
+                                  reserved_bytes, mb))
+    capacity = int(gpu.hbm_GB * 1e9)
+    peak = max(stages, key=lambda x: (x.total_bytes, -x.stage))
+    gb = 1e9
+    detail = (f"weights {peak.weights_bytes / gb:.1f}, gradients {peak.grads_bytes / gb:.1f}, "
+              f"optimizer {peak.optimizer_bytes / gb:.1f}, activations "
+              f"{peak.activations_bytes / gb:.1f}, reserved {peak.reserved_bytes / gb:.1f} GB")
+    feasible = peak.total_bytes <= capacity
+    verb = "fits in" if feasible else "exceeds"
+    reason = (f"stage {peak.stage} needs {peak.total_bytes / gb:.1f} GB, {verb} the "
+              f"{capacity / gb:.1f} GB of {gpu.name} ({detail})")
+    notes = [
+        f"memory: 16-bit weights, {g}-byte gradients, Adam 12 bytes/parameter"
+        + (" ÷ dp (distributed optimizer)" if par.distributed_optimizer else ""),
+        "activations per Korthikanti et al. (34sbh + 5as²b per layer, ÷ t with TP/SP, "
+        "recompute-dependent), microbatches in flight from the exact schedule",
+        f"reserved {reserved_bytes / gb:g} GB per GPU (CUDA context, workspaces); no allocator "
+        "fragmentation model; capacity = hbm_GB × 1e9 bytes",
+    ]
+    return MemoryReport(stages, capacity, feasible, reason, notes)
