@@ -1,1 +1,16 @@
-"""Network models: how long each collective and point-to-point transfer takes."""
+"""Network models: how long each collective and point-to-point transfer takes.
+
+- :mod:`sim.network.base`: the engine ↔ network interface.
+- :mod:`sim.network.flow`: the contention-aware flow model (:func:`build_network`).
+- :mod:`sim.network.simple`: closed-form models without contention.
+- :mod:`sim.network.predict`: the nccl-tests-style predictor (``simrun collective``).
+"""
+
+from sim.network.factory import (
+    add_network_arguments,
+    build_network,
+    network_from_args,
+    parse_algorithm,
+)
+
+__all__ = ["add_network_arguments", "build_network", "network_from_args", "parse_algorithm"]

@@ -24,4 +24,5 @@ class GpuSpec:
         try:
             return self.peak_tflops[dtype]
         except KeyError:
-            raise KeyError(f"GPU {self.name} has no peak_tflops entry for dtype {dtype!r}") from None
+            raise KeyError(
+                f"GPU {self.name} has no peak_tflops entry for dtype {dtype!r}") from None

@@ -1,0 +1,65 @@
+"""The assumptions of a :class:`~sim.network.flow.FlowNetwork`, as report lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sim.network import nccl
+
+if TYPE_CHECKING:
+    from sim.network.flow import FlowNetwork
+
+
+def describe_network(net: FlowNetwork) -> list[str]:
+    topo = net.topology
+    cl = net.cluster
+    out = [f"network: flow-level model of {topo.name}: collectives become ring/tree/"
+           "point-to-point coflows on the cluster graph; links shared max-min fairly, rates "
+           "recomputed whenever a flow starts or ends"]
+    out += ["  " + line for line in topo.describe()]
+    algos = sorted(set(net.algorithm.values()))
+    if algos == ["auto"]:
+        out.append("collective algorithm: auto — least predicted time over ring / double "
+                   "binary tree / hierarchical (all-to-all and send/recv: direct) × protocols "
+                   "LL / LL128 / Simple, as NCCL's tuner does")
+    else:
+        fixed = ", ".join(f"{k.value.lower()} {v}" for k, v in net.algorithm.items())
+        out.append(f"collective algorithm: {fixed} (auto where a fixed choice does not apply)")
+    out.append(f"protocol: {net.protocol}")
+    if cl.routing == "ecmp":
+        out.append("routing: static ECMP — each flow hashed (CRC-32 of 'src>dst#channel') onto "
+                   "one of the equal-cost fat-tree paths; hash collisions share links")
+    else:
+        out.append("routing: adaptive (ideal) — traffic spread evenly over all parallel "
+                   "up-links of a sub-tree")
+    e = nccl.EFFICIENCY
+    out.append("latency: NCCL 2.30 tuning model (base + per-step hop latency by protocol and "
+               "link type; multi-node ring/Simple all-reduce × 1.4, Ampere and newer) + the "
+               "physical latency of each step's path from the topology + "
+               f"{net.launch_ns / 1000:g} µs launch overhead per collective")
+    out.append(f"protocol payload efficiency: ring LL {e['ring']['LL']:g}, LL128 "
+               f"{e['ring']['LL128']:g}, Simple {e['ring']['Simple']:g}; tree LL 1/3.8, LL128 "
+               f"{e['tree']['LL128']:g}, Simple {e['tree']['Simple']:g}")
+    out.append("rings: one channel per NIC (rail) used by the group, crossing each node once "
+               "(PXN over NVLink to the NIC's GPU); hierarchical phases end with a barrier")
+    if net.symmetric:
+        out.append("symmetric mode: one representative per stage; the identical copies of each "
+                   "communication load the representatives' links with multiplicities "
+                   "(copies elsewhere use equivalent, untracked links"
+                   + ("; ECMP collisions among copies on links no representative uses are "
+                      "not seen — use --per-rank or adaptive routing to check)"
+                      if cl.routing == "ecmp" else ")"))
+    for g in sorted(net._fusable, key=lambda g: g.value):
+        if net._fusable[g]:
+            out.append(f"{g.value} collectives never share links with other traffic: costed "
+                       "in isolation and merged with compute")
+    for (kind, group, n, algo), cnt in sorted(net.chosen.items(),
+                                              key=lambda kv: (kv[0][1].value, kv[0][0].value,
+                                                              kv[0][3])):
+        out.append(f"chosen: {group.value} {kind.value.lower()} over {n} ranks: {algo} "
+                   f"({cnt}×)")
+    for g, st in net.contention_stats().items():
+        out.append(f"contention: {g.value}: {st.count} communications, achieved "
+                   f"{st.actual_ns / 1e6:.3f} ms vs {st.isolated_ns / 1e6:.3f} ms isolated "
+                   f"(× {st.slowdown:.3f})")
+    return out

@@ -1,0 +1,87 @@
+"""Building a network model from a topology, and the command-line options that select it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from sim.errors import UsageError
+from sim.topology.spec import ALGORITHMS, PROTOCOLS
+
+if TYPE_CHECKING:
+    from sim.network.flow import FlowNetwork
+    from sim.topology.spec import Topology
+
+ROUTINGS = ("ecmp", "adaptive")
+OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+
+
+def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
+    """``auto`` / ``ring`` / … or per-operation ``allreduce=tree,allgather=ring``."""
+    if text is None:
+        return None
+    text = text.strip()
+    if "=" not in text:
+        if text not in ALGORITHMS:
+            raise UsageError(f"unknown algorithm {text!r} (known: {', '.join(ALGORITHMS)})",
+                             field="--algorithm")
+        return text
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        op, _, algo = part.partition("=")
+        op, algo = op.strip().lower(), algo.strip()
+        if op not in OPS:
+            raise UsageError(f"unknown operation {op!r} (known: {', '.join(OPS)})",
+                             field="--algorithm")
+        if algo not in ALGORITHMS:
+            raise UsageError(f"unknown algorithm {algo!r} (known: {', '.join(ALGORITHMS)})",
+                             field="--algorithm")
+        out[op] = algo
+    return out
+
+
+def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = "auto",
+                  routing: str = "ecmp", protocol: str | None = None) -> FlowNetwork:
+    """The contention-aware network model of ``topology``.
+
+    ``algorithm``: ``auto`` (least predicted time, like NCCL), a name (``ring``, ``tree``,
+    ``hierarchical``, ``direct``; applied where it exists, auto elsewhere), a mapping
+    ``{op: name}`` (op in lower case, e.g. ``allreduce``), or ``None`` for the topology file's
+    ``collectives.algorithm``. ``routing``: ``ecmp`` or ``adaptive``. ``protocol``: ``auto``,
+    ``LL``, ``LL128``, ``Simple`` or ``None`` for the topology file's choice.
+    """
+    from sim.network.flow import FlowNetwork
+
+    if routing not in ROUTINGS:
+        raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
+                         field="--routing")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise UsageError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})",
+                         field="--protocol")
+    if isinstance(algorithm, str):
+        algorithm = parse_algorithm(algorithm)
+    return FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol)
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--algorithm``, ``--protocol`` and ``--routing`` (a "network model" group)."""
+    g = parser.add_argument_group("network model")
+    g.add_argument("--algorithm", metavar="NAME",
+                   help="collective algorithm: auto (least predicted time over algorithms and "
+                        "protocols, like NCCL), ring, tree (double binary tree, all-reduce), "
+                        "hierarchical (2-D: intra-node, inter-node, intra-node), direct; or "
+                        "per operation, e.g. 'allreduce=tree,allgather=ring' (default: the "
+                        "topology file's collectives.algorithm, else auto)")
+    g.add_argument("--protocol", choices=PROTOCOLS,
+                   help="NCCL protocol: auto, LL, LL128 or Simple (default: the topology "
+                        "file's, else auto)")
+    g.add_argument("--routing", choices=ROUTINGS, default="ecmp",
+                   help="fat-tree routing: ecmp (static per-flow hashing onto equal-cost paths) "
+                        "or adaptive (ideal spreading over all up-links) (default: %(default)s)")
+
+
+def network_from_args(args: argparse.Namespace, topology: Topology) -> FlowNetwork:
+    """The network selected by the options of :func:`add_network_arguments`."""
+    return build_network(topology, algorithm=getattr(args, "algorithm", None),
+                         routing=getattr(args, "routing", "ecmp") or "ecmp",
+                         protocol=getattr(args, "protocol", None))

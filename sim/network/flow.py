@@ -1,0 +1,339 @@
+"""The contention-aware network model: collectives as coflows on the cluster graph.
+
+:class:`FlowNetwork` turns every communication into the coflows of its algorithm
+(:mod:`sim.network.plans`), routes their edges on the cluster (:mod:`sim.topology.cluster`),
+and lets all active coflows share links with max-min fairness (:mod:`sim.network.fluid`),
+recomputed inside the SimPy loop when flows start or end. A communication finishes when its
+last coflow has finished and its latency term (NCCL's model + physical link latency + launch
+overhead) has elapsed. Phases of hierarchical algorithms run one after another.
+
+Symmetric mode (``bind(..., symmetric=True)``): each request stands for its identical copies
+(:mod:`sim.network.symmetry`). The network routes the copies once per request class and keeps,
+for each representative coflow, the multiplicity with which all copies load every link on the
+representatives' paths (e.g. 8 copies through one NIC load it 8×; copies in other racks load
+their own, equivalent links, which are not tracked). Per-event work is therefore proportional
+to the representative's coflows, not to the number of GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import simpy
+from simpy.events import NORMAL
+
+from sim.network import nccl
+from sim.network.base import CommRequest, CommResult, Network
+from sim.network.fluid import Flow, FluidSolver, run_alone
+from sim.network.plans import ALGORITHMS_FOR, Plan, build_plan
+from sim.network.symmetry import copies as symmetric_copies
+from sim.placement import Placement
+from sim.topology.cluster import Cluster
+from sim.topology.spec import Topology
+from sim.workload.model import CollKind, GroupKind
+
+_NONE = CommResult(0, "none", 0.0)
+
+
+@dataclass
+class CommStats:
+    """Totals for one process-group kind over the started (non-fused) communications."""
+
+    count: int = 0
+    size_bytes: int = 0
+    actual_ns: int = 0
+    isolated_ns: int = 0
+
+    @property
+    def slowdown(self) -> float:
+        """Achieved time / isolated time (1.0 = no contention)."""
+        return self.actual_ns / self.isolated_ns if self.isolated_ns else 1.0
+
+    @property
+    def contention_ns(self) -> int:
+        return self.actual_ns - self.isolated_ns
+
+
+class _Op:
+    __slots__ = ("req", "plan", "proto", "agg", "event", "t0", "phase", "pending", "iso")
+
+    def __init__(self, req, plan, proto, agg, event, t0, iso):
+        self.req, self.plan, self.proto, self.agg = req, plan, proto, agg
+        self.event, self.t0, self.iso = event, t0, iso
+        self.phase = 0
+        self.pending = 0
+
+
+class FlowNetwork(Network):
+    """Max-min fair flow-level network on a topology (see module docstring)."""
+
+    def __init__(self, topology: Topology, *, algorithm: str | dict[str, str] | None = None,
+                 routing: str = "ecmp", protocol: str | None = None):
+        self.topology = topology
+        self.cluster = Cluster(topology, routing)
+        coll = topology.collectives
+        per_op = dict(coll.algorithm)
+        default = coll.default_algorithm
+        if isinstance(algorithm, str):
+            default, per_op = algorithm, {}
+        elif isinstance(algorithm, dict):
+            default = algorithm.get("*", default)
+            per_op.update({k: v for k, v in algorithm.items() if k != "*"})
+        self.algorithm: dict[CollKind, str] = {
+            k: per_op.get(k.value.lower(), default) for k in CollKind}
+        self.protocol = protocol if protocol is not None else coll.protocol
+        self.launch_ns = coll.launch_overhead_ns
+        self._plans: dict[tuple, Plan | None] = {}
+        self._single: dict[int, tuple] = {}
+        self._memo: dict[tuple, dict] = {}
+        self._choice: dict[tuple, tuple[Plan, str, int]] = {}
+        self.placement: Placement | None = None
+        self.symmetric = False
+        self._reset()
+
+    # ---- binding -------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.solver = FluidSolver(self.cluster.cap)
+        self._agg: dict[int, tuple] = {}
+        self._fusable: dict[GroupKind, bool] = {}
+        self._wakes: set[int] = set()
+        self.stats: dict[GroupKind, CommStats] = {}
+        self.chosen: dict[tuple, int] = {}
+        self.ops_started = 0
+
+    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool) -> None:
+        super().bind(env, placement, symmetric)
+        self._reset()
+
+    # ---- plans and choices ---------------------------------------------------------------
+    def plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
+        key = (kind, algorithm, ranks)
+        if key not in self._plans:
+            self._plans[key] = build_plan(self.cluster, kind, algorithm, ranks)
+        return self._plans[key]
+
+    def _single_flows(self, plan: Plan) -> tuple:
+        """Per phase, per coflow: (path, loads) of the group alone."""
+        got = self._single.get(id(plan))
+        if got is not None:
+            return got
+        cl = self.cluster
+        phases = []
+        for ph in plan.phases:
+            items = []
+            for cf in ph.coflows:
+                loads: dict[int, int] = {}
+                for s, d, rail in cf.edges:
+                    for link in cl.path(s, d, rail, cf.channel):
+                        loads[link] = loads.get(link, 0) + 1
+                items.append((tuple(loads), tuple(loads.items()), cf.coef))
+            phases.append(tuple(items))
+        got = tuple(phases)
+        self._single[id(plan)] = got
+        return got
+
+    def _aggregated_flows(self, plan: Plan, req: CommRequest) -> tuple:
+        """Like :meth:`_single_flows`, with the loads of every symmetric copy on the
+        representative's links (symmetric mode)."""
+        akey = (id(plan), req.group)
+        got = self._agg.get(akey)
+        if got is not None:
+            return got
+        single = self._single_flows(plan)
+        groups = symmetric_copies(self.placement, req.kind, req.group, req.ranks) \
+            if self.symmetric else [req.ranks]
+        if len(groups) == 1:
+            self._agg[akey] = single
+            return single
+        cl = self.cluster
+        phases = []
+        copy_plans = [self.plan(req.kind, plan.algorithm, g) for g in groups[1:]]
+        for p_idx, ph in enumerate(single):
+            tracked = {link for path, _, _ in ph for link in path}
+            loads = [dict(lds) for _, lds, _ in ph]
+            for cp in copy_plans:
+                assert cp is not None
+                cph = cp.phases[p_idx]
+                assert len(cph.coflows) == len(ph), "copies must have the same plan shape"
+                for i, cf in enumerate(cph.coflows):
+                    li = loads[i]
+                    for s, d, rail in cf.edges:
+                        for link in cl.path(s, d, rail, cf.channel):
+                            if link in tracked:
+                                li[link] = li.get(link, 0) + 1
+            phases.append(tuple((path, tuple(ld.items()), coef)
+                                for (path, _, coef), ld in zip(ph, loads, strict=True)))
+        got = tuple(phases)
+        self._agg[akey] = got
+        return got
+
+    def _alone_ns(self, plan: Plan, proto: str, size_bytes: int) -> int:
+        eff = nccl.efficiency(plan.algorithm, proto)
+        total = self.launch_ns
+        for p_idx, ph in enumerate(self._single_flows(plan)):
+            flows = [Flow(path, loads, coef * size_bytes / eff) for path, loads, coef in ph]
+            memo = self._memo.setdefault((id(plan), p_idx), {})
+            total += run_alone(flows, self.cluster.cap, memo) + plan.phases[p_idx].latency_ns[proto]
+        return total
+
+    def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
+        """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
+        key = ("busbw", ranks)
+        got = self._memo.get(key)
+        if got is None:
+            plan = self.plan(CollKind.ALLREDUCE, "ring", ranks)
+            assert plan is not None
+            size = 1 << 30
+            ph = self._single_flows(plan)[0]
+            flows = [Flow(path, loads, coef * size) for path, loads, coef in ph]
+            t = run_alone(flows, self.cluster.cap)
+            n = len(ranks)
+            got = self._memo[key] = {"busbw": size / t * 2 * (n - 1) / n}
+        return got["busbw"]
+
+    def _predicted_ns(self, plan: Plan, proto: str, size_bytes: int) -> tuple[int, int]:
+        """(time NCCL's tuner would predict, time the flow model gives) in ns.
+
+        They are the same except for the tree, which NCCL rates at algorithm bandwidth
+        0.5 × busBw × protocol efficiency whatever the node count (collectives.md); that is
+        what ``auto`` compares, as NCCL does. The flow model then times the chosen tree
+        physically.
+        """
+        t = self._alone_ns(plan, proto, size_bytes)
+        if plan.algorithm != "tree":
+            return t, t
+        bw = 0.5 * self.ring_busbw_GBps(plan.ranks) * nccl.efficiency("tree", proto)
+        pred = self.launch_ns + plan.phases[0].latency_ns[proto] + math.ceil(size_bytes / bw)
+        return pred, t
+
+    def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
+               ) -> tuple[Plan, str, int]:
+        """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice."""
+        key = (kind, ranks, size_bytes)
+        got = self._choice.get(key)
+        if got is not None:
+            return got
+        fixed = self.algorithm[kind]
+        algos = ALGORITHMS_FOR[kind]
+        if fixed != "auto" and fixed in algos and self.plan(kind, fixed, ranks) is not None:
+            algos = (fixed,)
+        best: tuple[Plan, str, int] | None = None
+        best_pred = 0
+        for a in algos:
+            plan = self.plan(kind, a, ranks)
+            if plan is None:
+                continue
+            protos = plan.protocols
+            if self.protocol != "auto" and self.protocol in protos:
+                protos = (self.protocol,)
+            for p in protos:
+                pred, t = self._predicted_ns(plan, p, size_bytes)
+                if best is None or pred < best_pred:
+                    best, best_pred = (plan, p, t), pred
+        assert best is not None
+        self._choice[key] = best
+        return best
+
+    # ---- Network interface ---------------------------------------------------------------
+    @staticmethod
+    def _trivial(req: CommRequest) -> bool:
+        r = req.ranks
+        return req.size_bytes <= 0 or len(r) <= 1 or (req.kind is CollKind.SENDRECV
+                                                      and r[0] == r[-1])
+
+    def isolated(self, req: CommRequest) -> CommResult:
+        if self._trivial(req):
+            return _NONE
+        plan, proto, t = self.choose(req.kind, req.ranks, req.size_bytes)
+        return CommResult(t, f"{plan.algorithm}/{proto}", req.size_bytes / t)
+
+    def start(self, req: CommRequest) -> simpy.Event:
+        env = self.env
+        assert env is not None, "bind() first"
+        if self._trivial(req):
+            return env.timeout(0, value=_NONE)
+        plan, proto, iso = self.choose(req.kind, req.ranks, req.size_bytes)
+        agg = self._aggregated_flows(plan, req)
+        op = _Op(req, plan, proto, agg, env.event(), env.now, iso)
+        self.ops_started += 1
+        self._start_phase(op)
+        return op.event
+
+    def _start_phase(self, op: _Op, _ev: object = None) -> None:
+        now = self.env.now  # type: ignore[union-attr]
+        wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
+        flows = [Flow(path, loads, coef * wire, op) for path, loads, coef in op.agg[op.phase]]
+        op.pending = len(flows)
+        self.solver.add(flows, now)
+        self._schedule_wake()
+
+    def _schedule_wake(self) -> None:
+        t = self.solver.next_time()
+        if t is None or t in self._wakes:
+            return
+        env = self.env
+        assert env is not None
+        self._wakes.add(t)
+        ev = env.timeout(t - env.now)
+        ev.callbacks.append(self._on_wake)
+
+    def _on_wake(self, _ev: object) -> None:
+        env = self.env
+        assert env is not None
+        now = env.now
+        self._wakes.discard(now)
+        done = self.solver.pop_due(now)
+        if done:
+            self.solver.remove(done, now)
+            for f in done:
+                op: _Op = f.owner  # type: ignore[assignment]
+                op.pending -= 1
+                if op.pending == 0:
+                    self._phase_done(op, now)
+        self._schedule_wake()
+
+    def _phase_done(self, op: _Op, now: int) -> None:
+        env = self.env
+        assert env is not None
+        lat = op.plan.phases[op.phase].latency_ns[op.proto]
+        op.phase += 1
+        if op.phase < len(op.plan.phases):
+            env.timeout(lat).callbacks.append(lambda ev, op=op: self._start_phase(op))
+            return
+        end = now + lat + self.launch_ns
+        dur = end - op.t0
+        res = CommResult(dur, f"{op.plan.algorithm}/{op.proto}",
+                         op.req.size_bytes / dur if dur else 0.0)
+        st = self.stats.get(op.req.group)
+        if st is None:
+            st = self.stats[op.req.group] = CommStats()
+        st.count += 1
+        st.size_bytes += op.req.size_bytes
+        st.actual_ns += dur
+        st.isolated_ns += op.iso
+        key = (op.req.kind, op.req.group, len(op.req.ranks), res.algorithm)
+        self.chosen[key] = self.chosen.get(key, 0) + 1
+        ev = op.event
+        ev._ok = True  # what simpy's Timeout does: succeed after a delay
+        ev._value = res
+        env.schedule(ev, NORMAL, end - now)
+
+    # ---- event economy -------------------------------------------------------------------
+    def fusable(self, group: GroupKind) -> bool:
+        got = self._fusable.get(group)
+        if got is None:
+            from sim.network.fusion import is_fusable
+
+            got = self._fusable[group] = is_fusable(self, group)
+        return got
+
+    # ---- reporting -----------------------------------------------------------------------
+    def contention_stats(self) -> dict[GroupKind, CommStats]:
+        """Per group kind: started communications, achieved vs isolated time (ns)."""
+        return {k: self.stats[k] for k in sorted(self.stats, key=lambda g: g.value)}
+
+    def describe(self) -> list[str]:
+        from sim.network.describe import describe_network
+
+        return describe_network(self)

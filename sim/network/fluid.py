@@ -1,0 +1,204 @@
+"""Fluid flows with max-min fair rates (progressive filling), advanced in integer nanoseconds.
+
+A :class:`Flow` is one coflow (a ring/tree channel or a point-to-point transfer), possibly
+standing for several identical copies. It *loads* links with integer multiplicities (how many
+of its edges — over all its copies — cross each link) and is *limited* by the links of its own
+path. All its edges move at the flow's rate (bytes/ns = GB/s); each carries ``rem`` bytes.
+
+Rates are the max-min fair allocation, computed by progressive filling: every unfrozen flow's
+rate rises together; a link saturates at level ``(capacity − load of frozen flows) / (sum of
+multiplicities of unfrozen flows)``; the flows limited by the first saturated link freeze at
+that level; repeat. Loads are accumulated as *integer multiplicity × level* per round, so that a
+flow of multiplicity K and K separate identical flows give bit-identical rates (symmetric and
+per-rank simulation agree exactly).
+
+Time: a flow's bytes are advanced only when its rate changes (``rem −= old_rate × elapsed``);
+it completes at ``t + ceil(rem / rate)`` ns. Recomputation touches only the connected set of
+flows that share links with the flows that started or ended.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+
+class Flow:
+    __slots__ = ("path", "loads", "rem", "rate", "t", "fin", "ver", "owner")
+
+    def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
+                 owner: object = None):
+        self.path = path
+        self.loads = loads
+        self.rem = rem
+        self.rate = 0.0
+        self.t = 0
+        self.fin = -1
+        self.ver = 0
+        self.owner = owner
+
+
+def ceil_ns(x: float) -> int:
+    """Whole nanoseconds needed for ``x`` ns of transfer (tolerant to float noise)."""
+    return max(0, math.ceil(x - 1e-6))
+
+
+def waterfill(flows: list[Flow], cap: list[float]) -> list[float]:
+    """Max-min fair rates (bytes/ns) of ``flows`` given link capacities ``cap`` (bytes/ns)."""
+    remcap: dict[int, float] = {}
+    nunf: dict[int, int] = {}
+    for f in flows:
+        for link, m in f.loads:
+            if link not in remcap:
+                remcap[link] = cap[link]
+                nunf[link] = m
+            else:
+                nunf[link] += m
+    rates = [0.0] * len(flows)
+    unfrozen = list(range(len(flows)))
+    while unfrozen:
+        best = math.inf
+        for i in unfrozen:
+            for link in flows[i].path:
+                n = nunf[link]
+                if n > 0:
+                    s = remcap[link] / n
+                    if s < best:
+                        best = s
+        frozen = []
+        rest = []
+        for i in unfrozen:
+            for link in flows[i].path:
+                n = nunf[link]
+                if n > 0 and remcap[link] / n <= best:
+                    frozen.append(i)
+                    break
+            else:
+                rest.append(i)
+        count: dict[int, int] = {}
+        for i in frozen:
+            rates[i] = best
+            for link, m in flows[i].loads:
+                count[link] = count.get(link, 0) + m
+        for link, c in count.items():
+            remcap[link] -= c * best
+            nunf[link] -= c
+        unfrozen = rest
+    return rates
+
+
+class FluidSolver:
+    """Active flows, their rates, and the heap of their completion times."""
+
+    def __init__(self, cap: list[float]):
+        self.cap = cap
+        self.users: dict[int, dict[Flow, int]] = {}
+        self.heap: list[tuple[int, int, int, Flow]] = []
+        self._seq = 0
+        self.refills = 0
+
+    def add(self, flows: list[Flow], now: int) -> None:
+        users = self.users
+        for f in flows:
+            f.t = now
+            for link, m in f.loads:
+                u = users.get(link)
+                if u is None:
+                    users[link] = {f: m}
+                else:
+                    u[f] = m
+        self._refill(flows, now)
+
+    def remove(self, flows: list[Flow], now: int) -> None:
+        users = self.users
+        touched: list[Flow] = []
+        gone = set(flows)
+        for f in flows:
+            f.ver += 1
+            for link, _ in f.loads:
+                u = users[link]
+                del u[f]
+                if u:
+                    touched.extend(g for g in u if g not in gone)
+                else:
+                    del users[link]
+        if touched:
+            self._refill(touched, now)
+
+    def _component(self, seeds: list[Flow]) -> list[Flow]:
+        seen: dict[Flow, None] = {}
+        stack = list(seeds)
+        users = self.users
+        while stack:
+            f = stack.pop()
+            if f in seen:
+                continue
+            seen[f] = None
+            for link, _ in f.loads:
+                for g in users[link]:
+                    if g not in seen:
+                        stack.append(g)
+        return list(seen)
+
+    def _refill(self, seeds: list[Flow], now: int) -> None:
+        self.refills += 1
+        comp = self._component(seeds)
+        rates = waterfill(comp, self.cap)
+        heap = self.heap
+        for f, r in zip(comp, rates, strict=True):
+            if r != f.rate:
+                set_rate(f, r, now)
+                self._seq += 1
+                heapq.heappush(heap, (f.fin, self._seq, f.ver, f))
+
+    def next_time(self) -> int | None:
+        heap = self.heap
+        while heap:
+            fin, _, ver, f = heap[0]
+            if ver == f.ver and f.fin == fin:
+                return fin
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, now: int) -> list[Flow]:
+        heap = self.heap
+        out = []
+        while heap and heap[0][0] <= now:
+            fin, _, ver, f = heapq.heappop(heap)
+            if ver == f.ver and f.fin == fin:
+                out.append(f)
+        return out
+
+
+def set_rate(f: Flow, rate: float, now: int) -> None:
+    """Advance ``f`` to ``now`` at its old rate, then give it ``rate`` and a new finish time."""
+    if f.rate > 0.0 and now > f.t:
+        f.rem -= f.rate * (now - f.t)
+    f.t = now
+    f.rate = rate
+    f.ver += 1
+    f.fin = now + ceil_ns(f.rem / rate) if f.rem > 0.0 else now
+
+
+def run_alone(flows: list[Flow], cap: list[float], memo: dict | None = None) -> int:
+    """Duration (ns) until the last of ``flows`` completes when nothing else runs.
+
+    Mirrors :class:`FluidSolver` exactly (same arithmetic), without SimPy; ``memo`` caches the
+    rates per set of still-active flows (they do not depend on sizes).
+    """
+    active = list(range(len(flows)))
+    now = 0
+    while active:
+        key = tuple(active)
+        rates = memo.get(key) if memo is not None else None
+        if rates is None:
+            rates = waterfill([flows[i] for i in active], cap)
+            if memo is not None:
+                memo[key] = rates
+        for i, r in zip(active, rates, strict=True):
+            f = flows[i]
+            if r != f.rate:
+                set_rate(f, r, now)
+        now = min(flows[i].fin for i in active)
+        active = [i for i in active if flows[i].fin > now]
+    return now

@@ -1,0 +1,275 @@
+"""Collective algorithms as flows on the cluster: which GPU sends how many bytes to which.
+
+A :class:`Plan` is a sequence of phases; a phase is a set of *coflows* plus a latency term per
+protocol. A coflow is a pipelined ring, chain or tree channel: its edges move data in lockstep,
+so the whole coflow runs at one rate (the rate of its slowest edge), and each edge carries
+``coef × size_bytes`` payload bytes. Channels and phases are independent coflows.
+
+Algorithms (n ranks on N nodes, g ranks per node, C channels = distinct NICs of the ranks):
+
+- ``ring`` (AllReduce, AllGather, ReduceScatter): C rings, one per NIC (rail); ring ``c`` enters
+  each node at the GPU next to NIC ``c``, visits the node's ranks and leaves through NIC ``c``
+  (PXN), like NCCL's rings. Each edge carries ``2(n−1)/n·S/C`` (AllReduce) or ``(n−1)/n·S/C``.
+- ``tree`` (AllReduce): per channel two binary trees over the nodes (the second mirrored: NCCL's
+  double binary tree) with a chain inside each node; every edge carries ``S/(2C)`` up (reduce)
+  and ``S/(2C)`` down (broadcast).
+- ``hierarchical`` (AllReduce, AllGather, ReduceScatter; N > 1 and g > 1): intra-node
+  ReduceScatter, then g parallel inter-node rings of ``S/g`` (GPU j of every node, over its own
+  NIC), then intra-node AllGather; the phases run one after another.
+- ``ring`` for Broadcast: the ring as a chain from the root, every edge carries ``S/C``.
+- ``direct``: AllToAll = every ordered pair exchanges ``S/n`` (independent flows); send/recv =
+  one flow of ``S``.
+
+Latency terms follow NCCL's model (:mod:`sim.network.nccl`) plus the physical latency of the
+links of each step's path from the topology (ns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.network import nccl
+from sim.topology.cluster import Cluster
+from sim.workload.model import CollKind
+
+Edge = tuple[int, int, int]  # (src GPU, dst GPU, rail: NIC index for inter-node, -1 = dst's)
+
+ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
+    CollKind.ALLREDUCE: ("ring", "tree", "hierarchical"),
+    CollKind.ALLGATHER: ("ring", "hierarchical"),
+    CollKind.REDUCESCATTER: ("ring", "hierarchical"),
+    CollKind.BROADCAST: ("ring",),
+    CollKind.ALLTOALL: ("direct",),
+    CollKind.SENDRECV: ("direct",),
+}
+PROTOCOLS_FOR_DIRECT = ("LL", "Simple")
+
+
+@dataclass(frozen=True, slots=True)
+class Coflow:
+    edges: tuple[Edge, ...]
+    coef: float
+    channel: int
+
+
+@dataclass(frozen=True)
+class PlanPhase:
+    coflows: tuple[Coflow, ...]
+    latency_ns: dict[str, int]  # protocol → ns
+
+
+@dataclass(frozen=True)
+class Plan:
+    kind: CollKind
+    algorithm: str
+    ranks: tuple[int, ...]
+    phases: tuple[PlanPhase, ...]
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        return tuple(self.phases[0].latency_ns)
+
+
+def node_groups(cl: Cluster, ranks: tuple[int, ...]) -> list[list[int]]:
+    """The group's GPUs split by node, nodes in order of first appearance."""
+    out: dict[int, list[int]] = {}
+    for r in ranks:
+        out.setdefault(r // cl.gpn, []).append(r)
+    return list(out.values())
+
+
+def _rails(cl: Cluster, nodes: list[list[int]]) -> list[int]:
+    return sorted({cl.nic_of(g) for g in nodes[0]})
+
+
+def _rotate(cl: Cluster, gpus: list[int], rail: int, c: int) -> list[int]:
+    """Order of a node's ranks in channel ``c`` (NIC ``rail``): enter at the GPU next to the NIC,
+    leave from another GPU on the NIC's PCIe switch if there is one (else through PXN)."""
+    entry = next((i for i, g in enumerate(gpus) if cl.nic_of(g) == rail), c % len(gpus))
+    order = gpus[entry:] + gpus[:entry]
+    node = cl.topo.node
+    if rail >= 0 and len(order) > 2:
+        sw = node.nics.switch[rail]
+        ex = next((g for g in order[1:] if node.pcie.gpu_switch[g % cl.gpn] == sw), None)
+        if ex is not None:
+            order.remove(ex)
+            order.append(ex)
+    return order
+
+
+class _Lat:
+    """Accumulates physical step latencies of a phase's edges (ns)."""
+
+    def __init__(self, cl: Cluster, intra_type: str):
+        self.cl = cl
+        self.intra_type = intra_type
+        self.intra_ns = 0
+        self.inter_ns = 0
+
+    def add(self, edges: tuple[Edge, ...], channel: int) -> None:
+        cl = self.cl
+        for s, d, rail in edges:
+            ns = cl.path_latency_ns(cl.path(s, d, rail, channel))
+            if s // cl.gpn == d // cl.gpn:
+                self.intra_ns = max(self.intra_ns, ns)
+            else:
+                self.inter_ns = max(self.inter_ns, ns)
+
+    def ring(self, steps: int, inter: int, allreduce: bool = False,
+             protocols: tuple[str, ...] = nccl.PROTOCOLS) -> dict[str, int]:
+        phys = (steps - inter) * self.intra_ns + inter * self.inter_ns
+        return {p: round(nccl.ring_latency_us(p, steps, inter, self.intra_type,
+                                              allreduce and inter > 0) * 1000) + phys
+                for p in protocols}
+
+
+def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
+                  chain_root: int | None = None) -> tuple[list[Coflow], int, int]:
+    """Ring (or, with ``chain_root``, chain) coflows; returns (coflows, edges, inter edges)
+    of one channel."""
+    nodes = node_groups(cl, ranks)
+    if len(nodes) == 1:
+        seqs = [list(ranks)]
+        rails = [-1]
+    else:
+        rails = _rails(cl, nodes)
+    out = []
+    n_edges = n_inter = 0
+    for c, k in enumerate(rails):
+        if len(nodes) > 1:
+            seqs = [_rotate(cl, g, k, c) for g in nodes]
+        edges: list[Edge] = []
+        for i, seq in enumerate(seqs):
+            edges += [(seq[j], seq[j + 1], -1) for j in range(len(seq) - 1)]
+            nxt = seqs[(i + 1) % len(seqs)][0]
+            edges.append((seq[-1], nxt, k if len(seqs) > 1 else -1))
+        if chain_root is not None:
+            cut = next(i for i, e in enumerate(edges) if e[1] == chain_root)
+            edges = edges[cut + 1:] + edges[:cut]
+        n_edges = len(edges)
+        n_inter = sum(1 for e in edges if e[0] // cl.gpn != e[1] // cl.gpn)
+        out.append(Coflow(tuple(edges), coef_total / len(rails), c))
+    return out, n_edges, n_inter
+
+
+def ring_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -> Plan:
+    n = len(ranks)
+    if kind is CollKind.BROADCAST:
+        cfs, n_edges, n_inter = _ring_coflows(cl, ranks, 1.0, chain_root=ranks[0])
+        lat = _Lat(cl, intra)
+        for cf in cfs:
+            lat.add(cf.edges, cf.channel)
+        return Plan(kind, "ring", ranks, (PlanPhase(tuple(cfs), lat.ring(n_edges, n_inter)),))
+    ar = kind is CollKind.ALLREDUCE
+    cfs, _, n_inter = _ring_coflows(cl, ranks, (2.0 if ar else 1.0) * (n - 1) / n)
+    lat = _Lat(cl, intra)
+    for cf in cfs:
+        lat.add(cf.edges, cf.channel)
+    steps = (2 if ar else 1) * (n - 1)
+    inter = (2 if ar else 1) * n_inter
+    return Plan(kind, "ring", ranks, (PlanPhase(tuple(cfs), lat.ring(steps, inter, ar)),))
+
+
+def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:
+    nodes = node_groups(cl, ranks)
+    n_nodes = len(nodes)
+    rails = _rails(cl, nodes) if n_nodes > 1 else [-1]
+    c_count = len(rails)
+    cfs = []
+    lat = _Lat(cl, intra)
+    for c, k in enumerate(rails):
+        seqs = [_rotate(cl, g, k, c) for g in nodes] if n_nodes > 1 else [list(ranks)]
+        for t in (0, 1):
+            edges: list[Edge] = []
+            for seq in seqs:
+                s = seq if t == 0 or n_nodes > 1 else seq[::-1]
+                for j in range(len(s) - 1):
+                    edges.append((s[j], s[j + 1], -1))
+                    edges.append((s[j + 1], s[j], -1))
+            for i in range(1, n_nodes):
+                # heap-shaped binary tree over node positions; tree 1 is the mirror image
+                child, parent = (i, (i - 1) // 2)
+                if t == 1:
+                    child, parent = n_nodes - 1 - child, n_nodes - 1 - parent
+                a, b = seqs[child][0], seqs[parent][0]
+                edges.append((a, b, k))
+                edges.append((b, a, k))
+            cf = Coflow(tuple(edges), 1.0 / (2 * c_count), 2 * c + t)
+            lat.add(cf.edges, cf.channel)
+            cfs.append(cf)
+    ppn = max(len(g) for g in nodes)
+    log2i = n_nodes.bit_length() - 1
+    phys = 2 * ((ppn - 1) * lat.intra_ns + log2i * lat.inter_ns)
+    latency = {p: round(nccl.tree_latency_us(p, ppn, n_nodes, intra) * 1000) + phys
+               for p in nccl.PROTOCOLS}
+    return Plan(CollKind.ALLREDUCE, "tree", ranks, (PlanPhase(tuple(cfs), latency),))
+
+
+def hierarchical_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...],
+                      intra: str) -> Plan | None:
+    nodes = node_groups(cl, ranks)
+    n_nodes, g = len(nodes), len(nodes[0])
+    if n_nodes == 1 or g == 1 or any(len(x) != g for x in nodes):
+        return None
+
+    def intra_phase(coef: float) -> PlanPhase:
+        lat = _Lat(cl, intra)
+        cfs = []
+        for i, seq in enumerate(nodes):
+            edges = tuple((seq[j], seq[(j + 1) % g], -1) for j in range(g))
+            lat.add(edges, 0)
+            cfs.append(Coflow(edges, coef, i))
+        return PlanPhase(tuple(cfs), lat.ring(g - 1, 0))
+
+    def inter_phase(coef: float, ar: bool) -> PlanPhase:
+        lat = _Lat(cl, intra)
+        cfs = []
+        for j in range(g):
+            col = [x[j] for x in nodes]
+            edges = tuple((col[i], col[(i + 1) % n_nodes], cl.nic_of(col[i]))
+                          for i in range(n_nodes))
+            lat.add(edges, j)
+            cfs.append(Coflow(edges, coef, j))
+        steps = (2 if ar else 1) * (n_nodes - 1)
+        return PlanPhase(tuple(cfs), lat.ring(steps, steps, ar))
+
+    fi, fn = (g - 1) / g, (n_nodes - 1) / n_nodes / g
+    if kind is CollKind.ALLREDUCE:
+        phases = (intra_phase(fi), inter_phase(2 * fn, True), intra_phase(fi))
+    elif kind is CollKind.ALLGATHER:
+        phases = (inter_phase(fn, False), intra_phase(fi))
+    else:
+        phases = (intra_phase(fi), inter_phase(fn, False))
+    return Plan(kind, "hierarchical", ranks, phases)
+
+
+def direct_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -> Plan:
+    lat = _Lat(cl, intra)
+    n = len(ranks)
+    if kind is CollKind.SENDRECV:
+        cfs = [Coflow(((ranks[0], ranks[1], -1),), 1.0, 0)]
+    else:
+        cfs = [Coflow(((a, b, -1),), 1.0 / n, 0) for a in ranks for b in ranks if a != b]
+    for cf in cfs:
+        lat.add(cf.edges, 0)
+    multi = any(a // cl.gpn != ranks[0] // cl.gpn for a in ranks)
+    hop = "net" if multi else intra
+    phys = lat.inter_ns if multi else lat.intra_ns
+    steps = 1 if kind is CollKind.SENDRECV else n - 1
+    latency = {p: round((nccl.BASE_LAT_US["ring"][p] + steps * nccl.HW_LAT_US[("ring", hop)][p])
+                        * 1000) + steps * phys for p in PROTOCOLS_FOR_DIRECT}
+    return Plan(kind, "direct", ranks, (PlanPhase(tuple(cfs), latency),))
+
+
+def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
+    """The plan of ``kind`` with ``algorithm`` over ``ranks`` (None if not applicable)."""
+    if algorithm not in ALGORITHMS_FOR[kind]:
+        return None
+    intra = "nvlink" if cl.topo.node.nvlink is not None else "pci"
+    if algorithm == "ring":
+        return ring_plan(cl, kind, ranks, intra)
+    if algorithm == "tree":
+        return tree_plan(cl, ranks, intra)
+    if algorithm == "hierarchical":
+        return hierarchical_plan(cl, kind, ranks, intra)
+    return direct_plan(cl, kind, ranks, intra)

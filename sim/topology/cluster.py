@@ -1,0 +1,247 @@
+"""The cluster as a set of directed links, with routing (ECMP or adaptive) between GPUs.
+
+This is the structural, fast form of the cluster graph of :mod:`sim.topology.graph` (which
+builds the same nodes and links with networkx for inspection and for the tests that check these
+routes against networkx's shortest paths). Links are created lazily, only when a route uses
+them, so a 1024-GPU cluster costs nothing until traffic flows.
+
+Node names (tuples): ``("gpu", n, i)``, ``("nvswitch", n)``, ``("pcie", n, p)``,
+``("cpu", n, s)``, ``("nic", n, k)`` inside node ``n``; ``("sw", level, block, j)`` for fabric
+switches (level 1 = leaf; ``block`` = index of the level's sub-tree; ``j`` = switch in it).
+A link is the pair ``(u, v)``. With ``routing="adaptive"`` the parallel up-links of a sub-tree
+are one *trunk* link ``("up", level, block)`` / ``("down", level, block)`` whose capacity is
+their sum: ideal adaptive routing (packet spraying) spreads load evenly over them.
+
+Capacities are effective bandwidths in GB/s (= bytes per ns): line rate × efficiency.
+Latencies are ns: each link carries the latency of the device it leaves (switch, NIC, PCIe
+switch) plus cable latency for fabric links.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from sim.topology.spec import Topology
+
+ROUTINGS = ("ecmp", "adaptive")
+
+
+class Cluster:
+    """Routes between GPUs of a :class:`Topology` and the registry of the links they use."""
+
+    def __init__(self, topo: Topology, routing: str = "ecmp"):
+        if routing not in ROUTINGS:
+            raise ValueError(routing)
+        self.topo = topo
+        self.routing = routing
+        self.gpn = topo.gpus_per_node
+        node = topo.node
+        self.nics = node.nics.count
+        self._gpu_nic = tuple(node.nics.nic_of_gpu(i) for i in range(self.gpn)) if self.nics \
+            else ()
+        self.ids: dict[tuple, int] = {}
+        self.names: list[tuple] = []
+        self.cap: list[float] = []
+        self.lat: list[int] = []
+        self.kind: list[str] = []
+        self._intra: dict[tuple, tuple[tuple, ...]] = {}  # template segments (local names)
+        self._paths: dict[tuple, tuple[int, ...]] = {}
+        f = topo.fabric
+        if f is not None and self.nics:
+            lv = f.levels
+            self._down = [x.down for x in lv]
+            self._up = [x.up for x in lv]
+            self.leaves_per_rail = -(-topo.num_nodes // lv[0].down)
+            # level-l block of a leaf = leaf // span[l] (span[1] = 1)
+            self._span = [1, 1]
+            for x in lv[1:]:
+                self._span.append(self._span[-1] * x.down)
+
+    # ---- link registry -------------------------------------------------------------------
+    def link(self, u: tuple, v: tuple) -> int:
+        """Integer id of the directed link ``u → v`` (created on first use)."""
+        key = (u, v)
+        i = self.ids.get(key)
+        if i is None:
+            cap, lat, kind = self._link_props(u, v)
+            i = len(self.names)
+            self.ids[key] = i
+            self.names.append(key)
+            self.cap.append(cap)
+            self.lat.append(lat)
+            self.kind.append(kind)
+        return i
+
+    def _link_props(self, u: tuple, v: tuple) -> tuple[float, int, str]:
+        node = self.topo.node
+        tu, tv = u[0], v[0]
+        if "nvswitch" in (tu, tv):
+            nv = node.nvlink
+            assert nv is not None
+            return nv.gpu_bandwidth_GBps, (nv.latency_ns if tu == "nvswitch" else 0), "nvlink"
+        p = node.pcie
+        if tu == "cpu" and tv == "cpu":
+            return p.cpu_link_bandwidth_GBps * p.cpu_link_efficiency, p.cpu_link_latency_ns, "cpu"
+        nic_lat = node.nics.latency_ns
+        if tu in ("pcie", "cpu") or tv in ("pcie", "cpu"):
+            lat = p.latency_ns if tu in ("pcie", "cpu") else (nic_lat if tu == "nic" else 0)
+            return p.bandwidth_GBps * p.efficiency, lat, "pcie"
+        f = self.topo.fabric
+        assert f is not None
+        if tu == "nic" or tv == "nic":  # NIC ↔ leaf: the NIC's own rate (≤ the port's)
+            bw = min(node.nics.bandwidth_GBps, f.link_bandwidth_GBps)
+            lat = f.link_latency_ns + (nic_lat if tu == "nic" else f.levels[0].latency_ns)
+            return bw, lat, "nic"
+        if tu in ("up", "down"):  # adaptive-routing trunk: all parallel links of a sub-tree
+            level, _block = u[1], u[2]
+            n = 1
+            for x in self._up[:level]:
+                n *= x
+            src_level = level if tu == "up" else level + 1
+            return n * f.link_bandwidth_GBps, f.link_latency_ns + \
+                f.levels[src_level - 1].latency_ns, "fabric"
+        return f.link_bandwidth_GBps, f.link_latency_ns + f.levels[u[1] - 1].latency_ns, "fabric"
+
+    # ---- geometry ------------------------------------------------------------------------
+    def node_of(self, gpu: int) -> int:
+        return gpu // self.gpn
+
+    def nic_of(self, gpu: int) -> int:
+        """The NIC (index within its node) serving global GPU ``gpu``."""
+        return self._gpu_nic[gpu % self.gpn]
+
+    def leaf_of(self, node: int, nic: int) -> int:
+        f = self.topo.fabric
+        assert f is not None
+        d = f.levels[0].down
+        if f.rail_optimized:
+            return nic * self.leaves_per_rail + node // d
+        return (node * self.nics + nic) // d
+
+    def fabric_level(self, leaf_a: int, leaf_b: int) -> int:
+        """Lowest switch level whose sub-tree holds both leaves (1 = same leaf)."""
+        for level in range(1, len(self._span)):
+            if leaf_a // self._span[level] == leaf_b // self._span[level]:
+                return level
+        raise ValueError(f"leaves {leaf_a} and {leaf_b} are not connected")
+
+    def equal_cost_paths(self, leaf_a: int, leaf_b: int) -> int:
+        """Number of equal-cost (shortest) paths between two leaves."""
+        n = 1
+        for x in self._up[: self.fabric_level(leaf_a, leaf_b) - 1]:
+            n *= x
+        return n
+
+    # ---- intra-node segments (local names; identical in every node) -----------------------
+    def _pcie_path(self, a: tuple, sa: int, b: tuple, sb: int) -> tuple[tuple, ...]:
+        p = self.topo.node.pcie
+        if sa == sb:
+            return (a, ("pcie", sa), b)
+        ca, cb = p.switch_socket[sa], p.switch_socket[sb]
+        mid = (("cpu", ca),) if ca == cb else (("cpu", ca), ("cpu", cb))
+        return (a, ("pcie", sa)) + mid + (("pcie", sb), b)
+
+    def _segment(self, a: tuple, b: tuple) -> tuple[tuple, ...]:
+        """Node sequence from local endpoint ``a`` to ``b`` (("gpu", i) or ("nic", k))."""
+        key = (a, b)
+        seg = self._intra.get(key)
+        if seg is not None:
+            return seg
+        node = self.topo.node
+        p = node.pcie
+        sw = {"gpu": lambda i: p.gpu_switch[i], "nic": lambda k: node.nics.switch[k]}
+        if a[0] == "gpu" and b[0] == "gpu":
+            if node.nvlink is not None:
+                seg = (a, ("nvswitch",), b)
+            else:
+                seg = self._pcie_path(a, sw["gpu"](a[1]), b, sw["gpu"](b[1]))
+        else:
+            gpu, nic = (a, b) if a[0] == "gpu" else (b, a)
+            k = nic[1]
+            sg, sn = p.gpu_switch[gpu[1]], node.nics.switch[k]
+            if sg == sn or node.nvlink is None:
+                seg = self._pcie_path(gpu, sg, nic, sn)
+            else:  # PXN: over NVLink to the GPU next to the NIC, then PCIe
+                proxy = ("gpu", node.nics.gpus[k][0])
+                seg = (gpu, ("nvswitch",), proxy) + self._pcie_path(
+                    proxy, p.gpu_switch[proxy[1]], nic, sn)[1:]
+            if a[0] == "nic":
+                seg = tuple(reversed(seg))
+        self._intra[key] = seg
+        return seg
+
+    def _local_links(self, n: int, seg: tuple[tuple, ...]) -> list[int]:
+        names = [(x[0], n) + x[1:] for x in seg]
+        return [self.link(names[i], names[i + 1]) for i in range(len(names) - 1)]
+
+    # ---- fabric --------------------------------------------------------------------------
+    def _fabric_nodes(self, leaf_a: int, leaf_b: int, choice: int) -> list[tuple]:
+        """Switch sequence leaf_a → … → leaf_b for ECMP path number ``choice``."""
+        top = self.fabric_level(leaf_a, leaf_b)
+        up_path = [("sw", 1, leaf_a, 0)]
+        j = 0
+        for level in range(2, top + 1):
+            u_cnt = self._up[level - 2]
+            j = j * u_cnt + choice % u_cnt
+            choice //= u_cnt
+            up_path.append(("sw", level, leaf_a // self._span[level], j))
+        down = []
+        for level in range(top - 1, 0, -1):
+            j //= self._up[level - 1]
+            down.append(("sw", level, leaf_b // self._span[level], j))
+        return up_path + down
+
+    def _fabric_links(self, leaf_a: int, leaf_b: int, key: bytes) -> list[int]:
+        if leaf_a == leaf_b:
+            return []
+        if self.routing == "adaptive":
+            top = self.fabric_level(leaf_a, leaf_b)
+            out = []
+            for level in range(1, top):
+                out.append(self.link(("up", level, leaf_a // self._span[level]),
+                                     ("sw-up", level + 1)))
+            for level in range(top - 1, 0, -1):
+                out.append(self.link(("down", level, leaf_b // self._span[level]),
+                                     ("sw-down", level)))
+            return out
+        n_paths = self.equal_cost_paths(leaf_a, leaf_b)
+        choice = zlib.crc32(key) % n_paths if n_paths > 1 else 0
+        nodes = self._fabric_nodes(leaf_a, leaf_b, choice)
+        return [self.link(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
+
+    # ---- routes --------------------------------------------------------------------------
+    def path(self, src: int, dst: int, rail: int = -1, channel: int = 0) -> tuple[int, ...]:
+        """Link ids from GPU ``src`` to GPU ``dst`` (global indices).
+
+        Inside a node: NVSwitch, else the PCIe tree. Between nodes: from ``src`` (over NVLink
+        to the NIC's GPU if needed, as NCCL's PXN does) to NIC ``rail`` of its node, across the
+        fabric to NIC ``rail`` of the destination node, then to ``dst``. ``rail = -1`` uses the
+        destination GPU's NIC. ECMP picks among equal-cost fabric paths by CRC-32 of
+        ``"src>dst#channel"`` (deterministic; independent of PYTHONHASHSEED).
+        """
+        key = (src, dst, rail, channel)
+        p = self._paths.get(key)
+        if p is not None:
+            return p
+        na, nb = divmod(src, self.gpn), divmod(dst, self.gpn)
+        if na[0] == nb[0]:
+            links = self._local_links(na[0], self._segment(("gpu", na[1]), ("gpu", nb[1])))
+        else:
+            k = self.nic_of(dst) if rail < 0 else rail
+            la, lb = self.leaf_of(na[0], k), self.leaf_of(nb[0], k)
+            nic_a, nic_b = ("nic", na[0], k), ("nic", nb[0], k)
+            links = self._local_links(na[0], self._segment(("gpu", na[1]), ("nic", k)))
+            links.append(self.link(nic_a, ("sw", 1, la, 0)))
+            links.extend(self._fabric_links(la, lb, f"{src}>{dst}#{channel}".encode()))
+            links.append(self.link(("sw", 1, lb, 0), nic_b))
+            links.extend(self._local_links(nb[0], self._segment(("nic", k), ("gpu", nb[1]))))
+        p = tuple(links)
+        self._paths[key] = p
+        return p
+
+    def path_latency_ns(self, links: tuple[int, ...]) -> int:
+        return sum(self.lat[i] for i in links)
+
+    def describe_link(self, i: int) -> str:
+        u, v = self.names[i]
+        return f"{'/'.join(map(str, u))} -> {'/'.join(map(str, v))}"

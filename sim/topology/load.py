@@ -1,0 +1,396 @@
+"""Read and validate topology YAML files (schema: docs/topology.md).
+
+Every problem is an :class:`~sim.errors.InputError` naming the file, the line and the dotted key
+(e.g. ``topologies/x.yaml:12: node.nics.bandwidth_gbps: must be > 0, got 0``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from sim.errors import InputError
+from sim.topology.gpu import GpuSpec
+from sim.topology.spec import (
+    ALGORITHMS,
+    PROTOCOLS,
+    CollectiveSpec,
+    FabricLevel,
+    FabricSpec,
+    NicSpec,
+    NodeSpec,
+    NvlinkSpec,
+    PcieSpec,
+    Topology,
+)
+
+_OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+_LEVEL_NAMES = ("leaf", "spine", "core")
+
+
+def _line_map(text: str) -> dict[tuple, int]:
+    """Map key paths (tuples of keys / list indices) to 1-based line numbers."""
+    import yaml
+
+    out: dict[tuple, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return out
+
+    def walk(node: Any, path: tuple) -> None:
+        out[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = k.value
+                out[path + (key,)] = k.start_mark.line + 1
+                walk(v, path + (key,))
+                out[path + (key,)] = k.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, path + (i,))
+
+    if root is not None:
+        walk(root, ())
+    return out
+
+
+class _Section:
+    """A mapping being read: typed getters, and a check that no unknown key is left."""
+
+    def __init__(self, reader: _Reader, data: Any, path: tuple):
+        self.r = reader
+        self.path = path
+        if not isinstance(data, dict):
+            self.r.fail(path, f"expected a mapping, got {_kind(data)}")
+        self.data = data
+        self.used: set[str] = set()
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, required: bool = True, default: Any = None) -> Any:
+        self.used.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self.r.fail(self.path + (key,), "missing required key", at=self.path)
+            return default
+        return self.data[key]
+
+    def str(self, key: str, default: str | None = None) -> str:
+        v = self.raw(key, default is None, default)
+        if not isinstance(v, str):
+            self.r.fail(self.path + (key,), f"expected a string, got {_kind(v)}")
+        return v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.raw(key, False, default)
+        if not isinstance(v, bool):
+            self.r.fail(self.path + (key,), f"expected true or false, got {v!r}")
+        return v
+
+    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        v = self.raw(key, default is None, default)
+        if isinstance(v, bool) or not isinstance(v, int):
+            self.r.fail(self.path + (key,), f"expected an integer, got {v!r}")
+        if v < minimum:
+            self.r.fail(self.path + (key,), f"must be ≥ {minimum}, got {v}")
+        return v
+
+    def num(self, key: str, default: float | None = None, positive: bool = True,
+            maximum: float | None = None) -> float:
+        v = self.raw(key, default is None, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            self.r.fail(self.path + (key,), f"expected a number, got {v!r}")
+        if positive and v <= 0:
+            self.r.fail(self.path + (key,), f"must be > 0, got {v}")
+        if not positive and v < 0:
+            self.r.fail(self.path + (key,), f"must be ≥ 0, got {v}")
+        if maximum is not None and v > maximum:
+            self.r.fail(self.path + (key,), f"must be ≤ {maximum:g}, got {v}")
+        return float(v)
+
+    def ns(self, key: str) -> int:
+        """A latency in ns (≥ 0, integer), default 0."""
+        return self.int(key, 0, minimum=0)
+
+    def eff(self, key: str = "efficiency") -> float:
+        return self.num(key, 1.0, maximum=1.0)
+
+    def int_list(self, key: str, length: int, upper: int, default: tuple[int, ...]) -> tuple:
+        v = self.raw(key, False, None)
+        if v is None:
+            return default
+        p = self.path + (key,)
+        if not isinstance(v, list) or len(v) != length:
+            self.r.fail(p, f"expected a list of {length} integers, got {v!r}")
+        for x in v:
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < upper:
+                self.r.fail(p, f"entries must be integers in [0, {upper}), got {x!r}")
+        return tuple(v)
+
+    def sub(self, key: str, required: bool = True) -> _Section | None:
+        v = self.raw(key, required, None)
+        return None if v is None else _Section(self.r, v, self.path + (key,))
+
+    def done(self) -> None:
+        for k in self.data:
+            if k not in self.used:
+                known = ", ".join(sorted(self.used))
+                self.r.fail(self.path + (k,), f"unknown key (known keys here: {known})")
+
+
+class _Reader:
+    def __init__(self, path: str, lines: dict[tuple, int]):
+        self.file = path
+        self.lines = lines
+
+    def fail(self, path: tuple, message: str, at: tuple | None = None) -> None:
+        line = self.lines.get(path) or self.lines.get(at if at is not None else path[:-1])
+        dotted = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path)
+        raise InputError(message, file=self.file, line=line, field=dotted.replace(".[", "["))
+
+
+def _kind(v: Any) -> str:
+    return "nothing" if v is None else type(v).__name__
+
+
+def _blocks(n: int, parts: int) -> tuple[int, ...]:
+    """Item i → block i·parts // n (contiguous, balanced)."""
+    return tuple(i * parts // n for i in range(n))
+
+
+def _gpu(s: _Section) -> GpuSpec:
+    name = s.str("name")
+    pk = s.sub("peak_tflops")
+    assert pk is not None
+    peaks = {}
+    for k in pk.data:
+        peaks[str(k)] = pk.num(k)
+    if not peaks:
+        s.r.fail(pk.path, "needs at least one dtype (e.g. bf16: 312)")
+    pk.done()
+    spec = GpuSpec(name=name, peak_tflops=peaks, hbm_GB=s.num("hbm_GB"),
+                   hbm_GBps=s.num("hbm_GBps"))
+    s.done()
+    return spec
+
+
+def _node(s: _Section) -> NodeSpec:
+    gpus = s.int("gpus")
+    gs = s.sub("gpu")
+    assert gs is not None
+    gpu = _gpu(gs)
+    name = s.str("name", default=gpu.name + " node")
+    nv = s.sub("nvlink", required=False)
+    nvlink = None
+    if nv is not None:
+        nvlink = NvlinkSpec(links_per_gpu=nv.int("links_per_gpu"),
+                            link_bandwidth_GBps=nv.num("link_bandwidth_GBps"),
+                            efficiency=nv.eff(), latency_ns=nv.ns("latency_ns"))
+        nv.done()
+    ps = s.sub("pcie")
+    assert ps is not None
+    switches = ps.int("switches", 1)
+    sockets = ps.int("sockets", 1)
+    gpu_switch = ps.int_list("gpu_switch", gpus, switches, _blocks(gpus, switches))
+    switch_socket = ps.int_list("switch_socket", switches, sockets, _blocks(switches, sockets))
+    if sockets > 1:
+        cpu_bw = ps.num("cpu_link_bandwidth_GBps")
+    else:
+        cpu_bw = ps.num("cpu_link_bandwidth_GBps", default=1.0)
+    pcie = PcieSpec(switches=switches, sockets=sockets, gpu_switch=gpu_switch,
+                    switch_socket=switch_socket, bandwidth_GBps=ps.num("bandwidth_GBps"),
+                    efficiency=ps.eff(), latency_ns=ps.ns("latency_ns"),
+                    cpu_link_bandwidth_GBps=cpu_bw,
+                    cpu_link_efficiency=ps.eff("cpu_link_efficiency"),
+                    cpu_link_latency_ns=ps.ns("cpu_link_latency_ns"))
+    ps.done()
+    ns = s.sub("nics")
+    assert ns is not None
+    count = ns.int("count", minimum=0)
+    if count > gpus:
+        s.r.fail(ns.path + ("count",), f"more NICs ({count}) than GPUs ({gpus}) is not supported")
+    nic_gpus: tuple[tuple[int, ...], ...] = ()
+    if count:
+        bw = ns.num("bandwidth_gbps")
+        nic_switch = ns.int_list("switch", count, switches, _blocks(count, switches))
+        raw = ns.raw("gpus", False, None)
+        if raw is None:
+            owner = _blocks(gpus, count)
+            nic_gpus = tuple(tuple(i for i in range(gpus) if owner[i] == k) for k in range(count))
+        else:
+            p = ns.path + ("gpus",)
+            if not isinstance(raw, list) or len(raw) != count:
+                s.r.fail(p, f"expected one list of GPU indices per NIC ({count} lists)")
+            seen: list[int] = []
+            out = []
+            for lst in raw:
+                if not isinstance(lst, list) or not lst:
+                    s.r.fail(p, f"each entry must be a non-empty list of GPU indices, got {lst!r}")
+                for g in lst:
+                    if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpus:
+                        s.r.fail(p, f"GPU index {g!r} out of range [0, {gpus})")
+                seen.extend(lst)
+                out.append(tuple(lst))
+            if sorted(seen) != list(range(gpus)):
+                s.r.fail(p, "every GPU must be served by exactly one NIC")
+            nic_gpus = tuple(out)
+        nics = NicSpec(count=count, bandwidth_gbps=bw, efficiency=ns.eff(),
+                       latency_ns=ns.ns("latency_ns"), switch=nic_switch, gpus=nic_gpus)
+    else:
+        nics = NicSpec(count=0, bandwidth_gbps=0.0, efficiency=1.0, latency_ns=0, switch=(),
+                       gpus=())
+    ns.done()
+    s.done()
+    return NodeSpec(name=name, gpus=gpus, gpu=gpu, pcie=pcie, nics=nics, nvlink=nvlink)
+
+
+def _fabric(s: _Section, nics_per_node: int) -> FabricSpec:
+    ftype = s.str("type", default="fat_tree")
+    if ftype != "fat_tree":
+        s.r.fail(s.path + ("type",), f"unknown fabric type {ftype!r} (supported: fat_tree)")
+    rail = s.bool("rail_optimized", False)
+    bw = s.num("link_bandwidth_gbps")
+    eff = s.eff()
+    link_lat = s.ns("link_latency_ns")
+    raw = s.raw("levels")
+    if not isinstance(raw, list) or not raw:
+        s.r.fail(s.path + ("levels",), "expected a non-empty list of switch levels")
+    levels = []
+    for i, item in enumerate(raw):
+        ls = _Section(s.r, item, s.path + ("levels", i))
+        top = i == len(raw) - 1
+        name = ls.str("name", default=_LEVEL_NAMES[i] if i < 3 else f"level{i + 1}")
+        radix = ls.int("radix", minimum=2)
+        if top:
+            if ls.has("oversubscription"):
+                s.r.fail(ls.path + ("oversubscription",),
+                         "the top level has no up-links, so no oversubscription")
+            ratio, down, up = 1.0, radix, 0
+        else:
+            ratio = ls.num("oversubscription", 1.0)
+            down_f = radix * ratio / (ratio + 1.0)
+            down = round(down_f)
+            up = radix - down
+            if up < 1 or down < 1 or abs(down_f - down) > 1e-9:
+                s.r.fail(ls.path + ("oversubscription",),
+                         f"radix {radix} cannot be split {ratio:g}:1 into whole down/up ports")
+        levels.append(FabricLevel(name=name, radix=radix, oversubscription=ratio,
+                                  latency_ns=ls.ns("latency_ns"), down=down, up=up))
+        ls.done()
+    if not rail and nics_per_node and levels[0].down % nics_per_node:
+        s.r.fail(s.path + ("levels", 0, "radix"),
+                 f"a leaf's {levels[0].down} down-ports must hold whole nodes "
+                 f"({nics_per_node} NICs each) unless rail_optimized is true")
+    s.done()
+    return FabricSpec(type=ftype, rail_optimized=rail, link_bandwidth_gbps=bw, efficiency=eff,
+                      link_latency_ns=link_lat, levels=tuple(levels))
+
+
+def _collectives(s: _Section | None) -> CollectiveSpec:
+    if s is None:
+        return CollectiveSpec()
+    algo = s.raw("algorithm", False, "auto")
+    per_op: dict[str, str] = {}
+    default = "auto"
+    if isinstance(algo, str):
+        default = algo
+    elif isinstance(algo, dict):
+        for k, v in algo.items():
+            if str(k).lower() not in _OPS:
+                s.r.fail(s.path + ("algorithm", k), f"unknown operation (known: {', '.join(_OPS)})")
+            if v not in ALGORITHMS:
+                s.r.fail(s.path + ("algorithm", k),
+                         f"unknown algorithm {v!r} (known: {', '.join(ALGORITHMS)})")
+            per_op[str(k).lower()] = v
+    else:
+        s.r.fail(s.path + ("algorithm",), "expected an algorithm name or a mapping op → name")
+    if default not in ALGORITHMS:
+        s.r.fail(s.path + ("algorithm",),
+                 f"unknown algorithm {default!r} (known: {', '.join(ALGORITHMS)})")
+    proto = s.str("protocol", default="auto")
+    if proto not in PROTOCOLS:
+        s.r.fail(s.path + ("protocol",),
+                 f"unknown protocol {proto!r} (known: {', '.join(PROTOCOLS)})")
+    launch = s.int("launch_overhead_ns", 5000, minimum=0)
+    s.done()
+    return CollectiveSpec(algorithm=per_op, default_algorithm=default, protocol=proto,
+                          launch_overhead_ns=launch)
+
+
+def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, int]:
+    """(leaf switches needed, leaf switches the tree above the leaves can join)."""
+    down1 = fabric.levels[0].down
+    if fabric.rail_optimized:
+        n_leaves = nics * -(-nodes // down1)
+    else:
+        n_leaves = -(-nodes * nics // down1)
+    if len(fabric.levels) == 1:
+        # a single switch level: one leaf (per rail when rail-optimised; rails meet only
+        # through the nodes' own NVLink/PCIe, as NCCL's PXN does)
+        return n_leaves, nics if fabric.rail_optimized else 1
+    max_leaves = 1
+    for lv in fabric.levels[1:]:
+        max_leaves *= lv.down
+    return n_leaves, max_leaves
+
+
+def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
+    """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise InputError(f"not valid YAML: {getattr(e, 'problem', e)}", file=path,
+                         line=mark.line + 1 if mark else None) from None
+    r = _Reader(path, _line_map(text))
+    if data is None:
+        r.fail((), "empty topology file")
+    top = _Section(r, data, ())
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = top.str("name", default=stem)
+    description = top.str("description", default="")
+    file_nodes = top.int("nodes")
+    if nodes is not None and nodes < 1:
+        raise InputError(f"must be ≥ 1, got {nodes}", field="--nodes")
+    num_nodes = file_nodes if nodes is None else nodes
+    ns = top.sub("node")
+    assert ns is not None
+    node = _node(ns)
+    fs = top.sub("fabric", required=False)
+    fabric = None
+    if fs is not None:
+        fabric = _fabric(fs, node.nics.count)
+    coll = _collectives(top.sub("collectives", required=False))
+    top.done()
+    if num_nodes > 1:
+        if node.nics.count == 0:
+            r.fail(("node", "nics", "count"), f"{num_nodes} nodes need at least one NIC each")
+        if fabric is None:
+            r.fail(("fabric",), f"missing required key ({num_nodes} nodes need a fabric)", at=())
+    if fabric is not None and node.nics.count:
+        n_leaves, max_leaves = fabric_leaf_counts(fabric, num_nodes, node.nics.count)
+        if n_leaves > max_leaves:
+            per = "per rail " if fabric.rail_optimized else ""
+            r.fail(("fabric", "levels"),
+                   f"{num_nodes} nodes × {node.nics.count} NICs need {n_leaves} leaf switches "
+                   f"({fabric.levels[0].down} NIC ports {per}each) but a "
+                   f"{len(fabric.levels)}-level fat tree of these radixes joins at most "
+                   f"{max_leaves}" + (" (node count from --nodes)" if nodes is not None else ""))
+    return Topology(name=name, path=path, description=description, num_nodes=num_nodes,
+                    node=node, fabric=fabric, collectives=coll)
+
+
+def load_topology(path: str, nodes: int | None = None) -> Topology:
+    """Read and validate the topology file at ``path``; ``nodes`` overrides its node count."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise InputError(f"cannot read topology file: {e.strerror}", file=path,
+                         field="--topo") from None
+    return parse_topology(text, path, nodes)

@@ -1,0 +1,189 @@
+"""Typed description of a cluster, as read from a topology YAML file (docs/topology.md).
+
+Units are in the field names: bandwidths in GB/s (1e9 bytes/s, ``*_GBps``) or Gb/s (1e9 bits/s,
+``*_gbps``, for NIC and cable line rates), latencies in integer nanoseconds (``*_ns``).
+Every bandwidth is a *line rate per direction*; ``efficiency`` is the fraction of it that NCCL's
+data path achieves (NCCL's own per-link constants, see docs/network.md), so the capacity the
+network model uses is ``line rate × efficiency``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.topology.gpu import GpuSpec
+
+
+@dataclass(frozen=True)
+class NvlinkSpec:
+    """NVLink to an NVSwitch fabric: every GPU reaches every other GPU of its node at full rate."""
+
+    links_per_gpu: int
+    link_bandwidth_GBps: float
+    efficiency: float
+    latency_ns: int
+
+    @property
+    def gpu_bandwidth_GBps(self) -> float:
+        """Effective NVLink bandwidth of one GPU per direction (GB/s)."""
+        return self.links_per_gpu * self.link_bandwidth_GBps * self.efficiency
+
+
+@dataclass(frozen=True)
+class PcieSpec:
+    """The PCIe tree of a node: switches (each under one CPU socket), sockets, their links.
+
+    ``gpu_switch[i]``: PCIe switch of GPU ``i``; ``switch_socket[p]``: socket of switch ``p``.
+    ``bandwidth_GBps``: line rate of one x16 link (GPU↔switch, NIC↔switch, switch↔CPU).
+    ``cpu_link_*``: the socket-to-socket interconnect (UPI / xGMI), used only with 2+ sockets.
+    """
+
+    switches: int
+    sockets: int
+    gpu_switch: tuple[int, ...]
+    switch_socket: tuple[int, ...]
+    bandwidth_GBps: float
+    efficiency: float
+    latency_ns: int
+    cpu_link_bandwidth_GBps: float
+    cpu_link_efficiency: float
+    cpu_link_latency_ns: int
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    """The node's compute NICs: count, line rate (Gb/s), PCIe switch and served GPUs of each."""
+
+    count: int
+    bandwidth_gbps: float
+    efficiency: float
+    latency_ns: int
+    switch: tuple[int, ...]
+    gpus: tuple[tuple[int, ...], ...]
+
+    @property
+    def bandwidth_GBps(self) -> float:
+        """Effective bandwidth of one NIC per direction in GB/s (1e9 bytes/s)."""
+        return self.bandwidth_gbps / 8.0 * self.efficiency
+
+    def nic_of_gpu(self, gpu: int) -> int:
+        """The NIC that serves local GPU ``gpu``."""
+        for k, gs in enumerate(self.gpus):
+            if gpu in gs:
+                return k
+        raise ValueError(f"GPU {gpu} has no NIC")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    gpus: int
+    gpu: GpuSpec
+    pcie: PcieSpec
+    nics: NicSpec
+    nvlink: NvlinkSpec | None = None
+
+    @property
+    def intra_kind(self) -> str:
+        """``"nvswitch"`` or ``"pcie"``: what carries GPU-to-GPU traffic inside the node."""
+        return "nvswitch" if self.nvlink is not None else "pcie"
+
+
+@dataclass(frozen=True)
+class FabricLevel:
+    """One switch level of the fat tree (level 1 = leaf). ``down``/``up``: ports per switch."""
+
+    name: str
+    radix: int
+    oversubscription: float
+    latency_ns: int
+    down: int
+    up: int
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """A folded-Clos (fat-tree) network between the nodes' NICs.
+
+    ``rail_optimized``: NIC ``k`` of every node of a leaf group goes to that group's leaf ``k``
+    (one leaf per rail); otherwise a leaf takes whole nodes (all their NICs).
+    """
+
+    type: str
+    rail_optimized: bool
+    link_bandwidth_gbps: float
+    efficiency: float
+    link_latency_ns: int
+    levels: tuple[FabricLevel, ...]
+
+    @property
+    def link_bandwidth_GBps(self) -> float:
+        """Effective bandwidth of one switch-to-switch link per direction (GB/s)."""
+        return self.link_bandwidth_gbps / 8.0 * self.efficiency
+
+
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct")
+PROTOCOLS = ("auto", "LL", "LL128", "Simple")
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """Collective-library settings: algorithm per operation (``auto`` = NCCL-like choice),
+    protocol, and the fixed launch overhead of every collective (ns)."""
+
+    algorithm: dict[str, str] = field(default_factory=dict)  # op name (lower case) → algorithm
+    default_algorithm: str = "auto"
+    protocol: str = "auto"
+    launch_overhead_ns: int = 5000
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A cluster: ``num_nodes`` identical nodes joined by a fabric."""
+
+    name: str
+    path: str
+    description: str
+    num_nodes: int
+    node: NodeSpec
+    fabric: FabricSpec | None
+    collectives: CollectiveSpec = field(default_factory=CollectiveSpec)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.node.gpus
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.node.gpu
+
+    def describe(self) -> list[str]:
+        """One-line-per-fact summary for reports (units explicit)."""
+        n = self.node
+        out = [f"topology: {self.name} ({self.path}): {self.num_nodes} nodes × {n.gpus} "
+               f"{n.gpu.name} = {self.num_gpus} GPUs"]
+        if n.nvlink is not None:
+            out.append(f"intra-node: NVSwitch, {n.nvlink.links_per_gpu} NVLinks × "
+                       f"{n.nvlink.link_bandwidth_GBps:g} GB/s × efficiency "
+                       f"{n.nvlink.efficiency:g} = {n.nvlink.gpu_bandwidth_GBps:g} GB/s per GPU "
+                       "per direction")
+        else:
+            p = n.pcie
+            out.append(f"intra-node: PCIe tree, {p.switches} switches on {p.sockets} sockets, "
+                       f"x16 links {p.bandwidth_GBps:g} GB/s × {p.efficiency:g}, CPU link "
+                       f"{p.cpu_link_bandwidth_GBps:g} GB/s × {p.cpu_link_efficiency:g}")
+        out.append(f"NICs: {n.nics.count} per node × {n.nics.bandwidth_gbps:g} Gb/s × efficiency "
+                   f"{n.nics.efficiency:g} = {n.nics.bandwidth_GBps:g} GB/s each")
+        if self.fabric is not None:
+            f = self.fabric
+            lv = ", ".join(f"{x.name} radix {x.radix} ({x.down} down / {x.up} up"
+                           + (f", {x.oversubscription:g}:1" if x.up else "") + ")"
+                           for x in f.levels)
+            out.append(f"fabric: {len(f.levels)}-level fat tree"
+                       f"{', rail-optimised' if f.rail_optimized else ''}, links "
+                       f"{f.link_bandwidth_gbps:g} Gb/s × {f.efficiency:g}; {lv}")
+        return out
