@@ -119,6 +119,11 @@ class FlowNetwork(Network):
         if got is not None:
             return got
         cl = self.cluster
+        maxrate = math.inf
+        if plan.algorithm == "tree":
+            # NCCL's tree kernels deliver at most algbw = 0.5 × busBw (tuning model): with C
+            # channels × 2 trees, each edge carrying S/(2C), that is busBw / (4C) per coflow.
+            maxrate = self.ring_busbw_GBps(plan.ranks) / (2 * len(plan.phases[0].coflows))
         phases = []
         for ph in plan.phases:
             items = []
@@ -127,7 +132,7 @@ class FlowNetwork(Network):
                 for s, d, rail in cf.edges:
                     for link in cl.path(s, d, rail, cf.channel):
                         loads[link] = loads.get(link, 0) + 1
-                items.append((tuple(loads), tuple(loads.items()), cf.coef))
+                items.append((tuple(loads), tuple(loads.items()), cf.coef, maxrate))
             phases.append(tuple(items))
         got = tuple(phases)
         self._single[id(plan)] = got
@@ -150,8 +155,8 @@ class FlowNetwork(Network):
         phases = []
         copy_plans = [self.plan(req.kind, plan.algorithm, g) for g in groups[1:]]
         for p_idx, ph in enumerate(single):
-            tracked = {link for path, _, _ in ph for link in path}
-            loads = [dict(lds) for _, lds, _ in ph]
+            tracked = {link for path, _, _, _ in ph for link in path}
+            loads = [dict(lds) for _, lds, _, _ in ph]
             for cp in copy_plans:
                 assert cp is not None
                 cph = cp.phases[p_idx]
@@ -162,8 +167,8 @@ class FlowNetwork(Network):
                         for link in cl.path(s, d, rail, cf.channel):
                             if link in tracked:
                                 li[link] = li.get(link, 0) + 1
-            phases.append(tuple((path, tuple(ld.items()), coef)
-                                for (path, _, coef), ld in zip(ph, loads, strict=True)))
+            phases.append(tuple((path, tuple(ld.items()), coef, cap)
+                                for (path, _, coef, cap), ld in zip(ph, loads, strict=True)))
         got = tuple(phases)
         self._agg[akey] = got
         return got
@@ -172,7 +177,8 @@ class FlowNetwork(Network):
         eff = nccl.efficiency(plan.algorithm, proto)
         total = self.launch_ns
         for p_idx, ph in enumerate(self._single_flows(plan)):
-            flows = [Flow(path, loads, coef * size_bytes / eff) for path, loads, coef in ph]
+            flows = [Flow(path, loads, coef * size_bytes / eff, None, cap)
+                     for path, loads, coef, cap in ph]
             memo = self._memo.setdefault((id(plan), p_idx), {})
             total += run_alone(flows, self.cluster.cap, memo) + plan.phases[p_idx].latency_ns[proto]
         return total
@@ -186,26 +192,11 @@ class FlowNetwork(Network):
             assert plan is not None
             size = 1 << 30
             ph = self._single_flows(plan)[0]
-            flows = [Flow(path, loads, coef * size) for path, loads, coef in ph]
+            flows = [Flow(path, loads, coef * size) for path, loads, coef, _ in ph]
             t = run_alone(flows, self.cluster.cap)
             n = len(ranks)
             got = self._memo[key] = {"busbw": size / t * 2 * (n - 1) / n}
         return got["busbw"]
-
-    def _predicted_ns(self, plan: Plan, proto: str, size_bytes: int) -> tuple[int, int]:
-        """(time NCCL's tuner would predict, time the flow model gives) in ns.
-
-        They are the same except for the tree, which NCCL rates at algorithm bandwidth
-        0.5 × busBw × protocol efficiency whatever the node count (collectives.md); that is
-        what ``auto`` compares, as NCCL does. The flow model then times the chosen tree
-        physically.
-        """
-        t = self._alone_ns(plan, proto, size_bytes)
-        if plan.algorithm != "tree":
-            return t, t
-        bw = 0.5 * self.ring_busbw_GBps(plan.ranks) * nccl.efficiency("tree", proto)
-        pred = self.launch_ns + plan.phases[0].latency_ns[proto] + math.ceil(size_bytes / bw)
-        return pred, t
 
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
                ) -> tuple[Plan, str, int]:
@@ -219,7 +210,6 @@ class FlowNetwork(Network):
         if fixed != "auto" and fixed in algos and self.plan(kind, fixed, ranks) is not None:
             algos = (fixed,)
         best: tuple[Plan, str, int] | None = None
-        best_pred = 0
         for a in algos:
             plan = self.plan(kind, a, ranks)
             if plan is None:
@@ -228,9 +218,9 @@ class FlowNetwork(Network):
             if self.protocol != "auto" and self.protocol in protos:
                 protos = (self.protocol,)
             for p in protos:
-                pred, t = self._predicted_ns(plan, p, size_bytes)
-                if best is None or pred < best_pred:
-                    best, best_pred = (plan, p, t), pred
+                t = self._alone_ns(plan, p, size_bytes)
+                if best is None or t < best[2]:
+                    best = (plan, p, t)
         assert best is not None
         self._choice[key] = best
         return best
@@ -263,7 +253,8 @@ class FlowNetwork(Network):
     def _start_phase(self, op: _Op, _ev: object = None) -> None:
         now = self.env.now  # type: ignore[union-attr]
         wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
-        flows = [Flow(path, loads, coef * wire, op) for path, loads, coef in op.agg[op.phase]]
+        flows = [Flow(path, loads, coef * wire, op, cap)
+                 for path, loads, coef, cap in op.agg[op.phase]]
         op.pending = len(flows)
         self.solver.add(flows, now)
         self._schedule_wake()

@@ -1,9 +1,10 @@
 """Fluid flows with max-min fair rates (progressive filling), advanced in integer nanoseconds.
 
 A :class:`Flow` is one coflow (a ring/tree channel or a point-to-point transfer), possibly
-standing for several identical copies. It *loads* links with integer multiplicities (how many
-of its edges — over all its copies — cross each link) and is *limited* by the links of its own
-path. All its edges move at the flow's rate (bytes/ns = GB/s); each carries ``rem`` bytes.
+standing for several identical copies, with an optional rate cap ``maxrate`` (bytes/ns). It
+*loads* links with integer multiplicities (how many of its edges — over all its copies — cross
+each link) and is *limited* by the links of its own path. All its edges move at the flow's rate
+(bytes/ns = GB/s); each carries ``rem`` bytes.
 
 Rates are the max-min fair allocation, computed by progressive filling: every unfrozen flow's
 rate rises together; a link saturates at level ``(capacity − load of frozen flows) / (sum of
@@ -24,13 +25,14 @@ import math
 
 
 class Flow:
-    __slots__ = ("path", "loads", "rem", "rate", "t", "fin", "ver", "owner")
+    __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner")
 
     def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
-                 owner: object = None):
+                 owner: object = None, maxrate: float = math.inf):
         self.path = path
         self.loads = loads
         self.rem = rem
+        self.maxrate = maxrate
         self.rate = 0.0
         self.t = 0
         self.fin = -1
@@ -59,6 +61,8 @@ def waterfill(flows: list[Flow], cap: list[float]) -> list[float]:
     while unfrozen:
         best = math.inf
         for i in unfrozen:
+            if flows[i].maxrate < best:
+                best = flows[i].maxrate
             for link in flows[i].path:
                 n = nunf[link]
                 if n > 0:
@@ -68,6 +72,9 @@ def waterfill(flows: list[Flow], cap: list[float]) -> list[float]:
         frozen = []
         rest = []
         for i in unfrozen:
+            if flows[i].maxrate <= best:
+                frozen.append(i)
+                continue
             for link in flows[i].path:
                 n = nunf[link]
                 if n > 0 and remcap[link] / n <= best:

@@ -32,7 +32,7 @@ def _links(net: FlowNetwork, kind: GroupKind, ranks: tuple[int, ...]) -> set[int
         if plan is None:
             continue
         for phase in net._single_flows(plan):
-            for path, _, _ in phase:
+            for path, _, _, _ in phase:
                 out.update(path)
     return out
 

@@ -1,0 +1,170 @@
+"""``simrun collective``: an nccl-tests-style predictor of collective time and bandwidth.
+
+Example: ``simrun collective --topo topologies/dgx-a100-1024.yaml --op allreduce --gpus 16
+--sizes 8:8G`` prints, per message size, the predicted time, algbw and busbw (nccl-tests'
+definitions: algbw = size / time; busbw = algbw × 2(n−1)/n for all-reduce, × (n−1)/n for
+all-gather / reduce-scatter / all-to-all, × 1 for broadcast and send/recv) and the algorithm
+and protocol chosen. Sizes follow nccl-tests: the whole buffer for all-reduce / broadcast /
+all-to-all, the full output of all-gather, the full input of reduce-scatter, the message of
+each send. ``sendrecv`` runs nccl-tests' pattern: every rank sends to the next and receives from
+the previous at the same time (over the flow model, so the transfers share links).
+The GPUs are ranks 0 … N−1 in placement order (GPU r on node r // GPUs-per-node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sim.errors import InputError, UsageError
+from sim.network.base import CommRequest, nccl_busbw_factor
+from sim.network.factory import add_network_arguments, network_from_args
+from sim.workload.model import CollKind, GroupKind
+
+OPS = {
+    "allreduce": CollKind.ALLREDUCE,
+    "allgather": CollKind.ALLGATHER,
+    "reducescatter": CollKind.REDUCESCATTER,
+    "alltoall": CollKind.ALLTOALL,
+    "broadcast": CollKind.BROADCAST,
+    "sendrecv": CollKind.SENDRECV,
+}
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+ROW_KEYS = ("size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message)
+
+
+def parse_size(text: str) -> int:
+    """``8``, ``64K``, ``16M``, ``8G`` (binary suffixes: 2^10, 2^20, 2^30 bytes)."""
+    t = text.strip().upper().removesuffix("B")
+    suffix = t[-1:] if t[-1:] in ("K", "M", "G") else ""
+    num = t[: len(t) - len(suffix)]
+    if not num.isdigit():
+        raise UsageError(f"bad size {text!r} (expected e.g. 8, 64K, 16M, 8G)", field="--sizes")
+    return int(num) * _SUFFIX[suffix]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``A:B``: A, 2A, 4A, … up to B inclusive (nccl-tests ``-b A -e B -f 2``); ``A``: one size."""
+    lo_s, sep, hi_s = text.partition(":")
+    lo = parse_size(lo_s)
+    hi = parse_size(hi_s) if sep else lo
+    if lo < 1 or hi < lo:
+        raise UsageError(f"sizes {text!r}: need 1 ≤ A ≤ B in A:B", field="--sizes")
+    out = []
+    s = lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="simrun collective",
+                description="Predict nccl-tests-style time, algbw and busbw of one collective "
+                            "on a topology (times in µs on screen, s in JSON; bandwidths in "
+                            "GB/s = 1e9 bytes/s).")
+    p.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
+    p.add_argument("--nodes", type=int, help="override the topology's node count")
+    p.add_argument("--op", choices=tuple(OPS), default="allreduce",
+                   help="collective (default: %(default)s)")
+    p.add_argument("--gpus", type=int, metavar="N",
+                   help="number of GPUs (ranks 0..N-1 in placement order; more than one node "
+                        "spans nodes; default: one node's GPUs)")
+    p.add_argument("--sizes", default="8:1G", metavar="A:B",
+                   help="message sizes in bytes, doubling from A to B; suffixes K, M, G = 2^10, "
+                        "2^20, 2^30 (default: %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as a JSON list "
+                                                  "(keys: " + ", ".join(ROW_KEYS) + ")")
+    add_network_arguments(p)
+    return p
+
+
+def _sendrecv_ns(net, n: int, size: int) -> tuple[int, str]:
+    """nccl-tests sendrecv: rank r sends ``size`` bytes to r+1 (mod n), all at once."""
+    import simpy
+
+    from sim.placement import Placement
+
+    env = simpy.Environment()
+    net.bind(env, Placement(1, n, 1), symmetric=False)
+    out: list[int] = []
+    algo = ""
+
+    def one(r: int):
+        nonlocal algo
+        res = yield net.start(CommRequest(CollKind.SENDRECV, GroupKind.PP, (r, (r + 1) % n),
+                                          size))
+        algo = res.algorithm
+        out.append(env.now)
+
+    for r in range(n):
+        env.process(one(r))
+    env.run()
+    return max(out), algo
+
+
+def predict_rows(topo, op: str, gpus: int, sizes: list[int], net) -> list[dict]:
+    """One row per size: ``size_bytes``, ``time_s``, ``algbw_GBps``, ``busbw_GBps``,
+    ``algorithm``."""
+    kind = OPS[op]
+    ranks = tuple(range(gpus))
+    rows = []
+    for s in sizes:
+        if kind is CollKind.SENDRECV:
+            t_ns, algo = _sendrecv_ns(net, gpus, s)
+        else:
+            res = net.isolated(CommRequest(kind, GroupKind.DP, ranks, s))
+            t_ns, algo = res.duration_ns, res.algorithm
+        t = t_ns * 1e-9
+        algbw = s / t / 1e9
+        rows.append({"size_bytes": s, "time_s": t, "algbw_GBps": algbw,
+                     "busbw_GBps": algbw * nccl_busbw_factor(kind, gpus), "algorithm": algo})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    lines = [f"{'size_bytes':>14} {'time_us':>13} {'algbw_GBps':>11} {'busbw_GBps':>11}  "
+             "algorithm"]
+    for r in rows:
+        lines.append(f"{r['size_bytes']:>14d} {r['time_s'] * 1e6:>13.2f} {r['algbw_GBps']:>11.2f} "
+                     f"{r['busbw_GBps']:>11.2f}  {r['algorithm']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``simrun collective``; returns the exit code."""
+    from sim.topology import load_topology
+
+    args = build_parser().parse_args(argv)
+    sizes = parse_sizes(args.sizes)
+    topo = load_topology(args.topo, nodes=args.nodes)
+    gpus = args.gpus if args.gpus is not None else topo.gpus_per_node
+    if not 2 <= gpus <= topo.num_gpus:
+        raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",
+                         field="--gpus")
+    net = network_from_args(args, topo)
+    rows = predict_rows(topo, args.op, gpus, sizes, net)
+    nodes = -(-gpus // topo.gpus_per_node)
+    kind = OPS[args.op]
+    head = [
+        f"# simrun collective: {args.op} over {gpus} GPUs ({nodes} node{'s' if nodes > 1 else ''}"
+        f" of {topo.gpus_per_node}) on {topo.name} ({topo.path})",
+        f"# busbw = algbw × {nccl_busbw_factor(kind, gpus):.4g} (nccl-tests); time in µs, "
+        "bandwidth in GB/s (1e9 bytes/s); sizes in bytes",
+    ]
+    head += [f"# {line}" for line in net.describe()[1:10] if not line.startswith("chosen")]
+    sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))
+    if args.json:
+        from sim.outputs import write_json
+
+        write_json(args.json, rows)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main(sys.argv[1:]))
