@@ -27,6 +27,7 @@ from sim.models.optimizer import ShampooBlock, ShampooPlan, block_step_flops
 
 HEADER = ("name", "module", "shape", "partitioning_ranks", "precs")
 _SIZE = re.compile(r"torch\.Size\(\[\s*(\d+)\s*,\s*(\d+)\s*\]\)")
+_SHAPE = re.compile(r"^\(\s*\d+\s*(,\s*\d+\s*)*,?\s*\)$")
 _LAYER = re.compile(r"^module\.(\d+)\.")
 
 
@@ -104,10 +105,10 @@ class ParamTableInfo:
 
 
 def _parse_shape(text: str, path: str, line: int) -> tuple[int, ...]:
-    nums = re.findall(r"\d+", text)
-    if not text.strip().startswith("(") or not nums:
-        raise InputError(f"bad shape {text!r}", file=path, line=line, field="shape")
-    return tuple(int(x) for x in nums)
+    if not _SHAPE.match(text):
+        raise InputError(f"bad shape {text!r} (expected e.g. (768, 1024) or (1024,))",
+                         file=path, line=line, field="shape")
+    return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
 def read_param_table(path: str | Path) -> list[ParamTensor]:

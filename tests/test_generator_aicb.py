@@ -1,0 +1,107 @@
+"""AICB text writer: format as seed 002 is written, and a round trip through simrun's own AICB
+reader and stage builder reproduces the generated per-stage programs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import WORKLOADS
+
+from sim.models import ParallelConfig, generate, load_model
+from sim.models.aicb_writer import aicb_text, write_aicb
+from sim.topology.gpu import GpuSpec
+from sim.workload.aicb import read_aicb
+from sim.workload.stages import LayoutOptions, build_program
+
+A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)
+GPT175 = load_model(WORKLOADS / "models" / "gpt3-175b.yaml")
+
+LAYOUTS = [
+    dict(tp=8, pp=8, dp=2, vpp=3, global_batch=64, sequence_parallel=True,
+         recompute="selective"),
+    dict(tp=8, pp=4, dp=2, global_batch=16, recompute="full", distributed_optimizer=True),
+    dict(tp=8, pp=8, global_batch=8),
+    dict(tp=4, pp=2, dp=2, global_batch=4, micro_batch=2),  # ga = 1
+]
+
+
+def _phases(layers):
+    return [(x.forward, x.input_grad, x.weight_grad) for x in layers]
+
+
+@pytest.mark.parametrize("kw", LAYOUTS)
+def test_round_trip_through_the_aicb_reader(tmp_path, kw):
+    par = ParallelConfig(**kw)
+    prog = generate(GPT175, par, A100_80)
+    path = tmp_path / "w.txt"
+    rows = write_aicb(prog, path)
+    back = build_program(read_aicb(path.read_text(), str(path)), LayoutOptions())
+    assert (back.tp, back.pp, back.dp, back.ep, back.vpp, back.microbatches) == \
+        (prog.tp, prog.pp, prog.dp, prog.ep, prog.vpp, prog.microbatches)
+    assert back.pp_bytes == prog.pp_bytes and back.schedule == prog.schedule
+    for s in range(prog.pp):
+        for c in range(prog.vpp):
+            assert _phases(back.stages[s].chunks[c]) == _phases(prog.stages[s].chunks[c])
+    # epilogue of the representative stage: same compute and collectives
+    got = [(t.compute_ns, t.comm.kind if t.comm else None) for t in back.stages[0].epilogue]
+    want = [(t.compute_ns, t.comm.kind if t.comm else None) for t in prog.stages[0].epilogue]
+    assert got == want
+    assert back.stages[0].epilogue[0].wait_async
+    assert rows == int(path.read_text().splitlines()[1])
+
+
+def test_file_layout_like_seed_002(tmp_path):
+    par = ParallelConfig(tp=8, pp=8, dp=2, global_batch=8, sequence_parallel=True)
+    prog = generate(GPT175, par, A100_80)
+    text = aicb_text(prog)
+    lines = text.splitlines()
+    head = lines[0].split()
+    assert head[0] == "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
+    kv = dict(zip(head[1::2], head[2::2], strict=False))
+    assert kv["model_parallel_NPU_group:"] == "8" and kv["pp:"] == "8" and kv["ga:"] == "4"
+    assert kv["all_gpus:"] == "128" and kv["pp_comm:"] == str(prog.pp_bytes)
+    assert int(lines[1]) == len(lines) - 2
+    body = lines[2:]
+    for ln in body:
+        cols = ln.split("\t")
+        assert len(cols) == 12 and cols[1] == "-1" and cols[11] == "0"
+        assert all(cols[i].isdigit() for i in (2, 4, 5, 7, 8, 10))
+    names = [ln.split("\t")[0] for ln in body]
+    block = len(names[:-1]) // 4  # 4 microbatches, then the optimizer row
+    assert names[:block] * 4 == names[:-1]
+    assert names[-1] == "optimizer1"
+    assert names[0] == "embedding" and names[block - 1] == "output_cross_entropy3"
+    # 12 layers per stage × 7 rows, names without layer indices
+    assert names[2:9] == ["attn_norm", "attn_qkv", "attn_proj", "mlp_norm", "mlp_fc1",
+                          "mlp_fc2", "mlp_out"]
+    assert names.count("attn_qkv") == 12 * 4
+    # SP collectives in the TP columns, DP buckets in the weight-grad column
+    row = body[3].split("\t")
+    assert row[0] == "attn_qkv" and row[6] == "REDUCESCATTER" and row[9] == "ALLREDUCE"
+
+
+def test_process_time_and_atomic_write(tmp_path):
+    prog = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8), A100_80)
+    path = tmp_path / "w.txt"
+    write_aicb(prog, path, process_ns=100)
+    assert all(ln.endswith("\t100") for ln in path.read_text().splitlines()[2:])
+    assert os.listdir(tmp_path) == ["w.txt"]  # no temp file left behind
+
+
+def test_ep_group_suffix(tmp_path):
+    m = load_model(WORKLOADS / "models" / "moe-gpt-small.yaml")
+    par = ParallelConfig(tp=2, pp=2, dp=8, ep=4, global_batch=16, sequence_parallel=True)
+    text = aicb_text(generate(m, par, A100_80))
+    assert "ALLTOALL_EP" in text and "_DP_EP" in text
+    path = tmp_path / "moe.txt"
+    path.write_text(text)
+    prog = generate(m, par, A100_80)
+    back = build_program(read_aicb(text, str(path)), LayoutOptions())
+    assert _phases(back.stages[1].chunks[0]) == _phases(prog.stages[1].chunks[0])
+
+
+def test_bad_stage():
+    prog = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8), A100_80)
+    with pytest.raises(ValueError):
+        aicb_text(prog, stage=8)
