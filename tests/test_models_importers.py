@@ -189,3 +189,15 @@ def test_inspect_bad_input_exit_code_2(tmp_path, capsys):
     assert main([str(p)]) == 2
     err = capsys.readouterr().err
     assert "not a model description" in err and err.count("\n") == 1
+
+
+def test_infer_returns_the_typed_result():
+    from sim.models.inspect import infer
+    from sim.models.module_tree import ModuleTreeInfo
+    from sim.models.param_table import ParamTableInfo
+
+    assert isinstance(infer(str(TABLE)), ParamTableInfo)
+    tree = infer(str(TREE))
+    assert isinstance(tree, ModuleTreeInfo) and tree.layers == 12
+    assert any("tied" in n for n in tree.notes)
+    assert isinstance(infer(str(WORKLOADS / "models" / "llama3-8b.yaml")), ModelSpec)

@@ -11,7 +11,7 @@ For an operator of ``F`` matrix FLOPs moving ``Q`` HBM bytes on a GPU with dense
 The fixed per-kernel cost ``o`` (launch gap, prologue, partial last wave) makes the effective
 GEMM efficiency rise with size: ``η_eff(F) = η_gemm · t_c / (t_c + o_gemm)`` with
 ``t_c = F/(η_gemm·P)`` — half of ``η_gemm`` at ``F = η_gemm·P·o_gemm`` (≈ 1 GFLOP on A100:
-a 1024³ GEMM runs at ≈ 55% of peak, a 4096³ at ≈ 78%, as cuBLAS does). Small-``k`` GEMMs
+a 1024³ GEMM runs at ≈ 55% of peak, a 4096³ at ≈ 79%, as cuBLAS does). Small-``k`` GEMMs
 (attention batched matmuls with ``k = head_dim``) become memory-bound through the roofline.
 
 Efficiencies per GPU family are physical (achievable fractions of datasheet peaks, not per-case

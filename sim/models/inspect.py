@@ -34,6 +34,24 @@ def detect_format(path: str) -> str:
                      file=path, line=1)
 
 
+def infer(path: str):
+    """What a model description says: a :class:`~sim.models.spec.ModelSpec`,
+    :class:`~sim.models.param_table.ParamTableInfo` or
+    :class:`~sim.models.module_tree.ModuleTreeInfo` (by :func:`detect_format`)."""
+    fmt = detect_format(path)
+    if fmt == "model-spec":
+        from sim.models.spec import load_model
+
+        return load_model(path)
+    if fmt == "param-table":
+        from sim.models.param_table import import_param_table
+
+        return import_param_table(path)
+    from sim.models.module_tree import import_module_tree
+
+    return import_module_tree(path)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="simrun inspect",
                                  description="Print what simrun infers from a model description.")

@@ -130,6 +130,10 @@ def import_module_tree(path: str | Path) -> ModuleTreeInfo:
         position = "learned"
     if root.find("rotary_pos_emb") is not None:
         position = "rope"
+    if root.child("output_layer") is not None:
+        notes.append("output_layer present: whether it shares the word-embedding weight is not "
+                     "visible in a module tree (assumed tied, Megatron's default; set "
+                     "tied_embeddings in a model spec otherwise)")
     attn = first.child("self_attention")
     mlp = first.child("mlp")
     experts = None
