@@ -66,9 +66,12 @@ def positive_float(text: str) -> float:
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     """Parallel-layout overrides shared by the run and other subcommands."""
     g = p.add_argument_group("parallel layout (override the workload header)")
-    g.add_argument("--tp", type=positive_int, help="tensor-parallel size (default: from the file, else 1)")
-    g.add_argument("--pp", type=positive_int, help="pipeline stages (default: from the file, else 1)")
-    g.add_argument("--ep", type=positive_int, help="expert-parallel size (default: from the file, else 1)")
+    g.add_argument("--tp", type=positive_int,
+                   help="tensor-parallel size (default: from the file, else 1)")
+    g.add_argument("--pp", type=positive_int,
+                   help="pipeline stages (default: from the file, else 1)")
+    g.add_argument("--ep", type=positive_int,
+                   help="expert-parallel size (default: from the file, else 1)")
     g.add_argument("--vpp", type=positive_int,
                    help="virtual pipeline size = model chunks per stage (default: header vpp if "
                         "it is a valid Megatron virtual pipeline size, else 1)")
@@ -94,7 +97,8 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> Parser:
-    sub = "\n".join(f"  simrun {name:<11} {helptext}" for name, (_, helptext) in SUBCOMMANDS.items())
+    sub = "\n".join(f"  simrun {name:<11} {helptext}"
+                    for name, (_, helptext) in SUBCOMMANDS.items())
     p = Parser(
         prog="simrun",
         description="Simulate one training iteration of a large model on a GPU cluster and "

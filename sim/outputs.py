@@ -25,7 +25,8 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
                          field=flag or None)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        kwargs = {} if binary else {"encoding": "utf-8"}
+        with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

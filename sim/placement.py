@@ -94,7 +94,8 @@ class Placement:
             return tuple(self.rank(c.tp, base + e, c.pp) for e in range(self.ep))
         if kind is GroupKind.DP_EP:
             off = c.dp % self.ep
-            return tuple(self.rank(c.tp, off + k * self.ep, c.pp) for k in range(self.dp // self.ep))
+            return tuple(self.rank(c.tp, off + k * self.ep, c.pp)
+                         for k in range(self.dp // self.ep))
         raise ValueError(kind)
 
     def groups(self, kind: GroupKind) -> list[tuple[int, ...]]:
@@ -107,5 +108,5 @@ class Placement:
 
     @cached_property
     def stage_representatives(self) -> tuple[int, ...]:
-        """Rank ``(tp=0, dp=0, pp=s)`` for each stage ``s``: the ranks simulated in symmetric mode."""
+        """Rank ``(tp=0, dp=0, pp=s)`` of each stage ``s`` (simulated in symmetric mode)."""
         return tuple(self.rank(0, 0, s) for s in range(self.pp))

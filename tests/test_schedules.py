@@ -47,7 +47,8 @@ def test_interleaved_table_chunk_is_outer_loop_within_group():
 
 @pytest.mark.parametrize("name,p,m,v", [("1f1b", 4, 3, 1), ("gpipe", 3, 5, 1),
                                          ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2),
-                                         ("interleaved", 4, 12, 3), ("interleaved", 3, 6, 2), ("interleaved", 2, 6, 3)])
+                                         ("interleaved", 4, 12, 3), ("interleaved", 3, 6, 2),
+                                         ("interleaved", 2, 6, 3)])
 def test_every_op_appears_exactly_once_and_backward_after_forward(name, p, m, v):
     for ops in schedule_table(name, p, m, v):
         fs = [(o.microbatch, o.chunk) for o in ops if o.kind == "F"]

@@ -199,7 +199,8 @@ class _Engine:
                                       _comm_args(part.comm, part.algorithm))
             elif type(step) is Blocking:
                 t0 = env.now
-                res = yield from self.collective(rank, step.comm, f"{step.layer} {step.phase.value}")
+                what = f"{step.layer} {step.phase.value}"
+                res = yield from self.collective(rank, step.comm, what)
                 d = env.now - t0
                 st.exposed_comm_ns[step.comm.group] += d
                 ls = st.layers.setdefault(step.layer, LayerStats())
