@@ -291,3 +291,26 @@ def test_cli_rejects_bad_plot_flags_before_simulating(extra, needle, tmp_path, c
                  str(TOPOLOGIES / "dgx-a100-1024.yaml"), "--quiet", *extra]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("extra,spans", [([], False), (["--breakdown-plot", "b.png"], False),
+                                         (["--plot", "t.png"], True),
+                                         (["--trace", "t.json"], True)])
+def test_spans_are_recorded_only_for_a_trace_or_timeline(extra, spans, tmp_path, monkeypatch):
+    import sim.engine
+
+    seen = []
+    real = sim.engine.simulate
+
+    def spy(*a, **kw):
+        seen.append(kw.get("record_spans", False))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sim.engine, "simulate", spy)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--workload", str(ROOT / "workloads" / "optable-gpt2-large-block.tsv"),
+                 "--topo", str(TOPOLOGIES / "tiny-nvlink-4.yaml"), "--gpus", "4", "--quiet",
+                 *extra]) == 0
+    assert seen == [spans]
+    if extra:
+        assert (tmp_path / extra[1]).stat().st_size > 0

@@ -139,10 +139,14 @@ class _Builder:
                                    "microbatch": s.microbatch, "chunk": s.chunk}
             n, kind = 2, CollKind.SENDRECV
         else:
-            kind = CollKind(str(arg(s, "op")))
-            members = self.pl.group(GroupKind(s.stream), s.rank)
+            op = str(arg(s, "op", ""))
+            kind = CollKind(op) if op in CollKind.__members__ else None
+            try:
+                members: tuple[int, ...] = self.pl.group(GroupKind(s.stream), s.rank)
+            except ValueError:  # a stream that is not a process group
+                members = ()
             n = len(members)
-            out = {"op": kind.value, "group": s.stream, "group_size": n,
+            out = {"op": op, "group": s.stream, "group_size": n,
                    "group_ranks": rank_list(members), "bytes": size,
                    "algorithm": str(arg(s, "algorithm", "")),
                    "exposed": is_blocking(s)}
@@ -151,7 +155,8 @@ class _Builder:
         if dur > 0 and size > 0:
             algbw = size / dur  # bytes per ns = GB/s
             out["algbw_GBps"] = round(algbw, 6)
-            out["busbw_GBps"] = round(algbw * nccl_busbw_factor(kind, n), 6)
+            if kind is not None and n:
+                out["busbw_GBps"] = round(algbw * nccl_busbw_factor(kind, n), 6)
         return out
 
     def comm_name(self, s: Span) -> str:
