@@ -19,9 +19,10 @@ def describe_network(net: FlowNetwork) -> list[str]:
     out += ["  " + line for line in topo.describe()]
     algos = sorted(set(net.algorithm.values()))
     if algos == ["auto"]:
-        out.append("collective algorithm: auto — least predicted time over ring / double "
-                   "binary tree / hierarchical (all-to-all and send/recv: direct) × protocols "
-                   "LL / LL128 / Simple, as NCCL's tuner does")
+        out.append("collective algorithm: auto — least predicted time over NCCL's algorithms "
+                   "(all-reduce: ring / double binary tree; all-gather, reduce-scatter, "
+                   "broadcast: ring; all-to-all, send/recv: direct) × protocols LL / LL128 / "
+                   "Simple, as NCCL's tuner does (hierarchical only when asked for)")
     else:
         fixed = ", ".join(f"{k.value.lower()} {v}" for k, v in net.algorithm.items())
         out.append(f"collective algorithm: {fixed} (auto where a fixed choice does not apply)")

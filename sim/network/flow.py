@@ -26,7 +26,7 @@ from simpy.events import NORMAL
 from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
-from sim.network.plans import ALGORITHMS_FOR, Plan, build_plan
+from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan
 from sim.network.symmetry import copies as symmetric_copies
 from sim.placement import Placement
 from sim.topology.cluster import Cluster
@@ -138,9 +138,12 @@ class FlowNetwork(Network):
         self._single[id(plan)] = got
         return got
 
-    def _aggregated_flows(self, plan: Plan, req: CommRequest) -> tuple:
-        """Like :meth:`_single_flows`, with the loads of every symmetric copy on the
-        representative's links (symmetric mode)."""
+    def _aggregated_flows(self, plan: Plan, req: CommRequest) -> tuple[tuple, tuple]:
+        """(flows, latencies) per phase: like :meth:`_single_flows`, with the loads of every
+        symmetric copy on the representative's links (symmetric mode). Latencies are the
+        representative's own (its copies are assumed to be its images; where a copy's path
+        is longer, e.g. it crosses a leaf boundary the representative does not, only
+        per-rank simulation sees the difference)."""
         akey = (id(plan), req.group)
         got = self._agg.get(akey)
         if got is not None:
@@ -149,8 +152,8 @@ class FlowNetwork(Network):
         groups = symmetric_copies(self.placement, req.kind, req.group, req.ranks) \
             if self.symmetric else [req.ranks]
         if len(groups) == 1:
-            self._agg[akey] = single
-            return single
+            got = self._agg[akey] = (single, tuple(ph.latency_ns for ph in plan.phases))
+            return got
         cl = self.cluster
         phases = []
         copy_plans = [self.plan(req.kind, plan.algorithm, g) for g in groups[1:]]
@@ -169,8 +172,8 @@ class FlowNetwork(Network):
                                 li[link] = li.get(link, 0) + 1
             phases.append(tuple((path, tuple(ld.items()), coef, cap)
                                 for (path, _, coef, cap), ld in zip(ph, loads, strict=True)))
-        got = tuple(phases)
-        self._agg[akey] = got
+        lats = tuple(ph.latency_ns for ph in plan.phases)
+        got = self._agg[akey] = (tuple(phases), lats)
         return got
 
     def _alone_ns(self, plan: Plan, proto: str, size_bytes: int) -> int:
@@ -206,8 +209,9 @@ class FlowNetwork(Network):
         if got is not None:
             return got
         fixed = self.algorithm[kind]
-        algos = ALGORITHMS_FOR[kind]
-        if fixed != "auto" and fixed in algos and self.plan(kind, fixed, ranks) is not None:
+        algos = tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS)
+        if fixed != "auto" and fixed in ALGORITHMS_FOR[kind] and \
+                self.plan(kind, fixed, ranks) is not None:
             algos = (fixed,)
         best: tuple[Plan, str, int] | None = None
         for a in algos:
@@ -254,7 +258,7 @@ class FlowNetwork(Network):
         now = self.env.now  # type: ignore[union-attr]
         wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
         flows = [Flow(path, loads, coef * wire, op, cap)
-                 for path, loads, coef, cap in op.agg[op.phase]]
+                 for path, loads, coef, cap in op.agg[0][op.phase]]
         op.pending = len(flows)
         self.solver.add(flows, now)
         self._schedule_wake()
@@ -287,7 +291,7 @@ class FlowNetwork(Network):
     def _phase_done(self, op: _Op, now: int) -> None:
         env = self.env
         assert env is not None
-        lat = op.plan.phases[op.phase].latency_ns[op.proto]
+        lat = op.agg[1][op.phase][op.proto]
         op.phase += 1
         if op.phase < len(op.plan.phases):
             env.timeout(lat).callbacks.append(lambda ev, op=op: self._start_phase(op))

@@ -43,6 +43,9 @@ ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
     CollKind.SENDRECV: ("direct",),
 }
 PROTOCOLS_FOR_DIRECT = ("LL", "Simple")
+# What ``auto`` chooses among: the algorithms NCCL itself runs (hierarchical is not one of
+# them; it is used only when asked for).
+AUTO_ALGORITHMS = ("ring", "tree", "direct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +128,8 @@ class _Lat:
 
 def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
                   chain_root: int | None = None) -> tuple[list[Coflow], int, int]:
-    """Ring (or, with ``chain_root``, chain) coflows; returns (coflows, edges, inter edges)
-    of one channel."""
+    """Ring (or, with ``chain_root``, chain) coflows, one per channel; also returns the number
+    of edges and of node-crossing edges of one channel."""
     nodes = node_groups(cl, ranks)
     if len(nodes) == 1:
         seqs = [list(ranks)]
@@ -153,21 +156,21 @@ def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
 
 
 def ring_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -> Plan:
+    """Ring (chain for Broadcast). Latency: NCCL's ``nsteps`` = 2(n−1) for AllReduce, n−1
+    otherwise, of which ``nInter`` = 2(N−1) resp. N−1 cross nodes."""
     n = len(ranks)
-    if kind is CollKind.BROADCAST:
-        cfs, n_edges, n_inter = _ring_coflows(cl, ranks, 1.0, chain_root=ranks[0])
-        lat = _Lat(cl, intra)
-        for cf in cfs:
-            lat.add(cf.edges, cf.channel)
-        return Plan(kind, "ring", ranks, (PlanPhase(tuple(cfs), lat.ring(n_edges, n_inter)),))
+    n_nodes = len(node_groups(cl, ranks))
     ar = kind is CollKind.ALLREDUCE
-    cfs, _, n_inter = _ring_coflows(cl, ranks, (2.0 if ar else 1.0) * (n - 1) / n)
+    if kind is CollKind.BROADCAST:
+        cfs, _, _ = _ring_coflows(cl, ranks, 1.0, chain_root=ranks[0])
+    else:
+        cfs, _, _ = _ring_coflows(cl, ranks, (2.0 if ar else 1.0) * (n - 1) / n)
     lat = _Lat(cl, intra)
     for cf in cfs:
         lat.add(cf.edges, cf.channel)
-    steps = (2 if ar else 1) * (n - 1)
-    inter = (2 if ar else 1) * n_inter
-    return Plan(kind, "ring", ranks, (PlanPhase(tuple(cfs), lat.ring(steps, inter, ar)),))
+    mult = 2 if ar else 1
+    phase = PlanPhase(tuple(cfs), lat.ring(mult * (n - 1), mult * (n_nodes - 1), ar))
+    return Plan(kind, "ring", ranks, (phase,))
 
 
 def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:

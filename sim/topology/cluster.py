@@ -51,7 +51,6 @@ class Cluster:
             lv = f.levels
             self._down = [x.down for x in lv]
             self._up = [x.up for x in lv]
-            self.leaves_per_rail = -(-topo.num_nodes // lv[0].down)
             # level-l block of a leaf = leaf // span[l] (span[1] = 1)
             self._span = [1, 1]
             for x in lv[1:]:
@@ -113,10 +112,7 @@ class Cluster:
     def leaf_of(self, node: int, nic: int) -> int:
         f = self.topo.fabric
         assert f is not None
-        d = f.levels[0].down
-        if f.rail_optimized:
-            return nic * self.leaves_per_rail + node // d
-        return (node * self.nics + nic) // d
+        return f.leaf_index(node, nic, self.topo.num_nodes, self.nics)
 
     def fabric_level(self, leaf_a: int, leaf_b: int) -> int:
         """Lowest switch level whose sub-tree holds both leaves (1 = same leaf)."""

@@ -321,12 +321,8 @@ def _collectives(s: _Section | None) -> CollectiveSpec:
 
 
 def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, int]:
-    """(leaf switches needed, leaf switches the tree above the leaves can join)."""
-    down1 = fabric.levels[0].down
-    if fabric.rail_optimized:
-        n_leaves = nics * -(-nodes // down1)
-    else:
-        n_leaves = -(-nodes * nics // down1)
+    """(leaf switches the cluster needs, leaf switches the tree above the leaves can join)."""
+    n_leaves = fabric.leaf_index(nodes - 1, nics - 1, nodes, nics) + 1
     if len(fabric.levels) == 1:
         # a single switch level: one leaf (per rail when rail-optimised; rails meet only
         # through the nodes' own NVLink/PCIe, as NCCL's PXN does)

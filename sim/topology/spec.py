@@ -121,6 +121,24 @@ class FabricSpec:
         """Effective bandwidth of one switch-to-switch link per direction (GB/s)."""
         return self.link_bandwidth_gbps / 8.0 * self.efficiency
 
+    def leaf_index(self, node: int, nic: int, nodes: int, nics: int) -> int:
+        """Leaf switch of NIC ``nic`` of ``node`` (cluster of ``nodes`` × ``nics`` NICs).
+
+        Not rail-optimised: NIC ports fill leaves in (node, NIC) order. Rail-optimised: rail
+        ``k`` has ``ceil(nodes / leaf down-ports)`` leaves; whole rails are packed into the
+        level-2 sub-trees (each joins ``levels[1].down`` leaves) when they fit, so that a rail's
+        traffic stays below one set of spines.
+        """
+        d1 = self.levels[0].down
+        if not self.rail_optimized:
+            return (node * nics + nic) // d1
+        per_rail = -(-nodes // d1)
+        if len(self.levels) > 1 and per_rail <= self.levels[1].down:
+            d2 = self.levels[1].down
+            rails_per_block = d2 // per_rail
+            return (nic // rails_per_block) * d2 + (nic % rails_per_block) * per_rail + node // d1
+        return nic * per_rail + node // d1
+
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
