@@ -58,6 +58,7 @@ SCHEDULES = [
     ("interleaved v=8", ["--schedule", "interleaved", "--vpp", "8"]),
 ]
 SCHEDULE_FIGURE = "schedules-512gpu.png"
+WORKED_FIGURE = "timeline-worked-example.png"
 SCHEDULE_BASE = ["--workload", W512, "--topo", T512, "--microbatches", "8"]
 
 
@@ -74,6 +75,25 @@ def run(args: list[str], outputs: list[str]) -> tuple[dict, str]:
 
 def command(args: list[str]) -> str:
     return "simrun " + " ".join(args)
+
+
+def worked_example(path: str) -> None:
+    """docs/engine.md's worked example (p = 2, M = 2, 1F1B, f = 10 ns, b = 20 ns, 5 ns
+    transfers), drawn from the engine directly: a figure to check by eye against the table."""
+    from sim.engine import simulate
+    from sim.network.simple import AlphaBetaNetwork
+    from sim.report import build_report
+    from sim.viz.timeline import plot_timeline
+    from sim.workload.model import GroupKind, Layer, Phase
+    from sim.workload.program import PipelineProgram, StageProgram
+
+    lay = Layer("layer", Phase(10), Phase(10), Phase(10))
+    prog = PipelineProgram(tp=1, pp=2, dp=1, ep=1, vpp=1, microbatches=2, pp_bytes=5,
+                           stages=[StageProgram(s, [(lay,)]) for s in range(2)],
+                           schedule="1f1b", source="docs/engine.md worked example")
+    res = simulate(prog, AlphaBetaNetwork(0, {GroupKind.PP: 1.0}), record_spans=True)
+    plot_timeline(res, path, report=build_report(res, topology="α–β, 5 ns per transfer"),
+                  flag="gallery")
 
 
 def main_gallery() -> int:
@@ -108,6 +128,13 @@ def main_gallery() -> int:
                                + " (then sim.viz.breakdown.plot_sweep)",
                     "runs": runs})
     print(f"wrote {PLOTS}/{SCHEDULE_FIGURE}")
+    worked_example(f"{PLOTS}/{WORKED_FIGURE}")
+    figures.append({"file": f"{PLOTS}/{WORKED_FIGURE}",
+                    "title": "the worked example of docs/engine.md (p = 2, M = 2, 1F1B)",
+                    "command": "python scripts/make_gallery.py (worked_example: the engine on "
+                               "the synthetic program of docs/engine.md)",
+                    "runs": []})
+    print(f"wrote {PLOTS}/{WORKED_FIGURE}")
     keep = {f["file"] for f in figures}
     for f in old.get("figures", []):
         if f["file"] not in keep and (ROOT / f["file"]).exists():

@@ -65,6 +65,15 @@ class TimelinePlot:
     height_px: int
 
 
+def time_unit(iteration_ns: int) -> tuple[str, float]:
+    """Axis unit and ns → unit factor: ms for real iterations (≥ 1 ms), else µs or ns."""
+    if iteration_ns >= 1_000_000:
+        return "ms", 1e-6
+    if iteration_ns >= 1_000:
+        return "µs", 1e-3
+    return "ns", 1.0
+
+
 def figure_size(rows: int, width_px: int = 1600) -> tuple[int, int]:
     """Image size (pixels) of a timeline with ``rows`` rows."""
     return width_px, TOP_PX + BOTTOM_PX + ROW_PX * max(rows, 1)
@@ -128,14 +137,14 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
 
         ax = fig.add_axes((LEFT_PX / w, BOTTOM_PX / h, (w - LEFT_PX - RIGHT_PX) / w,
                            (h - TOP_PX - BOTTOM_PX) / h))
-        it_ms = result.iteration_ns * 1e-6
+        unit, scale = time_unit(result.iteration_ns)
         n = len(chosen)
         groups: dict[tuple[str, bool], tuple[list, list]] = {}
         present = set()
         for b in boxes:
             y0 = b.row + (0.08 if b.lane == "compute" else 0.08 + COMPUTE_FRAC + 0.04)
             y1 = y0 + (COMPUTE_FRAC if b.lane == "compute" else COMM_FRAC)
-            x0, x1 = b.start_ns * 1e-6, b.end_ns * 1e-6
+            x0, x1 = b.start_ns * scale, b.end_ns * scale
             style = ("bubble" if b.kind == "bubble" else
                      "op" if b.kind in OP_KINDS else "flat", b.lane == "comm")
             verts, cols = groups.setdefault(style, ([], []))
@@ -153,16 +162,16 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
             face = _color(Box(0, "compute", 0, 1, lab.kind, 0, lab.chunk), prog.vpp)
             b_color = "white" if luminance(face) < 0.45 else "black"
             y = lab.row + 0.08 + COMPUTE_FRAC / 2
-            ax.text(lab.x_ns * 1e-6, y, lab.text, ha="center", va="center",
+            ax.text(lab.x_ns * scale, y, lab.text, ha="center", va="center",
                     fontsize=lab.size_pt, rotation=90 if lab.rotated else 0, color=b_color,
                     clip_on=True)
-        ax.set_xlim(0, it_ms)
+        ax.set_xlim(0, result.iteration_ns * scale)
         ax.set_ylim(n, 0)
         ax.set_yticks([i + 0.08 + COMPUTE_FRAC / 2 for i in range(n)])
         ax.set_yticklabels([f"stage {stage_of[r]}" + (f" · r{r}" if result.per_rank else "")
                             for r in chosen])
         ax.tick_params(axis="y", length=0)
-        ax.set_xlabel("time (ms)")
+        ax.set_xlabel(f"time ({unit})")
         ax.grid(axis="x", color="#dddddd", linewidth=0.5)
         ax.set_axisbelow(True)
         for side in ("top", "right", "left"):
@@ -176,6 +185,8 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
                  fontsize=10)
         fig.text(LEFT_PX / w, 1 - 38 / h, _subtitle(result, report), ha="left", va="top",
                  fontsize=8, color="#444444")
+        fig.text(LEFT_PX / w, 8 / h, _lanes_note(result), ha="left", va="bottom",
+                 fontsize=7.5, color="#444444")
         return None
 
     render(draw, path, width_px=w, height_px=h, flag=flag)
@@ -188,7 +199,8 @@ def _title(result: SimResult, report: dict[str, Any] | None) -> str:
     sched = f"{prog.schedule}, p = {prog.pp}, M = {prog.microbatches}"
     if prog.vpp > 1:
         sched += f", v = {prog.vpp} chunks"
-    return f"{name} — {sched}; iteration {result.iteration_ns * 1e-6:,.3f} ms"
+    unit, scale = time_unit(result.iteration_ns)
+    return f"{name} — {sched}; iteration {result.iteration_ns * scale:,.3f} {unit}"
 
 
 def _subtitle(result: SimResult, report: dict[str, Any] | None) -> str:
@@ -199,7 +211,12 @@ def _subtitle(result: SimResult, report: dict[str, Any] | None) -> str:
             parts.append(Path(str(report["topology"])).name)
         parts.append(f"bubble fraction {report['bubble_fraction']:.3f} (ideal "
                      f"{report['ideal_bubble_formula']} = {report['ideal_bubble_fraction']:.3f})")
-    lanes = "upper lane: compute stream (op boxes labelled with the microbatch"
-    lanes += ".chunk; lighter = later chunk)" if prog.vpp > 1 else ")"
-    parts.append(lanes + "; thin lane: communication on the wire")
     return " · ".join(parts)
+
+
+def _lanes_note(result: SimResult) -> str:
+    note = "upper lane: compute stream — op boxes labelled with the microbatch"
+    note += (".chunk (later chunks lighter)" if result.program.vpp > 1 else "")
+    note += "; a communication colour there = the stream waits for it (exposed). "
+    return note + "Thin lane: communication on the wire (blocking TP/EP, pipeline sends, " \
+                  "asynchronous DP reductions)."
