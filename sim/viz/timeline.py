@@ -35,7 +35,7 @@ LEGEND = [
 OP_KINDS = ("forward", "backward", "weight_grad")
 
 # geometry (pixels)
-LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 96, 24, 64, 104
+LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 96, 24, 64, 116
 ROW_PX = 44
 COMPUTE_FRAC, COMM_FRAC = 0.58, 0.2  # lane heights as fractions of a row
 LABEL_PT, MIN_LABEL_PT = 7.0, 5.0
