@@ -8,10 +8,15 @@ phases, all-to-all) or by pipeline sends between neighbouring stages (both direc
 answer holds whatever sizes and choices occur. Typical case: TP = 8 inside an NVSwitch node
 while DP and PP leave through each GPU's own NIC. Assumes a group has at most one blocking
 collective in flight (its rank waits for it).
+
+Cost: one pass over the edges of every group's candidate algorithms. When every group of the
+kind lies inside one node only intra-node links can be shared, so the other kinds' routes are
+reduced to their intra-node segments (no fabric routing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from sim.workload.model import CollKind, GroupKind
@@ -20,27 +25,34 @@ if TYPE_CHECKING:
     from sim.network.flow import FlowNetwork
 
 _COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP)
+_OPS = [(CollKind.ALLREDUCE, a) for a in ("ring", "tree", "hierarchical")]
+_A2A = (CollKind.ALLTOALL, "direct")
 
 
-def _links(net: FlowNetwork, kind: GroupKind, ranks: tuple[int, ...]) -> set[int]:
-    out: set[int] = set()
-    ops = [(CollKind.ALLREDUCE, a) for a in ("ring", "tree", "hierarchical")]
-    if kind in (GroupKind.EP, GroupKind.DP_EP):
-        ops.append((CollKind.ALLTOALL, "direct"))
-    for coll, algo in ops:
+def _edges(net: FlowNetwork, ranks: tuple[int, ...], a2a: bool
+           ) -> Iterator[tuple[int, int, int, int]]:
+    """(src, dst, rail, channel) of every edge any candidate algorithm could use."""
+    for coll, algo in _OPS + ([_A2A] if a2a else []):
         plan = net.plan(coll, algo, ranks)
         if plan is None:
             continue
-        for phase in net._single_flows(plan):
-            for path, _, _, _ in phase:
-                out.update(path)
+        for phase in plan.phases:
+            for cf in phase.coflows:
+                for s, d, rail in cf.edges:
+                    yield s, d, rail, cf.channel
+
+
+def _groups(pl, kind: GroupKind) -> list[tuple[int, ...]]:
+    """Every group of ``kind`` with more than one member (one ``group()`` call per group)."""
+    covered: set[int] = set()
+    out = []
+    for r in range(pl.world_size):
+        if r not in covered:
+            g = tuple(pl.group(kind, r))
+            covered.update(g)
+            if len(g) > 1:
+                out.append(g)
     return out
-
-
-def _groups(net: FlowNetwork, kind: GroupKind) -> list[tuple[int, ...]]:
-    pl = net.placement
-    assert pl is not None
-    return [tuple(g) for g in pl.groups(kind) if len(g) > 1]
 
 
 def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
@@ -48,27 +60,45 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     pl = net.placement
     if pl is None or group is GroupKind.PP:
         return False
-    mine = _groups(net, group)
+    cl = net.cluster
+    groups = {k: _groups(pl, k) for k in _COLLECTIVE_KINDS}
+    mine = groups[group]
     if not mine:
         return True
-    owner: dict[int, int] = {}
+    local = all(len({r // cl.gpn for r in g}) == 1 for g in mine)
+
+    def keys(s: int, d: int, rail: int, ch: int):
+        return cl.local_keys(s, d, rail) if local else cl.path(s, d, rail, ch)
+
+    a2a = group in (GroupKind.EP, GroupKind.DP_EP)
+    owner: dict = {}
     for gi, g in enumerate(mine):
-        for link in _links(net, group, g):
-            if owner.setdefault(link, gi) != gi:
-                return False
+        for e in _edges(net, g, a2a):
+            for k in keys(*e):
+                if owner.setdefault(k, gi) != gi:
+                    return False
+    # other kinds' groups; a group with the same members as an earlier one is visited once
+    # with the union of both kinds' algorithms
+    seen: dict[tuple[int, ...], bool] = {}
     for other in _COLLECTIVE_KINDS:
         if other is group:
             continue
-        for g in _groups(net, other):
-            if not owner.keys().isdisjoint(_links(net, other, g)):
-                return False
+        for g in groups[other]:
+            want_a2a = other in (GroupKind.EP, GroupKind.DP_EP)
+            if seen.get(g, False) or (g in seen and not want_a2a):
+                continue
+            seen[g] = seen.get(g, False) or want_a2a
+            for e in _edges(net, g, want_a2a):
+                for k in keys(*e):
+                    if k in owner:
+                        return False
     if pl.pp > 1:
-        cl = net.cluster
         for d in range(pl.dp):
             for t in range(pl.tp):
                 for s in range(pl.pp):
                     a, b = pl.rank(t, d, s), pl.rank(t, d, (s + 1) % pl.pp)
                     for src, dst in ((a, b), (b, a)):
-                        if not owner.keys().isdisjoint(cl.path(src, dst)):
-                            return False
+                        for k in keys(src, dst, -1, 0):
+                            if k in owner:
+                                return False
     return True

@@ -26,6 +26,7 @@ links of each step's path from the topology (ns).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.network import nccl
@@ -55,10 +56,22 @@ class Coflow:
     channel: int
 
 
-@dataclass(frozen=True)
 class PlanPhase:
-    coflows: tuple[Coflow, ...]
-    latency_ns: dict[str, int]  # protocol → ns
+    """Coflows of one phase and its latency term (protocol → ns, computed on first use: it
+    needs every edge's route, which fusability checks and symmetric copies do not)."""
+
+    __slots__ = ("coflows", "_latency_fn", "_latency")
+
+    def __init__(self, coflows: tuple[Coflow, ...], latency_fn: Callable[[], dict[str, int]]):
+        self.coflows = coflows
+        self._latency_fn = latency_fn
+        self._latency: dict[str, int] | None = None
+
+    @property
+    def latency_ns(self) -> dict[str, int]:
+        if self._latency is None:
+            self._latency = self._latency_fn()
+        return self._latency
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,7 @@ class Plan:
 
     @property
     def protocols(self) -> tuple[str, ...]:
-        return tuple(self.phases[0].latency_ns)
+        return PROTOCOLS_FOR_DIRECT if self.algorithm == "direct" else nccl.PROTOCOLS
 
 
 def node_groups(cl: Cluster, ranks: tuple[int, ...]) -> list[list[int]]:
@@ -165,12 +178,15 @@ def ring_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -
         cfs, _, _ = _ring_coflows(cl, ranks, 1.0, chain_root=ranks[0])
     else:
         cfs, _, _ = _ring_coflows(cl, ranks, (2.0 if ar else 1.0) * (n - 1) / n)
-    lat = _Lat(cl, intra)
-    for cf in cfs:
-        lat.add(cf.edges, cf.channel)
     mult = 2 if ar else 1
-    phase = PlanPhase(tuple(cfs), lat.ring(mult * (n - 1), mult * (n_nodes - 1), ar))
-    return Plan(kind, "ring", ranks, (phase,))
+
+    def latency() -> dict[str, int]:
+        lat = _Lat(cl, intra)
+        for cf in cfs:
+            lat.add(cf.edges, cf.channel)
+        return lat.ring(mult * (n - 1), mult * (n_nodes - 1), ar)
+
+    return Plan(kind, "ring", ranks, (PlanPhase(tuple(cfs), latency),))
 
 
 def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:
@@ -179,7 +195,6 @@ def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:
     rails = _rails(cl, nodes) if n_nodes > 1 else [-1]
     c_count = len(rails)
     cfs = []
-    lat = _Lat(cl, intra)
     for c, k in enumerate(rails):
         seqs = [_rotate(cl, g, k, c) for g in nodes] if n_nodes > 1 else [list(ranks)]
         for t in (0, 1):
@@ -197,14 +212,18 @@ def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:
                 a, b = seqs[child][0], seqs[parent][0]
                 edges.append((a, b, k))
                 edges.append((b, a, k))
-            cf = Coflow(tuple(edges), 1.0 / (2 * c_count), 2 * c + t)
-            lat.add(cf.edges, cf.channel)
-            cfs.append(cf)
+            cfs.append(Coflow(tuple(edges), 1.0 / (2 * c_count), 2 * c + t))
     ppn = max(len(g) for g in nodes)
-    log2i = n_nodes.bit_length() - 1
-    phys = 2 * ((ppn - 1) * lat.intra_ns + log2i * lat.inter_ns)
-    latency = {p: round(nccl.tree_latency_us(p, ppn, n_nodes, intra) * 1000) + phys
-               for p in nccl.PROTOCOLS}
+
+    def latency() -> dict[str, int]:
+        lat = _Lat(cl, intra)
+        for cf in cfs:
+            lat.add(cf.edges, cf.channel)
+        log2i = n_nodes.bit_length() - 1
+        phys = 2 * ((ppn - 1) * lat.intra_ns + log2i * lat.inter_ns)
+        return {p: round(nccl.tree_latency_us(p, ppn, n_nodes, intra) * 1000) + phys
+                for p in nccl.PROTOCOLS}
+
     return Plan(CollKind.ALLREDUCE, "tree", ranks, (PlanPhase(tuple(cfs), latency),))
 
 
@@ -215,26 +234,29 @@ def hierarchical_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...],
     if n_nodes == 1 or g == 1 or any(len(x) != g for x in nodes):
         return None
 
+    def phase(cfs: tuple[Coflow, ...], steps: int, inter: int, ar: bool) -> PlanPhase:
+        def latency() -> dict[str, int]:
+            lat = _Lat(cl, intra)
+            for cf in cfs:
+                lat.add(cf.edges, cf.channel)
+            return lat.ring(steps, inter, ar)
+
+        return PlanPhase(cfs, latency)
+
     def intra_phase(coef: float) -> PlanPhase:
-        lat = _Lat(cl, intra)
-        cfs = []
-        for i, seq in enumerate(nodes):
-            edges = tuple((seq[j], seq[(j + 1) % g], -1) for j in range(g))
-            lat.add(edges, 0)
-            cfs.append(Coflow(edges, coef, i))
-        return PlanPhase(tuple(cfs), lat.ring(g - 1, 0))
+        cfs = tuple(Coflow(tuple((seq[j], seq[(j + 1) % g], -1) for j in range(g)), coef, 0)
+                    for seq in nodes)
+        return phase(cfs, g - 1, 0, False)
 
     def inter_phase(coef: float, ar: bool) -> PlanPhase:
-        lat = _Lat(cl, intra)
         cfs = []
         for j in range(g):
             col = [x[j] for x in nodes]
             edges = tuple((col[i], col[(i + 1) % n_nodes], cl.nic_of(col[i]))
                           for i in range(n_nodes))
-            lat.add(edges, j)
             cfs.append(Coflow(edges, coef, j))
         steps = (2 if ar else 1) * (n_nodes - 1)
-        return PlanPhase(tuple(cfs), lat.ring(steps, steps, ar))
+        return phase(tuple(cfs), steps, steps, ar)
 
     fi, fn = (g - 1) / g, (n_nodes - 1) / n_nodes / g
     if kind is CollKind.ALLREDUCE:
@@ -247,20 +269,23 @@ def hierarchical_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...],
 
 
 def direct_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -> Plan:
-    lat = _Lat(cl, intra)
     n = len(ranks)
     if kind is CollKind.SENDRECV:
         cfs = [Coflow(((ranks[0], ranks[1], -1),), 1.0, 0)]
     else:
         cfs = [Coflow(((a, b, -1),), 1.0 / n, 0) for a in ranks for b in ranks if a != b]
-    for cf in cfs:
-        lat.add(cf.edges, 0)
-    multi = any(a // cl.gpn != ranks[0] // cl.gpn for a in ranks)
-    hop = "net" if multi else intra
-    phys = lat.inter_ns if multi else lat.intra_ns
-    steps = 1 if kind is CollKind.SENDRECV else n - 1
-    latency = {p: round((nccl.BASE_LAT_US["ring"][p] + steps * nccl.HW_LAT_US[("ring", hop)][p])
-                        * 1000) + steps * phys for p in PROTOCOLS_FOR_DIRECT}
+
+    def latency() -> dict[str, int]:
+        lat = _Lat(cl, intra)
+        for cf in cfs:
+            lat.add(cf.edges, 0)
+        multi = any(a // cl.gpn != ranks[0] // cl.gpn for a in ranks)
+        hop = "net" if multi else intra
+        phys = lat.inter_ns if multi else lat.intra_ns
+        steps = 1 if kind is CollKind.SENDRECV else n - 1
+        return {p: round((nccl.BASE_LAT_US["ring"][p] + steps * nccl.HW_LAT_US[("ring", hop)][p])
+                         * 1000) + steps * phys for p in PROTOCOLS_FOR_DIRECT}
+
     return Plan(kind, "direct", ranks, (PlanPhase(tuple(cfs), latency),))
 
 

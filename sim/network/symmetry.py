@@ -39,8 +39,13 @@ def copies(placement: Placement | None, kind: CollKind, group: GroupKind,
     if group is GroupKind.PP or tuple(placement.group(group, ranks[0])) != tuple(ranks):
         return [ranks]
     seen: dict[int, tuple[int, ...]] = {}
+    covered: set[int] = set(ranks)
     for d in range(placement.dp):
         for t in range(placement.tp):
-            g = tuple(placement.group(group, placement.rank(t, d, c0.pp)))
-            seen.setdefault(min(g), g)
-    return [ranks] + [g for _, g in sorted(seen.items()) if g != ranks]
+            r = placement.rank(t, d, c0.pp)
+            if r in covered:
+                continue
+            g = tuple(placement.group(group, r))
+            covered.update(g)
+            seen[min(g)] = g
+    return [ranks] + [g for _, g in sorted(seen.items())]

@@ -44,7 +44,8 @@ class Cluster:
         self.cap: list[float] = []
         self.lat: list[int] = []
         self.kind: list[str] = []
-        self._intra: dict[tuple, tuple[tuple, ...]] = {}  # template segments (local names)
+        self._intra: dict[tuple, tuple] = {}  # template segments (local names) and their ids
+        self._tmpl: dict[tuple, int] = {}  # template link → number (< 4096)
         self._paths: dict[tuple, tuple[int, ...]] = {}
         f = topo.fabric
         if f is not None and self.nics:
@@ -234,6 +235,30 @@ class Cluster:
         p = tuple(links)
         self._paths[key] = p
         return p
+
+    def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
+        """Template link numbers of the segment ``a → b`` (cached)."""
+        key = ("ids", a, b)
+        got = self._intra.get(key)
+        if got is None:
+            seg = self._segment(a, b)
+            got = tuple(self._tmpl.setdefault((seg[i], seg[i + 1]), len(self._tmpl))
+                        for i in range(len(seg) - 1))
+            self._intra[key] = got
+        return got  # type: ignore[return-value]
+
+    def local_keys(self, src: int, dst: int, rail: int = -1) -> list[int]:
+        """The intra-node links of the route ``src → dst`` as integer keys (node × 4096 +
+        template link), without touching the fabric (cheap; for fusability checks)."""
+        na, ia = divmod(src, self.gpn)
+        nb, ib = divmod(dst, self.gpn)
+        if na == nb:
+            base = na << 12
+            return [base + t for t in self._seg_ids(("gpu", ia), ("gpu", ib))]
+        k = self._gpu_nic[ib] if rail < 0 else rail
+        ba, bb = na << 12, nb << 12
+        return ([ba + t for t in self._seg_ids(("gpu", ia), ("nic", k))]
+                + [bb + t for t in self._seg_ids(("nic", k), ("gpu", ib))])
 
     def path_latency_ns(self, links: tuple[int, ...]) -> int:
         return sum(self.lat[i] for i in links)
