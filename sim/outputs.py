@@ -15,6 +15,12 @@ from typing import Any
 from sim.errors import InputError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool = False,
                  flag: str = "") -> None:
     """Call ``write(fileobj)`` on a temp file next to ``path`` and rename it into place."""
@@ -30,6 +36,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; use the usual mode
         os.replace(tmp, p)
     except BaseException:
         try:

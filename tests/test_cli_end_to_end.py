@@ -91,3 +91,22 @@ def test_help_documents_units_and_defaults():
                  "--schedule", "--pp-comm-bytes", "--bytes-per-element", "--per-rank"):
         assert flag in r.stdout
     assert "bytes" in r.stdout and "default" in r.stdout
+
+
+def test_atomic_write_leaves_nothing_when_interrupted(tmp_path):
+    from sim.outputs import atomic_write
+
+    target = tmp_path / "out.json"
+    target.write_text("old\n")
+
+    def boom(f):
+        f.write("partial")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, boom)
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+    atomic_write(target, lambda f: f.write("new\n"))
+    assert target.read_text() == "new\n"
+    assert target.stat().st_mode & 0o044  # readable by others as with a plain open()
