@@ -60,19 +60,27 @@ def test_layout_and_stage_contents():
 
 @pytest.mark.parametrize("sp", [False, True])
 def test_tp_traffic_per_layer_matches_calibration_c(sp):
-    """Each rank sends 8·b·s·h·(t−1)/t elements per layer per microbatch (ring volumes:
-    all-reduce 2(t−1)/t·S, all-gather / reduce-scatter (t−1)/t·S), SP or not."""
+    """The f/g operators send 8·b·s·h·(t−1)/t elements per rank per layer per microbatch (ring
+    volumes: all-reduce 2(t−1)/t·S, all-gather / reduce-scatter (t−1)/t·S), SP or not. With SP,
+    Megatron also re-gathers the sequence-sharded inputs of QKV and fc1 in backward (their
+    saved activations): two more all-gathers of b·s·h, 2·b·s·h·(t−1)/t elements."""
     b, s, h, t = 2, 2048, 12288, 8
     par = ParallelConfig(tp=t, pp=8, global_batch=16, micro_batch=b, sequence_parallel=sp)
     rows = _layer_rows(generate(GPT175, par, A100_80))
     kinds = []
-    sent = 0.0
-    for _, c in _comms(rows, ("forward", "input_grad")):
-        assert c.group is GroupKind.TP and c.blocking and c.size_bytes == b * s * h * 2
-        factor = 2 * (t - 1) / t if c.kind is CollKind.ALLREDUCE else (t - 1) / t
-        sent += factor * c.size_bytes
-        kinds.append(c.kind)
+    sent = regather = 0.0
+    for lay in rows:
+        for ph, c in _comms([lay], ("forward", "input_grad")):
+            assert c.group is GroupKind.TP and c.blocking and c.size_bytes == b * s * h * 2
+            factor = 2 * (t - 1) / t if c.kind is CollKind.ALLREDUCE else (t - 1) / t
+            if lay.name.endswith(("attn_proj", "mlp_fc2")) and ph == "input_grad":
+                assert sp and c.kind is CollKind.ALLGATHER  # the input re-gather
+                regather += factor * c.size_bytes
+                continue
+            sent += factor * c.size_bytes
+            kinds.append(c.kind)
     assert sent == pytest.approx(8 * b * s * h * (t - 1) / t * 2)
+    assert regather == pytest.approx(2 * b * s * h * (t - 1) / t * 2 if sp else 0)
     if sp:
         assert sorted(k.value for k in kinds) == ["ALLGATHER"] * 4 + ["REDUCESCATTER"] * 4
     else:
