@@ -90,13 +90,15 @@ class FlowNetwork(Network):
         self._choice: dict[tuple, tuple[Plan, str, int]] = {}
         self.placement: Placement | None = None
         self.symmetric = False
+        # per (placement layout, symmetric): aggregated flows and fusability, kept across binds
+        self._layouts: dict[tuple, tuple[dict, dict]] = {}
+        self._agg: dict[tuple, tuple] = {}
+        self._fusable: dict[GroupKind, bool] = {}
         self._reset()
 
     # ---- binding -------------------------------------------------------------------------
     def _reset(self) -> None:
         self.solver = FluidSolver(self.cluster.cap)
-        self._agg: dict[int, tuple] = {}
-        self._fusable: dict[GroupKind, bool] = {}
         self._wakes: set[int] = set()
         self.stats: dict[GroupKind, CommStats] = {}
         self.chosen: dict[tuple, int] = {}
@@ -105,6 +107,9 @@ class FlowNetwork(Network):
     def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool) -> None:
         super().bind(env, placement, symmetric)
         self._reset()
+        pl = placement
+        key = (pl.tp, pl.dp, pl.pp, pl.ep, pl.order_string, symmetric) if pl else (symmetric,)
+        self._agg, self._fusable = self._layouts.setdefault(key, ({}, {}))
 
     # ---- plans and choices ---------------------------------------------------------------
     def plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:

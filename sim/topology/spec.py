@@ -191,11 +191,13 @@ class Topology:
                        "per direction")
         else:
             p = n.pcie
-            out.append(f"intra-node: PCIe tree, {p.switches} switches on {p.sockets} sockets, "
-                       f"x16 links {p.bandwidth_GBps:g} GB/s × {p.efficiency:g}, CPU link "
-                       f"{p.cpu_link_bandwidth_GBps:g} GB/s × {p.cpu_link_efficiency:g}")
-        out.append(f"NICs: {n.nics.count} per node × {n.nics.bandwidth_gbps:g} Gb/s × efficiency "
-                   f"{n.nics.efficiency:g} = {n.nics.bandwidth_GBps:g} GB/s each")
+            cpu = (f", socket link {p.cpu_link_bandwidth_GBps:g} GB/s × "
+                   f"{p.cpu_link_efficiency:g}" if p.sockets > 1 else "")
+            out.append(f"intra-node: PCIe tree, {p.switches} switch(es) on {p.sockets} "
+                       f"socket(s), x16 links {p.bandwidth_GBps:g} GB/s × {p.efficiency:g}{cpu}")
+        if n.nics.count:
+            out.append(f"NICs: {n.nics.count} per node × {n.nics.bandwidth_gbps:g} Gb/s × "
+                       f"efficiency {n.nics.efficiency:g} = {n.nics.bandwidth_GBps:g} GB/s each")
         if self.fabric is not None:
             f = self.fabric
             lv = ", ".join(f"{x.name} radix {x.radix} ({x.down} down / {x.up} up"
