@@ -40,15 +40,16 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
     return out
 
 
-def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = "auto",
+def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = None,
                   routing: str = "ecmp", protocol: str | None = None) -> FlowNetwork:
     """The contention-aware network model of ``topology``.
 
     ``algorithm``: ``auto`` (least predicted time, like NCCL), a name (``ring``, ``tree``,
     ``hierarchical``, ``direct``; applied where it exists, auto elsewhere), a mapping
-    ``{op: name}`` (op in lower case, e.g. ``allreduce``), or ``None`` for the topology file's
-    ``collectives.algorithm``. ``routing``: ``ecmp`` or ``adaptive``. ``protocol``: ``auto``,
-    ``LL``, ``LL128``, ``Simple`` or ``None`` for the topology file's choice.
+    ``{op: name}`` (op in lower case, e.g. ``allreduce``), or ``None`` (default) for the
+    topology file's ``collectives.algorithm`` (itself ``auto`` unless the file says
+    otherwise). ``routing``: ``ecmp`` or ``adaptive``. ``protocol``: ``auto``, ``LL``,
+    ``LL128``, ``Simple`` or ``None`` for the topology file's choice.
     """
     from sim.network.flow import FlowNetwork
 
