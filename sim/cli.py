@@ -116,6 +116,9 @@ def build_parser() -> Parser:
     g.add_argument("--nodes", type=positive_int,
                    help="number of nodes (default: the topology file's node count)")
     add_layout_arguments(p)
+    from sim.models.cli_args import add_model_arguments
+
+    add_model_arguments(p)
     g = p.add_argument_group("operator-table workloads")
     g.add_argument("--bytes-per-element", type=positive_int, default=4,
                    help="bytes per element of communication sizes given as element counts "
@@ -158,16 +161,23 @@ def run(argv: list[str]) -> int:
     from sim.workload.stages import LayoutOptions, build_program
 
     args = build_parser().parse_args(argv)
-    if not args.workload:
-        raise UsageError("--workload PATH is required", field="--workload")
+    if bool(args.workload) == bool(args.model):
+        raise UsageError("give --workload PATH or --model PATH (exactly one)", field="--workload")
     topo = load_topology(args.topo, nodes=args.nodes)
-    wl = read_workload(args.workload, args.format, bytes_per_element=args.bytes_per_element,
-                       backward_ratio=args.missing_backward_ratio)
-    prog = build_program(wl, LayoutOptions(
-        tp=args.tp, pp=args.pp, ep=args.ep, vpp=args.vpp, microbatches=args.microbatches,
-        all_gpus=args.gpus, schedule=args.schedule, pp_comm_bytes=args.pp_comm_bytes,
-        row_placement=args.row_placement, microbatch_group_size=args.microbatch_group_size,
-        default_gpus=topo.num_gpus))
+    model_run = None
+    if args.model:  # model-driven workload: sim/models/cli_args.py
+        from sim.models.cli_args import model_run_from_args
+
+        model_run = model_run_from_args(args, topo)
+        prog = model_run.program
+    else:
+        wl = read_workload(args.workload, args.format, bytes_per_element=args.bytes_per_element,
+                           backward_ratio=args.missing_backward_ratio)
+        prog = build_program(wl, LayoutOptions(
+            tp=args.tp, pp=args.pp, ep=args.ep, vpp=args.vpp, microbatches=args.microbatches,
+            all_gpus=args.gpus, schedule=args.schedule, pp_comm_bytes=args.pp_comm_bytes,
+            row_placement=args.row_placement, microbatch_group_size=args.microbatch_group_size,
+            default_gpus=topo.num_gpus))
     if prog.world_size > topo.num_gpus:
         raise UsageError(
             f"the layout needs {prog.world_size} GPUs (TP {prog.tp} x PP {prog.pp} x DP "
@@ -182,8 +192,11 @@ def run(argv: list[str]) -> int:
              f"{topo.gpus_per_node})"]
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
-    rep = build_report(result, workload=args.workload, topology=args.topo,
-                       extra_assumptions=extra)
+    if model_run is not None:
+        extra += model_run.assumptions()
+    rep = build_report(result, workload=args.workload or args.model, topology=args.topo,
+                       extra_assumptions=extra, extra=model_run and model_run.report_extra(
+                           result.iteration_ns))
     if args.json:
         write_json(args.json, rep)
     if not args.quiet:

@@ -1,0 +1,68 @@
+"""``simrun generate``: write the workload generated for a model and layout as AICB text.
+
+    simrun generate --model workloads/models/gpt3-175b.yaml --topo topologies/dgx-a100-1024.yaml \\
+        --tp 8 --pp 8 --vpp 3 --global-batch 1536 --sequence-parallel --recompute selective \\
+        --out gpt3-tp8-pp8.txt
+
+The flags are those of ``simrun --model`` (layout, batch, training options); the topology gives
+the GPU (compute times) and the default GPU count. The file is written atomically
+(:func:`sim.models.aicb_writer.write_aicb`); ``simrun --workload FILE --topo T`` reads it back.
+What the text format cannot hold (docs/models.md, "AICB writer"): per-stage optimizer epilogues
+(only the representative stage's is written, ``--stage``) and the interleaved schedule's
+microbatch group size; the iteration time read back equals the model run's when the stages'
+epilogues do not decide it (tests/test_model_cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sim.errors import SimrunError, UsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    from sim.cli import Parser, add_layout_arguments, nonneg_int, positive_int
+    from sim.models.cli_args import add_model_arguments
+
+    p = Parser(prog="simrun generate",
+               description="Write the workload generated for a model spec and parallel layout in "
+                           "SimAI/AICB text format (times in ns, sizes in bytes).")
+    p.add_argument("--topo", metavar="PATH", required=True,
+                   help="cluster topology YAML (its GPU sets the compute times)")
+    p.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
+    p.add_argument("--out", metavar="PATH", required=True, help="AICB text file to write")
+    p.add_argument("--stage", type=nonneg_int, default=0,
+                   help="representative pipeline stage whose rows and optimizer epilogue are "
+                        "written (default: %(default)s)")
+    p.add_argument("--process-ns", type=nonneg_int, default=0,
+                   help="value of the process-time column (AICB writes 100; default "
+                        "%(default)s: generated collectives have no post-delay)")
+    add_layout_arguments(p)
+    add_model_arguments(p, required=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``simrun generate``; returns the exit code."""
+    from sim.models.aicb_writer import write_aicb
+    from sim.models.cli_args import model_run_from_args
+    from sim.topology import load_topology
+
+    try:
+        args = _parser().parse_args(argv)
+        topo = load_topology(args.topo, nodes=args.nodes)
+        run = model_run_from_args(args, topo)
+        prog = run.program
+        if args.stage >= prog.pp:
+            raise UsageError(f"stage {args.stage} outside 0..{prog.pp - 1}", field="--stage")
+        rows = write_aicb(prog, args.out, stage=args.stage, process_ns=args.process_ns)
+    except SimrunError as exc:
+        print(f"simrun generate: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    par = run.par
+    print(f"wrote {rows} rows to {args.out}: {run.model.name}, TP {par.tp} x PP {par.pp} x DP "
+          f"{par.dp} (EP {par.ep}, VPP {par.vpp}), {par.microbatches} microbatches of "
+          f"{par.micro_batch}; representative stage {args.stage}")
+    print(f"memory: {run.memory.reason}")
+    return 0

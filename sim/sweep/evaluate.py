@@ -1,0 +1,103 @@
+"""One sweep task: check a layout's memory, simulate it, and summarise it as a flat row.
+
+:func:`evaluate` is what local worker processes and Dask workers run. It never raises: a
+layout that fails (bad input, internal error) comes back as a row with ``status = "error"``
+and the error text, so one bad configuration cannot stop a sweep. Everything it needs travels
+in a picklable :class:`SweepContext` (model spec and topology as objects, not paths), so
+remote workers need simrun installed but not the input files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sim.models.spec import ModelSpec
+from sim.sweep.space import Layout, Training
+from sim.topology.spec import Topology
+
+GROUPS = ("TP", "EP", "PP", "DP", "DP_EP")
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every task of one sweep shares."""
+
+    model: ModelSpec
+    topology: Topology
+    training: Training
+    algorithm: str | None = None
+    routing: str = "ecmp"
+    protocol: str | None = None
+    placement: str = "tp-dp-pp"
+
+
+def base_row(layout: Layout) -> dict[str, Any]:
+    return {"layout": layout.key, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
+            "vpp": layout.vpp, "ep": layout.ep, "micro_batch": layout.micro_batch}
+
+
+def evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
+    """Memory check + simulation of ``layout``; returns a JSON-ready row (units in the keys):
+
+    ``status`` (``ok`` | ``infeasible`` | ``error``), ``reason``, ``microbatches``,
+    ``schedule``, ``memory_per_gpu_bytes`` (busiest stage), ``memory_capacity_bytes``,
+    ``iteration_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu``,
+    ``bubble_fraction``, ``ideal_bubble_fraction``, ``exposed_<GROUP>_s`` (mean over stages),
+    ``events`` and ``elapsed_s`` (wall time of the task; not part of the final outputs).
+    """
+    t0 = time.perf_counter()
+    row = base_row(layout)
+    try:
+        row.update(_evaluate(ctx, layout))
+    except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+        row.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+    row["elapsed_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
+    from sim.engine import simulate
+    from sim.models.cli_args import metrics
+    from sim.models.generator import generate
+    from sim.models.memory import check_memory
+    from sim.models.plan import build_plan
+    from sim.network import build_network
+    from sim.placement import Placement
+    from sim.report import build_report
+
+    par = ctx.training.config(layout)
+    gpu = ctx.topology.gpu
+    out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
+    if par.world_size > ctx.topology.num_gpus:
+        raise ValueError(f"layout needs {par.world_size} GPUs, the topology has "
+                         f"{ctx.topology.num_gpus}")
+    plan = build_plan(ctx.model, par)
+    mem = check_memory(ctx.model, par, gpu, plan=plan)
+    out["memory_per_gpu_bytes"] = mem.peak.total_bytes
+    out["memory_capacity_bytes"] = mem.capacity_bytes
+    if not mem.feasible:
+        out.update(status="infeasible", reason=mem.reason)
+        return out
+    program = generate(ctx.model, par, gpu, plan=plan)
+    net = build_network(ctx.topology, algorithm=ctx.algorithm, routing=ctx.routing,
+                        protocol=ctx.protocol)
+    placement = Placement(par.tp, par.dp, par.pp, par.ep, ctx.placement)
+    result = simulate(program, net, placement=placement)
+    rep = build_report(result)
+    m = metrics(ctx.model, par, gpu, result.iteration_ns)
+    n = max(len(rep["stages"]), 1)
+    out.update(
+        status="ok", reason="",
+        iteration_time_s=rep["iteration_time_s"],
+        tokens_per_s=m["tokens_per_s"],
+        tflops_per_gpu=m["tflops_per_gpu"],
+        mfu=m["mfu"],
+        bubble_fraction=rep["bubble_fraction"],
+        ideal_bubble_fraction=rep["ideal_bubble_fraction"],
+    )
+    for g in GROUPS:
+        out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
+    out["events"] = result.events
+    return out

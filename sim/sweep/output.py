@@ -1,0 +1,101 @@
+"""Final sweep outputs: the ranking, the terminal table, CSV, JSON and plots.
+
+Everything here is a pure function of the set of rows, never of the order they finished in:
+rows are ranked (feasible layouts by iteration time, ties by layout key; then infeasible ones,
+then failed ones, each by key), the wall-clock ``elapsed_s`` of a task is dropped, and files are
+written atomically (:func:`sim.outputs.atomic_write`). An interrupted-and-resumed sweep
+therefore writes byte-identical files to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sim.outputs import atomic_write, write_json
+from sim.sweep.evaluate import GROUPS
+
+SCHEMA = "simrun.sweep/1"
+STATUS_ORDER = {"ok": 0, "infeasible": 1, "error": 2}
+COLUMNS = ("rank", "layout", "status", "tp", "pp", "dp", "vpp", "ep", "micro_batch",
+           "microbatches", "schedule", "iteration_time_s", "tokens_per_s", "tflops_per_gpu",
+           "mfu", "memory_per_gpu_bytes", "memory_capacity_bytes", "bubble_fraction",
+           "ideal_bubble_fraction") + tuple(f"exposed_{g}_s" for g in GROUPS) + (
+           "events", "reason")
+VOLATILE = ("elapsed_s",)  # in results.jsonl only
+
+
+def ranked(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in final order with a ``rank`` (1 = fastest; ``None`` for layouts not simulated)."""
+    def order(r):
+        st = STATUS_ORDER.get(r.get("status", "error"), 3)
+        return (st, r.get("iteration_time_s") if st == 0 else 0.0, r["layout"])
+
+    out = []
+    for i, r in enumerate(sorted(rows, key=order)):
+        clean = {k: v for k, v in r.items() if k not in VOLATILE}
+        clean["rank"] = i + 1 if r.get("status") == "ok" else None
+        out.append({c: clean.get(c) for c in COLUMNS} | {
+            k: v for k, v in clean.items() if k not in COLUMNS})
+    return out
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows:
+        w.writerow(["" if r.get(c) is None else repr(r[c]) if isinstance(r[c], float)
+                    else r[c] for c in COLUMNS])
+    return buf.getvalue()
+
+
+def write_outputs(directory: Path, rows: list[dict[str, Any]], summary: dict[str, Any], *,
+                  plot: bool = True) -> list[Path]:
+    """``results.csv``, ``results.json`` and (``plot``) ``ranking.png`` + ``heatmap.png``
+    in ``directory``; returns the paths written."""
+    paths = [directory / "results.csv", directory / "results.json"]
+    text = csv_text(rows)
+    atomic_write(paths[0], lambda f: f.write(text), flag="--out")
+    write_json(paths[1], {"schema": SCHEMA, **summary, "rows": rows}, flag="--out")
+    if plot and any(r["status"] == "ok" for r in rows):
+        from sim.viz.breakdown import plot_sweep, plot_sweep_heatmap
+
+        plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows]
+        title = summary.get("title", "")
+        plot_sweep(plot_rows, directory / "ranking.png", title=title, flag="--out")
+        plot_sweep_heatmap(plot_rows, directory / "heatmap.png", x="tp", y="pp", flag="--out")
+        paths += [directory / "ranking.png", directory / "heatmap.png"]
+    return paths
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
+    return "–" if v is None else f"{v * scale:,.{digits}f}"
+
+
+def table_lines(rows: list[dict[str, Any]], *, top: int | None = None) -> list[str]:
+    """The ranked table (units in the headers) and one line per layout not simulated."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    groups = [g for g in GROUPS if any((r.get(f"exposed_{g}_s") or 0) > 0 for r in ok)]
+    head = ["rank", "layout", "iter_time_s", "tokens_per_s", "MFU_%", "mem_GB/GPU",
+            "bubble_frac"] + [f"{g}_exposed_ms" for g in groups]
+    body = []
+    for r in ok[:top] if top else ok:
+        body.append([str(r["rank"]), r["layout"], _fmt(r["iteration_time_s"], 1, 3),
+                     _fmt(r["tokens_per_s"], 1, 0), _fmt(r["mfu"], 100, 1),
+                     _fmt(r["memory_per_gpu_bytes"], 1e-9, 1), _fmt(r["bubble_fraction"], 1, 3)]
+                    + [_fmt(r.get(f"exposed_{g}_s"), 1e3, 1) for g in groups])
+    widths = [max([len(head[i])] + [len(b[i]) for b in body]) for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) if i == 1 else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(head, widths, strict=True)))]
+    lines += ["  ".join(c.ljust(w) if i == 1 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(b, widths, strict=True))) for b in body]
+    if top and len(ok) > top:
+        lines.append(f"… {len(ok) - top} more feasible layouts in results.csv")
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{r['status']:>10}  {r['layout']}: {r.get('reason', '')}")
+    return lines

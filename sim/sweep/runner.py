@@ -1,0 +1,124 @@
+"""Running sweep tasks: in-process, on local worker processes, or on a Dask cluster.
+
+:func:`run_tasks` calls :func:`sim.sweep.evaluate.evaluate` for every layout and hands each
+row to ``on_result`` as soon as it finishes (completion order), so the caller can append it to
+disk and advance a progress bar. Back ends:
+
+- ``workers == 1``: in this process, in layout order (simplest to debug);
+- default: a :class:`concurrent.futures.ProcessPoolExecutor` with ``workers`` processes
+  (all local cores by default; ``forkserver`` start method where available);
+- ``scheduler="tcp://host:port"``: a Dask distributed cluster (``distributed.Client``); the
+  shared :class:`SweepContext` is scattered to the workers once, each layout is one task.
+
+Tasks never raise (errors come back as rows); if the back end itself loses a task (a worker
+process dies), the layout is recorded as an error row and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sim.sweep.evaluate import SweepContext, base_row, evaluate
+from sim.sweep.space import Layout
+
+Row = dict[str, Any]
+
+
+def default_workers() -> int:
+    """All local cores (``os.sched_getaffinity`` where available)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _lost(layout: Layout, exc: BaseException) -> Row:
+    row = base_row(layout)
+    row.update(status="error", reason=f"task lost: {type(exc).__name__}: "
+                                      f"{' '.join(str(exc).split())}")
+    return row
+
+
+def run_tasks(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
+              *, workers: int | None = None, scheduler: str | None = None) -> str:
+    """Evaluate ``layouts``; returns a description of the back end used (for the output)."""
+    if not layouts:
+        return "nothing to run"
+    if scheduler:
+        return _run_dask(ctx, layouts, on_result, scheduler)
+    n = min(workers or default_workers(), len(layouts))
+    if n <= 1:
+        for lay in layouts:
+            on_result(evaluate(ctx, lay))
+        return "in-process (1 worker)"
+    return _run_pool(ctx, layouts, on_result, n)
+
+
+def _mp_context():
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
+              n: int) -> str:
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=_mp_context())
+    try:
+        futures = {pool.submit(evaluate, ctx, lay): lay for lay in layouts}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: futures[f].key):
+                try:
+                    row = fut.result()
+                except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool
+                    row = _lost(futures[fut], exc)
+                on_result(row)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return f"local process pool ({n} workers)"
+
+
+def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
+              address: str) -> str:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:  # pragma: no cover - dependency declared in pyproject.toml
+        from sim.errors import UsageError
+
+        raise UsageError("Dask is not installed (pip install 'distributed')",
+                         field="--scheduler") from None
+    from sim.errors import UsageError
+
+    try:
+        client = Client(address, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(f"cannot connect to the Dask scheduler at {address}: {exc}",
+                         field="--scheduler") from None
+    try:
+        nworkers = len(client.scheduler_info().get("workers", {}))
+        shared = client.scatter(ctx, broadcast=True)
+        token = uuid.uuid4().hex[:12]  # unique task keys: a long-lived cluster caches by key
+        futures = {}
+        for lay in layouts:
+            fut = client.submit(evaluate, shared, lay, key=f"simrun-sweep-{token}-{lay.key}",
+                                pure=False)
+            futures[fut.key] = (fut, lay)
+        for fut in as_completed([f for f, _ in futures.values()], loop=client.loop):
+            lay = futures[fut.key][1]
+            try:
+                row = fut.result()
+            except Exception as exc:  # noqa: BLE001 - worker died, task lost
+                row = _lost(lay, exc)
+            on_result(row)
+            fut.release()
+    finally:
+        client.close()
+    return f"Dask cluster at {address} ({nworkers} workers)"

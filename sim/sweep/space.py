@@ -1,0 +1,129 @@
+"""The layouts a sweep considers: every valid (TP, PP, DP, VPP, micro batch, EP) on N GPUs.
+
+A combination is *valid* when ``TP·PP·DP = N`` and Megatron can run it
+(:func:`sim.models.parallel.validate`: TP divides heads, KV heads and FFN; PP·VPP divides the
+layers; micro batch · DP divides the global batch; the interleaved schedule's constraints;
+EP divides DP and the experts). Invalid combinations are not simulated; they are returned with
+the reason so the CLI can say how many were skipped and why. Memory feasibility is decided
+later, per layout (:mod:`sim.sweep.evaluate`), and recorded as a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import UsageError
+from sim.models.parallel import ParallelConfig, validate
+from sim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """One parallel layout of a sweep."""
+
+    tp: int
+    pp: int
+    dp: int
+    vpp: int = 1
+    micro_batch: int = 1
+    ep: int = 1
+
+    @property
+    def key(self) -> str:
+        """Canonical string naming the layout (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``."""
+        return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}-vpp{self.vpp}-mb{self.micro_batch}"
+                + (f"-ep{self.ep}" if self.ep > 1 else ""))
+
+
+@dataclass(frozen=True)
+class Training:
+    """Options every layout of a sweep shares (see :class:`~sim.models.ParallelConfig`)."""
+
+    global_batch: int
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    dtype: str = "bf16"
+    distributed_optimizer: bool = False
+    flash_attention: bool = False
+    overlap_grad_reduce: bool = True
+
+    def config(self, layout: Layout) -> ParallelConfig:
+        """The :class:`ParallelConfig` of ``layout`` with these options (interleaved schedule
+        when ``vpp > 1``, else 1F1B)."""
+        return ParallelConfig(
+            tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
+            micro_batch=layout.micro_batch, global_batch=self.global_batch,
+            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
+            dtype=self.dtype, distributed_optimizer=self.distributed_optimizer,
+            flash_attention=self.flash_attention, overlap_grad_reduce=self.overlap_grad_reduce)
+
+
+@dataclass
+class Space:
+    """Candidate values per dimension; ``None`` means the default set (see :func:`candidates`)."""
+
+    gpus: int
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] = (1,)
+    micro_batch: tuple[int, ...] = (1,)
+    ep: tuple[int, ...] = (1,)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(model: ModelSpec, space: Space, gpus_per_node: int) -> tuple[list[int], list[int]]:
+    """TP and PP candidates: the given lists, or by default TP = powers of two up to one node's
+    GPUs and PP = the divisors of the layer count (both dividing the GPU count)."""
+    tps = list(space.tp) if space.tp else [
+        t for t in (1, 2, 4, 8, 16, 32, 64) if t <= gpus_per_node and space.gpus % t == 0]
+    pps = list(space.pp) if space.pp else [
+        p for p in divisors(model.layers) if space.gpus % p == 0]
+    return sorted(set(tps)), sorted(set(pps))
+
+
+def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
+                      gpus_per_node: int) -> tuple[list[Layout], list[tuple[str, str]]]:
+    """Valid layouts (sorted by key) and the skipped combinations as ``(description, reason)``."""
+    tps, pps = candidates(model, space, gpus_per_node)
+    ok: list[Layout] = []
+    skipped: list[tuple[str, str]] = []
+    for tp in tps:
+        for pp in pps:
+            if space.gpus % (tp * pp):
+                skipped.append((f"tp{tp}-pp{pp}", f"TP·PP = {tp * pp} does not divide "
+                                                  f"{space.gpus} GPUs"))
+                continue
+            dp = space.gpus // (tp * pp)
+            for vpp in sorted(set(space.vpp)):
+                for mb in sorted(set(space.micro_batch)):
+                    for ep in sorted(set(space.ep)):
+                        lay = Layout(tp, pp, dp, vpp, mb, ep)
+                        try:
+                            validate(model, training.config(lay))
+                        except UsageError as exc:
+                            skipped.append((lay.key, exc.message))
+                            continue
+                        ok.append(lay)
+    ok.sort(key=lambda x: x.key)
+    return ok, skipped
+
+
+def parse_list(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,2,4"`` → ``(1, 2, 4)``; each a positive integer (:class:`UsageError` otherwise)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            v = int(part)
+        except ValueError:
+            raise UsageError(f"expected comma-separated positive integers, got {text!r}",
+                             field=flag) from None
+        if v < 1:
+            raise UsageError(f"expected positive integers, got {v}", field=flag)
+        out.append(v)
+    if not out:
+        raise UsageError("empty list", field=flag)
+    return tuple(out)
