@@ -22,7 +22,7 @@ from sim.errors import InputError, UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sim.cli import Parser, positive_int
+    from sim.cli import Parser, positive_float, positive_int
     from sim.models.parallel import DTYPES, RECOMPUTE
     from sim.network import add_network_arguments
 
@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the layouts on a Dask cluster, e.g. tcp://10.0.0.5:8786 (workers "
                         "need simrun installed; not the input files)")
+    g.add_argument("--scheduler-timeout", type=positive_float, default=10.0, metavar="S",
+                   help="seconds to try to reach the Dask scheduler (default: %(default)s)")
     g.add_argument("--limit", type=positive_int,
                    help="run at most this many not-yet-done layouts, then stop (continue later "
                         "with --resume)")
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         backend = run_tasks(ctx, pending, on_result, workers=args.workers,
-                            scheduler=args.scheduler)
+                            scheduler=args.scheduler, connect_timeout_s=args.scheduler_timeout)
     except KeyboardInterrupt:
         bar.close()
         store.close()

@@ -44,12 +44,14 @@ def _lost(layout: Layout, exc: BaseException) -> Row:
 
 
 def run_tasks(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
-              *, workers: int | None = None, scheduler: str | None = None) -> str:
-    """Evaluate ``layouts``; returns a description of the back end used (for the output)."""
+              *, workers: int | None = None, scheduler: str | None = None,
+              connect_timeout_s: float = 10.0) -> str:
+    """Evaluate ``layouts``; returns a description of the back end used (for the output).
+    ``connect_timeout_s``: how long to try to reach the Dask scheduler."""
     if not layouts:
         return "nothing to run"
     if scheduler:
-        return _run_dask(ctx, layouts, on_result, scheduler)
+        return _run_dask(ctx, layouts, on_result, scheduler, connect_timeout_s)
     n = min(workers or default_workers(), len(layouts))
     if n <= 1:
         for lay in layouts:
@@ -87,7 +89,7 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
 
 
 def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
-              address: str) -> str:
+              address: str, timeout_s: float) -> str:
     try:
         from distributed import Client, as_completed
     except ImportError:  # pragma: no cover - dependency declared in pyproject.toml
@@ -98,7 +100,7 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
     from sim.errors import UsageError
 
     try:
-        client = Client(address, timeout="10s", set_as_default=False)
+        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot connect to the Dask scheduler at {address}: {exc}",
                          field="--scheduler") from None
