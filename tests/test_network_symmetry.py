@@ -104,9 +104,18 @@ def test_fusable_is_conservative_about_groups_that_could_overlap():
     net = build_network(topo)
     simulate(program(tp=8, dp=4, pp=1, m=1), net, placement=Placement(8, 4, 1))
     assert net.fusable(GroupKind.TP)
-    # with ep = 1 the DP_EP groups are the DP groups: their traffic could overlap DP's
-    assert not net.fusable(GroupKind.DP)
+    # only the traffic the program issues counts: no DP_EP traffic here, and every DP group
+    # uses its own rail
+    assert net.fusable(GroupKind.DP)
     assert net.fusable(GroupKind.EP)  # EP groups of one rank carry nothing
+    # with ep = 1 the DP_EP groups are the DP groups: expert-gradient traffic overlaps DP's
+    prog = program(tp=8, dp=4, pp=1, m=1)
+    lay = prog.stages[0].chunks[0][0]
+    ep_ar = Comm(CollKind.ALLREDUCE, GroupKind.DP_EP, MB, blocking=False)
+    prog.stages[0].chunks[0] = (lay, Layer("expert", weight_grad=Phase(1000, ep_ar)))
+    net = build_network(topo)
+    simulate(prog, net, placement=Placement(8, 4, 1))
+    assert not net.fusable(GroupKind.DP)
 
 
 def test_fused_and_unfused_engine_agree_when_fusable():

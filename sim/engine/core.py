@@ -66,7 +66,7 @@ class _Engine:
         self.sim_ranks = list(range(pl.world_size)) if per_rank else list(
             pl.stage_representatives)
         self.sim_set = frozenset(self.sim_ranks)
-        net.bind(self.env, pl, symmetric=not per_rank)
+        net.bind(self.env, pl, symmetric=not per_rank, traffic=program_traffic(prog))
         self.stats = {r: RankStats(r, pl.coord(r).pp) for r in self.sim_ranks}
         self.spans: list[Span] | None = [] if record else None
         self.msgs: dict[tuple, simpy.Event] = {}
@@ -351,6 +351,22 @@ class _Engine:
                 ls.count += n * cnt
                 for g, ns in comm.items():
                     ls.comm_ns[g] = ls.comm_ns.get(g, 0) + n * ns
+
+
+def program_traffic(prog: PipelineProgram) -> dict[GroupKind, frozenset[CollKind]]:
+    """Which communication kinds ``prog`` issues in each group kind (for the network model)."""
+    out: dict[GroupKind, set[CollKind]] = {}
+    for st in prog.stages:
+        comms = [t.comm for t in st.prologue + st.epilogue]
+        for chunk in st.chunks:
+            for lay in chunk:
+                comms.extend((lay.forward.comm, lay.input_grad.comm, lay.weight_grad.comm))
+        for c in comms:
+            if c is not None and c.size_bytes > 0:
+                out.setdefault(c.group, set()).add(c.kind)
+    if prog.pp > 1 and prog.pp_bytes > 0:
+        out.setdefault(GroupKind.PP, set()).add(CollKind.SENDRECV)
+    return {g: frozenset(ks) for g, ks in out.items()}
 
 
 def _comm_args(comm: Comm | None, algorithm: str) -> tuple[tuple[str, object], ...]:

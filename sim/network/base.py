@@ -50,11 +50,19 @@ class Network(ABC):
 
     env: simpy.Environment | None = None
 
-    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool) -> None:
-        """Attach to a simulation. Called once by the engine before it runs."""
+    traffic: dict[GroupKind, frozenset[CollKind]] | None = None
+
+    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool,
+             traffic: dict[GroupKind, frozenset[CollKind]] | None = None) -> None:
+        """Attach to a simulation. Called once by the engine before it runs.
+
+        ``traffic``: the communication kinds the program issues in each group kind (``PP``:
+        ``SENDRECV`` when stages exchange activations); ``None`` = unknown (assume any).
+        """
         self.env = env
         self.placement = placement
         self.symmetric = symmetric
+        self.traffic = traffic
 
     @abstractmethod
     def isolated(self, req: CommRequest) -> CommResult:

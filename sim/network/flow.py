@@ -104,11 +104,15 @@ class FlowNetwork(Network):
         self.chosen: dict[tuple, int] = {}
         self.ops_started = 0
 
-    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool) -> None:
-        super().bind(env, placement, symmetric)
+    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool,
+             traffic: dict[GroupKind, frozenset[CollKind]] | None = None) -> None:
+        super().bind(env, placement, symmetric, traffic)
         self._reset()
         pl = placement
-        key = (pl.tp, pl.dp, pl.pp, pl.ep, pl.order_string, symmetric) if pl else (symmetric,)
+        tkey = None if traffic is None else tuple(sorted(
+            (g.value, tuple(sorted(k.value for k in ks))) for g, ks in traffic.items()))
+        key = (pl.tp, pl.dp, pl.pp, pl.ep, pl.order_string, symmetric, tkey) if pl else (
+            symmetric, tkey)
         self._agg, self._fusable = self._layouts.setdefault(key, ({}, {}))
 
     # ---- plans and choices ---------------------------------------------------------------

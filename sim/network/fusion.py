@@ -29,10 +29,11 @@ _OPS = [(CollKind.ALLREDUCE, a) for a in ("ring", "tree", "hierarchical")]
 _A2A = (CollKind.ALLTOALL, "direct")
 
 
-def _edges(net: FlowNetwork, ranks: tuple[int, ...], a2a: bool
+def _edges(net: FlowNetwork, ranks: tuple[int, ...], a2a: bool, rings: bool = True
            ) -> Iterator[tuple[int, int, int, int]]:
-    """(src, dst, rail, channel) of every edge any candidate algorithm could use."""
-    for coll, algo in _OPS + ([_A2A] if a2a else []):
+    """(src, dst, rail, channel) of every edge any candidate algorithm could use
+    (``rings``: the all-reduce family's ring / tree / hierarchical plans; ``a2a``: all-to-all)."""
+    for coll, algo in (_OPS if rings else []) + ([_A2A] if a2a else []):
         plan = net.plan(coll, algo, ranks)
         if plan is None:
             continue
@@ -61,7 +62,17 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     if pl is None or group is GroupKind.PP:
         return False
     cl = net.cluster
-    groups = {k: _groups(pl, k) for k in _COLLECTIVE_KINDS}
+    traffic = net.traffic
+
+    def uses(kind: GroupKind) -> tuple[bool, bool]:
+        """(ring-family traffic?, all-to-all traffic?) of ``kind`` in this program."""
+        if traffic is None:
+            return True, kind in (GroupKind.EP, GroupKind.DP_EP)
+        ks = traffic.get(kind, frozenset())
+        return bool(ks - {CollKind.ALLTOALL}), CollKind.ALLTOALL in ks
+
+    kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(uses(k))]
+    groups = {k: _groups(pl, k) for k in kinds}
     mine = groups[group]
     if not mine:
         return True
@@ -70,29 +81,33 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     def keys(s: int, d: int, rail: int, ch: int):
         return cl.local_keys(s, d, rail) if local else cl.path(s, d, rail, ch)
 
-    a2a = group in (GroupKind.EP, GroupKind.DP_EP)
+    rings, a2a = uses(group)
+    if traffic is None:
+        rings = True
     owner: dict = {}
     for gi, g in enumerate(mine):
-        for e in _edges(net, g, a2a):
+        for e in _edges(net, g, a2a, rings):
             for k in keys(*e):
                 if owner.setdefault(k, gi) != gi:
                     return False
     # other kinds' groups; a group with the same members as an earlier one is visited once
     # with the union of both kinds' algorithms
-    seen: dict[tuple[int, ...], bool] = {}
-    for other in _COLLECTIVE_KINDS:
+    seen: dict[tuple[int, ...], tuple[bool, bool]] = {}
+    for other in kinds:
         if other is group:
             continue
+        want_rings, want_a2a = uses(other)
         for g in groups[other]:
-            want_a2a = other in (GroupKind.EP, GroupKind.DP_EP)
-            if seen.get(g, False) or (g in seen and not want_a2a):
+            had_rings, had_a2a = seen.get(g, (False, False))
+            new_rings, new_a2a = want_rings and not had_rings, want_a2a and not had_a2a
+            if not (new_rings or new_a2a):
                 continue
-            seen[g] = seen.get(g, False) or want_a2a
-            for e in _edges(net, g, want_a2a):
+            seen[g] = (had_rings or want_rings, had_a2a or want_a2a)
+            for e in _edges(net, g, new_a2a, new_rings):
                 for k in keys(*e):
                     if k in owner:
                         return False
-    if pl.pp > 1:
+    if pl.pp > 1 and (traffic is None or GroupKind.PP in traffic):
         for d in range(pl.dp):
             for t in range(pl.tp):
                 for s in range(pl.pp):
