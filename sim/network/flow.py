@@ -27,7 +27,7 @@ from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan
-from sim.network.symmetry import copies as symmetric_copies
+from sim.network.symmetry import link_scopes, local_copies
 from sim.placement import Placement
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
@@ -158,8 +158,11 @@ class FlowNetwork(Network):
         if got is not None:
             return got
         single = self._single_flows(plan)
-        groups = symmetric_copies(self.placement, req.kind, req.group, req.ranks) \
-            if self.symmetric else [req.ranks]
+        groups = [req.ranks]
+        if self.symmetric:
+            tracked_all = {link for ph in single for path, _, _, _ in ph for link in path}
+            groups = local_copies(self.placement, req.kind, req.group, req.ranks, self.cluster,
+                                  link_scopes(self.cluster, tracked_all))
         if len(groups) == 1:
             got = self._agg[akey] = (single, tuple(ph.latency_ns for ph in plan.phases))
             return got

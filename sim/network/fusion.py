@@ -56,22 +56,32 @@ def _groups(pl, kind: GroupKind) -> list[tuple[int, ...]]:
     return out
 
 
+def _uses(traffic, kind: GroupKind) -> tuple[bool, bool]:
+    """(ring-family traffic?, all-to-all traffic?) of ``kind`` in this program."""
+    if traffic is None:
+        return True, kind in (GroupKind.EP, GroupKind.DP_EP)
+    ks = traffic.get(kind, frozenset())
+    return bool(ks - {CollKind.ALLTOALL}), CollKind.ALLTOALL in ks
+
+
 def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     """True if blocking collectives of ``group`` never share a link with other traffic."""
     pl = net.placement
     if pl is None or group is GroupKind.PP:
         return False
+    if net.symmetric:
+        got = _local_symmetric_check(net, group)
+        if got is not None:
+            return got
+    return _global_check(net, group)
+
+
+def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
+    """Every group of every kind in the program and every pipeline pair: O(GPUs)."""
+    pl = net.placement
     cl = net.cluster
     traffic = net.traffic
-
-    def uses(kind: GroupKind) -> tuple[bool, bool]:
-        """(ring-family traffic?, all-to-all traffic?) of ``kind`` in this program."""
-        if traffic is None:
-            return True, kind in (GroupKind.EP, GroupKind.DP_EP)
-        ks = traffic.get(kind, frozenset())
-        return bool(ks - {CollKind.ALLTOALL}), CollKind.ALLTOALL in ks
-
-    kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(uses(k))]
+    kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(_uses(traffic, k))]
     groups = {k: _groups(pl, k) for k in kinds}
     mine = groups[group]
     if not mine:
@@ -81,7 +91,7 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     def keys(s: int, d: int, rail: int, ch: int):
         return cl.local_keys(s, d, rail) if local else cl.path(s, d, rail, ch)
 
-    rings, a2a = uses(group)
+    rings, a2a = _uses(traffic, group)
     if traffic is None:
         rings = True
     owner: dict = {}
@@ -96,7 +106,7 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     for other in kinds:
         if other is group:
             continue
-        want_rings, want_a2a = uses(other)
+        want_rings, want_a2a = _uses(traffic, other)
         for g in groups[other]:
             had_rings, had_a2a = seen.get(g, (False, False))
             new_rings, new_a2a = want_rings and not had_rings, want_a2a and not had_a2a
@@ -117,3 +127,70 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
                             if k in owner:
                                 return False
     return True
+
+
+def _local_symmetric_check(net: FlowNetwork, group: GroupKind) -> bool | None:
+    """Symmetric mode, when the representatives' groups of ``group`` lie inside one node each:
+    only intra-node links can be shared, so only the nodes of those groups are examined — all
+    traffic with an endpoint there (every group of every kind touching the node, and pipeline
+    transfers). In a uniform cluster every other node is an image of one of these, which is
+    what symmetric mode assumes anyway. Cost independent of the cluster size. ``None``: not
+    applicable (fall back to the global check)."""
+    pl = net.placement
+    cl = net.cluster
+    gpn = cl.gpn
+    traffic = net.traffic
+    reps = [tuple(pl.group(group, r)) for r in pl.stage_representatives]
+    if any(len({r // gpn for r in g}) != 1 for g in reps):
+        return None
+    rings, a2a = _uses(traffic, group)
+    if traffic is None:
+        rings = True
+    others = [(k, *_uses(traffic, k)) for k in _COLLECTIVE_KINDS if k is not group]
+    pp_traffic = pl.pp > 1 and (traffic is None or GroupKind.PP in traffic)
+    shapes: dict = {}
+    for g0 in dict.fromkeys(reps):
+        node = g0[0] // gpn
+        owner = set()
+        for e in _edges(net, g0, a2a, rings):
+            owner.update(cl.local_keys(e[0], e[1], e[2]))
+        if not owner:
+            continue
+        seen: set = {(g0, rings, a2a)}
+        for x in range(node * gpn, min((node + 1) * gpn, pl.world_size)):
+            todo = [(tuple(pl.group(group, x)), rings, a2a)]
+            todo += [(tuple(pl.group(k, x)), r, a) for k, r, a in others if r or a]
+            for g, r, a in todo:
+                if len(g) < 2 or (g, r, a) in seen:
+                    continue
+                seen.add((g, r, a))
+                for s, d, rail, _ch in _incident_edges(net, g, a, r, node, shapes):
+                    if owner.intersection(cl.local_keys(s, d, rail)):
+                        return False
+            if pp_traffic:
+                c = pl.coord(x)
+                for s2 in {(c.pp + 1) % pl.pp, (c.pp - 1) % pl.pp} - {c.pp}:
+                    y = pl.rank(c.tp, c.dp, s2)
+                    if owner.intersection(cl.local_keys(x, y, -1)) or owner.intersection(
+                            cl.local_keys(y, x, -1)):
+                        return False
+    return True
+
+
+def _incident_edges(net: FlowNetwork, g: tuple[int, ...], a2a: bool, rings: bool, node: int,
+                    shapes: dict) -> list[tuple[int, int, int, int]]:
+    """The edges of ``g``'s candidate plans with an endpoint on ``node``. Plans depend only on
+    the group's shape (members' node offsets and local GPU indices), so they are built once
+    per shape and translated."""
+    gpn = net.cluster.gpn
+    n0 = g[0] // gpn
+    key = (tuple((r // gpn - n0, r % gpn) for r in g), a2a, rings)
+    by_node = shapes.get(key)
+    if by_node is None:
+        by_node = shapes[key] = {}
+        for s, d, rail, ch in _edges(net, g, a2a, rings):
+            rel = (s - n0 * gpn, d - n0 * gpn, rail, ch)
+            for nd in {s // gpn - n0, d // gpn - n0}:
+                by_node.setdefault(nd, []).append(rel)
+    base = n0 * gpn
+    return [(s + base, d + base, rail, ch) for s, d, rail, ch in by_node.get(node - n0, ())]

@@ -49,3 +49,101 @@ def copies(placement: Placement | None, kind: CollKind, group: GroupKind,
             covered.update(g)
             seen[min(g)] = g
     return [ranks] + [g for _, g in sorted(seen.items())]
+
+
+# ---- locality: only the copies that can touch the representative's links -------------------
+_NODE_KINDS = ("gpu", "nvswitch", "pcie", "cpu", "nic")
+
+
+def link_scopes(cluster, links) -> tuple[set[int], set[tuple[int, int]]]:
+    """Where traffic must start or end to use any of ``links``: a set of nodes (for links inside
+    a node or to its NICs) and a set of fabric sub-trees ``(level, block)`` (for a switch
+    up-link or down-link at ``level``, traffic with an endpoint below that sub-tree)."""
+    nodes: set[int] = set()
+    blocks: set[tuple[int, int]] = set()
+    for i in links:
+        u, v = cluster.names[i]
+        for x in (u, v):
+            if x[0] in _NODE_KINDS:
+                nodes.add(x[1])
+        if u[0] in _NODE_KINDS or v[0] in _NODE_KINDS:
+            continue
+        if u[0] == "sw" and v[0] == "sw":
+            lower = u if u[1] < v[1] else v
+            blocks.add((lower[1], lower[2]))
+        elif u[0] in ("up", "down"):
+            blocks.add((u[1], u[2]))
+    return nodes, blocks
+
+
+def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
+                ranks: tuple[int, ...]):
+    """Every copy of a request as rows of a numpy array (None: the request has no copies)."""
+    import numpy as np
+
+    pl = placement
+    c0 = pl.coord(ranks[0])
+    st, sd, ss = (pl._stride[d] for d in ("tp", "dp", "pp"))
+    if kind is CollKind.SENDRECV:
+        if len(ranks) != 2:
+            return None
+        c1 = pl.coord(ranks[1])
+        if (c0.tp, c0.dp) != (c1.tp, c1.dp):
+            return None
+        base = (np.arange(pl.tp)[:, None] * st + np.arange(pl.dp)[None, :] * sd).reshape(-1)
+        return np.stack([base + c0.pp * ss, base + c1.pp * ss], axis=1)
+    if group is GroupKind.PP or tuple(pl.group(group, ranks[0])) != tuple(ranks):
+        return None
+    s0 = c0.pp * ss
+    t, d, ep = np.arange(pl.tp), np.arange(pl.dp), pl.ep
+    if group is GroupKind.TP:
+        return s0 + d[:, None] * sd + t[None, :] * st
+    if group is GroupKind.DP:
+        return s0 + t[:, None] * st + d[None, :] * sd
+    if group is GroupKind.EP:
+        starts = (t[:, None] * st + np.arange(0, pl.dp, ep)[None, :] * sd).reshape(-1)
+        return s0 + starts[:, None] + np.arange(ep)[None, :] * sd
+    starts = (t[:, None] * st + np.arange(ep)[None, :] * sd).reshape(-1)  # DP_EP
+    return s0 + starts[:, None] + (np.arange(pl.dp // ep) * ep)[None, :] * sd
+
+
+def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
+                 ranks: tuple[int, ...], cluster, scopes) -> list[tuple[int, ...]]:
+    """Like :func:`copies`, restricted to the copies with a member on one of the scope nodes or
+    below one of the scope sub-trees (:func:`link_scopes`) — the only copies whose routes can
+    use the representative's links. A copy's fabric traffic leaves and enters nodes through the
+    NICs of its members (ring / tree channels use the NICs of the group's members, direct
+    transfers the destination's), so only those rails' leaves are checked. Cost: vector
+    arithmetic over the copies, no routing."""
+    import numpy as np
+
+    if placement is None or not ranks or max(ranks) >= placement.world_size:
+        return [ranks]
+    arr = _copy_array(placement, kind, group, ranks)
+    if arr is None:
+        return [ranks]
+    nodes_scope, blocks_scope = scopes
+    gpn = cluster.gpn
+    nodes = arr // gpn
+    keep = np.isin(nodes, np.fromiter(nodes_scope, dtype=np.int64)).any(axis=1) \
+        if nodes_scope else np.zeros(len(arr), dtype=bool)
+    fabric = cluster.topo.fabric
+    if blocks_scope and fabric is not None:
+        levels = sorted({lv for lv, _ in blocks_scope})
+        want = {lv: np.array(sorted(b for lv2, b in blocks_scope if lv2 == lv)) for lv in levels}
+        n_nodes, nics = cluster.topo.num_nodes, cluster.nics
+        member_nic = np.asarray(cluster._gpu_nic)[arr % gpn]
+        for k in range(nics):
+            uses_k = (member_nic == k).any(axis=1)
+            if not uses_k.any():
+                continue
+            leaves = fabric.leaf_index(nodes[uses_k], k, n_nodes, nics)
+            hit = np.zeros(int(uses_k.sum()), dtype=bool)
+            for lv in levels:
+                hit |= np.isin(leaves // cluster._span[lv], want[lv]).any(axis=1)
+            keep[np.flatnonzero(uses_k)[hit]] = True
+    rep = tuple(ranks)
+    out = [rep]
+    rows = sorted({tuple(int(x) for x in row) for row in arr[keep]} - {rep},
+                  key=lambda g: (min(g), g))
+    return out + rows
