@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         bar.update(1)
         bar.set_postfix_str(f"{row['layout']}: {row['status']}", refresh=False)
 
+    previous = _raise_on_sigterm()
     try:
         backend = run_tasks(ctx, pending, on_result, workers=args.workers,
                             scheduler=args.scheduler, connect_timeout_s=args.scheduler_timeout)
@@ -180,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sweep interrupted: {n} of {len(layouts)} layouts are in {store.results_path}; "
               "rerun with --resume to continue", file=err)
         raise
+    finally:
+        _restore_sigterm(previous)
     bar.close()
     store.close()
     wall = time.perf_counter() - t0
@@ -209,6 +212,26 @@ def main(argv: list[str] | None = None) -> int:
           f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
           f"wrote {', '.join(str(p) for p in paths)}", file=err)
     return 0
+
+
+def _raise_on_sigterm():
+    """Treat SIGTERM like Ctrl-C while layouts run (same clean stop); returns the old handler."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _restore_sigterm(previous) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _progress(total: int, initial: int, *, disabled: bool):

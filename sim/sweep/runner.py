@@ -69,7 +69,8 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
               n: int) -> str:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=_mp_context())
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
+                               initializer=_ignore_sigint)
     try:
         futures = {pool.submit(evaluate, ctx, lay): lay for lay in layouts}
         pending = set(futures)
@@ -82,10 +83,30 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
                     row = _lost(futures[fut], exc)
                 on_result(row)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop(pool)
         raise
     pool.shutdown(wait=True)
     return f"local process pool ({n} workers)"
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; only the parent handles it
+    (and then ends the workers), so the workers print no tracebacks."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool) -> None:
+    """Interrupted: drop queued tasks and end the worker processes now. Layouts that were
+    running are lost (not on disk) and run again on ``--resume``."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
 
 
 def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
@@ -104,11 +125,11 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot connect to the Dask scheduler at {address}: {exc}",
                          field="--scheduler") from None
+    futures: dict = {}
     try:
         nworkers = len(client.scheduler_info().get("workers", {}))
         shared = client.scatter(ctx, broadcast=True)
         token = uuid.uuid4().hex[:12]  # unique task keys: a long-lived cluster caches by key
-        futures = {}
         for lay in layouts:
             fut = client.submit(evaluate, shared, lay, key=f"simrun-sweep-{token}-{lay.key}",
                                 pure=False)
@@ -121,6 +142,9 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
                 row = _lost(lay, exc)
             on_result(row)
             fut.release()
+    except BaseException:
+        client.cancel([f for f, _ in futures.values()])
+        raise
     finally:
         client.close()
     return f"Dask cluster at {address} ({nworkers} workers)"
