@@ -20,11 +20,9 @@ def detect_format(path: str) -> str:
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
         return "model-spec"
-    try:
-        with p.open(encoding="utf-8") as fh:
-            first = next((ln for ln in fh if ln.strip()), "")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=path) from None
+    from sim.inputs import read_text, split_lines
+
+    first = next((ln for ln in split_lines(read_text(path)) if ln.strip()), "")
     if first.startswith("name;module;shape"):
         return "param-table"
     if first.lstrip().startswith("Module:"):

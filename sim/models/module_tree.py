@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.inputs import read_text, split_lines
 from sim.models.spec import ModelSpec, MoESpec
 
 _SUB = re.compile(r"^(\s*)Submodule:\s*(\S+)\s*\(([^)]*)\)\s*$")
@@ -31,13 +32,13 @@ class Node:
         return next((c for c in self.children if c.name == name), None)
 
     def find(self, name: str) -> Node | None:
-        """First descendant (depth-first) named ``name``."""
-        for c in self.children:
+        """First descendant (depth-first, pre-order) named ``name``; iterative, so any depth."""
+        todo = list(reversed(self.children))
+        while todo:
+            c = todo.pop()
             if c.name == name:
                 return c
-            hit = c.find(name)
-            if hit is not None:
-                return hit
+            todo.extend(reversed(c.children))
         return None
 
 
@@ -72,10 +73,7 @@ class ModuleTreeInfo:
 def parse_tree(path: str | Path) -> Node:
     """Parse the indented dump into a tree; raises :class:`InputError` naming the line."""
     p = str(path)
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read module tree: {exc.strerror}", file=p) from None
+    lines = split_lines(read_text(path, what="module tree"))
     root: Node | None = None
     stack: list[tuple[int, Node]] = []  # (indent of the node's Submodule line, node)
     for no, raw in enumerate(lines, start=1):
@@ -87,7 +85,8 @@ def parse_tree(path: str | Path) -> Node:
             while stack and stack[-1][0] >= indent:
                 stack.pop()
             if not stack:
-                raise InputError("Submodule outside any Module", file=p, line=no)
+                raise InputError("Submodule outside any Module", file=p, line=no,
+                                 field="Submodule")
             node = Node(m.group(2), m.group(3), no)
             stack[-1][1].children.append(node)
             stack.append((indent, node))
@@ -95,15 +94,15 @@ def parse_tree(path: str | Path) -> Node:
         m = _MOD.match(raw)
         if m is None:
             raise InputError("expected 'Module: Type' or 'Submodule: name (Type)'", file=p,
-                             line=no)
+                             line=no, field="line")
         if root is None:
             root = Node("", m.group(2), no)
             stack = [(-1, root)]
         elif stack and stack[-1][1].type != m.group(2):
             raise InputError(f"Module type {m.group(2)} does not match its Submodule line "
-                             f"({stack[-1][1].type})", file=p, line=no)
+                             f"({stack[-1][1].type})", file=p, line=no, field="Module")
     if root is None:
-        raise InputError("no 'Module:' line", file=p, line=1)
+        raise InputError("no 'Module:' line", file=p, line=1, field="Module")
     return root
 
 
@@ -113,7 +112,8 @@ def import_module_tree(path: str | Path) -> ModuleTreeInfo:
     root = parse_tree(path)
     layers_node = root.find("layers")
     if layers_node is None or not layers_node.children:
-        raise InputError("no 'layers' ModuleList of transformer layers found", file=p)
+        raise InputError("no 'layers' ModuleList of transformer layers found", file=p,
+                         field="layers")
     layers = layers_node.children
     types = sorted({c.type for c in layers})
     first = layers[0]

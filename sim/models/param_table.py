@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.inputs import read_text, split_lines
 from sim.models.optimizer import ShampooBlock, ShampooPlan, block_step_flops
 
 HEADER = ("name", "module", "shape", "partitioning_ranks", "precs")
-_SIZE = re.compile(r"torch\.Size\(\[\s*(\d+)\s*,\s*(\d+)\s*\]\)")
-_SHAPE = re.compile(r"^\(\s*\d+\s*(,\s*\d+\s*)*,?\s*\)$")
-_LAYER = re.compile(r"^module\.(\d+)\.")
+_SIZE = re.compile(r"torch\.Size\(\[\s*([0-9]+)\s*,\s*([0-9]+)\s*\]\)")
+_SHAPE = re.compile(r"^\(\s*[0-9]+\s*(,\s*[0-9]+\s*)*,?\s*\)$")
+_LAYER = re.compile(r"^module\.([0-9]+)\.")
+MAX_DIM = 2**40  # larger tensor dimensions are corrupt values, not real models
 
 
 @dataclass(frozen=True)
@@ -108,19 +110,20 @@ def _parse_shape(text: str, path: str, line: int) -> tuple[int, ...]:
     if not _SHAPE.match(text):
         raise InputError(f"bad shape {text!r} (expected e.g. (768, 1024) or (1024,))",
                          file=path, line=line, field="shape")
-    return tuple(int(x) for x in re.findall(r"\d+", text))
+    shape = tuple(int(x) for x in re.findall(r"[0-9]+", text))
+    bad = [d for d in shape if not 1 <= d <= MAX_DIM]
+    if bad:
+        raise InputError(f"dimension {bad[0]} out of range [1, 2^40] in {text!r}", file=path,
+                         line=line, field="shape")
+    return shape
 
 
 def read_param_table(path: str | Path) -> list[ParamTensor]:
     """Parse the table; raises :class:`InputError` naming file, line and column."""
     p = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read parameter table: {exc.strerror}", file=p) from None
-    lines = text.splitlines()
+    lines = split_lines(read_text(path, what="parameter table"))
     if not lines or tuple(c.strip() for c in lines[0].split(";")) != HEADER:
-        raise InputError(f"header must be {';'.join(HEADER)}", file=p, line=1)
+        raise InputError(f"header must be {';'.join(HEADER)}", file=p, line=1, field="header")
     out = []
     for no, raw in enumerate(lines[1:], start=2):
         if not raw.strip():
@@ -128,19 +131,21 @@ def read_param_table(path: str | Path) -> list[ParamTensor]:
         cols = raw.split(";")
         if len(cols) != len(HEADER):
             raise InputError(f"expected {len(HEADER)} ';'-separated columns, got {len(cols)}",
-                             file=p, line=no)
+                             file=p, line=no, field="row")
         name, module, shape, owner, precs = (c.strip() for c in cols)
-        if not owner.isdigit():
+        if not re.fullmatch(r"[0-9]{1,18}", owner):
             raise InputError(f"must be a non-negative integer, got {owner!r}", file=p, line=no,
                              field="partitioning_ranks")
         sizes = [(int(a), int(b)) for a, b in _SIZE.findall(precs)]
         if any(a != b for a, b in sizes) or len(sizes) % 2:
             raise InputError("expected pairs of square factors (left, right) per block",
                              file=p, line=no, field="precs")
+        if any(not 1 <= a <= MAX_DIM for a, _ in sizes):
+            raise InputError("factor sizes must be in [1, 2^40]", file=p, line=no, field="precs")
         pairs = tuple((sizes[i][0], sizes[i + 1][0]) for i in range(0, len(sizes), 2))
         out.append(ParamTensor(name, module, _parse_shape(shape, p, no), int(owner), pairs, no))
     if not out:
-        raise InputError("no parameter rows", file=p, line=2)
+        raise InputError("no parameter rows", file=p, line=2, field="rows")
     return out
 
 
@@ -157,12 +162,13 @@ def import_param_table(path: str | Path) -> ParamTableInfo:
     tensors = read_param_table(path)
     norm = next((t for t in tensors if "LayerNorm" in t.module or "RMSNorm" in t.module), None)
     if norm is None:
-        raise InputError("no LayerNorm tensor: cannot infer the hidden size", file=p)
+        raise InputError("no LayerNorm tensor: cannot infer the hidden size", file=p,
+                         field="module")
     h = norm.shape[0]
     qkv = _find(tensors, "query_key_value", 2)
     if qkv is None or (3 * h) % qkv.shape[0]:
         raise InputError("no QKV weight of 3·h/tp rows: cannot infer the TP degree", file=p,
-                         line=qkv.line if qkv else None)
+                         line=qkv.line if qkv else None, field="shape" if qkv else "name")
     tp = 3 * h // qkv.shape[0]
     proj = _find(tensors, "attention.dense", 2)
     if proj is not None and proj.shape[1] * tp != h:

@@ -33,12 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
+from sim.inputs import field_line, load_yaml_with_lines, read_text, show
 
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
 _INT_OPTIONAL = ("ffn_hidden", "kv_heads")
 _BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
 _CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope")}
 _MOE_KEYS = ("experts", "top_k")
+MAX_SIZE = 2**40  # larger sizes are corrupt values (and would overflow float FLOP counts)
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,14 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed mapping; raises :class:`InputError` naming
     ``file`` and the offending key for unknown, missing or invalid values."""
     if not isinstance(data, dict):
-        raise InputError("a model spec must be a mapping of keys to values", file=file)
+        raise InputError(f"a model spec must be a mapping of keys to values, got {show(data)}",
+                         file=file, field="model")
     allowed = {f.name for f in fields(ModelSpec)}
     for key in data:
         if key not in allowed:
             raise InputError(
-                f"unknown key (allowed: {', '.join(sorted(allowed))})", file=file, field=str(key)
+                f"unknown key (allowed: {', '.join(sorted(allowed))})", file=file,
+                field=show(key) if not isinstance(key, str) else key[:60]
             )
     for key in _REQUIRED:
         if key not in data or data[key] is None:
@@ -123,13 +127,15 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
     for key in _BOOL_OPTIONAL:
         if key in data:
             if not isinstance(data[key], bool):
-                raise InputError(f"must be true or false, got {data[key]!r}", file=file, field=key)
+                raise InputError(f"must be true or false, got {show(data[key])}", file=file,
+                                 field=key)
             kwargs[key] = data[key]
     for key, choices in _CHOICES.items():
         if key in data:
-            if data[key] not in choices:
+            if not isinstance(data[key], str) or data[key] not in choices:
                 raise InputError(
-                    f"must be one of {', '.join(choices)}, got {data[key]!r}", file=file, field=key
+                    f"must be one of {', '.join(choices)}, got {show(data[key])}", file=file,
+                    field=key
                 )
             kwargs[key] = data[key]
     if "moe" in data and data["moe"] is not None:
@@ -141,28 +147,23 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
 
 def load_model(path: str | Path) -> ModelSpec:
     """Load a model spec YAML file (``yaml.safe_load``); errors name the file and key."""
-    import yaml
-
-    p = Path(path)
+    p = str(path)
+    data, lines = load_yaml_with_lines(read_text(p, what="model spec"), p)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read model spec: {exc.strerror}", file=str(p)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(p),
-                         line=line) from None
-    return model_from_dict(data, file=str(p))
+        return model_from_dict(data, file=p)
+    except InputError as e:
+        if e.line is None and e.file == p:
+            raise InputError(e.message, file=p, line=field_line(lines, e.field) or 1,
+                             field=e.field) from None
+        raise
 
 
 def _positive_int(value: Any, file: str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"must be a positive integer, got {value!r}", file=file, field=key)
-    if value <= 0:
-        raise InputError(f"must be a positive integer, got {value}", file=file, field=key)
+        raise InputError(f"must be a positive integer, got {show(value)}", file=file, field=key)
+    if not 0 < value <= MAX_SIZE:
+        raise InputError(f"must be a positive integer ≤ 2^40, got {show(value)}", file=file,
+                         field=key)
     return value
 
 
@@ -172,7 +173,7 @@ def _moe(data: Any, file: str) -> MoESpec:
     for key in data:
         if key not in _MOE_KEYS:
             raise InputError(f"unknown key (allowed: {', '.join(_MOE_KEYS)})", file=file,
-                             field=f"moe.{key}")
+                             field=f"moe.{show(key) if not isinstance(key, str) else key[:60]}")
     for key in _MOE_KEYS:
         if key not in data:
             raise InputError("required key is missing", file=file, field=f"moe.{key}")

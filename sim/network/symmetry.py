@@ -55,17 +55,21 @@ def copies(placement: Placement | None, kind: CollKind, group: GroupKind,
 _NODE_KINDS = ("gpu", "nvswitch", "pcie", "cpu", "nic")
 
 
-def link_scopes(cluster, links) -> tuple[set[int], set[tuple[int, int]]]:
-    """Where traffic must start or end to use any of ``links``: a set of nodes (for links inside
-    a node or to its NICs) and a set of fabric sub-trees ``(level, block)`` (for a switch
-    up-link or down-link at ``level``, traffic with an endpoint below that sub-tree)."""
-    nodes: set[int] = set()
+def link_scopes(cluster, links) -> tuple[dict[int, set], set[tuple[int, int]]]:
+    """Where traffic must start or end to use any of ``links``: per node, the node-local links
+    (as node-independent templates ``(u, v)`` of local names) it would have to use, and the
+    fabric sub-trees ``(level, block)`` (for a switch up-link or down-link at ``level``, traffic
+    with an endpoint below that sub-tree). A NIC-to-leaf link counts as the NIC's node's."""
+    nodes: dict[int, set] = {}
     blocks: set[tuple[int, int]] = set()
     for i in links:
         u, v = cluster.names[i]
+        if u[0] in _NODE_KINDS and v[0] in _NODE_KINDS:
+            nodes.setdefault(u[1], set()).add(((u[0],) + u[2:], (v[0],) + v[2:]))
+            continue
         for x in (u, v):
-            if x[0] in _NODE_KINDS:
-                nodes.add(x[1])
+            if x[0] in _NODE_KINDS:  # NIC <-> leaf: any traffic through that NIC
+                nodes.setdefault(x[1], set()).add(("nic", x[2]))
         if u[0] in _NODE_KINDS or v[0] in _NODE_KINDS:
             continue
         if u[0] == "sw" and v[0] == "sw":
@@ -107,6 +111,32 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
     return s0 + starts[:, None] + (np.arange(pl.dp // ep) * ep)[None, :] * sd
 
 
+def _touches_templates(cluster, members, nodes_scope: dict[int, set]) -> bool:
+    """Could a group with these members use one of the scoped node-local links? Its traffic
+    inside a node runs between its members there, and between them and the NICs of its
+    members (its rails)."""
+    gpn = cluster.gpn
+    rails = {cluster.nic_of(int(m)) for m in members} if cluster.nics else set()
+    by_node: dict[int, list[int]] = {}
+    for m in members:
+        by_node.setdefault(int(m) // gpn, []).append(int(m) % gpn)
+    for n, local in by_node.items():
+        want = nodes_scope.get(n)
+        if not want:
+            continue
+        segs = [(("gpu", a), ("gpu", b)) for a in local for b in local if a != b]
+        for a in local:
+            for k in rails:
+                if ("nic", k) in want:
+                    return True
+                segs += [(("gpu", a), ("nic", k)), (("nic", k), ("gpu", a))]
+        for x, y in segs:
+            seg = cluster._segment(x, y)
+            if any((seg[j], seg[j + 1]) in want for j in range(len(seg) - 1)):
+                return True
+    return False
+
+
 def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
                  ranks: tuple[int, ...], cluster, scopes) -> list[tuple[int, ...]]:
     """Like :func:`copies`, restricted to the copies with a member on one of the scope nodes or
@@ -125,8 +155,12 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
     nodes_scope, blocks_scope = scopes
     gpn = cluster.gpn
     nodes = arr // gpn
-    keep = np.isin(nodes, np.fromiter(nodes_scope, dtype=np.int64)).any(axis=1) \
-        if nodes_scope else np.zeros(len(arr), dtype=bool)
+    keep = np.zeros(len(arr), dtype=bool)
+    if nodes_scope:
+        near = np.flatnonzero(np.isin(nodes, np.fromiter(nodes_scope, dtype=np.int64)).any(
+            axis=1))
+        for i in near:
+            keep[i] = _touches_templates(cluster, arr[i], nodes_scope)
     fabric = cluster.topo.fabric
     if blocks_scope and fabric is not None:
         levels = sorted({lv for lv, _ in blocks_scope})

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from sim.errors import InputError
+from sim.inputs import INT64_MAX, load_yaml_with_lines, read_text, show
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import (
     ALGORITHMS,
@@ -27,33 +28,13 @@ from sim.topology.spec import (
 
 _OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
 _LEVEL_NAMES = ("leaf", "spine", "core")
-
-
-def _line_map(text: str) -> dict[tuple, int]:
-    """Map key paths (tuples of keys / list indices) to 1-based line numbers."""
-    import yaml
-
-    out: dict[tuple, int] = {}
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return out
-
-    def walk(node: Any, path: tuple) -> None:
-        out[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = k.value
-                out[path + (key,)] = k.start_mark.line + 1
-                walk(v, path + (key,))
-                out[path + (key,)] = k.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                walk(v, path + (i,))
-
-    if root is not None:
-        walk(root, ())
-    return out
+# Upper bounds that keep loading and network building finite (far above any real machine).
+MAX_NODES = 1_000_000
+MAX_PER_NODE = 1024  # GPUs, PCIe switches, sockets, NICs, NVLinks per node
+MAX_RADIX = 65536
+MIN_RATE = 1e-6  # GB/s or Gb/s: slower links would make transfer times overflow
+MAX_RATE = 1e6  # GB/s or Gb/s (1 PB/s): faster links would make 1 GiB take under 1 ns
+MIN_EFFICIENCY = 1e-3
 
 
 class _Section:
@@ -87,36 +68,49 @@ class _Section:
     def bool(self, key: str, default: bool) -> bool:
         v = self.raw(key, False, default)
         if not isinstance(v, bool):
-            self.r.fail(self.path + (key,), f"expected true or false, got {v!r}")
+            self.r.fail(self.path + (key,), f"expected true or false, got {show(v)}")
         return v
 
-    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+    def int(self, key: str, default: int | None = None, minimum: int = 1,
+            maximum: int = INT64_MAX) -> int:
         v = self.raw(key, default is None, default)
         if isinstance(v, bool) or not isinstance(v, int):
-            self.r.fail(self.path + (key,), f"expected an integer, got {v!r}")
+            self.r.fail(self.path + (key,), f"expected an integer, got {show(v)}")
         if v < minimum:
-            self.r.fail(self.path + (key,), f"must be ≥ {minimum}, got {v}")
+            self.r.fail(self.path + (key,), f"must be ≥ {minimum}, got {show(v)}")
+        if v > maximum:
+            self.r.fail(self.path + (key,), f"must be ≤ {maximum}, got {show(v)}")
         return v
 
     def num(self, key: str, default: float | None = None, positive: bool = True,
-            maximum: float | None = None) -> float:
+            maximum: float | None = None, minimum: float | None = None) -> float:
         v = self.raw(key, default is None, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            self.r.fail(self.path + (key,), f"expected a number, got {v!r}")
-        if positive and v <= 0:
-            self.r.fail(self.path + (key,), f"must be > 0, got {v}")
-        if not positive and v < 0:
-            self.r.fail(self.path + (key,), f"must be ≥ 0, got {v}")
-        if maximum is not None and v > maximum:
-            self.r.fail(self.path + (key,), f"must be ≤ {maximum:g}, got {v}")
-        return float(v)
+        try:
+            f = float(v) if not isinstance(v, bool) and isinstance(v, (int, float)) else None
+        except OverflowError:  # an integer beyond the float range
+            f = None
+        if f is None or not math.isfinite(f):
+            self.r.fail(self.path + (key,), f"expected a finite number, got {show(v)}")
+        if positive and f <= 0:
+            self.r.fail(self.path + (key,), f"must be > 0, got {show(v)}")
+        if not positive and f < 0:
+            self.r.fail(self.path + (key,), f"must be ≥ 0, got {show(v)}")
+        if minimum is not None and f < minimum:
+            self.r.fail(self.path + (key,), f"must be ≥ {minimum:g}, got {show(v)}")
+        if maximum is not None and f > maximum:
+            self.r.fail(self.path + (key,), f"must be ≤ {maximum:g}, got {show(v)}")
+        return f
+
+    def rate(self, key: str, default: float | None = None) -> float:
+        """A bandwidth (GB/s or Gb/s) or peak rate in [:data:`MIN_RATE`, :data:`MAX_RATE`]."""
+        return self.num(key, default, minimum=MIN_RATE, maximum=MAX_RATE)
 
     def ns(self, key: str) -> int:
         """A latency in ns (≥ 0, integer), default 0."""
         return self.int(key, 0, minimum=0)
 
     def eff(self, key: str = "efficiency") -> float:
-        return self.num(key, 1.0, maximum=1.0)
+        return self.num(key, 1.0, maximum=1.0, minimum=MIN_EFFICIENCY)
 
     def int_list(self, key: str, length: int, upper: int, default: tuple[int, ...]) -> tuple:
         v = self.raw(key, False, None)
@@ -124,10 +118,10 @@ class _Section:
             return default
         p = self.path + (key,)
         if not isinstance(v, list) or len(v) != length:
-            self.r.fail(p, f"expected a list of {length} integers, got {v!r}")
+            self.r.fail(p, f"expected a list of {length} integers, got {show(v)}")
         for x in v:
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < upper:
-                self.r.fail(p, f"entries must be integers in [0, {upper}), got {x!r}")
+                self.r.fail(p, f"entries must be integers in [0, {upper}), got {show(x)}")
         return tuple(v)
 
     def sub(self, key: str, required: bool = True) -> _Section | None:
@@ -137,7 +131,7 @@ class _Section:
     def done(self) -> None:
         for k in self.data:
             if k not in self.used:
-                known = ", ".join(sorted(self.used))
+                known = ", ".join(sorted(map(str, self.used)))
                 self.r.fail(self.path + (k,), f"unknown key (known keys here: {known})")
 
 
@@ -147,9 +141,16 @@ class _Reader:
         self.lines = lines
 
     def fail(self, path: tuple, message: str, at: tuple | None = None) -> None:
-        line = self.lines.get(path) or self.lines.get(at if at is not None else path[:-1])
-        dotted = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path)
+        line = self._line(path) or self._line(at if at is not None else path[:-1])
+        dotted = ".".join(str(p)[:60] if not isinstance(p, int) else f"[{p}]" for p in path)
         raise InputError(message, file=self.file, line=line, field=dotted.replace(".[", "["))
+
+
+    def _line(self, path: tuple) -> int | None:
+        try:
+            return self.lines.get(path)
+        except TypeError:  # an unhashable key in the path
+            return None
 
 
 def _kind(v: Any) -> str:
@@ -167,18 +168,20 @@ def _gpu(s: _Section) -> GpuSpec:
     assert pk is not None
     peaks = {}
     for k in pk.data:
-        peaks[str(k)] = pk.num(k)
+        if not isinstance(k, str):
+            s.r.fail(pk.path + (k,), f"dtype names must be strings, got {show(k)}")
+        peaks[k] = pk.rate(k)
     if not peaks:
         s.r.fail(pk.path, "needs at least one dtype (e.g. bf16: 312)")
     pk.done()
     spec = GpuSpec(name=name, peak_tflops=peaks, hbm_GB=s.num("hbm_GB"),
-                   hbm_GBps=s.num("hbm_GBps"))
+                   hbm_GBps=s.rate("hbm_GBps"))
     s.done()
     return spec
 
 
 def _node(s: _Section) -> NodeSpec:
-    gpus = s.int("gpus")
+    gpus = s.int("gpus", maximum=MAX_PER_NODE)
     gs = s.sub("gpu")
     assert gs is not None
     gpu = _gpu(gs)
@@ -186,22 +189,22 @@ def _node(s: _Section) -> NodeSpec:
     nv = s.sub("nvlink", required=False)
     nvlink = None
     if nv is not None:
-        nvlink = NvlinkSpec(links_per_gpu=nv.int("links_per_gpu"),
-                            link_bandwidth_GBps=nv.num("link_bandwidth_GBps"),
+        nvlink = NvlinkSpec(links_per_gpu=nv.int("links_per_gpu", maximum=MAX_PER_NODE),
+                            link_bandwidth_GBps=nv.rate("link_bandwidth_GBps"),
                             efficiency=nv.eff(), latency_ns=nv.ns("latency_ns"))
         nv.done()
     ps = s.sub("pcie")
     assert ps is not None
-    switches = ps.int("switches", 1)
-    sockets = ps.int("sockets", 1)
+    switches = ps.int("switches", 1, maximum=MAX_PER_NODE)
+    sockets = ps.int("sockets", 1, maximum=MAX_PER_NODE)
     gpu_switch = ps.int_list("gpu_switch", gpus, switches, _blocks(gpus, switches))
     switch_socket = ps.int_list("switch_socket", switches, sockets, _blocks(switches, sockets))
     if sockets > 1:
-        cpu_bw = ps.num("cpu_link_bandwidth_GBps")
+        cpu_bw = ps.rate("cpu_link_bandwidth_GBps")
     else:
-        cpu_bw = ps.num("cpu_link_bandwidth_GBps", default=1.0)
+        cpu_bw = ps.rate("cpu_link_bandwidth_GBps", default=1.0)
     pcie = PcieSpec(switches=switches, sockets=sockets, gpu_switch=gpu_switch,
-                    switch_socket=switch_socket, bandwidth_GBps=ps.num("bandwidth_GBps"),
+                    switch_socket=switch_socket, bandwidth_GBps=ps.rate("bandwidth_GBps"),
                     efficiency=ps.eff(), latency_ns=ps.ns("latency_ns"),
                     cpu_link_bandwidth_GBps=cpu_bw,
                     cpu_link_efficiency=ps.eff("cpu_link_efficiency"),
@@ -209,12 +212,12 @@ def _node(s: _Section) -> NodeSpec:
     ps.done()
     ns = s.sub("nics")
     assert ns is not None
-    count = ns.int("count", minimum=0)
+    count = ns.int("count", minimum=0, maximum=MAX_PER_NODE)
     if count > gpus:
         s.r.fail(ns.path + ("count",), f"more NICs ({count}) than GPUs ({gpus}) is not supported")
     nic_gpus: tuple[tuple[int, ...], ...] = ()
     if count:
-        bw = ns.num("bandwidth_gbps")
+        bw = ns.rate("bandwidth_gbps")
         nic_switch = ns.int_list("switch", count, switches, _blocks(count, switches))
         raw = ns.raw("gpus", False, None)
         if raw is None:
@@ -228,10 +231,11 @@ def _node(s: _Section) -> NodeSpec:
             out = []
             for lst in raw:
                 if not isinstance(lst, list) or not lst:
-                    s.r.fail(p, f"each entry must be a non-empty list of GPU indices, got {lst!r}")
+                    s.r.fail(p, "each entry must be a non-empty list of GPU indices, got "
+                             f"{show(lst)}")
                 for g in lst:
                     if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpus:
-                        s.r.fail(p, f"GPU index {g!r} out of range [0, {gpus})")
+                        s.r.fail(p, f"GPU index {show(g)} out of range [0, {gpus})")
                 seen.extend(lst)
                 out.append(tuple(lst))
             if sorted(seen) != list(range(gpus)):
@@ -250,9 +254,10 @@ def _node(s: _Section) -> NodeSpec:
 def _fabric(s: _Section, nics_per_node: int) -> FabricSpec:
     ftype = s.str("type", default="fat_tree")
     if ftype != "fat_tree":
-        s.r.fail(s.path + ("type",), f"unknown fabric type {ftype!r} (supported: fat_tree)")
+        s.r.fail(s.path + ("type",),
+                 f"unknown fabric type {show(ftype)} (supported: fat_tree)")
     rail = s.bool("rail_optimized", False)
-    bw = s.num("link_bandwidth_gbps")
+    bw = s.rate("link_bandwidth_gbps")
     eff = s.eff()
     link_lat = s.ns("link_latency_ns")
     raw = s.raw("levels")
@@ -263,14 +268,14 @@ def _fabric(s: _Section, nics_per_node: int) -> FabricSpec:
         ls = _Section(s.r, item, s.path + ("levels", i))
         top = i == len(raw) - 1
         name = ls.str("name", default=_LEVEL_NAMES[i] if i < 3 else f"level{i + 1}")
-        radix = ls.int("radix", minimum=2)
+        radix = ls.int("radix", minimum=2, maximum=MAX_RADIX)
         if top:
             if ls.has("oversubscription"):
                 s.r.fail(ls.path + ("oversubscription",),
                          "the top level has no up-links, so no oversubscription")
             ratio, down, up = 1.0, radix, 0
         else:
-            ratio = ls.num("oversubscription", 1.0)
+            ratio = ls.num("oversubscription", 1.0, maximum=MAX_RADIX)
             down_f = radix * ratio / (ratio + 1.0)
             down = round(down_f)
             up = radix - down
@@ -301,19 +306,19 @@ def _collectives(s: _Section | None) -> CollectiveSpec:
         for k, v in algo.items():
             if str(k).lower() not in _OPS:
                 s.r.fail(s.path + ("algorithm", k), f"unknown operation (known: {', '.join(_OPS)})")
-            if v not in ALGORITHMS:
+            if not isinstance(v, str) or v not in ALGORITHMS:
                 s.r.fail(s.path + ("algorithm", k),
-                         f"unknown algorithm {v!r} (known: {', '.join(ALGORITHMS)})")
+                         f"unknown algorithm {show(v)} (known: {', '.join(ALGORITHMS)})")
             per_op[str(k).lower()] = v
     else:
         s.r.fail(s.path + ("algorithm",), "expected an algorithm name or a mapping op → name")
     if default not in ALGORITHMS:
         s.r.fail(s.path + ("algorithm",),
-                 f"unknown algorithm {default!r} (known: {', '.join(ALGORITHMS)})")
+                 f"unknown algorithm {show(default)} (known: {', '.join(ALGORITHMS)})")
     proto = s.str("protocol", default="auto")
     if proto not in PROTOCOLS:
         s.r.fail(s.path + ("protocol",),
-                 f"unknown protocol {proto!r} (known: {', '.join(PROTOCOLS)})")
+                 f"unknown protocol {show(proto)} (known: {', '.join(PROTOCOLS)})")
     launch = s.int("launch_overhead_ns", 5000, minimum=0)
     s.done()
     return CollectiveSpec(algorithm=per_op, default_algorithm=default, protocol=proto,
@@ -335,24 +340,17 @@ def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, 
 
 def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
     """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(e, 'problem', e)}", file=path,
-                         line=mark.line + 1 if mark else None) from None
-    r = _Reader(path, _line_map(text))
+    data, lines = load_yaml_with_lines(text, path)
+    r = _Reader(path, lines)
     if data is None:
-        r.fail((), "empty topology file")
+        raise InputError("empty topology file (no YAML content)", file=path, line=1)
     top = _Section(r, data, ())
     stem = os.path.splitext(os.path.basename(path))[0]
     name = top.str("name", default=stem)
     description = top.str("description", default="")
-    file_nodes = top.int("nodes")
-    if nodes is not None and nodes < 1:
-        raise InputError(f"must be ≥ 1, got {nodes}", field="--nodes")
+    file_nodes = top.int("nodes", maximum=MAX_NODES)
+    if nodes is not None and not 1 <= nodes <= MAX_NODES:
+        raise InputError(f"must be in [1, {MAX_NODES}], got {nodes}", field="--nodes")
     num_nodes = file_nodes if nodes is None else nodes
     ns = top.sub("node")
     assert ns is not None
@@ -383,10 +381,4 @@ def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
 
 def load_topology(path: str, nodes: int | None = None) -> Topology:
     """Read and validate the topology file at ``path``; ``nodes`` overrides its node count."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as e:
-        raise InputError(f"cannot read topology file: {e.strerror}", file=path,
-                         field="--topo") from None
-    return parse_topology(text, path, nodes)
+    return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes)
