@@ -44,12 +44,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     g.add_argument("--model", metavar="PATH", required=required,
                    help="model spec YAML (workloads/models/*.yaml): generate the workload for "
                         "the layout given by --tp/--pp/--dp/--vpp/--ep")
-    g.add_argument("--dp", type=_positive_int,
+    g.add_argument("--dp", type=_positive_int, metavar="N",
                    help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
                         "topology's)")
-    g.add_argument("--micro-batch", type=_positive_int, default=1,
+    g.add_argument("--micro-batch", type=_positive_int, default=1, metavar="B",
                    help="sequences per microbatch (default: %(default)s)")
-    g.add_argument("--global-batch", type=_positive_int,
+    g.add_argument("--global-batch", type=_positive_int, metavar="B",
                    help="sequences per iteration; microbatches = global / (micro·DP) (required "
                         "unless --microbatches is given)")
     g.add_argument("--sequence-parallel", action="store_true",

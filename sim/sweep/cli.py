@@ -97,10 +97,9 @@ def settings_of(args: argparse.Namespace, model, topo, gpus: int, training) -> d
     """What a resumed sweep must share with the original (the layout lists may differ)."""
     return {
         "schema": "simrun.sweep-settings/1",
+        "files": {"model": args.model, "topology": args.topo},  # informative, not compared
         "model": asdict(model),
-        "model_file": args.model,
-        "topology": {"name": topo.name, "file": args.topo, "sha256": _sha256(args.topo),
-                     "nodes": topo.num_nodes},
+        "topology": {"name": topo.name, "sha256": _sha256(args.topo), "nodes": topo.num_nodes},
         "gpus": gpus,
         "training": asdict(training),
         "network": {"algorithm": args.algorithm, "routing": args.routing,

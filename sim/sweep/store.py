@@ -23,6 +23,7 @@ from sim.outputs import atomic_write, write_json
 
 SETTINGS = "sweep-settings.json"
 RESULTS = "results.jsonl"
+IGNORED = ("files",)  # settings keys that may differ on resume (paths to the same content)
 
 
 class ResultStore:
@@ -39,16 +40,17 @@ class ResultStore:
         """Prepare the directory; returns the rows already done (by layout key) when resuming.
 
         Without ``resume`` an existing results file is an error (``--resume`` or
-        ``--overwrite``); with ``resume`` the stored settings must equal ``settings``.
+        ``--overwrite``); with ``resume`` the stored settings must equal ``settings`` (except
+        the ``files`` entry: the same model and topology may be given by another path).
         """
         self.dir.mkdir(parents=True, exist_ok=True)
         done: dict[str, dict[str, Any]] = {}
         exists = self.results_path.exists()
         if resume and exists:
             stored = self._read_settings()
-            if stored != settings:
-                diff = sorted(k for k in set(stored) | set(settings)
-                              if stored.get(k) != settings.get(k))
+            keys = (set(stored) | set(settings)) - set(IGNORED)
+            diff = sorted(k for k in keys if stored.get(k) != settings.get(k))
+            if diff:
                 raise UsageError(f"{self.dir} holds a sweep with other settings (differs in: "
                                  f"{', '.join(diff)}); use another --out or drop --resume",
                                  field="--resume")
