@@ -1,0 +1,37 @@
+"""Speed goals of sweeps and validation (run with ``pytest -m benchmark``; deselected by
+default). Budgets are for the project's 2-core machine."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import TOPOLOGIES, WORKLOADS
+
+from sim.cli import main
+
+pytestmark = pytest.mark.benchmark
+
+
+def test_sweep_of_28_layouts_of_175b_on_1024_gpus_within_30_s(tmp_path):
+    """GPT-3 175B, global batch 1536, TP 8 x PP {2..32} x VPP {1,2,3} x micro batch {1,2} on 2
+    local workers: measured 14 s (0.5-2.5 s per simulated layout)."""
+    t0 = time.perf_counter()
+    assert main(["sweep", "--model", str(WORKLOADS / "models" / "gpt3-175b.yaml"), "--topo",
+                 str(TOPOLOGIES / "dgx-a100-1024.yaml"), "--tp", "8", "--pp", "2,4,8,16,32",
+                 "--vpp", "1,2,3", "--micro-batch", "1,2", "--global-batch", "1536",
+                 "--sequence-parallel", "--recompute", "selective", "--distributed-optimizer",
+                 "--workers", "2", "--out", str(tmp_path / "s"), "--no-progress", "--quiet",
+                 "--no-plot"]) == 0
+    wall = time.perf_counter() - t0
+    assert json.loads((tmp_path / "s" / "results.json").read_text())["ok"] == 22
+    assert wall < 30, f"{wall:.1f} s"
+
+
+def test_validate_within_30_s(tmp_path):
+    """8 measured cases (up to 512 GPUs, 260 k events) on 2 local workers: measured ~9 s."""
+    t0 = time.perf_counter()
+    assert main(["validate", "--workers", "2", "--json", str(tmp_path / "v.json")]) == 0
+    wall = time.perf_counter() - t0
+    assert wall < 30, f"{wall:.1f} s"
