@@ -67,7 +67,8 @@ def write_outputs(directory: Path, rows: list[dict[str, Any]], summary: dict[str
         plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows]
         title = summary.get("title", "")
         plot_sweep(plot_rows, directory / "ranking.png", title=title, flag="--out")
-        plot_sweep_heatmap(plot_rows, directory / "heatmap.png", x="tp", y="pp", flag="--out")
+        plot_sweep_heatmap(plot_rows, directory / "heatmap.png", x="tp", y="pp", flag="--out",
+                           title="best iteration time (ms) per (tp, pp)")
         paths += [directory / "ranking.png", directory / "heatmap.png"]
     return paths
 
