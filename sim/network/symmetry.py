@@ -77,7 +77,8 @@ def link_scopes(cluster, links) -> tuple[dict[int, set], set[tuple[int, int]]]:
             blocks.add((lower[1], lower[2]))
         elif u[0] in ("up", "down"):
             blocks.add((u[1], u[2]))
-    return nodes, blocks
+    interned: dict[frozenset, frozenset] = {}
+    return {n: interned.setdefault(frozenset(s), frozenset(s)) for n, s in nodes.items()}, blocks
 
 
 def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
@@ -115,25 +116,41 @@ def _touches_templates(cluster, members, nodes_scope: dict[int, set]) -> bool:
     """Could a group with these members use one of the scoped node-local links? Its traffic
     inside a node runs between its members there, and between them and the NICs of its
     members (its rails)."""
+    import numpy as np
+
     gpn = cluster.gpn
-    rails = {cluster.nic_of(int(m)) for m in members} if cluster.nics else set()
+    rails = {int(k) for k in np.unique(np.asarray(cluster._gpu_nic)[members % gpn])} \
+        if cluster.nics else set()
+    near = members[np.isin(members // gpn, np.fromiter(nodes_scope, dtype=np.int64))]
     by_node: dict[int, list[int]] = {}
-    for m in members:
-        by_node.setdefault(int(m) // gpn, []).append(int(m) % gpn)
+    for m in near.tolist():
+        by_node.setdefault(m // gpn, []).append(m % gpn)
+    memo = cluster.__dict__.setdefault("_touch_memo", {})
+    rail_key = tuple(sorted(rails))
     for n, local in by_node.items():
         want = nodes_scope.get(n)
         if not want:
             continue
-        segs = [(("gpu", a), ("gpu", b)) for a in local for b in local if a != b]
-        for a in local:
-            for k in rails:
-                if ("nic", k) in want:
-                    return True
-                segs += [(("gpu", a), ("nic", k)), (("nic", k), ("gpu", a))]
-        for x, y in segs:
-            seg = cluster._segment(x, y)
-            if any((seg[j], seg[j + 1]) in want for j in range(len(seg) - 1)):
+        key = (want, tuple(local), rail_key)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = _node_touches(cluster, want, local, rails)
+        if hit:
+            return True
+    return False
+
+
+def _node_touches(cluster, want: frozenset, local: list[int], rails: set[int]) -> bool:
+    segs = [(("gpu", a), ("gpu", b)) for a in local for b in local if a != b]
+    for a in local:
+        for k in rails:
+            if ("nic", k) in want:
                 return True
+            segs += [(("gpu", a), ("nic", k)), (("nic", k), ("gpu", a))]
+    for x, y in segs:
+        seg = cluster._segment(x, y)
+        if any((seg[j], seg[j + 1]) in want for j in range(len(seg) - 1)):
+            return True
     return False
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from sim.errors import InputError
+from sim.inputs import INT64_MAX, split_lines
 from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase, Workload, WorkloadHeader
 
 POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "DATA", "MICRO")
@@ -41,7 +42,8 @@ COLUMN_NAMES = (
 )  # fmt: skip
 _SUFFIXES = (("_DP_EP", GroupKind.DP_EP), ("_EP", GroupKind.EP), ("_DP", GroupKind.DP),
              ("_TP", GroupKind.TP), ("_PP", GroupKind.PP))  # fmt: skip
-_NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_NUM = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def sniff(text: str) -> bool:
@@ -51,20 +53,32 @@ def sniff(text: str) -> bool:
 
 
 def parse_int(tok: str, *, file: str, line: int, field: str, allow_float: bool = True) -> int:
-    """A non-negative integer field; floats (e.g. ``1.5e6``) are rounded to the nearest integer."""
+    """An integer field in [0, 2^63−1]; floats (e.g. ``1.5e6``) are rounded to the nearest
+    integer. Sizes and times above 2^63−1 (the int64 range of the tools that write these files)
+    are rejected as corrupt."""
     if not _NUM.match(tok):
-        raise InputError(f"expected a number, got {tok!r}", file=file, line=line, field=field)
-    if re.fullmatch(r"[+-]?\d+", tok):
+        raise InputError(f"expected a number, got {tok[:40]!r}", file=file, line=line,
+                         field=field)
+    if _INT.fullmatch(tok):
+        if len(tok.lstrip("+-0")) > 19:  # more digits than 2^63 has: no int() of huge strings
+            raise InputError(f"{tok[:24]}… ({len(tok)} characters) exceeds 2^63−1", file=file,
+                             line=line, field=field)
         value = int(tok)
     else:
         if not allow_float:
-            raise InputError(f"expected an integer, got {tok!r}", file=file, line=line, field=field)
+            raise InputError(f"expected an integer, got {tok[:40]!r}", file=file, line=line,
+                             field=field)
         f = float(tok)
         if f != f or f in (float("inf"), float("-inf")):
-            raise InputError(f"not a finite number: {tok!r}", file=file, line=line, field=field)
+            raise InputError(f"not a finite number: {tok[:40]!r}", file=file, line=line,
+                             field=field)
+        if abs(f) > INT64_MAX:
+            raise InputError(f"{tok[:40]} exceeds 2^63−1", file=file, line=line, field=field)
         value = int(round(f))
     if value < 0:
-        raise InputError(f"must be ≥ 0, got {tok}", file=file, line=line, field=field)
+        raise InputError(f"must be ≥ 0, got {tok[:40]}", file=file, line=line, field=field)
+    if value > INT64_MAX:
+        raise InputError(f"{value} exceeds 2^63−1", file=file, line=line, field=field)
     return value
 
 
@@ -149,7 +163,7 @@ def _phase(cols: list[str], start: int, default_group: GroupKind, process_ns: in
 
 def read_aicb(text: str, file: str) -> Workload:
     """Parse AICB text. Raises :class:`InputError` naming file, line and field on bad input."""
-    lines = text.lstrip("\ufeff").splitlines()
+    lines = split_lines(text.lstrip("\ufeff"))
     assumptions: list[str] = ["AICB units: compute times in ns, communication sizes in bytes"]
     if not lines or not lines[0].strip():
         raise InputError("empty file (expected an AICB header line)", file=file, line=1,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from sim.errors import InputError
+from sim.inputs import INT64_MAX, split_lines
 from sim.workload.aicb import parse_comm_type
 from sim.workload.model import Comm, GroupKind, Layer, Phase, Workload, WorkloadHeader
 
@@ -45,26 +46,32 @@ def sniff(text: str) -> bool:
 
 def _ms_to_ns(tok: str, *, file: str, line: int, field: str) -> int:
     try:
-        ms = float(tok)
+        ms = float(tok) if tok.isascii() else math.nan
     except ValueError:
-        raise InputError(f"expected a time in ms, got {tok!r}", file=file, line=line,
+        raise InputError(f"expected a time in ms, got {tok[:40]!r}", file=file, line=line,
                          field=field) from None
     if not math.isfinite(ms) or ms < 0:
-        raise InputError(f"must be a finite time ≥ 0 ms, got {tok}", file=file, line=line,
+        raise InputError(f"must be a finite time ≥ 0 ms, got {tok[:40]}", file=file, line=line,
                          field=field)
-    return int(round(ms * 1e6))
+    ns = ms * 1e6
+    if ns > INT64_MAX:
+        raise InputError(f"{tok[:40]} ms exceeds 2^63−1 ns", file=file, line=line, field=field)
+    return int(round(ns))
 
 
 def _elements(tok: str, *, file: str, line: int, field: str) -> int:
     try:
-        f = float(tok)
+        f = float(tok) if tok.isascii() else math.nan
     except ValueError:
-        raise InputError(f"expected an element count, got {tok!r}", file=file, line=line,
+        raise InputError(f"expected an element count, got {tok[:40]!r}", file=file, line=line,
                          field=field) from None
     if not math.isfinite(f) or f < 0 or f != int(f):
-        raise InputError(f"must be a whole element count ≥ 0, got {tok}", file=file, line=line,
-                         field=field)
-    return int(tok) if tok.strip().lstrip("+").isdigit() else int(f)
+        raise InputError(f"must be a whole element count ≥ 0, got {tok[:40]}", file=file,
+                         line=line, field=field)
+    if f > INT64_MAX:
+        raise InputError(f"{tok[:40]} exceeds 2^63−1", file=file, line=line, field=field)
+    t = tok.strip().lstrip("+")
+    return int(t) if t.isdigit() else int(f)
 
 
 def _comm(ctype: str, elements: int, default_group: GroupKind, bpe: int, post_ns: int,
@@ -80,6 +87,9 @@ def _comm(ctype: str, elements: int, default_group: GroupKind, bpe: int, post_ns
     if asynchronous:
         group = GroupKind.DP if group not in (GroupKind.DP, GroupKind.DP_EP) else group
     blocking = group not in (GroupKind.DP, GroupKind.DP_EP)
+    if elements * bpe > INT64_MAX:
+        raise InputError(f"{elements} elements × {bpe} bytes exceeds 2^63−1 bytes", file=file,
+                         line=line, field=field.replace("_type", "_size"))
     return Comm(kind, group, elements * bpe, blocking, post_ns)
 
 
@@ -91,7 +101,7 @@ def read_optable(
     backward_ratio: float = DEFAULT_BACKWARD_RATIO,
 ) -> Workload:
     """Parse an operator table into a :class:`Workload` (times → ns, elements → bytes)."""
-    lines = text.lstrip("\ufeff").splitlines()
+    lines = split_lines(text.lstrip("\ufeff"))
     if not lines or not lines[0].strip():
         raise InputError("empty file (expected a header row)", file=file, line=1, field="header")
     sep = "\t" if "\t" in lines[0] else None
@@ -154,7 +164,11 @@ def read_optable(
     layers = []
     for line, name, ((tf, cf), (tb, cb), (tw, cw)) in parsed:
         if fill:
-            tb = tw = int(round(tf * backward_ratio / 2))
+            half = tf * backward_ratio / 2
+            if not half <= INT64_MAX:
+                raise InputError(f"{backward_ratio:g} × the forward time of line {line} exceeds "
+                                 "2^63−1 ns", field="--missing-backward-ratio")
+            tb = tw = int(round(half))
         layers.append(Layer(name, Phase(tf, cf), Phase(tb, cb), Phase(tw, cw), line=line))
     return Workload(path=file, format="optable", header=WorkloadHeader(), layers=layers,
                     assumptions=assumptions)

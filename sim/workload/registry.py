@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim import inputs
 from sim.errors import InputError
 from sim.workload import aicb, optable
 from sim.workload.model import Workload
@@ -28,24 +29,9 @@ READERS: dict[str, Reader] = {
 
 
 def read_text(path: str | Path) -> str:
-    """Read a UTF-8 text file; any I/O or decoding problem becomes an :class:`InputError`."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such file", file=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a file", file=str(path)) from None
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", file=str(path)) from None
-    if b"\x00" in data:
-        raise InputError("binary data (NUL bytes), expected a text file", file=str(path))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise InputError(f"not UTF-8 text (byte 0x{data[e.start]:02x})", file=str(path),
-                         line=line, field="encoding") from None
+    """Read a text file (UTF-8, or UTF-16/32 with a BOM); any I/O or decoding problem becomes
+    an :class:`InputError` (see :mod:`sim.inputs`)."""
+    return inputs.read_text(path)
 
 
 def read_workload(path: str | Path, fmt: str | None = None, **options) -> Workload:
