@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import simpy
 
+from sim.classes import RankClasses
 from sim.engine.result import LayerStats, RankStats, SimResult, Span
-from sim.engine.segments import AsyncIssue, Blocking, Compiled, Fused, compile_pass
+from sim.engine.segments import AsyncIssue, Blocking, Compiled, Fused, compile_pass, scaled
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
@@ -35,6 +36,8 @@ def simulate(
     *,
     placement: Placement | None = None,
     per_rank: bool = False,
+    classes: RankClasses | None = None,
+    compute_scale: dict[int, float] | None = None,
     record_spans: bool = False,
     fuse: bool = True,
     until_ns: int | None = None,
@@ -42,32 +45,50 @@ def simulate(
     """Simulate one iteration of ``program`` on ``network``.
 
     ``per_rank``: simulate every rank (default: one representative per pipeline stage, which
-    is exact on uniform clusters). ``record_spans``: keep every interval for traces and plots.
-    ``fuse``: merge compute with fusable blocking comms into single timeouts (exact when every
-    member of a fused group runs the same program at the same speed). ``until_ns``: stop the
-    clock there (watchdog); ranks still busy then are reported as stalled.
+    is exact on uniform clusters). ``classes``: an explicit partition of the ranks into
+    classes with one simulated representative each (overrides ``per_rank``; see
+    :mod:`sim.classes`). ``compute_scale``: rank → factor on its compute times (a slow GPU:
+    1.5). ``record_spans``: keep every interval for traces and plots. ``fuse``: merge compute
+    with fusable blocking comms into single timeouts; done only where every simulated member
+    of the group runs in lockstep (one simulated member, or a uniform per-rank run).
+    ``until_ns``: stop the clock there (watchdog); ranks still busy then are reported as
+    stalled.
     """
     if placement is None:
         placement = Placement(program.tp, program.dp, program.pp, program.ep)
-    return _Engine(program, network, placement, per_rank, record_spans, fuse).run(until_ns)
+    if classes is None:
+        classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
+    return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
+                   fuse).run(until_ns)
 
 
 class _Engine:
-    def __init__(self, prog: PipelineProgram, net: Network, pl: Placement, per_rank: bool,
-                 record: bool, fuse: bool) -> None:
+    def __init__(self, prog: PipelineProgram, net: Network, pl: Placement,
+                 classes: RankClasses, scale: dict[int, float], record: bool,
+                 fuse: bool) -> None:
         if (pl.tp, pl.dp, pl.pp) != (prog.tp, prog.dp, prog.pp):
             raise ValueError("placement does not match the program's layout")
+        if classes.placement is not pl:
+            raise ValueError("the rank classes belong to another placement")
         self.env = simpy.Environment()
         self.prog, self.net, self.pl, self.fuse = prog, net, pl, fuse
-        self.per_rank = per_rank
+        self.classes = classes
+        self.per_rank = classes.label == "per-rank"
+        self.scale = {r: f for r, f in scale.items() if f != 1.0}
         self.p, self.v, self.m = prog.pp, prog.vpp, prog.microbatches
         self.sched = schedule_table(prog.schedule, self.p, self.m, self.v,
                                     prog.microbatch_group_size)
-        self.sim_ranks = list(range(pl.world_size)) if per_rank else list(
-            pl.stage_representatives)
+        self.sim_ranks = list(classes.reps)
         self.sim_set = frozenset(self.sim_ranks)
-        net.bind(self.env, pl, symmetric=not per_rank, traffic=program_traffic(prog))
-        self.stats = {r: RankStats(r, pl.coord(r).pp) for r in self.sim_ranks}
+        for r in self.scale:
+            if r not in self.sim_set:
+                raise ValueError(f"rank {r} has its own speed but is not simulated")
+        net.bind(self.env, pl, classes, traffic=program_traffic(prog))
+        # simulated members of a group run in lockstep only when the run is uniform
+        plain = classes.is_per_rank or (len(classes.tp_parts) == len(classes.dp_parts) == 1)
+        self.lockstep = plain and not self.scale and not net.perturbed
+        self.stats = {r: RankStats(r, pl.coord(r).pp, classes.size_of(r))
+                      for r in self.sim_ranks}
         self.spans: list[Span] | None = [] if record else None
         self.msgs: dict[tuple, simpy.Event] = {}
         self.send_start: dict[tuple, int] = {}
@@ -94,6 +115,8 @@ class _Engine:
         if not self.fuse or not self.net.fusable(comm.group):
             return None
         members = self.group(comm.group, rank)
+        if not self.lockstep and self.sim_count(members) > 1:
+            return None  # members may arrive at different times: rendezvous instead
         key = (comm.kind, comm.group, members, comm.size_bytes)
         if key not in self._iso:
             res = self.net.isolated(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
@@ -106,7 +129,7 @@ class _Engine:
         if comp is None:
             layers = self.prog.stages[stage].chunks[chunk]
             comp = compile_pass(layers, forward, last and not forward,
-                                lambda c: self.fused_cost(rank, c))
+                                lambda c: self.fused_cost(rank, c), self.scale.get(rank, 1.0))
             self._compiled[key] = comp
             self._all_compiled.append((rank, comp))
         return comp
@@ -144,7 +167,8 @@ class _Engine:
         self._layer_totals()
         events = next(self.env._eid) if hasattr(self.env, "_eid") else 0  # SimPy's event counter
         return SimResult(self.prog, iteration, [self.stats[r] for r in self.sim_ranks],
-                         self.spans or [], events, self.per_rank, self.net.describe())
+                         self.spans or [], events, self.per_rank, self.net.describe(),
+                         self.classes.describe())
 
     def rank_proc(self, rank: int):
         env, st, p = self.env, self.stats[rank], self.p
@@ -220,10 +244,7 @@ class _Engine:
         key = (comm.group, members[0], seq)
         entry = self.rdv.get(key)
         if entry is None:
-            need = self._sim_count.get(members)
-            if need is None:
-                need = self._sim_count[members] = sum(1 for r in members if r in self.sim_set)
-            entry = self.rdv[key] = [need, self.env.event()]
+            entry = self.rdv[key] = [self.sim_count(members), self.env.event()]
         entry[0] -= 1
         if entry[0] == 0:
             del self.rdv[key]
@@ -236,6 +257,13 @@ class _Engine:
             yield self.env.timeout(comm.post_delay_ns)
         self.waiting.pop(rank, None)
         return res
+
+    def sim_count(self, members: tuple[int, ...]) -> int:
+        """How many members of a group are simulated (they all must reach its collectives)."""
+        need = self._sim_count.get(members)
+        if need is None:
+            need = self._sim_count[members] = sum(1 for r in members if r in self.sim_set)
+        return need
 
     def next_seq(self, rank: int, group: GroupKind) -> int:
         k = (rank, group)
@@ -276,16 +304,18 @@ class _Engine:
 
     def tasks(self, rank: int, tasks: tuple[Task, ...]):
         env, st = self.env, self.stats[rank]
+        scale = self.scale.get(rank, 1.0)
         for t in tasks:
             if t.wait_async:
                 yield from self.drain(rank)
-            if t.compute_ns:
+            compute_ns = scaled(t.compute_ns, scale)
+            if compute_ns:
                 t0 = env.now
-                yield env.timeout(t.compute_ns)
+                yield env.timeout(compute_ns)
                 if t.kind is TaskKind.OPTIMIZER:
-                    st.optimizer_ns += t.compute_ns
+                    st.optimizer_ns += compute_ns
                 else:
-                    st.compute_ns += t.compute_ns
+                    st.compute_ns += compute_ns
                 self.span(rank, "compute", t0, env.now,
                           "optimizer" if t.kind is TaskKind.OPTIMIZER else "forward", t.label)
             if t.comm is None:

@@ -31,6 +31,7 @@ class RankStats:
 
     rank: int
     stage: int
+    represents: int = 1  # ranks this simulated rank stands for (itself included)
     compute_ns: int = 0
     optimizer_ns: int = 0
     exposed_comm_ns: dict[GroupKind, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
@@ -73,6 +74,7 @@ class SimResult:
     events: int
     per_rank: bool
     network_notes: list[str] = field(default_factory=list)
+    mode: str = ""  # how the ranks were simulated (sim.classes.RankClasses.describe)
 
     def stage_stats(self) -> list[RankStats]:
         """One entry per pipeline stage: the simulated rank of that stage that finished last."""

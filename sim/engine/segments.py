@@ -79,9 +79,15 @@ def phases(layers: tuple[Layer, ...], forward: bool):
             yield lay, PhaseKind.WEIGHT_GRAD, lay.weight_grad
 
 
+def scaled(ns: int, factor: float) -> int:
+    """``ns`` × ``factor`` in whole nanoseconds (exact when the factor is 1)."""
+    return ns if factor == 1.0 else int(round(ns * factor))
+
+
 def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
-                 cost: CostFn) -> Compiled:
-    """Compile one pass. ``issue_async``: include non-blocking (gradient) communications."""
+                 cost: CostFn, scale: float = 1.0) -> Compiled:
+    """Compile one pass. ``issue_async``: include non-blocking (gradient) communications;
+    ``scale``: factor on compute times (a slow GPU)."""
     steps: list[Step] = []
     parts: list[Part] = []
     totals: dict[str, list] = {}
@@ -99,12 +105,13 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
         tot = totals.setdefault(lay.name, [0, 0, 0, {}, 0])
         if kind is PhaseKind.FORWARD:
             tot[4] += 1
-        if ph.compute_ns:
-            parts.append(Part(run[0], ph.compute_ns, kind, lay.name, None))
-            run[0] += ph.compute_ns
-            run[1] += ph.compute_ns
+        compute_ns = scaled(ph.compute_ns, scale)
+        if compute_ns:
+            parts.append(Part(run[0], compute_ns, kind, lay.name, None))
+            run[0] += compute_ns
+            run[1] += compute_ns
             tot[(PhaseKind.FORWARD, PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD).index(kind)] += (
-                ph.compute_ns)
+                compute_ns)
         c = ph.comm
         if c is None:
             continue

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from sim.classes import RankClasses
 from sim.placement import Placement
 from sim.workload.model import CollKind, GroupKind
 
@@ -51,17 +52,26 @@ class Network(ABC):
     env: simpy.Environment | None = None
 
     traffic: dict[GroupKind, frozenset[CollKind]] | None = None
+    classes: RankClasses | None = None
+    symmetric: bool = False
+    perturbed: bool = False  # degraded or failed hardware: the cluster is not uniform
 
-    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool,
+    def bind(self, env: simpy.Environment, placement: Placement, classes: RankClasses | bool,
              traffic: dict[GroupKind, frozenset[CollKind]] | None = None) -> None:
         """Attach to a simulation. Called once by the engine before it runs.
 
-        ``traffic``: the communication kinds the program issues in each group kind (``PP``:
-        ``SENDRECV`` when stages exchange activations); ``None`` = unknown (assume any).
+        ``classes``: which ranks the engine simulates, each standing for its class; the network
+        accounts for the unsimulated members' identical traffic. ``traffic``: the communication
+        kinds the program issues in each group kind (``PP``: ``SENDRECV`` when stages exchange
+        activations); ``None`` = unknown (assume any). A bool stands for the symmetric (True)
+        or per-rank (False) classes.
         """
+        if isinstance(classes, bool):
+            classes = (RankClasses.symmetric if classes else RankClasses.per_rank)(placement)
         self.env = env
         self.placement = placement
-        self.symmetric = symmetric
+        self.classes = classes
+        self.symmetric = classes.reduced
         self.traffic = traffic
 
     @abstractmethod

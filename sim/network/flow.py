@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import simpy
 from simpy.events import NORMAL
 
+from sim.classes import RankClasses
 from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
@@ -104,15 +105,16 @@ class FlowNetwork(Network):
         self.chosen: dict[tuple, int] = {}
         self.ops_started = 0
 
-    def bind(self, env: simpy.Environment, placement: Placement, symmetric: bool,
+    def bind(self, env: simpy.Environment, placement: Placement, classes: RankClasses | bool,
              traffic: dict[GroupKind, frozenset[CollKind]] | None = None) -> None:
-        super().bind(env, placement, symmetric, traffic)
+        super().bind(env, placement, classes, traffic)
         self._reset()
         pl = placement
+        classes = self.classes
         tkey = None if traffic is None else tuple(sorted(
             (g.value, tuple(sorted(k.value for k in ks))) for g, ks in traffic.items()))
-        key = (pl.tp, pl.dp, pl.pp, pl.ep, pl.order_string, symmetric, tkey) if pl else (
-            symmetric, tkey)
+        ckey = (tuple(classes.tp_parts), tuple(classes.dp_parts))
+        key = (pl.tp, pl.dp, pl.pp, pl.ep, pl.order_string, ckey, tkey)
         self._agg, self._fusable = self._layouts.setdefault(key, ({}, {}))
 
     # ---- plans and choices ---------------------------------------------------------------
@@ -162,7 +164,7 @@ class FlowNetwork(Network):
         if self.symmetric:
             tracked_all = {link for ph in single for path, _, _, _ in ph for link in path}
             groups = local_copies(self.placement, req.kind, req.group, req.ranks, self.cluster,
-                                  link_scopes(self.cluster, tracked_all))
+                                  link_scopes(self.cluster, tracked_all), self.classes)
         if len(groups) == 1:
             got = self._agg[akey] = (single, tuple(ph.latency_ns for ph in plan.phases))
             return got

@@ -140,7 +140,7 @@ def _local_symmetric_check(net: FlowNetwork, group: GroupKind) -> bool | None:
     cl = net.cluster
     gpn = cl.gpn
     traffic = net.traffic
-    reps = [tuple(pl.group(group, r)) for r in pl.stage_representatives]
+    reps = [tuple(pl.group(group, r)) for r in net.classes.reps]
     if any(len({r // gpn for r in g}) != 1 for g in reps):
         return None
     rings, a2a = _uses(traffic, group)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.classes import RankClasses
 from sim.errors import InputError, UsageError
 from sim.network.base import CommRequest, nccl_busbw_factor
 from sim.network.factory import add_network_arguments, network_from_args
@@ -91,7 +92,8 @@ def _sendrecv_ns(net, n: int, size: int) -> tuple[int, str]:
     from sim.placement import Placement
 
     env = simpy.Environment()
-    net.bind(env, Placement(1, n, 1), symmetric=False)
+    pl = Placement(1, n, 1)
+    net.bind(env, pl, RankClasses.per_rank(pl))
     out: list[int] = []
     algo = ""
 

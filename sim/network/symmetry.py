@@ -155,7 +155,8 @@ def _node_touches(cluster, want: frozenset, local: list[int], rails: set[int]) -
 
 
 def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
-                 ranks: tuple[int, ...], cluster, scopes) -> list[tuple[int, ...]]:
+                 ranks: tuple[int, ...], cluster, scopes, classes=None
+                 ) -> list[tuple[int, ...]]:
     """Like :func:`copies`, restricted to the copies with a member on one of the scope nodes or
     below one of the scope sub-trees (:func:`link_scopes`) — the only copies whose routes can
     use the representative's links. A copy's fabric traffic leaves and enters nodes through the
@@ -169,6 +170,9 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
     arr = _copy_array(placement, kind, group, ranks)
     if arr is None:
         return [ranks]
+    if classes is not None:  # copies: same classes member by member (hybrid simulation)
+        cls = classes.class_array
+        arr = arr[(cls[arr] == cls[np.asarray(ranks)]).all(axis=1)]
     nodes_scope, blocks_scope = scopes
     gpn = cluster.gpn
     nodes = arr // gpn

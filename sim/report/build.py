@@ -76,7 +76,7 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         layer_list.append(e)
     assumptions = list(prog.assumptions) + list(result.network_notes) + list(
         extra_assumptions or [])
-    mode = "per-rank" if result.per_rank else "symmetric (one representative rank per stage)"
+    mode = result.mode or ("per-rank" if result.per_rank else "symmetric")
     assumptions.append(f"simulation mode: {mode}")
     report: dict[str, Any] = {
         "schema": "simrun.report/1",
@@ -94,7 +94,7 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         "parallelism": {"tp": prog.tp, "pp": prog.pp, "dp": prog.dp, "ep": prog.ep,
                         "world_size": prog.world_size},
         "pp_message_bytes": prog.pp_bytes,
-        "simulation": {"mode": "per-rank" if result.per_rank else "symmetric",
+        "simulation": {"mode": mode.split(":")[0],
                        "simulated_ranks": len(result.ranks), "events": result.events},
         "stages": stages,
         "layers": layer_list,
