@@ -73,6 +73,7 @@ class FlowNetwork(Network):
                  routing: str = "ecmp", protocol: str | None = None):
         self.topology = topology
         self.cluster = Cluster(topology, routing)
+        self.perturbed = self.cluster.perturbed
         coll = topology.collectives
         per_op = dict(coll.algorithm)
         default = coll.default_algorithm

@@ -47,6 +47,7 @@ class Cluster:
         self._intra: dict[tuple, tuple] = {}  # template segments (local names) and their ids
         self._tmpl: dict[tuple, int] = {}  # template link → number (< 4096)
         self._paths: dict[tuple, tuple[int, ...]] = {}
+        self._faults(topo)
         f = topo.fabric
         if f is not None and self.nics:
             lv = f.levels
@@ -57,6 +58,42 @@ class Cluster:
             for x in lv[1:]:
                 self._span.append(self._span[-1] * x.down)
 
+    # ---- faults (sim/faults.py) ----------------------------------------------------------
+    def _faults(self, topo: Topology) -> None:
+        """Degraded links scale their capacity; a failed NIC's traffic uses a substitute NIC of
+        its node (same PCIe switch first, else the next working one)."""
+        f = topo.faults
+        self.perturbed = f.network
+        self._degraded = dict(f.degraded)
+        self._nic_sub: dict[tuple[int, int], int] = {}
+        nics = topo.node.nics
+        for n, k in sorted(f.failed_nics):
+            ok = [j for j in range(nics.count) if (n, j) not in f.failed_nics]
+            same = [j for j in ok if nics.switch[j] == nics.switch[k]]
+            after = [j for j in ok if j > k] + [j for j in ok if j < k]
+            self._nic_sub[(n, k)] = (same or after)[0]
+
+    def working_nic(self, node: int, nic: int) -> int:
+        """The NIC that carries traffic meant for NIC ``nic`` of ``node``."""
+        return self._nic_sub.get((node, nic), nic) if self._nic_sub else nic
+
+    def _degradation(self, u: tuple, v: tuple) -> float:
+        d = self._degraded
+        for x in (u, v):
+            if x[0] == "nic" and ("nic", x[1], x[2]) in d:
+                return d[("nic", x[1], x[2])]
+        if {u[0], v[0]} == {"gpu", "nvswitch"}:
+            g = u if u[0] == "gpu" else v
+            key = ("nvlink", g[1] * self.gpn + g[2])
+            if key in d:
+                return d[key]
+        if u[0] == "sw" and v[0] == "sw":
+            lower = u if u[1] < v[1] else v
+            return d.get(("uplinks", lower[1], lower[2]), 1.0)
+        if u[0] in ("up", "down"):
+            return d.get(("uplinks", u[1], u[2]), 1.0)
+        return 1.0
+
     # ---- link registry -------------------------------------------------------------------
     def link(self, u: tuple, v: tuple) -> int:
         """Integer id of the directed link ``u → v`` (created on first use)."""
@@ -64,6 +101,8 @@ class Cluster:
         i = self.ids.get(key)
         if i is None:
             cap, lat, kind = self._link_props(u, v)
+            if self._degraded:
+                cap *= self._degradation(u, v)
             i = len(self.names)
             self.ids[key] = i
             self.names.append(key)
@@ -225,13 +264,14 @@ class Cluster:
             links = self._local_links(na[0], self._segment(("gpu", na[1]), ("gpu", nb[1])))
         else:
             k = self.nic_of(dst) if rail < 0 else rail
-            la, lb = self.leaf_of(na[0], k), self.leaf_of(nb[0], k)
-            nic_a, nic_b = ("nic", na[0], k), ("nic", nb[0], k)
-            links = self._local_links(na[0], self._segment(("gpu", na[1]), ("nic", k)))
+            ka, kb = self.working_nic(na[0], k), self.working_nic(nb[0], k)
+            la, lb = self.leaf_of(na[0], ka), self.leaf_of(nb[0], kb)
+            nic_a, nic_b = ("nic", na[0], ka), ("nic", nb[0], kb)
+            links = self._local_links(na[0], self._segment(("gpu", na[1]), ("nic", ka)))
             links.append(self.link(nic_a, ("sw", 1, la, 0)))
             links.extend(self._fabric_links(la, lb, f"{src}>{dst}#{channel}".encode()))
             links.append(self.link(("sw", 1, lb, 0), nic_b))
-            links.extend(self._local_links(nb[0], self._segment(("nic", k), ("gpu", nb[1]))))
+            links.extend(self._local_links(nb[0], self._segment(("nic", kb), ("gpu", nb[1]))))
         p = tuple(links)
         self._paths[key] = p
         return p
@@ -256,9 +296,10 @@ class Cluster:
             base = na << 12
             return [base + t for t in self._seg_ids(("gpu", ia), ("gpu", ib))]
         k = self._gpu_nic[ib] if rail < 0 else rail
+        ka, kb = self.working_nic(na, k), self.working_nic(nb, k)
         ba, bb = na << 12, nb << 12
-        return ([ba + t for t in self._seg_ids(("gpu", ia), ("nic", k))]
-                + [bb + t for t in self._seg_ids(("nic", k), ("gpu", ib))])
+        return ([ba + t for t in self._seg_ids(("gpu", ia), ("nic", ka))]
+                + [bb + t for t in self._seg_ids(("nic", kb), ("gpu", ib))])
 
     def path_latency_ns(self, links: tuple[int, ...]) -> int:
         return sum(self.lat[i] for i in links)

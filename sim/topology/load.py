@@ -6,11 +6,13 @@ Every problem is an :class:`~sim.errors.InputError` naming the file, the line an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
 
-from sim.errors import InputError
+from sim.errors import InputError, UsageError
+from sim.faults import Faults, parse_link, parse_nic, parse_slow
 from sim.inputs import INT64_MAX, load_yaml_with_lines, read_text, show
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import (
@@ -360,6 +362,7 @@ def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
     if fs is not None:
         fabric = _fabric(fs, node.nics.count)
     coll = _collectives(top.sub("collectives", required=False))
+    fsec = top.sub("faults", required=False)
     top.done()
     if num_nodes > 1:
         if node.nics.count == 0:
@@ -375,8 +378,60 @@ def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
                    f"({fabric.levels[0].down} NIC ports {per}each) but a "
                    f"{len(fabric.levels)}-level fat tree of these radixes joins at most "
                    f"{max_leaves}" + (" (node count from --nodes)" if nodes is not None else ""))
-    return Topology(name=name, path=path, description=description, num_nodes=num_nodes,
+    topo = Topology(name=name, path=path, description=description, num_nodes=num_nodes,
                     node=node, fabric=fabric, collectives=coll)
+    if fsec is not None:
+        topo = dataclasses.replace(topo, faults=_faults(fsec, topo))
+    return topo
+
+
+def _faults(s: _Section, topo: Topology) -> Faults:
+    """The optional ``faults`` section (docs/topology.md): slow GPUs or nodes, failed NICs,
+    degraded links, in the command-line syntax of :mod:`sim.faults`."""
+    slow: dict[int, float] = {}
+    for key, per_node in (("slow_gpus", False), ("slow_nodes", True)):
+        v = s.raw(key, False, None)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            s.r.fail(s.path + (key,), f"expected a mapping INDEX: FACTOR, got {show(v)}")
+        for idx, fac in v.items():
+            try:
+                g, f = parse_slow(f"{idx}:{fac}", key)
+            except UsageError as e:
+                s.r.fail(s.path + (key, idx), e.message)
+            gpus = range(g * topo.gpus_per_node, (g + 1) * topo.gpus_per_node) if per_node \
+                else (g,)
+            slow.update(dict.fromkeys(gpus, f))
+    failed = set()
+    v = s.raw("failed_nics", False, None)
+    if v is not None:
+        if not isinstance(v, list):
+            s.r.fail(s.path + ("failed_nics",), f"expected a list of NODE.K strings, got {show(v)}")
+        for i, item in enumerate(v):
+            try:
+                failed.add(parse_nic(str(item), "failed_nics"))
+            except UsageError as e:
+                s.r.fail(s.path + ("failed_nics", i), e.message)
+    degraded = {}
+    v = s.raw("degraded_links", False, None)
+    if v is not None:
+        if not isinstance(v, dict):
+            s.r.fail(s.path + ("degraded_links",),
+                     f"expected a mapping SPEC: FACTOR, got {show(v)}")
+        for spec, fac in v.items():
+            try:
+                link, f = parse_link(f"{spec}:{fac}", "degraded_links")
+            except UsageError as e:
+                s.r.fail(s.path + ("degraded_links", spec), e.message)
+            degraded[link] = f
+    s.done()
+    faults = Faults(slow, frozenset(failed), degraded)
+    try:
+        faults.check(topo)
+    except InputError as e:
+        s.r.fail(s.path, e.message)
+    return faults
 
 
 def load_topology(path: str, nodes: int | None = None) -> Topology:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.faults import Faults
 from sim.topology.gpu import GpuSpec
 
 
@@ -166,6 +167,7 @@ class Topology:
     node: NodeSpec
     fabric: FabricSpec | None
     collectives: CollectiveSpec = field(default_factory=CollectiveSpec)
+    faults: Faults = field(default_factory=Faults)
 
     @property
     def gpus_per_node(self) -> int:

@@ -1,0 +1,205 @@
+"""Non-uniform clusters: slow GPUs, degraded links, failed NICs.
+
+Faults come from the command line (``--slow-gpu``, ``--slow-node``, ``--degrade-link``,
+``--fail-nic``) and from a topology file's ``faults`` section (docs/topology.md); both are
+merged. GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r); NICs are
+``NODE.K``. Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in (0, 1] multiplies the
+bandwidth, both directions):
+
+- ``nic:NODE.K`` — NIC K of node NODE (its PCIe and fabric links);
+- ``nvlink:GPU`` — the NVLink port of GPU (to and from the NVSwitch);
+- ``uplinks:LEVEL.BLOCK`` — every up- and down-link between sub-tree BLOCK of fabric level
+  LEVEL (1 = leaf switch BLOCK) and the level above.
+
+A failed NIC's traffic moves to another NIC of the node (one on the same PCIe switch if there
+is one, else the next working NIC), as NCCL does when a NIC is down: those flows reroute and
+share the substitute NIC; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from sim.errors import InputError, UsageError
+
+LINK_KINDS = ("nic", "nvlink", "uplinks")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What is slow, degraded or broken (all empty = a uniform cluster)."""
+
+    slow_gpus: dict[int, float] = field(default_factory=dict)  # GPU → compute-time factor
+    failed_nics: frozenset[tuple[int, int]] = frozenset()  # (node, NIC)
+    degraded: dict[tuple, float] = field(default_factory=dict)  # ("nic", node, k) … → factor
+
+    @property
+    def empty(self) -> bool:
+        return not (self.slow_gpus or self.failed_nics or self.degraded)
+
+    @property
+    def network(self) -> bool:
+        """True if links or NICs are affected (the network model must know)."""
+        return bool(self.failed_nics or self.degraded)
+
+    def merged(self, other: Faults) -> Faults:
+        """``other`` added to ``self``; ``other`` wins where both name the same part."""
+        return Faults({**self.slow_gpus, **other.slow_gpus}, self.failed_nics | other.failed_nics,
+                      {**self.degraded, **other.degraded})
+
+    def describe(self) -> list[str]:
+        out = [f"slow GPU {g}: compute × {f:g}" for g, f in sorted(self.slow_gpus.items())]
+        out += [f"failed NIC {n}.{k}: its traffic moves to another NIC of node {n}"
+                for n, k in sorted(self.failed_nics)]
+        out += [f"degraded link {spec_text(s)}: bandwidth × {f:g}"
+                for s, f in sorted(self.degraded.items())]
+        return out
+
+    def check(self, topo, where: str = "") -> None:
+        """Raise :class:`InputError` if a fault names hardware the topology lacks."""
+        n_gpu, nodes, nics = topo.num_gpus, topo.num_nodes, topo.node.nics.count
+
+        def bad(msg: str, fld: str) -> None:
+            raise InputError(msg, file=where or None, field=fld)
+
+        for g in self.slow_gpus:
+            if not 0 <= g < n_gpu:
+                bad(f"GPU {g} is not in the cluster (GPUs 0..{n_gpu - 1})", "slow GPU")
+        for n, k in self.failed_nics:
+            if not (0 <= n < nodes and 0 <= k < nics):
+                bad(f"NIC {n}.{k} is not in the cluster ({nodes} nodes × {nics} NICs)",
+                    "failed NIC")
+        for n in range(nodes):
+            if nics and all((n, k) in self.failed_nics for k in range(nics)):
+                bad(f"every NIC of node {n} failed: the node is cut off", "failed NIC")
+        levels = len(topo.fabric.levels) if topo.fabric is not None else 0
+        for spec in self.degraded:
+            kind = spec[0]
+            if kind == "nic" and not (0 <= spec[1] < nodes and 0 <= spec[2] < nics):
+                bad(f"NIC {spec[1]}.{spec[2]} is not in the cluster", "degraded link")
+            if kind == "nvlink" and (topo.node.nvlink is None or not 0 <= spec[1] < n_gpu):
+                bad(f"GPU {spec[1]} has no NVLink port in this cluster", "degraded link")
+            if kind == "uplinks" and not 1 <= spec[1] < levels:
+                bad(f"fabric level {spec[1]} has no up-links (levels 1..{levels - 1} do)",
+                    "degraded link")
+
+
+def spec_text(spec: tuple) -> str:
+    if spec[0] == "nvlink":
+        return f"nvlink:{spec[1]}"
+    return f"{spec[0]}:{spec[1]}.{spec[2]}"
+
+
+def _num(text: str, what: str, flag: str, lo: float, hi: float) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"{what} must be a number, got {text!r}", field=flag) from None
+    if not (lo < v <= hi) or v != v:
+        raise UsageError(f"{what} must be in ({lo:g}, {hi:g}], got {text}", field=flag)
+    return v
+
+
+def _int(text: str, what: str, flag: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise UsageError(f"{what} must be an integer, got {text!r}", field=flag) from None
+    if v < 0:
+        raise UsageError(f"{what} must be ≥ 0, got {v}", field=flag)
+    return v
+
+
+def _pair(text: str, what: str, flag: str) -> tuple[int, int]:
+    a, sep, b = text.partition(".")
+    if not sep:
+        raise UsageError(f"{what} must look like A.B, got {text!r}", field=flag)
+    return _int(a, what, flag), _int(b, what, flag)
+
+
+def parse_slow(text: str, flag: str = "--slow-gpu") -> tuple[int, float]:
+    """``"17:1.5"`` → (17, 1.5): index and compute-time factor (> 0, ≤ 1000)."""
+    idx, sep, fac = text.partition(":")
+    if not sep:
+        raise UsageError(f"expected INDEX:FACTOR such as 17:1.5, got {text!r}", field=flag)
+    return _int(idx, "index", flag), _num(fac, "factor", flag, 0.0, 1000.0)
+
+
+def parse_nic(text: str, flag: str = "--fail-nic") -> tuple[int, int]:
+    """``"3.2"`` → (node 3, NIC 2)."""
+    return _pair(text, "NIC", flag)
+
+
+def parse_link(text: str, flag: str = "--degrade-link") -> tuple[tuple, float]:
+    """``"nic:3.2:0.5"`` → (("nic", 3, 2), 0.5); see the module docstring."""
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in LINK_KINDS:
+        raise UsageError(f"expected KIND:WHERE:FACTOR with KIND one of {', '.join(LINK_KINDS)} "
+                         f"(e.g. nic:3.2:0.5), got {text!r}", field=flag)
+    kind, where, fac = parts
+    factor = _num(fac, "bandwidth factor", flag, 0.0, 1.0)
+    if kind == "nvlink":
+        return ("nvlink", _int(where, "GPU", flag)), factor
+    a, b = _pair(where, "NODE.K" if kind == "nic" else "LEVEL.BLOCK", flag)
+    return (kind, a, b), factor
+
+
+def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "non-uniform clusters (the affected ranks are simulated individually)")
+    g.add_argument("--slow-gpu", action="append", default=[], metavar="GPU:FACTOR",
+                   help="GPU's compute takes FACTOR times as long (e.g. 17:1.5); repeatable")
+    g.add_argument("--slow-node", action="append", default=[], metavar="NODE:FACTOR",
+                   help="every GPU of NODE computes FACTOR times slower; repeatable")
+    g.add_argument("--degrade-link", action="append", default=[], metavar="SPEC:FACTOR",
+                   help="scale a link's bandwidth by FACTOR in (0, 1]: nic:NODE.K, "
+                        "nvlink:GPU or uplinks:LEVEL.BLOCK (e.g. nic:3.2:0.5); repeatable")
+    g.add_argument("--fail-nic", action="append", default=[], metavar="NODE.K",
+                   help="NIC K of NODE is down; its traffic reroutes to another NIC of the "
+                        "node; repeatable")
+
+
+def faults_from_args(args: argparse.Namespace, topo) -> Faults:
+    """The topology file's faults plus the command line's, checked against the topology."""
+    slow = {}
+    for text in args.slow_gpu:
+        g, f = parse_slow(text)
+        slow[g] = f
+    for text in args.slow_node:
+        n, f = parse_slow(text, "--slow-node")
+        if n >= topo.num_nodes:
+            raise UsageError(f"node {n} is not in the cluster (nodes 0..{topo.num_nodes - 1})",
+                             field="--slow-node")
+        for i in range(topo.gpus_per_node):
+            slow[n * topo.gpus_per_node + i] = f
+    failed = frozenset(parse_nic(t) for t in args.fail_nic)
+    degraded = dict(parse_link(t) for t in args.degrade_link)
+    faults = topo.faults.merged(Faults(slow, failed, degraded))
+    faults.check(topo)
+    return faults
+
+
+def affected_gpus(faults: Faults, topo) -> set[int]:
+    """GPUs whose compute or traffic a fault touches directly (each becomes its own class)."""
+    gpn = topo.gpus_per_node
+    out = set(faults.slow_gpus)
+    nodes = {n for n, _ in faults.failed_nics}
+    for spec in faults.degraded:
+        if spec[0] == "nic":
+            nodes.add(spec[1])
+        elif spec[0] == "nvlink":
+            out.add(spec[1])
+        else:  # every node with a NIC below the sub-tree
+            level, block = spec[1], spec[2]
+            f = topo.fabric
+            span = 1
+            for x in f.levels[1:level]:
+                span *= x.down
+            for n in range(topo.num_nodes):
+                if any(f.leaf_index(n, k, topo.num_nodes, topo.node.nics.count) // span == block
+                       for k in range(topo.node.nics.count)):
+                    nodes.add(n)
+    for n in nodes:
+        out.update(range(n * gpn, (n + 1) * gpn))
+    return out
