@@ -43,8 +43,15 @@ class InputError(SimrunError):
                 where += f":{self.line}"
             where += ": "
         field = f"{self.field}: " if self.field else ""
-        text = f"{where}{field}{self.message}"
-        return " ".join(text.split())  # always one line
+        text = " ".join(_shorten(w) for w in f"{field}{self.message}".split())
+        return " ".join(where.split()) + (" " if where else "") + text  # always one line
+
+
+def _shorten(word: str, limit: int = 80) -> str:
+    """A word of a message, cut to ``limit`` characters (a 5000-digit field stays readable)."""
+    if len(word) <= limit:
+        return word
+    return f"{word[: limit - 20]}…[{len(word)} chars]"
 
 
 class UsageError(InputError):

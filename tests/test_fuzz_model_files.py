@@ -5,6 +5,8 @@ exception, never a hang."""
 
 from __future__ import annotations
 
+import copy
+
 import yaml
 from conftest import WORKLOADS
 from fuzz_support import check_reader, encoded, fuzz_settings, mutated_lines
@@ -20,6 +22,7 @@ PARAM_SEED = (WORKLOADS / "models" / "gpt2-pipe-stage-params-tp4.txt").read_text
 TREE_SEED = (WORKLOADS / "models" / "megatron-core-gpt-12layer-tree.txt").read_text()
 MODEL_FILES = sorted((WORKLOADS / "models").glob("*.yaml"))
 MODEL_SEEDS = [p.read_text() for p in MODEL_FILES]
+MODEL_DATA = [yaml.safe_load(t) for t in MODEL_SEEDS]
 PARAM_TOKENS = ["(768, 1024)", "(3, 0)", "(1024)", "(1024,,)", "[torch.Size([384, 384]), "
                 "torch.Size([1024, 1024])]", "torch.Size([4, 5])", "module.2.input_layernorm",
                 "module.x.attention.query_key_value.weight", "FusedLayerNorm()", "(2, 3, 4)"]
@@ -83,7 +86,7 @@ YAML_VALUES = st.one_of(
 
 @st.composite
 def mutated_model(draw) -> str:
-    data = yaml.safe_load(draw(st.sampled_from(MODEL_SEEDS)))
+    data = copy.deepcopy(draw(st.sampled_from(MODEL_DATA)))
     for _ in range(draw(st.integers(1, 3))):
         target = data
         if "moe" in data and isinstance(data["moe"], dict) and draw(st.booleans()):
@@ -92,11 +95,11 @@ def mutated_model(draw) -> str:
         op = draw(st.sampled_from(["set", "set", "del", "add"]))
         if op == "add" or not keys:
             target[draw(st.sampled_from(["hiden", "extra", "moe", "kv_heads", "ffn_hidden", "1"]))
-                   ] = draw(YAML_VALUES)
+                   ] = copy.deepcopy(draw(YAML_VALUES))
         elif op == "del":
             del target[draw(st.sampled_from(keys))]
         else:
-            target[draw(st.sampled_from(keys))] = draw(YAML_VALUES)
+            target[draw(st.sampled_from(keys))] = copy.deepcopy(draw(YAML_VALUES))
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 

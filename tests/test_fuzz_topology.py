@@ -74,9 +74,9 @@ def mutated_topology(draw, seeds, plausible: bool = False) -> str:
         elif op == "del":
             del container[key]
         elif op == "add" and isinstance(container, dict):
-            container[draw(st.sampled_from(NEW_KEYS))] = draw(VALUES)
+            container[draw(st.sampled_from(NEW_KEYS))] = copy.deepcopy(draw(VALUES))
         else:
-            container[key] = draw(VALUES)
+            container[key] = copy.deepcopy(draw(VALUES))
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
@@ -93,7 +93,7 @@ def _load_and_time(path):
         return
     net = build_network(topo)
     env = simpy.Environment()
-    net.bind(env, Placement(1, n, 1), symmetric=False)
+    net.bind(env, Placement(1, n, 1), False)  # every rank simulated
     everyone = tuple(range(n))
     for kind in (CollKind.ALLREDUCE, CollKind.ALLTOALL, CollKind.ALLGATHER):
         for size in (0, 1, 2**33 + 7):

@@ -53,7 +53,7 @@ def _file_pipeline(path) -> None:
         assert e.field and e.file is None, str(e)
 
 
-@fuzz_settings(1500)
+@fuzz_settings(1200)
 @given(mutated_lines(AICB_SEEDS, "\t", AICB_TOKENS))
 def test_aicb_mutations(text):
     _check(_aicb_pipeline, text)
