@@ -92,3 +92,17 @@ def test_breakdown_partitions_iteration_exactly():
     res = simulate(prog, AlphaBetaNetwork(11, {GroupKind.PP: 3.0}))
     for st in res.ranks:
         assert st.busy_ns + st.bubble_ns == res.iteration_ns
+
+
+def test_critical_path_of_the_hand_derived_timeline():
+    # Same case: the iteration's 100 ns are stage 0's F0 (0-10), the F0 transfer (10-15),
+    # stage 1's work 15-75 (F0, B0, F1, B1 back to back), the B1 gradient transfer (75-80),
+    # and stage 0's B1 (80-100).
+    from sim.engine.critical import PathSegment
+
+    prog = uniform_program(2, 2, 10, 20, pp_bytes=5)
+    res = simulate(prog, AlphaBetaNetwork(0, {GroupKind.PP: 1.0}))
+    assert res.critical_path == [
+        PathSegment(0, 0, 10, "work"), PathSegment(1, 10, 15, "PP", 0),
+        PathSegment(1, 15, 75, "work"), PathSegment(0, 75, 80, "PP", 1),
+        PathSegment(0, 80, 100, "work")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import simpy
 
 from sim.classes import RankClasses
+from sim.engine.critical import critical_path
 from sim.engine.result import LayerStats, RankStats, SimResult, Span
 from sim.engine.segments import AsyncIssue, Blocking, Compiled, Fused, compile_pass, scaled
 from sim.errors import SimulationStalled
@@ -96,6 +97,10 @@ class _Engine:
         self.seq: dict[tuple, int] = {}
         self.async_tail: dict[tuple, simpy.Event] = {}
         self.pending: dict[int, list] = {r: [] for r in self.sim_ranks}
+        # per rank, the waits that ended when another rank (or the network) let it go on:
+        # (wait start, wait end, group, causing rank, time the cause started) — for the
+        # critical path (sim/engine/critical.py)
+        self.deps: dict[int, list[tuple]] = {r: [] for r in self.sim_ranks}
         self.waiting: dict[int, str] = {}
         self._groups: dict[tuple, tuple[int, ...]] = {}
         self._sim_count: dict[tuple[int, ...], int] = {}
@@ -166,9 +171,11 @@ class _Engine:
                 self.span(s.rank, "compute", s.end_ns, iteration, "bubble", "idle")
         self._layer_totals()
         events = next(self.env._eid) if hasattr(self.env, "_eid") else 0  # SimPy's event counter
+        last = max(self.stats.values(), key=lambda s: (s.end_ns, -s.rank))
+        path = critical_path(self.deps, last.rank, iteration)
         return SimResult(self.prog, iteration, [self.stats[r] for r in self.sim_ranks],
                          self.spans or [], events, self.per_rank, self.net.describe(),
-                         self.classes.describe())
+                         self.classes.describe(), path)
 
     def rank_proc(self, rank: int):
         env, st, p = self.env, self.stats[rank], self.p
@@ -224,7 +231,7 @@ class _Engine:
             elif type(step) is Blocking:
                 t0 = env.now
                 what = f"{step.layer} {step.phase.value}"
-                res = yield from self.collective(rank, step.comm, what)
+                res, _ = yield from self.collective(rank, step.comm, what)
                 d = env.now - t0
                 st.exposed_comm_ns[step.comm.group] += d
                 ls = st.layers.setdefault(step.layer, LayerStats())
@@ -236,27 +243,36 @@ class _Engine:
                 assert type(step) is AsyncIssue
                 self.issue_async(rank, step.comm, f"{step.layer}.{step.phase.value}")
 
-    def collective(self, rank: int, comm: Comm, what: str, seq: int | None = None):
-        """Rendezvous with the group's simulated members, then run ``comm`` on the network."""
+    def collective(self, rank: int, comm: Comm, what: str, seq: int | None = None,
+                   blocking: bool = True):
+        """Rendezvous with the group's simulated members, then run ``comm`` on the network.
+
+        Returns (result, cause): cause = (the rank that arrived last, when) — it started the
+        collective. A blocking wait is recorded as a dependency of ``rank``."""
         members = self.group(comm.group, rank)
         if seq is None:
             seq = self.next_seq(rank, comm.group)
         key = (comm.group, members[0], seq)
         entry = self.rdv.get(key)
         if entry is None:
-            entry = self.rdv[key] = [self.sim_count(members), self.env.event()]
+            entry = self.rdv[key] = [self.sim_count(members), self.env.event(), rank, 0]
         entry[0] -= 1
+        entry[2], entry[3] = rank, self.env.now  # the last to arrive starts it
         if entry[0] == 0:
             del self.rdv[key]
             done = entry[1]
             ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
             ev.callbacks.append(lambda e: done.succeed(e.value))
         self.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
+        t0 = self.env.now
         res = yield entry[1]
+        cause = (entry[2], entry[3])
+        if blocking and self.env.now > t0:
+            self.deps[rank].append((t0, self.env.now, comm.group.value, *cause))
         if comm.post_delay_ns:
             yield self.env.timeout(comm.post_delay_ns)
         self.waiting.pop(rank, None)
-        return res
+        return res, cause
 
     def sim_count(self, members: tuple[int, ...]) -> int:
         """How many members of a group are simulated (they all must reach its collectives)."""
@@ -283,10 +299,10 @@ class _Engine:
         if prev is not None and not prev.processed:
             yield prev
         t0 = self.env.now
-        res = yield from self.collective(rank, comm, label, seq)
+        res, cause = yield from self.collective(rank, comm, label, seq, blocking=False)
         self.span(rank, comm.group.value, t0, self.env.now, "comm", label, -1, -1,
                   _comm_args(comm, res.algorithm if res else ""))
-        return res
+        return cause
 
     def drain(self, rank: int):
         """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""
@@ -297,6 +313,7 @@ class _Engine:
                 self.waiting[rank] = f"its outstanding {group.value} gradient communication"
                 yield ev
                 st.exposed_comm_ns[group] += self.env.now - t0
+                self.deps[rank].append((t0, self.env.now, group.value, *ev.value))
                 self.span(rank, "compute", t0, self.env.now, "comm_wait", f"wait {group.value}",
                           args=(("group", group.value),))
         self.pending[rank].clear()
@@ -322,7 +339,7 @@ class _Engine:
                 continue
             if t.comm.blocking:
                 t0 = env.now
-                res = yield from self.collective(rank, t.comm, t.label)
+                res, _ = yield from self.collective(rank, t.comm, t.label)
                 st.exposed_comm_ns[t.comm.group] += env.now - t0
                 self.span(rank, t.comm.group.value, t0, env.now, "comm", t.label, -1, -1,
                           _comm_args(t.comm, res.algorithm if res else ""))
@@ -331,7 +348,7 @@ class _Engine:
 
     def send(self, rank: int, dst: int, key: tuple, mb: int, chunk: int) -> None:
         now = self.env.now
-        self.send_start[key] = now
+        self.send_start[key] = (now, rank)
         size = self.prog.pp_bytes
         target = self.msg(key)
         if size <= 0:
@@ -350,6 +367,7 @@ class _Engine:
         ev = self.msg(key)
         if ev.processed:
             del self.msgs[key]
+            self.send_start.pop(key, None)
             return
         env, st = self.env, self.stats[rank]
         t0 = env.now
@@ -358,7 +376,8 @@ class _Engine:
         del self.msgs[key]
         self.waiting.pop(rank, None)
         t1 = env.now
-        ts = self.send_start.pop(key, t1)
+        ts, sender = self.send_start.pop(key)
+        self.deps[rank].append((t0, t1, "PP", sender, ts))
         bubble = min(max(ts - t0, 0), t1 - t0)
         st.bubble_ns += bubble
         st.exposed_comm_ns[GroupKind.PP] += t1 - t0 - bubble

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.engine.critical import PathSegment
 from sim.workload.model import GroupKind
 from sim.workload.program import PipelineProgram
 
@@ -75,6 +76,7 @@ class SimResult:
     per_rank: bool
     network_notes: list[str] = field(default_factory=list)
     mode: str = ""  # how the ranks were simulated (sim.classes.RankClasses.describe)
+    critical_path: list[PathSegment] = field(default_factory=list)
 
     def stage_stats(self) -> list[RankStats]:
         """One entry per pipeline stage: the simulated rank of that stage that finished last."""

@@ -1,0 +1,72 @@
+"""The critical path of a simulated iteration: the chain of work and waits that set its length.
+
+Walk back from the rank that finished last: it was working since its last wait ended; that wait
+ended because another rank sent it data (a pipeline transfer), arrived last at a collective, or
+the network finished a transfer; continue on that rank at the time it did so, until time 0.
+The result names which ranks and stages, and which communication, made the iteration as long
+as it is.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PathSegment:
+    """``rank`` worked (``kind == "work"``) or waited for communication of group ``kind`` from
+    ``start_ns`` to ``end_ns``; ``peer`` is the rank whose send or arrival ended the wait."""
+
+    rank: int
+    start_ns: int
+    end_ns: int
+    kind: str
+    peer: int = -1
+
+
+def critical_path(deps: dict[int, list[tuple]], end_rank: int, end_ns: int,
+                  limit: int = 1_000_000) -> list[PathSegment]:
+    """Segments from time 0 to ``end_ns`` (in time order). ``deps[r]``: the waits of rank r as
+    (start, end, group, causing rank, cause time), in time order."""
+    ends = {r: [d[1] for d in lst] for r, lst in deps.items()}
+    out: list[PathSegment] = []
+    r, t = end_rank, end_ns
+    for _ in range(limit):
+        i = bisect_right(ends.get(r, []), t) - 1
+        if i < 0:
+            if t > 0:
+                out.append(PathSegment(r, 0, t, "work"))
+            break
+        t0, t1, kind, cause_rank, cause_t = deps[r][i]
+        if t > t1:
+            out.append(PathSegment(r, t1, t, "work"))
+        ct = min(cause_t, t1)
+        if t1 > ct:
+            out.append(PathSegment(r, ct, t1, kind, cause_rank))
+        if (cause_rank, ct) == (r, t):
+            break  # no progress (cannot happen with positive durations)
+        r, t = cause_rank, ct
+        if t <= 0:
+            break
+    out.reverse()
+    return out
+
+
+def summarize(path: list[PathSegment], stage_of) -> dict:
+    """Totals of a critical path: work per (rank, stage) and communication per group (s)."""
+    work: dict[int, int] = {}
+    comm: dict[str, int] = {}
+    for seg in path:
+        d = seg.end_ns - seg.start_ns
+        if seg.kind == "work":
+            work[seg.rank] = work.get(seg.rank, 0) + d
+        else:
+            comm[seg.kind] = comm.get(seg.kind, 0) + d
+    ranks = sorted(work.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "work_s_by_rank": [{"rank": r, "stage": stage_of(r), "work_s": ns * 1e-9}
+                           for r, ns in ranks],
+        "comm_s": {g: comm[g] * 1e-9 for g in sorted(comm)},
+        "segments": len(path),
+    }
