@@ -143,14 +143,19 @@ def build_parser() -> Parser:
 
 
 def _add_network_args(p: argparse.ArgumentParser) -> None:
+    from sim.faults import add_fault_arguments
     from sim.network import add_network_arguments
 
     add_network_arguments(p)
+    add_fault_arguments(p)
 
 
 def run(argv: list[str]) -> int:
     """The main job: workload + topology → simulated iteration → report."""
+    import dataclasses
+
     from sim.engine import simulate
+    from sim.faults import Faults, faults_from_args, simulation_plan
     from sim.network import network_from_args
     from sim.outputs import write_json
     from sim.placement import Placement
@@ -184,19 +189,29 @@ def run(argv: list[str]) -> int:
             f"{prog.dp}) but {args.topo} has {topo.num_gpus} ({topo.num_nodes} nodes x "
             f"{topo.gpus_per_node}); use --nodes or --gpus", field="--gpus")
     placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep, args.placement)
-    viz.check_output_arguments(args, placement, args.per_rank)
-    net = network_from_args(args, topo)
-    result = simulate(prog, net, placement=placement, per_rank=args.per_rank,
+    faults = faults_from_args(args, topo)
+    classes, scale, fault_notes = simulation_plan(faults, topo, placement, args.per_rank)
+    viz.check_output_arguments(args, placement, classes.label == "per-rank")
+    net = network_from_args(args, dataclasses.replace(topo, faults=faults))
+    result = simulate(prog, net, placement=placement, classes=classes, compute_scale=scale,
                       fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
-             f"{topo.gpus_per_node})"]
+             f"{topo.gpus_per_node})"] + fault_notes
+    fault_report = None
+    if not faults.empty:  # the same run on a healthy cluster, for the comparison
+        healthy = simulate(prog, network_from_args(args, dataclasses.replace(topo, faults=Faults(
+        ))), placement=placement, fuse=not args.no_fuse)
+        fault_report = {"faults": faults.describe(),
+                        "healthy_iteration_time_s": healthy.iteration_ns * 1e-9,
+                        "fault_slowdown_s": (result.iteration_ns - healthy.iteration_ns) * 1e-9}
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
     if model_run is not None:
         extra += model_run.assumptions()
+    report_extra = dict(model_run.report_extra(result.iteration_ns)) if model_run else {}
+    report_extra.update(fault_report or {})
     rep = build_report(result, workload=args.workload or args.model, topology=args.topo,
-                       extra_assumptions=extra, extra=model_run and model_run.report_extra(
-                           result.iteration_ns))
+                       extra_assumptions=extra, extra=report_extra or None)
     if args.json:
         write_json(args.json, rep)
     if not args.quiet:

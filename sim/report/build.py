@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim import __version__
+from sim.engine.critical import summarize
 from sim.engine.result import GROUPS, SimResult
 from sim.schedules import ideal_bubble_fraction
 
@@ -97,12 +98,34 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         "simulation": {"mode": mode.split(":")[0],
                        "simulated_ranks": len(result.ranks), "events": result.events},
         "stages": stages,
+        "critical_path": _critical(result),
         "layers": layer_list,
         "assumptions": assumptions,
     }
     if extra:
         report.update(extra)
     return report
+
+
+def _critical(result: SimResult) -> dict[str, Any]:
+    """Where the critical path spends its time: work per stage and rank, waits per group."""
+    stage = {s.rank: s.stage for s in result.ranks}
+    size = {s.rank: s.represents for s in result.ranks}
+    path = result.critical_path
+    s = summarize(path, lambda r: stage.get(r, -1))
+    by_stage: dict[int, float] = {}
+    for e in s["work_s_by_rank"]:
+        by_stage[e["stage"]] = by_stage.get(e["stage"], 0.0) + e["work_s"]
+        e["stands_for_ranks"] = size.get(e["rank"], 1)
+    last = path[-1].rank if path else -1
+    return {
+        "ends_on_rank": last,
+        "ends_on_stage": stage.get(last, -1),
+        "work_s_by_stage": {str(k): by_stage[k] for k in sorted(by_stage)},
+        "wait_s_by_group": s["comm_s"],
+        "ranks": s["work_s_by_rank"][:16],
+        "segments": s["segments"],
+    }
 
 
 def _stage_ranges(stages: list[int]) -> str:
