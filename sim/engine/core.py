@@ -120,8 +120,10 @@ class _Engine:
         if not self.fuse or not self.net.fusable(comm.group):
             return None
         members = self.group(comm.group, rank)
-        if not self.lockstep and self.sim_count(members) > 1:
-            return None  # members may arrive at different times: rendezvous instead
+        if not self.lockstep and self.sim_count(members) > 1 and (
+                comm.group is not GroupKind.TP
+                or len({self.scale.get(r, 1.0) for r in members if r in self.sim_set}) > 1):
+            return None  # members may drift apart: a rendezvous at every collective instead
         key = (comm.kind, comm.group, members, comm.size_bytes)
         if key not in self._iso:
             res = self.net.isolated(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
@@ -135,6 +137,11 @@ class _Engine:
             layers = self.prog.stages[stage].chunks[chunk]
             comp = compile_pass(layers, forward, last and not forward,
                                 lambda c: self.fused_cost(rank, c), self.scale.get(rank, 1.0))
+            if not self.lockstep and GroupKind.TP in comp.fused_groups() and self.sim_count(
+                    self.group(GroupKind.TP, rank)) > 1:
+                # simulated TP peers at the same speed: once they start the pass together
+                # (their first TP collective would make them), every later collective lines up
+                comp.barrier = GroupKind.TP
             self._compiled[key] = comp
             self._all_compiled.append((rank, comp))
         return comp
@@ -210,6 +217,10 @@ class _Engine:
     def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int):
         env, st = self.env, self.stats[rank]
         comp.executions += 1
+        if comp.barrier is not None:
+            t0 = env.now
+            yield from self.barrier(rank, comp.barrier)
+            st.exposed_comm_ns[comp.barrier] += env.now - t0
         for step in comp.steps:
             if type(step) is Fused:
                 t0 = env.now
@@ -273,6 +284,26 @@ class _Engine:
             yield self.env.timeout(comm.post_delay_ns)
         self.waiting.pop(rank, None)
         return res, cause
+
+    def barrier(self, rank: int, group: GroupKind):
+        """Wait until every simulated member of ``rank``'s ``group`` group arrives here."""
+        members = self.group(group, rank)
+        key = (group, members[0], "barrier", self.next_seq(rank, group))
+        entry = self.rdv.get(key)
+        if entry is None:
+            entry = self.rdv[key] = [self.sim_count(members), self.env.event(), rank, 0]
+        entry[0] -= 1
+        entry[2], entry[3] = rank, self.env.now
+        if entry[0] == 0:
+            del self.rdv[key]
+            entry[1].succeed()
+        t0 = self.env.now
+        if not entry[1].processed:
+            self.waiting[rank] = f"its {group.value} peers {members} to start the same pass"
+            yield entry[1]
+            self.waiting.pop(rank, None)
+        if self.env.now > t0:
+            self.deps[rank].append((t0, self.env.now, group.value, entry[2], entry[3]))
 
     def sim_count(self, members: tuple[int, ...]) -> int:
         """How many members of a group are simulated (they all must reach its collectives)."""

@@ -66,6 +66,11 @@ class Compiled:
     steps: tuple[Step, ...]
     layer_totals: dict[str, list]  # name -> [fwd, ig, wg, {group: comm_ns}, fwd_count]
     executions: int = 0
+    barrier: GroupKind | None = None  # group whose simulated members sync before the pass
+
+    def fused_groups(self) -> set[GroupKind]:
+        return {p.group for s in self.steps if type(s) is Fused for p in s.parts
+                if p.group is not None}
 
 
 def phases(layers: tuple[Layer, ...], forward: bool):
