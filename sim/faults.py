@@ -209,47 +209,25 @@ def simulation_plan(faults: Faults, topo, placement, per_rank: bool = False):
     """(rank classes, compute scale per simulated rank, notes) for simulating ``faults``.
 
     Uniform cluster: one representative per stage (or every rank with ``per_rank``).
-    Otherwise the data-parallel index of every affected GPU gets classes of its own, and for
-    network faults its tensor-parallel index too (a NIC or link touches the flows of particular
-    ranks); the rest of the cluster keeps one representative per class. A slow GPU's whole
-    tensor-parallel group runs at its pace (its peers wait for it at every TP collective): when
-    the representative stands for that group, it takes the slowest member's factor.
+    Otherwise the tensor- and data-parallel indices of every affected GPU get classes of their
+    own (per-rank simulation where the cluster is not uniform); the rest of the cluster keeps
+    one representative per class. A slow GPU's rank is then simulated itself, at its speed;
+    its tensor-parallel peers wait for it at every TP collective.
     """
     from sim.classes import RankClasses
 
     world = placement.world_size
     gpus = sorted(g for g in affected_gpus(faults, topo) if g < world)
-    net_gpus = sorted(g for g in affected_gpus(Faults(failed_nics=faults.failed_nics,
-                                                       degraded=faults.degraded), topo)
-                      if g < world)
-    notes = []
     if per_rank:
         classes = RankClasses.per_rank(placement)
     elif not gpus:
         classes = RankClasses.symmetric(placement)
     else:
-        classes = RankClasses.isolating(placement,
-                                        {placement.coord(g).tp for g in net_gpus},
+        classes = RankClasses.isolating(placement, {placement.coord(g).tp for g in gpus},
                                         {placement.coord(g).dp for g in gpus})
-    slow = {g: f for g, f in faults.slow_gpus.items() if g < world}
-    scale: dict[int, float] = {}
-    for r in classes.reps:
-        mine = classes.class_of(r)
-        group = [x for x in placement.group(_tp_kind(), r) if classes.class_of(x) == mine]
-        f = max((slow.get(x, 1.0) for x in group), default=1.0)
-        if f != 1.0:
-            scale[r] = f
-            who = [x for x in group if slow.get(x, 1.0) == f]
-            if r not in who:
-                notes.append(f"rank {r} stands for its tensor-parallel group, whose GPU "
-                             f"{who[0]} is slow (× {f:g}): the group runs at that pace")
-    unused = sorted(set(faults.slow_gpus) - set(slow))
+    scale = {g: f for g, f in faults.slow_gpus.items() if g < world}
+    notes = []
+    unused = sorted(set(faults.slow_gpus) - set(scale))
     if unused:
         notes.append(f"slow GPU(s) {unused} run no rank of this layout")
     return classes, scale, notes
-
-
-def _tp_kind():
-    from sim.workload.model import GroupKind
-
-    return GroupKind.TP
