@@ -44,12 +44,17 @@ def describe_network(net: FlowNetwork) -> list[str]:
     out.append("rings: one channel per NIC (rail) used by the group, crossing each node once "
                "(PXN over NVLink to the NIC's GPU); hierarchical phases end with a barrier")
     if net.symmetric:
-        out.append("symmetric mode: one representative per stage; the identical copies of each "
-                   "communication load the representatives' links with multiplicities "
-                   "(copies elsewhere use equivalent, untracked links"
+        out.append("symmetric simulation: each simulated rank stands for its class; the "
+                   "identical copies of each communication load the representatives' links "
+                   "with multiplicities (copies elsewhere use equivalent, untracked links"
                    + ("; ECMP collisions among copies on links no representative uses are "
                       "not seen — use --per-rank or adaptive routing to check)"
                       if cl.routing == "ecmp" else ")"))
+        uneven = uneven_fabric(cl)
+        if uneven:
+            out.append(f"the fabric is not uniform ({uneven}): copies in partially filled "
+                       "sub-trees take other paths than their representative, so symmetric "
+                       "simulation is approximate here (--per-rank is exact)")
     for g in sorted(net._fusable, key=lambda g: g.value):
         if net._fusable[g]:
             out.append(f"{g.value} collectives never share links with other traffic: costed "
@@ -64,3 +69,21 @@ def describe_network(net: FlowNetwork) -> list[str]:
                    f"{st.actual_ns / 1e6:.3f} ms vs {st.isolated_ns / 1e6:.3f} ms isolated "
                    f"(× {st.slowdown:.3f})")
     return out
+
+
+def uneven_fabric(cl) -> str:
+    """Why copies of a rank may not be equivalent: fabric sub-trees holding different numbers
+    of nodes (e.g. a last, partially filled leaf); empty if every level is evenly filled."""
+    from collections import Counter
+
+    topo = cl.topo
+    if topo.fabric is None or not cl.nics:
+        return ""
+    leaves = [cl.leaf_of(n, 0) for n in range(topo.num_nodes)]
+    for level in range(1, len(cl._span)):
+        counts = Counter(leaf // cl._span[level] for leaf in leaves)
+        if len(set(counts.values())) > 1:
+            name = topo.fabric.levels[level - 1].name
+            sizes = sorted(set(counts.values()), reverse=True)
+            return f"{name} sub-trees hold {' or '.join(map(str, sizes))} nodes"
+    return ""
