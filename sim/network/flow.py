@@ -27,7 +27,13 @@ from sim.classes import RankClasses
 from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
-from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan
+from sim.network.plans import (
+    ALGORITHMS_FOR,
+    AUTO_ALGORITHMS,
+    Plan,
+    build_plan,
+    representative_plan,
+)
 from sim.network.symmetry import link_scopes, local_copies
 from sim.placement import Placement
 from sim.topology.cluster import Cluster
@@ -92,6 +98,8 @@ class FlowNetwork(Network):
         self._choice: dict[tuple, tuple[Plan, str, int]] = {}
         self.placement: Placement | None = None
         self.symmetric = False
+        self._pinned: frozenset[int] | None = None  # nodes of the simulated ranks (symmetric)
+        self._rplans: dict[tuple, Plan | None] = {}
         # per (placement layout, symmetric): aggregated flows and fusability, kept across binds
         self._layouts: dict[tuple, tuple[dict, dict]] = {}
         self._agg: dict[tuple, tuple] = {}
@@ -112,6 +120,10 @@ class FlowNetwork(Network):
         self._reset()
         pl = placement
         classes = self.classes
+        gpn = self.cluster.gpn
+        pinned = frozenset(r // gpn for r in classes.reps) if classes.reduced else None
+        if pinned != self._pinned:
+            self._pinned, self._rplans = pinned, {}
         tkey = None if traffic is None else tuple(sorted(
             (g.value, tuple(sorted(k.value for k in ks))) for g, ks in traffic.items()))
         ckey = (tuple(classes.tp_parts), tuple(classes.dp_parts))
@@ -119,6 +131,18 @@ class FlowNetwork(Network):
         self._agg, self._fusable = self._layouts.setdefault(key, ({}, {}))
 
     # ---- plans and choices ---------------------------------------------------------------
+    def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
+        """The plan a simulated request runs on: in symmetric simulation, rings are reduced to
+        their distinct edges (:func:`~sim.network.plans.representative_plan`)."""
+        plan = self.plan(kind, algorithm, ranks)
+        if plan is None or self._pinned is None:
+            return plan
+        key = (kind, algorithm, ranks)
+        got = self._rplans.get(key)
+        if got is None:
+            got = self._rplans[key] = representative_plan(self.cluster, plan, self._pinned)
+        return got
+
     def plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
         key = (kind, algorithm, ranks)
         if key not in self._plans:
@@ -203,10 +227,10 @@ class FlowNetwork(Network):
 
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
-        key = ("busbw", ranks)
+        key = ("busbw", ranks, self._pinned)
         got = self._memo.get(key)
         if got is None:
-            plan = self.plan(CollKind.ALLREDUCE, "ring", ranks)
+            plan = self.rep_plan(CollKind.ALLREDUCE, "ring", ranks)
             assert plan is not None
             size = 1 << 30
             ph = self._single_flows(plan)[0]
@@ -219,7 +243,7 @@ class FlowNetwork(Network):
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
                ) -> tuple[Plan, str, int]:
         """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice."""
-        key = (kind, ranks, size_bytes)
+        key = (kind, ranks, size_bytes, self._pinned)
         got = self._choice.get(key)
         if got is not None:
             return got
@@ -230,7 +254,7 @@ class FlowNetwork(Network):
             algos = (fixed,)
         best: tuple[Plan, str, int] | None = None
         for a in algos:
-            plan = self.plan(kind, a, ranks)
+            plan = self.rep_plan(kind, a, ranks)
             if plan is None:
                 continue
             protos = plan.protocols

@@ -57,12 +57,14 @@ class Coflow:
 
 
 class PlanPhase:
-    """Coflows of one phase and its latency term (protocol → ns, computed on first use: it
-    needs every edge's route, which fusability checks and symmetric copies do not)."""
+    """Coflows of one phase and its latency term (protocol → ns, computed on first use from the
+    phase's coflows: it needs every edge's route, which fusability checks and symmetric copies
+    do not)."""
 
     __slots__ = ("coflows", "_latency_fn", "_latency")
 
-    def __init__(self, coflows: tuple[Coflow, ...], latency_fn: Callable[[], dict[str, int]]):
+    def __init__(self, coflows: tuple[Coflow, ...],
+                 latency_fn: Callable[[tuple[Coflow, ...]], dict[str, int]]):
         self.coflows = coflows
         self._latency_fn = latency_fn
         self._latency: dict[str, int] | None = None
@@ -70,8 +72,12 @@ class PlanPhase:
     @property
     def latency_ns(self) -> dict[str, int]:
         if self._latency is None:
-            self._latency = self._latency_fn()
+            self._latency = self._latency_fn(self.coflows)
         return self._latency
+
+    def with_coflows(self, coflows: tuple[Coflow, ...]) -> PlanPhase:
+        """The same phase over other (e.g. representative) coflows."""
+        return PlanPhase(coflows, self._latency_fn)
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ def ring_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -
         cfs, _, _ = _ring_coflows(cl, ranks, (2.0 if ar else 1.0) * (n - 1) / n)
     mult = 2 if ar else 1
 
-    def latency() -> dict[str, int]:
+    def latency(cfs) -> dict[str, int]:
         lat = _Lat(cl, intra)
         for cf in cfs:
             lat.add(cf.edges, cf.channel)
@@ -215,7 +221,7 @@ def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:
             cfs.append(Coflow(tuple(edges), 1.0 / (2 * c_count), 2 * c + t))
     ppn = max(len(g) for g in nodes)
 
-    def latency() -> dict[str, int]:
+    def latency(cfs) -> dict[str, int]:
         lat = _Lat(cl, intra)
         for cf in cfs:
             lat.add(cf.edges, cf.channel)
@@ -235,7 +241,7 @@ def hierarchical_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...],
         return None
 
     def phase(cfs: tuple[Coflow, ...], steps: int, inter: int, ar: bool) -> PlanPhase:
-        def latency() -> dict[str, int]:
+        def latency(cfs) -> dict[str, int]:
             lat = _Lat(cl, intra)
             for cf in cfs:
                 lat.add(cf.edges, cf.channel)
@@ -275,7 +281,7 @@ def direct_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str)
     else:
         cfs = [Coflow(((a, b, -1),), 1.0 / n, 0) for a in ranks for b in ranks if a != b]
 
-    def latency() -> dict[str, int]:
+    def latency(cfs) -> dict[str, int]:
         lat = _Lat(cl, intra)
         for cf in cfs:
             lat.add(cf.edges, 0)
@@ -301,3 +307,55 @@ def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ..
     if algorithm == "hierarchical":
         return hierarchical_plan(cl, kind, ranks, intra)
     return direct_plan(cl, kind, ranks, intra)
+
+
+def representative_plan(cl: Cluster, plan: Plan, pinned: frozenset[int]) -> Plan:
+    """Symmetric simulation: a ring plan reduced to the edges that can differ.
+
+    A ring's coflow moves at the rate of its slowest edge. Nodes whose outgoing edges stay
+    inside one leaf switch and touch no node in ``pinned`` (the nodes of the simulated ranks,
+    where other traffic of the model meets the ring) are equivalent when their edges have the
+    same local GPUs and rails: each edge uses its own links, and the symmetric model loads
+    every such node alike. One node of each kind is kept; edges that cross leaves or touch
+    pinned nodes are all kept. The rate and the latency (a maximum over edges) are unchanged
+    and the cost no longer grows with the ring's length. Other algorithms are returned as is.
+    """
+    if plan.algorithm != "ring" or cl.topo.fabric is None:
+        return plan
+    gpn = cl.gpn
+    phases = []
+    changed = False
+    for ph in plan.phases:
+        cfs = []
+        for cf in ph.coflows:
+            by_node: dict[int, list[Edge]] = {}
+            for e in cf.edges:
+                by_node.setdefault(e[0] // gpn, []).append(e)
+            kept: list[Edge] = []
+            seen: set[tuple] = set()
+            for node, edges in by_node.items():
+                sig = []
+                for s, d, rail in edges:
+                    nd = d // gpn
+                    if nd in pinned or node in pinned:
+                        sig = None
+                        break
+                    if nd == node:
+                        sig.append((s % gpn, d % gpn, -1))
+                        continue
+                    k = cl.nic_of(d) if rail < 0 else rail
+                    ka, kb = cl.working_nic(node, k), cl.working_nic(nd, k)
+                    if cl.leaf_of(node, ka) != cl.leaf_of(nd, kb):
+                        sig = None
+                        break
+                    sig.append((s % gpn, d % gpn, ka, kb))
+                if sig is not None:
+                    key = tuple(sig)
+                    if key in seen:
+                        changed = True
+                        continue
+                    seen.add(key)
+                kept.extend(edges)
+            cfs.append(Coflow(tuple(kept), cf.coef, cf.channel))
+        phases.append(ph.with_coflows(tuple(cfs)))
+    return Plan(plan.kind, plan.algorithm, plan.ranks, tuple(phases)) if changed else plan
