@@ -131,6 +131,9 @@ def build_parser() -> Parser:
                    help="simulate every rank instead of one representative per stage")
     g.add_argument("--no-fuse", action="store_true",
                    help="give every compute and collective its own event (slower; for checking)")
+    from sim.watchdog import add_watchdog_argument
+
+    add_watchdog_argument(g)
     _add_network_args(p)
     g = p.add_argument_group("outputs")
     g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
@@ -157,11 +160,12 @@ def run(argv: list[str]) -> int:
     from sim.engine import simulate
     from sim.faults import Faults, faults_from_args, simulation_plan
     from sim.network import network_from_args
-    from sim.outputs import write_json
+    from sim.outputs import check_output_path, write_json
     from sim.placement import Placement
     from sim.report import build_report, format_report
     from sim.topology import load_topology
     from sim.viz import cli as viz
+    from sim.watchdog import simulate_watched
     from sim.workload.registry import read_workload
     from sim.workload.stages import LayoutOptions, build_program
 
@@ -193,8 +197,11 @@ def run(argv: list[str]) -> int:
     classes, scale, fault_notes = simulation_plan(faults, topo, placement, args.per_rank)
     viz.check_output_arguments(args, placement, classes.label == "per-rank")
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
-    result = simulate(prog, net, placement=placement, classes=classes, compute_scale=scale,
-                      fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
+    if args.json:  # fail before a long simulation, not after it
+        check_output_path(args.json, "--json")
+    result = simulate_watched(simulate, prog, net, max_sim_time_s=args.max_sim_time_s,
+                              placement=placement, classes=classes, compute_scale=scale,
+                              fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})"] + fault_notes
     fault_report = None

@@ -62,3 +62,8 @@ class SimulationStalled(SimrunError):
     """The event loop ended with ranks still waiting (unmatched collective or send/recv)."""
 
     exit_code = 1
+
+
+class WatchdogExpired(UsageError, SimulationStalled):
+    """The simulated clock reached ``--max-sim-time-s`` with the iteration unfinished (exit 2:
+    the input's times are implausible or the limit is too low)."""

@@ -194,19 +194,28 @@ class FlowNetwork(Network):
             got = self._agg[akey] = (single, tuple(ph.latency_ns for ph in plan.phases))
             return got
         cl = self.cluster
+        ids = cl.ids
         phases = []
-        copy_plans = [self.plan(req.kind, plan.algorithm, g) for g in groups[1:]]
+        if req.kind is CollKind.SENDRECV:  # a copy is one edge: no plan to build
+            copy_edges = [(((((g[0], g[1], -1),), 0),),) for g in groups[1:]]
+        else:
+            copy_edges = []
+            for g in groups[1:]:
+                cp = self.plan(req.kind, plan.algorithm, g)
+                assert cp is not None
+                copy_edges.append(tuple(tuple((cf.edges, cf.channel) for cf in cph.coflows)
+                                        for cph in cp.phases))
         for p_idx, ph in enumerate(single):
             tracked = {link for path, _, _, _ in ph for link in path}
             loads = [dict(lds) for _, lds, _, _ in ph]
-            for cp in copy_plans:
-                assert cp is not None
-                cph = cp.phases[p_idx]
-                assert len(cph.coflows) == len(ph), "copies must have the same plan shape"
-                for i, cf in enumerate(cph.coflows):
+            for cp in copy_edges:
+                cph = cp[p_idx]
+                assert len(cph) == len(ph), "copies must have the same plan shape"
+                for i, (edges, channel) in enumerate(cph):
                     li = loads[i]
-                    for s, d, rail in cf.edges:
-                        for link in cl.path(s, d, rail, cf.channel):
+                    for s, d, rail in edges:
+                        for name in cl.path_names(s, d, rail, channel):
+                            link = ids.get(name)
                             if link in tracked:
                                 li[link] = li.get(link, 0) + 1
             phases.append(tuple((path, tuple(ld.items()), coef, cap)

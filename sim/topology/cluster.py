@@ -206,9 +206,10 @@ class Cluster:
         self._intra[key] = seg
         return seg
 
-    def _local_links(self, n: int, seg: tuple[tuple, ...]) -> list[int]:
+    @staticmethod
+    def _local_names(n: int, seg: tuple[tuple, ...]) -> list[tuple[tuple, tuple]]:
         names = [(x[0], n) + x[1:] for x in seg]
-        return [self.link(names[i], names[i + 1]) for i in range(len(names) - 1)]
+        return [(names[i], names[i + 1]) for i in range(len(names) - 1)]
 
     # ---- fabric --------------------------------------------------------------------------
     def _fabric_nodes(self, leaf_a: int, leaf_b: int, choice: int) -> list[tuple]:
@@ -227,23 +228,21 @@ class Cluster:
             down.append(("sw", level, leaf_b // self._span[level], j))
         return up_path + down
 
-    def _fabric_links(self, leaf_a: int, leaf_b: int, key: bytes) -> list[int]:
+    def _fabric_names(self, leaf_a: int, leaf_b: int, key: bytes) -> list[tuple[tuple, tuple]]:
         if leaf_a == leaf_b:
             return []
         if self.routing == "adaptive":
             top = self.fabric_level(leaf_a, leaf_b)
             out = []
             for level in range(1, top):
-                out.append(self.link(("up", level, leaf_a // self._span[level]),
-                                     ("sw-up", level + 1)))
+                out.append((("up", level, leaf_a // self._span[level]), ("sw-up", level + 1)))
             for level in range(top - 1, 0, -1):
-                out.append(self.link(("down", level, leaf_b // self._span[level]),
-                                     ("sw-down", level)))
+                out.append((("down", level, leaf_b // self._span[level]), ("sw-down", level)))
             return out
         n_paths = self.equal_cost_paths(leaf_a, leaf_b)
         choice = zlib.crc32(key) % n_paths if n_paths > 1 else 0
         nodes = self._fabric_nodes(leaf_a, leaf_b, choice)
-        return [self.link(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
+        return [(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
 
     # ---- routes --------------------------------------------------------------------------
     def path(self, src: int, dst: int, rail: int = -1, channel: int = 0) -> tuple[int, ...]:
@@ -259,22 +258,26 @@ class Cluster:
         p = self._paths.get(key)
         if p is not None:
             return p
-        na, nb = divmod(src, self.gpn), divmod(dst, self.gpn)
-        if na[0] == nb[0]:
-            links = self._local_links(na[0], self._segment(("gpu", na[1]), ("gpu", nb[1])))
-        else:
-            k = self.nic_of(dst) if rail < 0 else rail
-            ka, kb = self.working_nic(na[0], k), self.working_nic(nb[0], k)
-            la, lb = self.leaf_of(na[0], ka), self.leaf_of(nb[0], kb)
-            nic_a, nic_b = ("nic", na[0], ka), ("nic", nb[0], kb)
-            links = self._local_links(na[0], self._segment(("gpu", na[1]), ("nic", ka)))
-            links.append(self.link(nic_a, ("sw", 1, la, 0)))
-            links.extend(self._fabric_links(la, lb, f"{src}>{dst}#{channel}".encode()))
-            links.append(self.link(("sw", 1, lb, 0), nic_b))
-            links.extend(self._local_links(nb[0], self._segment(("nic", kb), ("gpu", nb[1]))))
-        p = tuple(links)
+        p = tuple(self.link(u, v) for u, v in self.path_names(src, dst, rail, channel))
         self._paths[key] = p
         return p
+
+    def path_names(self, src: int, dst: int, rail: int = -1, channel: int = 0
+                   ) -> list[tuple[tuple, tuple]]:
+        """The route of :meth:`path` as link names ``(u, v)``, without registering links or
+        caching (cheap for the many routes only checked against known links)."""
+        na, nb = divmod(src, self.gpn), divmod(dst, self.gpn)
+        if na[0] == nb[0]:
+            return self._local_names(na[0], self._segment(("gpu", na[1]), ("gpu", nb[1])))
+        k = self.nic_of(dst) if rail < 0 else rail
+        ka, kb = self.working_nic(na[0], k), self.working_nic(nb[0], k)
+        la, lb = self.leaf_of(na[0], ka), self.leaf_of(nb[0], kb)
+        out = self._local_names(na[0], self._segment(("gpu", na[1]), ("nic", ka)))
+        out.append((("nic", na[0], ka), ("sw", 1, la, 0)))
+        out.extend(self._fabric_names(la, lb, f"{src}>{dst}#{channel}".encode()))
+        out.append((("sw", 1, lb, 0), ("nic", nb[0], kb)))
+        out.extend(self._local_names(nb[0], self._segment(("nic", kb), ("gpu", nb[1]))))
+        return out
 
     def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
         """Template link numbers of the segment ``a → b`` (cached)."""

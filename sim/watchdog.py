@@ -1,0 +1,55 @@
+"""The simulated-time watchdog (``simrun --max-sim-time-s``) and stall reporting.
+
+The engine stops its clock at ``until_ns`` (:func:`sim.engine.simulate`). A run then ends in
+one of three ways:
+
+- every rank finished: the result;
+- the event queue ran dry with ranks still waiting (a collective some members never reach, a
+  receive whose send never comes): a deadlock, :class:`~sim.errors.SimulationStalled` naming
+  each waiting rank and what it waits on (exit code 1: the programs simrun builds never do this);
+- events were still pending when the clock reached the limit: a runaway simulation,
+  :class:`~sim.errors.WatchdogExpired` (exit code 2: the input or the limit must change).
+
+With a limit SimPy advances the clock to it even after a deadlock, so a deadlock's message would
+show the limit as its time; :func:`simulate_watched` then re-runs without the limit (the run is
+deterministic and ends by itself) to report the time at which the ranks got stuck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from sim.errors import SimulationStalled, WatchdogExpired
+
+DEFAULT_MAX_SIM_TIME_S = 1e6  # ~11.6 days of simulated time: far beyond any real iteration
+FLAG = "--max-sim-time-s"
+
+
+def add_watchdog_argument(group: argparse._ActionsContainer) -> None:
+    """Register ``--max-sim-time-s`` on ``group``."""
+    from sim.cli import positive_float
+
+    group.add_argument(FLAG, type=positive_float, default=DEFAULT_MAX_SIM_TIME_S,
+                       metavar="SECONDS",
+                       help="watchdog: stop with exit code 2 if the simulated iteration has not "
+                            "finished after this much simulated time, in seconds "
+                            "(default: %(default)g)")
+
+
+def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):
+    """``simulate(program, network, until_ns=…, **kw)`` with the watchdog described above."""
+    until_ns = max(1, math.ceil(max_sim_time_s * 1e9))
+    try:
+        return simulate(program, network, until_ns=until_ns, **kw)
+    except SimulationStalled as e:
+        env = getattr(network, "env", None)
+        if env is not None and env.peek() != math.inf:  # still busy when the clock hit the limit
+            detail = str(e).split(" still waiting: ", 1)[-1]
+            raise WatchdogExpired(
+                f"watchdog: the iteration had not finished after {max_sim_time_s:g} s of "
+                f"simulated time ({FLAG}); ranks then: {detail}. Raise {FLAG} if the "
+                "iteration really is that long, else check the input's times and sizes",
+                field=FLAG) from None
+    return simulate(program, network, until_ns=None, **kw)  # a deadlock: report its real time
