@@ -24,8 +24,15 @@ from sim.workload.model import CollKind, GroupKind
 
 TOPO_FILES = sorted(TOPOLOGIES.glob("*.yaml"))
 TOPO_TEXTS = [p.read_text() for p in TOPO_FILES]
+FAULTS = {"slow_gpus": {1: 1.5}, "slow_nodes": {1: 1.2}, "failed_nics": ["0.1"],
+          "degraded_links": {"nic:1.0": 0.5, "nvlink:2": 0.25}}  # exercise the faults section
+_TINY = yaml.safe_load((TOPOLOGIES / "tiny-2x2.yaml").read_text())
+TOPO_TEXTS.append(yaml.safe_dump({**_TINY, "name": "tiny-2x2-faults", "faults": FAULTS},
+                                 sort_keys=False))
 TOPO_DATA = [yaml.safe_load(t) for t in TOPO_TEXTS]
-SMALL = [d for d in TOPO_DATA if d["nodes"] * d["node"]["gpus"] <= 16]
+# Network timing on the small ones. Not with faults yet: a failed NIC on a rail-optimised
+# one-level fabric is an internal error today (tests/test_exit_codes.py, strict xfail).
+SMALL = [d for d in TOPO_DATA if d["nodes"] * d["node"]["gpus"] <= 16 and "faults" not in d]
 
 VALUES = st.one_of(
     st.sampled_from([0, -1, 1, 2, 3, 7, 2**31, 2**63, 10**30, 10**400, 0.5, 1e-300, 1e300,
