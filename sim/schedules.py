@@ -124,10 +124,22 @@ def interleaved(p: int, r: int, m: int, v: int, n: int | None = None) -> list[Sc
     return ops
 
 
+MAX_OPS = 1 << 24
+"""Most forward/backward ops (2·p·v·M over all stages) one iteration may have: ~1.3 GB of
+schedule and minutes of simulation; realistic layouts stay far below (p=128, v=8, M=4096 is
+8.4 M). More is a mistyped ``--microbatches`` / ``--global-batch``, refused instead of
+exhausting memory."""
+
+
 def schedule_table(
     name: str, p: int, m: int, v: int = 1, n: int | None = None
 ) -> list[list[ScheduleOp]]:
     """Per-stage op order for schedule ``name`` (one list per stage, stage 0 first)."""
+    if 2 * p * m * v > MAX_OPS:
+        raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {2 * p * m * v:,} "
+                         f"forward/backward ops per iteration; simrun simulates at most "
+                         f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
+                         field="--microbatches")
     if name == "gpipe" or name == "1f1b":
         if v != 1:
             raise UsageError(
