@@ -186,10 +186,13 @@ class FlowNetwork(Network):
             return got
         single = self._single_flows(plan)
         groups = [req.ranks]
+        scope_nodes: dict = {}
         if self.symmetric:
             tracked_all = {link for ph in single for path, _, _, _ in ph for link in path}
+            scopes = link_scopes(self.cluster, tracked_all)
+            scope_nodes = scopes[0]
             groups = local_copies(self.placement, req.kind, req.group, req.ranks, self.cluster,
-                                  link_scopes(self.cluster, tracked_all), self.classes)
+                                  scopes, self.classes)
         if len(groups) == 1:
             got = self._agg[akey] = (single, tuple(ph.latency_ns for ph in plan.phases))
             return got
@@ -214,7 +217,11 @@ class FlowNetwork(Network):
                 for i, (edges, channel) in enumerate(cph):
                     li = loads[i]
                     for s, d, rail in edges:
-                        for name in cl.path_names(s, d, rail, channel):
+                        # away from the scope nodes only fabric links can be tracked ones
+                        away = s // cl.gpn not in scope_nodes and d // cl.gpn not in scope_nodes
+                        route = cl.fabric_names(s, d, rail, channel) if away else \
+                            cl.path_names(s, d, rail, channel)
+                        for name in route:
                             link = ids.get(name)
                             if link in tracked:
                                 li[link] = li.get(link, 0) + 1

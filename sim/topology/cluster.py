@@ -279,6 +279,17 @@ class Cluster:
         out.extend(self._local_names(nb[0], self._segment(("nic", kb), ("gpu", nb[1]))))
         return out
 
+    def fabric_names(self, src: int, dst: int, rail: int = -1, channel: int = 0
+                     ) -> list[tuple[tuple, tuple]]:
+        """Only the switch-to-switch links of :meth:`path_names` (none inside a leaf)."""
+        na, nb = src // self.gpn, dst // self.gpn
+        if na == nb:
+            return []
+        k = self.nic_of(dst) if rail < 0 else rail
+        la = self.leaf_of(na, self.working_nic(na, k))
+        lb = self.leaf_of(nb, self.working_nic(nb, k))
+        return self._fabric_names(la, lb, f"{src}>{dst}#{channel}".encode())
+
     def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
         """Template link numbers of the segment ``a → b`` (cached)."""
         key = ("ids", a, b)
