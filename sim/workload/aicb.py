@@ -134,6 +134,10 @@ def _parse_header(text: str, file: str, assumptions: list[str]) -> WorkloadHeade
             attr = INT_KEYS[key]
             if attr != "pp_comm_bytes" and v < 1:
                 raise InputError(f"must be ≥ 1, got {v}", file=file, line=1, field=key)
+            old = getattr(h, attr)
+            if old is not None and old != v:
+                raise InputError(f"given twice with different values ({old} and {v})",
+                                 file=file, line=1, field=key)
             setattr(h, attr, v)
         else:
             h.extra[key] = value

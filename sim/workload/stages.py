@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from sim.errors import InputError, UsageError
+from sim.inputs import INT64_MAX
 from sim.schedules import SCHEDULES, check_interleaved
 from sim.workload.model import CollKind, GroupKind, Layer, Phase, PhaseKind, Workload
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
@@ -45,7 +46,8 @@ class LayoutOptions:
     pp_comm_bytes: int | None = None
     row_placement: str = "megatron"
     microbatch_group_size: int | None = None
-    default_gpus: int | None = None  # the topology's GPU count, used when nothing else says
+    # the topology's GPU count: used when nothing else says, and the most a layout may need
+    default_gpus: int | None = None
 
 
 @dataclass
@@ -211,10 +213,24 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
 
     gpus_default = opts.default_gpus if opts.default_gpus is not None else tp * pp
     all_gpus = _resolve("gpus", opts.all_gpus, h.all_gpus, gpus_default, notes, "GPUs (all_gpus)")
+    gpus_from = ("--gpus" if opts.all_gpus is not None else "header all_gpus"
+                 if h.all_gpus is not None else "the topology")
+    if opts.default_gpus is not None and all_gpus > opts.default_gpus:
+        raise UsageError(f"the layout needs {all_gpus} GPUs ({gpus_from}) but the topology has "
+                         f"{opts.default_gpus}; use --nodes or --gpus", field="--gpus")
+    if tp * pp > all_gpus:
+        raise UsageError(f"one pipeline replica needs TP·PP = {tp}·{pp} = {tp * pp} GPUs, more "
+                         f"than the {all_gpus} GPUs available ({gpus_from})", field="--gpus")
     if all_gpus % (tp * pp):
-        raise UsageError(f"{all_gpus} GPUs is not a multiple of TP·PP = {tp}·{pp}",
+        raise UsageError(f"{all_gpus} GPUs ({gpus_from}) is not a multiple of TP·PP = {tp}·{pp}",
                          field="--gpus")
     dp = all_gpus // (tp * pp)
+    if dp % ep:
+        if opts.ep is None and h.ep is not None:
+            raise InputError(f"expert-parallel size {ep} must divide the data-parallel size "
+                             f"DP = {dp} (--ep overrides)", file=w.path, line=1, field="ep")
+        raise UsageError(f"expert-parallel size {ep} must divide the data-parallel size "
+                         f"DP = {dp}", field="--ep")
     notes.append(f"data-parallel size DP = all_gpus / (TP·PP) = {all_gpus} / ({tp}·{pp}) = {dp}")
 
     first, body, last = _split_block(structure.block, opts.row_placement)
@@ -228,6 +244,9 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
                      f"into {v} chunks of {n_layers // v}")
 
     if opts.pp_comm_bytes is not None:
+        if opts.pp_comm_bytes > INT64_MAX:
+            raise UsageError(f"must be ≤ 2^63−1, got {opts.pp_comm_bytes}",
+                             field="--pp-comm-bytes")
         pp_bytes = opts.pp_comm_bytes
         notes.append(f"pipeline message = {pp_bytes} bytes per microbatch (--pp-comm-bytes)")
     elif h.pp_comm_bytes is not None:
@@ -303,6 +322,9 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
     if sched is None:
         sched = "interleaved" if v > 1 else "1f1b"
         notes.append(f"schedule: {sched} (default for virtual pipeline size {v}; --schedule)")
+    if opts.microbatch_group_size is not None and sched != "interleaved":
+        raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
+                         f"{sched} (virtual pipeline size {v})", field="--microbatch-group-size")
     if sched == "interleaved":
         check_interleaved(pp, m, v, opts.microbatch_group_size)
     elif v > 1:
