@@ -107,6 +107,8 @@ def _rails(cl: Cluster, nodes: list[list[int]]) -> list[int]:
 def _rotate(cl: Cluster, gpus: list[int], rail: int, c: int) -> list[int]:
     """Order of a node's ranks in channel ``c`` (NIC ``rail``): enter at the GPU next to the NIC,
     leave from another GPU on the NIC's PCIe switch if there is one (else through PXN)."""
+    if len(gpus) == 1:
+        return list(gpus)
     entry = next((i for i, g in enumerate(gpus) if cl.nic_of(g) == rail), c % len(gpus))
     order = gpus[entry:] + gpus[:entry]
     node = cl.topo.node

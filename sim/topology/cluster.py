@@ -47,6 +47,7 @@ class Cluster:
         self._intra: dict[tuple, tuple] = {}  # template segments (local names) and their ids
         self._tmpl: dict[tuple, int] = {}  # template link → number (< 4096)
         self._paths: dict[tuple, tuple[int, ...]] = {}
+        self._leaves: dict[tuple[int, int], int] = {}
         self._faults(topo)
         f = topo.fabric
         if f is not None and self.nics:
@@ -150,9 +151,13 @@ class Cluster:
         return self._gpu_nic[gpu % self.gpn]
 
     def leaf_of(self, node: int, nic: int) -> int:
-        f = self.topo.fabric
-        assert f is not None
-        return f.leaf_index(node, nic, self.topo.num_nodes, self.nics)
+        key = (node, nic)
+        leaf = self._leaves.get(key)
+        if leaf is None:
+            f = self.topo.fabric
+            assert f is not None
+            leaf = self._leaves[key] = f.leaf_index(node, nic, self.topo.num_nodes, self.nics)
+        return leaf
 
     def fabric_level(self, leaf_a: int, leaf_b: int) -> int:
         """Lowest switch level whose sub-tree holds both leaves (1 = same leaf)."""
