@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 
 from sim import __version__
 from sim.errors import SimrunError, UsageError
+
+_T0 = time.perf_counter()
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, help)
@@ -139,6 +142,8 @@ def build_parser() -> Parser:
     g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
                                                   "docs/report-schema.md)")
     g.add_argument("--quiet", action="store_true", help="do not print the report table")
+    g.add_argument("--timing", action="store_true",
+                   help="print wall times (s) and simulated events per second to stderr")
     from sim.viz.cli import add_output_arguments
 
     add_output_arguments(p)
@@ -199,9 +204,11 @@ def run(argv: list[str]) -> int:
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
     if args.json:  # fail before a long simulation, not after it
         check_output_path(args.json, "--json")
+    t_sim = time.perf_counter()
     result = simulate_watched(simulate, prog, net, max_sim_time_s=args.max_sim_time_s,
                               placement=placement, classes=classes, compute_scale=scale,
                               fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
+    t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})"] + fault_notes
     fault_report = None
@@ -224,6 +231,11 @@ def run(argv: list[str]) -> int:
     if not args.quiet:
         sys.stdout.write(format_report(rep))
     viz.write_outputs(args, result, rep, placement=placement, gpus_per_node=topo.gpus_per_node)
+    if args.timing:
+        print(f"timing: simulate {t_sim:.3f} s, {result.events} events "
+              f"({result.events / max(t_sim, 1e-9):,.0f} events/s), "
+              f"{len(result.ranks)} simulated ranks; process so far "
+              f"{time.perf_counter() - _T0:.3f} s", file=sys.stderr)
     return 0
 
 
