@@ -25,15 +25,19 @@ if TYPE_CHECKING:
     from sim.network.flow import FlowNetwork
 
 _COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP)
-_OPS = [(CollKind.ALLREDUCE, a) for a in ("ring", "tree", "hierarchical")]
+_RING_FAMILY = ("ring", "tree", "hierarchical")
 _A2A = (CollKind.ALLTOALL, "direct")
 
 
-def _edges(net: FlowNetwork, ranks: tuple[int, ...], a2a: bool, rings: bool = True
-           ) -> Iterator[tuple[int, int, int, int]]:
-    """(src, dst, rail, channel) of every edge any candidate algorithm could use
-    (``rings``: the all-reduce family's ring / tree / hierarchical plans; ``a2a``: all-to-all)."""
-    for coll, algo in (_OPS if rings else []) + ([_A2A] if a2a else []):
+def _edges(net: FlowNetwork, ranks: tuple[int, ...], a2a: bool,
+           rings: frozenset[str] | bool = True) -> Iterator[tuple[int, int, int, int]]:
+    """(src, dst, rail, channel) of every edge a candidate algorithm could use (``rings``: the
+    ring / tree / hierarchical plans that may run — all-reduce plans, whose edges include those
+    of the all-gather / reduce-scatter / broadcast plans of the same algorithm; ``a2a``:
+    all-to-all)."""
+    algos = _RING_FAMILY if rings is True else (rings or ())
+    ops = [(CollKind.ALLREDUCE, a) for a in _RING_FAMILY if a in algos]
+    for coll, algo in ops + ([_A2A] if a2a else []):
         plan = net.plan(coll, algo, ranks)
         if plan is None:
             continue
@@ -56,12 +60,26 @@ def _groups(pl, kind: GroupKind) -> list[tuple[int, ...]]:
     return out
 
 
-def _uses(traffic, kind: GroupKind) -> tuple[bool, bool]:
-    """(ring-family traffic?, all-to-all traffic?) of ``kind`` in this program."""
+def _uses(net: FlowNetwork, kind: GroupKind) -> tuple[frozenset[str], bool]:
+    """(ring-family algorithms that may run, all-to-all traffic?) of ``kind`` in this program:
+    ``auto`` picks among NCCL's algorithms (tree only for all-reduce); a configured algorithm
+    is used where it applies."""
+    from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS
+
+    traffic = net.traffic
     if traffic is None:
-        return True, kind in (GroupKind.EP, GroupKind.DP_EP)
-    ks = traffic.get(kind, frozenset())
-    return bool(ks - {CollKind.ALLTOALL}), CollKind.ALLTOALL in ks
+        ks = frozenset(CollKind) if kind in (GroupKind.EP, GroupKind.DP_EP) else frozenset(
+            CollKind) - {CollKind.ALLTOALL}
+    else:
+        ks = traffic.get(kind, frozenset())
+    algos: set[str] = set()
+    for coll in ks - {CollKind.ALLTOALL, CollKind.SENDRECV}:
+        fixed = net.algorithm[coll]
+        if fixed in ALGORITHMS_FOR[coll]:
+            algos.add(fixed)
+        else:
+            algos.update(a for a in ALGORITHMS_FOR[coll] if a in AUTO_ALGORITHMS)
+    return frozenset(algos & set(_RING_FAMILY)), CollKind.ALLTOALL in ks
 
 
 def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
@@ -81,7 +99,7 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
     pl = net.placement
     cl = net.cluster
     traffic = net.traffic
-    kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(_uses(traffic, k))]
+    kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(_uses(net, k))]
     groups = {k: _groups(pl, k) for k in kinds}
     mine = groups[group]
     if not mine:
@@ -91,9 +109,7 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
     def keys(s: int, d: int, rail: int, ch: int):
         return cl.local_keys(s, d, rail) if local else cl.path(s, d, rail, ch)
 
-    rings, a2a = _uses(traffic, group)
-    if traffic is None:
-        rings = True
+    rings, a2a = _uses(net, group)
     owner: dict = {}
     for gi, g in enumerate(mine):
         for e in _edges(net, g, a2a, rings):
@@ -102,17 +118,17 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
                     return False
     # other kinds' groups; a group with the same members as an earlier one is visited once
     # with the union of both kinds' algorithms
-    seen: dict[tuple[int, ...], tuple[bool, bool]] = {}
+    seen: dict[tuple[int, ...], tuple[frozenset[str], bool]] = {}
     for other in kinds:
         if other is group:
             continue
-        want_rings, want_a2a = _uses(traffic, other)
+        want_rings, want_a2a = _uses(net, other)
         for g in groups[other]:
-            had_rings, had_a2a = seen.get(g, (False, False))
-            new_rings, new_a2a = want_rings and not had_rings, want_a2a and not had_a2a
+            had_rings, had_a2a = seen.get(g, (frozenset(), False))
+            new_rings, new_a2a = want_rings - had_rings, want_a2a and not had_a2a
             if not (new_rings or new_a2a):
                 continue
-            seen[g] = (had_rings or want_rings, had_a2a or want_a2a)
+            seen[g] = (had_rings | want_rings, had_a2a or want_a2a)
             for e in _edges(net, g, new_a2a, new_rings):
                 for k in keys(*e):
                     if k in owner:
@@ -143,10 +159,8 @@ def _local_symmetric_check(net: FlowNetwork, group: GroupKind) -> bool | None:
     reps = [tuple(pl.group(group, r)) for r in net.classes.reps]
     if any(len({r // gpn for r in g}) != 1 for g in reps):
         return None
-    rings, a2a = _uses(traffic, group)
-    if traffic is None:
-        rings = True
-    others = [(k, *_uses(traffic, k)) for k in _COLLECTIVE_KINDS if k is not group]
+    rings, a2a = _uses(net, group)
+    others = [(k, *_uses(net, k)) for k in _COLLECTIVE_KINDS if k is not group]
     pp_traffic = pl.pp > 1 and (traffic is None or GroupKind.PP in traffic)
     shapes: dict = {}
     for g0 in dict.fromkeys(reps):
