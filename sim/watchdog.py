@@ -40,12 +40,13 @@ def add_watchdog_argument(group: argparse._ActionsContainer) -> None:
 
 def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):
     """``simulate(program, network, until_ns=…, **kw)`` with the watchdog described above."""
-    until_ns = max(1, math.ceil(max_sim_time_s * 1e9))
+    # +1: an iteration that ends exactly at the limit is allowed (SimPy stops before the
+    # events of the `until` instant)
+    until_ns = max(1, math.ceil(max_sim_time_s * 1e9)) + 1
     try:
         return simulate(program, network, until_ns=until_ns, **kw)
     except SimulationStalled as e:
-        env = getattr(network, "env", None)
-        if env is not None and env.peek() != math.inf:  # still busy when the clock hit the limit
+        if _still_busy(getattr(network, "env", None)):
             detail = str(e).split(" still waiting: ", 1)[-1]
             raise WatchdogExpired(
                 f"watchdog: the iteration had not finished after {max_sim_time_s:g} s of "
@@ -53,3 +54,14 @@ def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: fl
                 "iteration really is that long, else check the input's times and sizes",
                 field=FLAG) from None
     return simulate(program, network, until_ns=None, **kw)  # a deadlock: report its real time
+
+
+def _still_busy(env) -> bool:
+    """True if ``env`` still has an event that would do something (a process to resume): the
+    clock was stopped, not run dry. SimPy leaves its own inert `until` marker in the queue."""
+    if env is None:
+        return False
+    queue = getattr(env, "_queue", None)
+    if queue is None:  # not SimPy's usual Environment: anything scheduled counts
+        return env.peek() != math.inf
+    return any(item[-1].callbacks for item in queue)
