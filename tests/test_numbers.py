@@ -94,9 +94,9 @@ def test_flow_network_is_linear_far_beyond_2_to_the_31():
          .duration_ns for k in (1, 2, 4)]
     assert t[2] - t[1] == 2 * (t[1] - t[0])  # bandwidth term exactly linear in the size
     # a send between the nodes goes through one NIC: 200 Gb/s × 0.96 = 24 GB/s
-    send = net.isolated(CommRequest(CollKind.SENDRECV, GroupKind.PP, (0, 8), 4 * SEED_SIZE))
-    assert send.duration_ns == pytest.approx(4 * SEED_SIZE / 24e9 * 1e9, rel=1e-3)
-    assert send.duration_ns > 2**31  # 2.13 s = 2.13e9 ns > 2^31: no 32-bit wrap anywhere
+    send = net.isolated(CommRequest(CollKind.SENDRECV, GroupKind.PP, (0, 8), 8 * SEED_SIZE))
+    assert send.duration_ns == pytest.approx(8 * SEED_SIZE / 24e9 * 1e9, rel=1e-3)
+    assert send.duration_ns > 2**31  # 4.27 s = 4.27e9 ns > 2^31: no 32-bit wrap
 
 
 def test_zero_size_collectives_take_no_time_in_every_network():
