@@ -83,19 +83,20 @@ class Placement:
         For ``PP`` this is the pipeline of ``rank`` (stage 0 first).
         """
         c = self.coord(rank)
+        s = self._stride
+        # ranks are linear in the coordinates: each group is an arithmetic progression
         if kind is GroupKind.TP:
-            return tuple(self.rank(t, c.dp, c.pp) for t in range(self.tp))
+            return _progression(self.rank(0, c.dp, c.pp), s["tp"], self.tp)
         if kind is GroupKind.DP:
-            return tuple(self.rank(c.tp, d, c.pp) for d in range(self.dp))
+            return _progression(self.rank(c.tp, 0, c.pp), s["dp"], self.dp)
         if kind is GroupKind.PP:
-            return tuple(self.rank(c.tp, c.dp, p) for p in range(self.pp))
+            return _progression(self.rank(c.tp, c.dp, 0), s["pp"], self.pp)
         if kind is GroupKind.EP:
             base = (c.dp // self.ep) * self.ep
-            return tuple(self.rank(c.tp, base + e, c.pp) for e in range(self.ep))
+            return _progression(self.rank(c.tp, base, c.pp), s["dp"], self.ep)
         if kind is GroupKind.DP_EP:
-            off = c.dp % self.ep
-            return tuple(self.rank(c.tp, off + k * self.ep, c.pp)
-                         for k in range(self.dp // self.ep))
+            return _progression(self.rank(c.tp, c.dp % self.ep, c.pp), s["dp"] * self.ep,
+                                self.dp // self.ep)
         raise ValueError(kind)
 
     def groups(self, kind: GroupKind) -> list[tuple[int, ...]]:
@@ -110,3 +111,7 @@ class Placement:
     def stage_representatives(self) -> tuple[int, ...]:
         """Rank ``(tp=0, dp=0, pp=s)`` of each stage ``s`` (simulated in symmetric mode)."""
         return tuple(self.rank(0, 0, s) for s in range(self.pp))
+
+
+def _progression(start: int, step: int, count: int) -> tuple[int, ...]:
+    return tuple(range(start, start + step * count, step))
