@@ -65,48 +65,15 @@ class Case:
     source: str
 
 
-def _line_map(text: str) -> dict[tuple, int]:
-    import yaml
-
-    out: dict[tuple, int] = {}
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return out
-
-    def walk(node, path):
-        out.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                out[path + (k.value,)] = k.start_mark.line + 1
-                walk(v, path + (k.value,))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                walk(v, path + (i,))
-
-    if root is not None:
-        walk(root, ())
-    return out
-
-
 def load_cases(path: str | Path) -> tuple[str, list[Case]]:
     """Read a validation file; returns ``(source, cases)``. Raises :class:`InputError` naming the
     file, line and key for anything malformed."""
-    import yaml
+    from sim.inputs import load_yaml_with_lines, read_text
 
     path = Path(path)
     fname = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=fname) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=fname,
-                         line=mark.line + 1 if mark else None) from None
-    lines = _line_map(text)
+    # encodings, duplicate keys, PyYAML's stray exceptions: sim/inputs.py (docs/errors.md)
+    data, lines = load_yaml_with_lines(read_text(path, what="validation file"), fname)
 
     def fail(msg: str, at: tuple, key: str | None = None):
         raise InputError(msg, file=fname, line=lines.get(at), field=key)

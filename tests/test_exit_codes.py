@@ -307,3 +307,16 @@ def test_latin1_file_names_the_line_and_byte(tmp_path):
     assert r.returncode == 2
     assert _one_line(r.stderr) == (f"simrun: error: {wl}:4: encoding: not UTF-8 text (byte 0xe9 "
                                    f"at offset {offset}); save the file as UTF-8")
+
+
+@pytest.mark.parametrize("data,needle", [
+    (b"topology: t\ncases: [\xe9]\n", ":2: encoding: not UTF-8 text (byte 0xe9"),
+    (b"topology: t\ncases: !!int x\n", ":2: not valid YAML: bad scalar value"),
+    (b"topology: t\ncases: &a [*a]\n", ":2: cases[0]: expected a mapping"),
+])
+def test_validation_files_get_the_same_treatment(data, needle, tmp_path):
+    path = tmp_path / "v.yaml"
+    path.write_bytes(data)
+    r = _proc("validate", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"{path}{needle}" in _one_line(r.stderr)

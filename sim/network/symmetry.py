@@ -199,6 +199,6 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
             keep[np.flatnonzero(uses_k)[hit]] = True
     rep = tuple(ranks)
     out = [rep]
-    rows = sorted({tuple(int(x) for x in row) for row in arr[keep]} - {rep},
+    rows = sorted({tuple(row) for row in arr[keep].tolist()} - {rep},
                   key=lambda g: (min(g), g))
     return out + rows
