@@ -55,6 +55,18 @@ def summary_rows(rep: dict[str, Any]) -> list[list[str]]:
         last = max(stages, key=lambda s: (s["finish_time_s"], -s["stage"]))
         rows.append(["last stage to finish", str(last["stage"]), "stage",
                      f"at {_ms(last['finish_time_s'])} ms; the others idle until then"])
+    cp = rep.get("critical_path")
+    if cp and cp.get("ranks"):
+        top = cp["ranks"][0]
+        waits = ", ".join(f"{g} {_ms(v)} ms" for g, v in cp["wait_s_by_group"].items() if v)
+        rows.append(["critical path: most work", f"{_ms(top['work_s'])}", "ms",
+                     f"on rank {top['rank']} (stage {top['stage']}); waits on the path: "
+                     f"{waits or 'none'}"])
+    if "healthy_iteration_time_s" in rep:
+        rows.append(["healthy iteration time", _ms(rep["healthy_iteration_time_s"]), "ms",
+                     "the same run without the faults"])
+        rows.append(["slowdown from faults", _ms(rep["fault_slowdown_s"]), "ms",
+                     "; ".join(rep.get("faults", []))])
     return rows
 
 
