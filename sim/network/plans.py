@@ -150,7 +150,20 @@ class _Lat:
 def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
                   chain_root: int | None = None) -> tuple[list[Coflow], int, int]:
     """Ring (or, with ``chain_root``, chain) coflows, one per channel; also returns the number
-    of edges and of node-crossing edges of one channel."""
+    of edges and of node-crossing edges of one channel. The edges depend only on the ranks, so
+    they are built once per cluster and shared by every operation over the same group."""
+    memo = cl.__dict__.setdefault("_ring_memo", {})
+    key = (ranks, chain_root)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _ring_edges(cl, ranks, chain_root)
+    channels, n_edges, n_inter = got
+    return ([Coflow(edges, coef_total / len(channels), c) for c, edges in enumerate(channels)],
+            n_edges, n_inter)
+
+
+def _ring_edges(cl: Cluster, ranks: tuple[int, ...], chain_root: int | None
+                ) -> tuple[list[tuple[Edge, ...]], int, int]:
     nodes = node_groups(cl, ranks)
     if len(nodes) == 1:
         seqs = [list(ranks)]
@@ -172,7 +185,7 @@ def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
             edges = edges[cut + 1:] + edges[:cut]
         n_edges = len(edges)
         n_inter = sum(1 for e in edges if e[0] // cl.gpn != e[1] // cl.gpn)
-        out.append(Coflow(tuple(edges), coef_total / len(rails), c))
+        out.append(tuple(edges))
     return out, n_edges, n_inter
 
 
@@ -324,40 +337,51 @@ def representative_plan(cl: Cluster, plan: Plan, pinned: frozenset[int]) -> Plan
     """
     if plan.algorithm != "ring" or cl.topo.fabric is None:
         return plan
-    gpn = cl.gpn
     phases = []
     changed = False
+    memo = cl.__dict__.setdefault("_rep_memo", {})
     for ph in plan.phases:
         cfs = []
         for cf in ph.coflows:
-            by_node: dict[int, list[Edge]] = {}
-            for e in cf.edges:
-                by_node.setdefault(e[0] // gpn, []).append(e)
-            kept: list[Edge] = []
-            seen: set[tuple] = set()
-            for node, edges in by_node.items():
-                sig = []
-                for s, d, rail in edges:
-                    nd = d // gpn
-                    if nd in pinned or node in pinned:
-                        sig = None
-                        break
-                    if nd == node:
-                        sig.append((s % gpn, d % gpn, -1))
-                        continue
-                    k = cl.nic_of(d) if rail < 0 else rail
-                    ka, kb = cl.working_nic(node, k), cl.working_nic(nd, k)
-                    if cl.leaf_of(node, ka) != cl.leaf_of(nd, kb):
-                        sig = None
-                        break
-                    sig.append((s % gpn, d % gpn, ka, kb))
-                if sig is not None:
-                    key = tuple(sig)
-                    if key in seen:
-                        changed = True
-                        continue
-                    seen.add(key)
-                kept.extend(edges)
-            cfs.append(Coflow(tuple(kept), cf.coef, cf.channel))
+            key = (cf.edges, pinned)  # ring edges are shared by the plans of one group
+            kept = memo.get(key)
+            if kept is None:
+                kept = memo[key] = _distinct_edges(cl, cf.edges, pinned)
+            changed |= len(kept) < len(cf.edges)
+            cfs.append(Coflow(kept, cf.coef, cf.channel))
         phases.append(ph.with_coflows(tuple(cfs)))
     return Plan(plan.kind, plan.algorithm, plan.ranks, tuple(phases)) if changed else plan
+
+
+def _distinct_edges(cl: Cluster, edges_in: tuple[Edge, ...], pinned: frozenset[int]
+                    ) -> tuple[Edge, ...]:
+    """The edges of one ring coflow that :func:`representative_plan` keeps."""
+    gpn = cl.gpn
+    by_node: dict[int, list[Edge]] = {}
+    for e in edges_in:
+        by_node.setdefault(e[0] // gpn, []).append(e)
+    kept: list[Edge] = []
+    seen: set[tuple] = set()
+    for node, edges in by_node.items():
+        sig = []
+        for s, d, rail in edges:
+            nd = d // gpn
+            if nd in pinned or node in pinned:
+                sig = None
+                break
+            if nd == node:
+                sig.append((s % gpn, d % gpn, -1))
+                continue
+            k = cl.nic_of(d) if rail < 0 else rail
+            ka, kb = cl.working_nic(node, k), cl.working_nic(nd, k)
+            if cl.leaf_of(node, ka) != cl.leaf_of(nd, kb):
+                sig = None
+                break
+            sig.append((s % gpn, d % gpn, ka, kb))
+        if sig is not None:
+            key = tuple(sig)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.extend(edges)
+    return tuple(kept)
