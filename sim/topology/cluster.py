@@ -48,6 +48,7 @@ class Cluster:
         self._tmpl: dict[tuple, int] = {}  # template link → number (< 4096)
         self._paths: dict[tuple, tuple[int, ...]] = {}
         self._leaves: dict[tuple[int, int], int] = {}
+        self._ecmp: dict[tuple[int, int], int] = {}  # equal-cost paths between two leaves
         self._faults(topo)
         f = topo.fabric
         if f is not None and self.nics:
@@ -244,8 +245,10 @@ class Cluster:
             for level in range(top - 1, 0, -1):
                 out.append((("down", level, leaf_b // self._span[level]), ("sw-down", level)))
             return out
-        n_paths = self.equal_cost_paths(leaf_a, leaf_b)
-        choice = zlib.crc32(key) % n_paths if n_paths > 1 else 0
+        meta = self._ecmp.get((leaf_a, leaf_b))
+        if meta is None:
+            meta = self._ecmp[(leaf_a, leaf_b)] = self.equal_cost_paths(leaf_a, leaf_b)
+        choice = zlib.crc32(key) % meta if meta > 1 else 0
         nodes = self._fabric_nodes(leaf_a, leaf_b, choice)
         return [(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
 
