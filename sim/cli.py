@@ -202,7 +202,7 @@ def run(argv: list[str]) -> int:
     classes, scale, fault_notes = simulation_plan(faults, topo, placement, args.per_rank)
     viz.check_output_arguments(args, placement, classes.label == "per-rank")
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
-    if args.json:  # fail before a long simulation, not after it
+    if args.json is not None:  # fail before a long simulation, not after it
         check_output_path(args.json, "--json")
     t_sim = time.perf_counter()
     result = simulate_watched(simulate, prog, net, max_sim_time_s=args.max_sim_time_s,
@@ -226,7 +226,7 @@ def run(argv: list[str]) -> int:
     report_extra.update(fault_report or {})
     rep = build_report(result, workload=args.workload or args.model, topology=args.topo,
                        extra_assumptions=extra, extra=report_extra or None)
-    if args.json:
+    if args.json is not None:
         write_json(args.json, rep)
     if not args.quiet:
         sys.stdout.write(format_report(rep))

@@ -24,6 +24,8 @@ def _umask() -> int:
 def check_output_path(path: str | Path, flag: str = "") -> Path:
     """Fail early (before a long simulation) if ``path`` cannot be written: its directory is
     missing or not writable, or ``path`` is a directory. Returns the directory."""
+    if not str(path):
+        raise InputError("empty file name", field=flag or None)
     p = Path(path)
     where = {"file": str(path), "field": flag or None}
     parent = p.parent if str(p.parent) else Path(".")

@@ -87,24 +87,18 @@ def test_many_stalled_ranks_fit_on_one_line():
     assert msg.endswith("(and 16 more)") and msg.count("rank ") == 8
 
 
-@pytest.mark.xfail(strict=True, reason="engine (sim/engine/core.py, lead) matches collectives by "
-                   "group and sequence number only; sizes are not compared (docs/errors.md)")
 def test_collective_sizes_that_do_not_match_are_reported():
     prog = _program(prologues={0: _sync(size=1024), 1: _sync(size=4096)})
     with pytest.raises(SimulationStalled, match="1024.*4096|4096.*1024"):
         simulate(prog, FreeNetwork(), per_rank=True)
 
 
-@pytest.mark.xfail(strict=True, reason="engine (sim/engine/core.py, lead) does not compare the "
-                   "collective kinds of the members either (docs/errors.md)")
 def test_collective_kinds_that_do_not_match_are_reported():
     prog = _program(prologues={0: _sync(CollKind.ALLREDUCE), 1: _sync(CollKind.ALLGATHER)})
     with pytest.raises(SimulationStalled, match="ALLGATHER"):
         simulate(prog, FreeNetwork(), per_rank=True)
 
 
-@pytest.mark.xfail(strict=True, reason="engine (sim/engine/core.py, lead) does not check that "
-                   "every pipeline send was received; sends are asynchronous (docs/errors.md)")
 def test_send_without_its_receive_is_reported(monkeypatch):
     """Stage 0's schedule loses its last backward: stage 1 sends a gradient nobody receives."""
     real = core.schedule_table

@@ -91,9 +91,6 @@ def test_internal_error_exits_1_with_one_line_and_a_traceback_only_on_request(mo
         "(set SIMRUN_DEBUG=1 for a traceback)")
 
 
-@pytest.mark.xfail(strict=True, reason="a failed NIC on a rail-optimised one-level fabric: "
-                   "cluster routing raises ValueError 'leaves 0 and 1 are not connected' "
-                   "(sim/topology/cluster.py, sim/network; owners: lead / faults)")
 def test_failed_nic_on_a_rail_optimised_single_level_fabric_is_not_an_internal_error(capsys):
     rc = main([*RUN, "--fail-nic", "0.1"])
     assert rc in (0, 2), capsys.readouterr().err

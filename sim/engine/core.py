@@ -170,6 +170,14 @@ class _Engine:
         for pr in procs.values():
             if not pr.ok:
                 raise pr.value
+        lost = sorted(k for k, ev in self.msgs.items() if ev.triggered)
+        if lost:
+            dst, kind, mb, vs = lost[0]
+            src = self.send_start.get(lost[0], (0, "?"))[1]
+            raise SimulationStalled(
+                f"{len(lost)} pipeline transfer(s) sent but never received, e.g. rank {src} "
+                f"sent the {'activation' if kind == 'F' else 'gradient'} of microbatch {mb} "
+                f"to rank {dst} (virtual stage {vs})")
         iteration = max(s.end_ns for s in self.stats.values())
         for s in self.stats.values():
             tail = iteration - s.end_ns
@@ -266,7 +274,13 @@ class _Engine:
         key = (comm.group, members[0], seq)
         entry = self.rdv.get(key)
         if entry is None:
-            entry = self.rdv[key] = [self.sim_count(members), self.env.event(), rank, 0]
+            entry = self.rdv[key] = [self.sim_count(members), self.env.event(), rank, 0,
+                                     comm.kind, comm.size_bytes]
+        elif (entry[4], entry[5]) != (comm.kind, comm.size_bytes):
+            raise SimulationStalled(
+                f"ranks {entry[2]} and {rank} disagree on {comm.group.value} collective #{seq} "
+                f"of group {members}: {entry[4].value} of {entry[5]} bytes vs "
+                f"{comm.kind.value} of {comm.size_bytes} bytes ({what})")
         entry[0] -= 1
         entry[2], entry[3] = rank, self.env.now  # the last to arrive starts it
         if entry[0] == 0:

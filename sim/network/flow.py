@@ -251,7 +251,7 @@ class FlowNetwork(Network):
             size = 1 << 30
             ph = self._single_flows(plan)[0]
             flows = [Flow(path, loads, coef * size) for path, loads, coef, _ in ph]
-            t = run_alone(flows, self.cluster.cap)
+            t = max(run_alone(flows, self.cluster.cap), 1)  # ns; never 0 (a free ring)
             n = len(ranks)
             got = self._memo[key] = {"busbw": size / t * 2 * (n - 1) / n}
         return got["busbw"]

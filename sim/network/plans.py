@@ -373,7 +373,7 @@ def _distinct_edges(cl: Cluster, edges_in: tuple[Edge, ...], pinned: frozenset[i
                 sig.append((s % gpn, d % gpn, -1))
                 continue
             k = cl.nic_of(d) if rail < 0 else rail
-            ka, kb = cl.working_nic(node, k), cl.working_nic(nd, k)
+            ka, kb = cl.nic_pair(node, nd, k)
             if cl.leaf_of(node, ka) != cl.leaf_of(nd, kb):
                 sig = None
                 break

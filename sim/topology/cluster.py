@@ -79,6 +79,25 @@ class Cluster:
         """The NIC that carries traffic meant for NIC ``nic`` of ``node``."""
         return self._nic_sub.get((node, nic), nic) if self._nic_sub else nic
 
+    def nic_pair(self, na: int, nb: int, nic: int) -> tuple[int, int]:
+        """(source NIC, destination NIC) for rail ``nic`` between nodes ``na`` and ``nb``.
+
+        A failed NIC's substitute may sit on a rail whose leaves never meet the other node's
+        rail (a rail-only fabric): the transfer then stays on one rail end to end, arriving at
+        (or leaving from) the other node's NIC on that rail, as NCCL does with PXN."""
+        ka, kb = self.working_nic(na, nic), self.working_nic(nb, nic)
+        if ka != kb and self.topo.fabric is not None and not self._joined(
+                self.leaf_of(na, ka), self.leaf_of(nb, kb)):
+            if (nb, ka) not in self._nic_sub:
+                kb = ka
+            elif (na, kb) not in self._nic_sub:
+                ka = kb
+        return ka, kb
+
+    def _joined(self, leaf_a: int, leaf_b: int) -> bool:
+        top = len(self._span) - 1
+        return leaf_a // self._span[top] == leaf_b // self._span[top]
+
     def _degradation(self, u: tuple, v: tuple) -> float:
         d = self._degraded
         for x in (u, v):
@@ -278,7 +297,7 @@ class Cluster:
         if na[0] == nb[0]:
             return self._local_names(na[0], self._segment(("gpu", na[1]), ("gpu", nb[1])))
         k = self.nic_of(dst) if rail < 0 else rail
-        ka, kb = self.working_nic(na[0], k), self.working_nic(nb[0], k)
+        ka, kb = self.nic_pair(na[0], nb[0], k)
         la, lb = self.leaf_of(na[0], ka), self.leaf_of(nb[0], kb)
         out = self._local_names(na[0], self._segment(("gpu", na[1]), ("nic", ka)))
         out.append((("nic", na[0], ka), ("sw", 1, la, 0)))
@@ -294,8 +313,8 @@ class Cluster:
         if na == nb:
             return []
         k = self.nic_of(dst) if rail < 0 else rail
-        la = self.leaf_of(na, self.working_nic(na, k))
-        lb = self.leaf_of(nb, self.working_nic(nb, k))
+        ka, kb = self.nic_pair(na, nb, k)
+        la, lb = self.leaf_of(na, ka), self.leaf_of(nb, kb)
         return self._fabric_names(la, lb, f"{src}>{dst}#{channel}".encode())
 
     def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
@@ -318,7 +337,7 @@ class Cluster:
             base = na << 12
             return [base + t for t in self._seg_ids(("gpu", ia), ("gpu", ib))]
         k = self._gpu_nic[ib] if rail < 0 else rail
-        ka, kb = self.working_nic(na, k), self.working_nic(nb, k)
+        ka, kb = self.nic_pair(na, nb, k)
         ba, bb = na << 12, nb << 12
         return ([ba + t for t in self._seg_ids(("gpu", ia), ("nic", ka))]
                 + [bb + t for t in self._seg_ids(("nic", kb), ("gpu", ib))])

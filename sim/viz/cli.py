@@ -64,10 +64,16 @@ def check_output_arguments(args: argparse.Namespace, placement: Placement | None
                 raise UsageError(f"rank(s) {', '.join(map(str, bad))} are not simulated in "
                                  f"symmetric mode (one rank per stage: {shown}); add --per-rank "
                                  "to simulate every rank", field=FLAG)
-    if args.plot:
+    if args.plot is not None:
         figure_format(args.plot, "--plot")
-    if args.breakdown_plot:
+    if args.breakdown_plot is not None:
         figure_format(args.breakdown_plot, "--breakdown-plot")
+    from sim.outputs import check_output_path
+
+    for path, flag in ((args.trace, "--trace"), (args.plot, "--plot"),
+                       (args.breakdown_plot, "--breakdown-plot")):
+        if path is not None:  # fail before a long simulation, not after it
+            check_output_path(path, flag)
 
 
 def wants_spans(args: argparse.Namespace) -> bool:
