@@ -36,34 +36,24 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+def _number(cast: Callable[[str], float], ok: Callable[[float], bool], what: str):
+    """An argparse type: ``cast`` the text, require ``ok(value)``, else say ``what`` it must be."""
+
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+
+    return parse
 
 
-def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
+positive_int = _number(int, lambda v: v >= 1, "a positive integer")
+nonneg_int = _number(int, lambda v: v >= 0, "an integer ≥ 0")
+positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
 
 
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:
@@ -200,7 +190,7 @@ def run(argv: list[str]) -> int:
     placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep, args.placement)
     faults = faults_from_args(args, topo)
     classes, scale, fault_notes = simulation_plan(faults, topo, placement, args.per_rank)
-    viz.check_output_arguments(args, placement, classes.label == "per-rank")
+    viz.check_output_arguments(args, placement, classes.label == "per-rank", classes.reps)
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
     if args.json is not None:  # fail before a long simulation, not after it
         check_output_path(args.json, "--json")

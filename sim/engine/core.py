@@ -25,10 +25,8 @@ from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
 from sim.schedules import schedule_table
-from sim.workload.model import CollKind, Comm, GroupKind, PhaseKind
+from sim.workload.model import CollKind, Comm, GroupKind
 from sim.workload.program import PipelineProgram, Task, TaskKind
-
-_PHASE_INDEX = {PhaseKind.FORWARD: 0, PhaseKind.INPUT_GRAD: 1, PhaseKind.WEIGHT_GRAD: 2}
 
 
 def simulate(

@@ -163,9 +163,6 @@ class Cluster:
         return f.link_bandwidth_GBps, f.link_latency_ns + f.levels[u[1] - 1].latency_ns, "fabric"
 
     # ---- geometry ------------------------------------------------------------------------
-    def node_of(self, gpu: int) -> int:
-        return gpu // self.gpn
-
     def nic_of(self, gpu: int) -> int:
         """The NIC (index within its node) serving global GPU ``gpu``."""
         return self._gpu_nic[gpu % self.gpn]
@@ -345,6 +342,3 @@ class Cluster:
     def path_latency_ns(self, links: tuple[int, ...]) -> int:
         return sum(self.lat[i] for i in links)
 
-    def describe_link(self, i: int) -> str:
-        u, v = self.names[i]
-        return f"{'/'.join(map(str, u))} -> {'/'.join(map(str, v))}"

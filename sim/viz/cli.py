@@ -40,10 +40,12 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_output_arguments(args: argparse.Namespace, placement: Placement | None = None,
-                           per_rank: bool = False) -> None:
+                           per_rank: bool = False,
+                           simulated: tuple[int, ...] | None = None) -> None:
     """Reject bad values before the simulation runs (one-line usage errors).
 
-    With ``placement``, explicit ``--trace-ranks`` must be ranks that will be simulated.
+    With ``placement``, explicit ``--trace-ranks`` must be ranks that will be simulated
+    (``simulated``; default one representative per stage).
     """
     from sim.errors import UsageError
     from sim.viz.mpl import figure_format
@@ -57,12 +59,12 @@ def check_output_arguments(args: argparse.Namespace, placement: Placement | None
                 raise UsageError(f"rank(s) {', '.join(map(str, bad))} do not exist (the layout "
                                  f"has {placement.world_size} ranks)", field=FLAG)
         else:
-            reps = placement.stage_representatives
+            reps = simulated if simulated is not None else placement.stage_representatives
             bad = [r for r in spec if r not in reps]
             if bad:
                 shown = ",".join(map(str, reps))
                 raise UsageError(f"rank(s) {', '.join(map(str, bad))} are not simulated in "
-                                 f"symmetric mode (one rank per stage: {shown}); add --per-rank "
+                                 f"symmetric mode (simulated ranks: {shown}); add --per-rank "
                                  "to simulate every rank", field=FLAG)
     if args.plot is not None:
         figure_format(args.plot, "--plot")
