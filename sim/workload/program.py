@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from sim.workload.model import Comm, Layer
+from sim.workload.model import CollKind, Comm, GroupKind, Layer
 
 
 class TaskKind(str, Enum):
@@ -79,3 +79,19 @@ class PipelineProgram:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp
+
+    def traffic(self) -> dict[GroupKind, frozenset[CollKind]]:
+        """Which communication kinds the program issues in each group kind (``PP``:
+        ``SENDRECV`` when stages exchange activations); tells the network what can meet."""
+        out: dict[GroupKind, set[CollKind]] = {}
+        for st in self.stages:
+            comms = [t.comm for t in st.prologue + st.epilogue]
+            for chunk in st.chunks:
+                for lay in chunk:
+                    comms.extend((lay.forward.comm, lay.input_grad.comm, lay.weight_grad.comm))
+            for c in comms:
+                if c is not None and c.size_bytes > 0:
+                    out.setdefault(c.group, set()).add(c.kind)
+        if self.pp > 1 and self.pp_bytes > 0:
+            out.setdefault(GroupKind.PP, set()).add(CollKind.SENDRECV)
+        return {g: frozenset(ks) for g, ks in out.items()}
