@@ -203,11 +203,9 @@ def run(argv: list[str]) -> int:
              f"{topo.gpus_per_node})"] + fault_notes
     fault_report = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
-        healthy = simulate(prog, network_from_args(args, dataclasses.replace(topo, faults=Faults(
-        ))), placement=placement, fuse=not args.no_fuse)
-        fault_report = {"faults": faults.describe(),
-                        "healthy_iteration_time_s": healthy.iteration_ns * 1e-9,
-                        "fault_slowdown_s": (result.iteration_ns - healthy.iteration_ns) * 1e-9}
+        healthy_net = network_from_args(args, dataclasses.replace(topo, faults=Faults()))
+        healthy = simulate(prog, healthy_net, placement=placement, fuse=not args.no_fuse)
+        fault_report = faults.report(result.iteration_ns, healthy.iteration_ns)
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
     if model_run is not None:

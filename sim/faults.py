@@ -56,6 +56,11 @@ class Faults:
                 for s, f in sorted(self.degraded.items())]
         return out
 
+    def report(self, iteration_ns: int, healthy_ns: int) -> dict:
+        """The report keys of a run with these faults, given the same run without them."""
+        return {"faults": self.describe(), "healthy_iteration_time_s": healthy_ns * 1e-9,
+                "fault_slowdown_s": (iteration_ns - healthy_ns) * 1e-9}
+
     def check(self, topo, where: str = "") -> None:
         """Raise :class:`InputError` if a fault names hardware the topology lacks."""
         n_gpu, nodes, nics = topo.num_gpus, topo.num_nodes, topo.node.nics.count
