@@ -4,11 +4,13 @@ per-rank simulation, and failed NICs that reroute exactly the affected flows."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
-from conftest import TOPOLOGIES, uniform_program
+from conftest import SEED_1024, TOPOLOGIES, uniform_program
 
 from sim.classes import RankClasses
+from sim.cli import main
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow, simulation_plan
@@ -149,3 +151,19 @@ def test_degraded_nic_halves_its_flows():
             assert bad[r] / ok[r] == pytest.approx(2.0, rel=0.01)
         else:
             assert bad[r] == ok[r]
+
+
+def test_cli_reports_faults_baseline_and_critical_path(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["--workload", str(SEED_1024), "--topo",
+                 str(TOPOLOGIES / "dgx-a100-1024.yaml"), "--slow-gpu", "300:1.5", "--quiet",
+                 "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["simulation"]["mode"] == "hybrid"
+    assert rep["faults"] == ["slow GPU 300: compute × 1.5"]
+    assert rep["fault_slowdown_s"] == pytest.approx(
+        rep["iteration_time_s"] - rep["healthy_iteration_time_s"])
+    assert rep["fault_slowdown_s"] > 0
+    # GPU 300 = TP rank 4 of stage 4, DP replica 5: the critical path's most work is there
+    top = rep["critical_path"]["ranks"][0]
+    assert (top["rank"], top["stage"]) == (300, 4)
