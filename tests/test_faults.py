@@ -131,6 +131,9 @@ def test_failed_nic_slows_exactly_the_rings_that_share_the_substitute():
             assert bad[r] / ok[r] == pytest.approx(2.0, rel=0.01)
         else:
             assert bad[r] == ok[r]
+    # the report names the link that made them slower: the substitute NIC 3 of node 1
+    worst = next(x for x in broken_net.describe() if x.startswith("contended link:"))
+    assert "nic 1.3" in worst and "failed NIC" in worst
     # the hybrid simulation of the same fault gives the same times
     topo = dgx(failed_nics=frozenset({(1, 2)}))
     classes, scale, _ = simulation_plan(topo.faults, topo, pl)

@@ -68,6 +68,10 @@ def describe_network(net: FlowNetwork) -> list[str]:
         out.append(f"contention: {g.value}: {st.count} communications, achieved "
                    f"{st.actual_ns / 1e6:.3f} ms vs {st.isolated_ns / 1e6:.3f} ms isolated "
                    f"(× {st.slowdown:.3f})")
+    worst = sorted(net.link_delay.items(), key=lambda kv: (-kv[1][0], kv[0]))[:3]
+    for link, (ns, n) in worst:
+        out.append(f"contended link: {link_name(cl, link)} limited {n} communication(s) that "
+                   f"took {ns / 1e6:.3f} ms longer than alone" + _fault_mark(cl, link))
     return out
 
 
@@ -86,4 +90,31 @@ def uneven_fabric(cl) -> str:
             name = topo.fabric.levels[level - 1].name
             sizes = sorted(set(counts.values()), reverse=True)
             return f"{name} sub-trees hold {' or '.join(map(str, sizes))} nodes"
+    return ""
+
+
+def link_name(cl, link: int) -> str:
+    """A link as ``u -> v`` with readable device names (e.g. ``nic 37.2 -> leaf 14``)."""
+    def dev(x: tuple) -> str:
+        kind = x[0]
+        if kind in ("gpu", "nic", "pcie", "cpu"):
+            return f"{kind} {x[1]}.{x[2]}"
+        if kind == "nvswitch":
+            return f"nvswitch {x[1]}"
+        if kind == "sw":
+            name = cl.topo.fabric.levels[x[1] - 1].name
+            return f"{name} {x[2]}.{x[3]}" if x[1] > 1 else f"{name} {x[2]}"
+        return f"{kind} {'.'.join(map(str, x[1:]))}"
+    u, v = cl.names[link]
+    return f"{dev(u)} -> {dev(v)}"
+
+
+def _fault_mark(cl, link: int) -> str:
+    u, v = cl.names[link]
+    if cl._degraded and cl._degradation(u, v) != 1.0:
+        return " (a degraded link)"
+    for x in (u, v):
+        if x[0] == "nic" and any(sub == x[2] and node == x[1]
+                                 for (node, _), sub in cl._nic_sub.items()):
+            return " (it carries a failed NIC's traffic)"
     return ""

@@ -63,13 +63,15 @@ class CommStats:
 
 
 class _Op:
-    __slots__ = ("req", "plan", "proto", "agg", "event", "t0", "phase", "pending", "iso")
+    __slots__ = ("req", "plan", "proto", "agg", "event", "t0", "phase", "pending", "iso",
+                 "bneck")
 
     def __init__(self, req, plan, proto, agg, event, t0, iso):
         self.req, self.plan, self.proto, self.agg = req, plan, proto, agg
         self.event, self.t0, self.iso = event, t0, iso
         self.phase = 0
         self.pending = 0
+        self.bneck = -1  # the link that limited the flow that finished last
 
 
 class FlowNetwork(Network):
@@ -111,6 +113,9 @@ class FlowNetwork(Network):
         self.solver = FluidSolver(self.cluster.cap)
         self._wakes: set[int] = set()
         self.stats: dict[GroupKind, CommStats] = {}
+        # link id -> [ns communications took beyond their isolated time, how many], charged
+        # to the link that limited them when they finished
+        self.link_delay: dict[int, list[int]] = {}
         self.chosen: dict[tuple, int] = {}
         self.ops_started = 0
 
@@ -340,6 +345,7 @@ class FlowNetwork(Network):
                 op: _Op = f.owner  # type: ignore[assignment]
                 op.pending -= 1
                 if op.pending == 0:
+                    op.bneck = f.bneck
                     self._phase_done(op, now)
         self._schedule_wake()
 
@@ -362,6 +368,10 @@ class FlowNetwork(Network):
         st.size_bytes += op.req.size_bytes
         st.actual_ns += dur
         st.isolated_ns += op.iso
+        if dur > op.iso and op.bneck >= 0:  # slower than alone: charge the limiting link
+            d = self.link_delay.setdefault(op.bneck, [0, 0])
+            d[0] += dur - op.iso
+            d[1] += 1
         key = (op.req.kind, op.req.group, len(op.req.ranks), res.algorithm)
         self.chosen[key] = self.chosen.get(key, 0) + 1
         ev = op.event

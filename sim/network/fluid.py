@@ -25,7 +25,7 @@ import math
 
 
 class Flow:
-    __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner")
+    __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner", "bneck")
 
     def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
                  owner: object = None, maxrate: float = math.inf):
@@ -38,6 +38,7 @@ class Flow:
         self.fin = -1
         self.ver = 0
         self.owner = owner
+        self.bneck = -1  # the link that limits the rate (-1: the flow's own cap), after a fill
 
 
 def ceil_ns(x: float) -> int:
@@ -74,11 +75,13 @@ def waterfill(flows: list[Flow], cap: list[float]) -> list[float]:
         for i in unfrozen:
             if flows[i].maxrate <= best:
                 frozen.append(i)
+                flows[i].bneck = -1
                 continue
             for link in flows[i].path:
                 n = nunf[link]
                 if n > 0 and remcap[link] / n <= best:
                     frozen.append(i)
+                    flows[i].bneck = link
                     break
             else:
                 rest.append(i)
