@@ -125,3 +125,22 @@ def test_fused_and_unfused_engine_agree_when_fusable():
     times = {fuse: simulate(prog, build_network(topo), placement=pl, fuse=fuse).iteration_ns
              for fuse in (True, False)}
     assert times[True] == times[False]
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "adaptive"])
+def test_bulk_fabric_counts_equal_route_by_route(routing):
+    import numpy as np
+
+    from sim.topology.cluster import Cluster
+
+    topo = load_topology(str(TOPOLOGIES / "dgx-h100-scalable.yaml"), nodes=2048)
+    cl = Cluster(topo, routing)
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, topo.num_gpus, 1500)
+    dst = rng.integers(0, topo.num_gpus, 1500)
+    routes = [cl.fabric_names(int(s), int(d), -1, 0) for s, d in zip(src, dst, strict=True)]
+    every = sorted({name for r in routes for name in r})
+    wanted = {name: i for i, name in enumerate(every)}
+    expected = {i: sum(r.count(name) for r in routes) for name, i in wanted.items()}
+    assert cl.count_fabric_links(src, dst, 0, wanted) == expected
+    assert sum(expected.values()) > 1500  # most routes cross the fabric

@@ -204,8 +204,18 @@ class FlowNetwork(Network):
         cl = self.cluster
         ids = cl.ids
         phases = []
+        extra: dict[int, int] = {}  # loads of copies counted in bulk (send/recv away from scope)
         if req.kind is CollKind.SENDRECV:  # a copy is one edge: no plan to build
-            copy_edges = [(((((g[0], g[1], -1),), 0),),) for g in groups[1:]]
+            gpn = cl.gpn
+            near = [g for g in groups[1:] if g[0] // gpn in scope_nodes or g[1] // gpn in
+                    scope_nodes]
+            away = [g for g in groups[1:] if not (g[0] // gpn in scope_nodes or g[1] // gpn in
+                                                  scope_nodes)]
+            counted = self._count_away(away, single[0][0][0]) if away else {}
+            if counted is None:
+                near, counted = groups[1:], {}
+            extra = counted
+            copy_edges = [(((((g[0], g[1], -1),), 0),),) for g in near]
         else:
             copy_edges = []
             for g in groups[1:]:
@@ -216,6 +226,9 @@ class FlowNetwork(Network):
         for p_idx, ph in enumerate(single):
             tracked = {link for path, _, _, _ in ph for link in path}
             loads = [dict(lds) for _, lds, _, _ in ph]
+            for link, n in extra.items():
+                if n:
+                    loads[0][link] = loads[0].get(link, 0) + n
             for cp in copy_edges:
                 cph = cp[p_idx]
                 assert len(cph) == len(ph), "copies must have the same plan shape"
@@ -235,6 +248,20 @@ class FlowNetwork(Network):
         lats = tuple(ph.latency_ns for ph in plan.phases)
         got = self._agg[akey] = (tuple(phases), lats)
         return got
+
+    def _count_away(self, pairs: list[tuple[int, ...]], path: tuple[int, ...]
+                    ) -> dict[int, int] | None:
+        """Send/recv copies with no endpoint near the representative: how many cross each
+        fabric link of its ``path`` (vectorised routing; None if not available)."""
+        import numpy as np
+
+        cl = self.cluster
+        wanted = {cl.names[i]: i for i in path if cl.names[i][0][0] in ("sw", "up", "down")}
+        if not wanted:
+            return {}
+        src = np.fromiter((g[0] for g in pairs), dtype=np.int64, count=len(pairs))
+        dst = np.fromiter((g[1] for g in pairs), dtype=np.int64, count=len(pairs))
+        return cl.count_fabric_links(src, dst, 0, wanted)
 
     def _alone_ns(self, plan: Plan, proto: str, size_bytes: int) -> int:
         eff = nccl.efficiency(plan.algorithm, proto)

@@ -314,6 +314,64 @@ class Cluster:
         la, lb = self.leaf_of(na, ka), self.leaf_of(nb, kb)
         return self._fabric_names(la, lb, f"{src}>{dst}#{channel}".encode())
 
+    def count_fabric_links(self, src, dst, channel: int, wanted: dict[tuple, int]
+                           ) -> dict[int, int] | None:
+        """For many point-to-point routes at once (numpy arrays of GPUs, destination NIC's
+        rail): how many use each of the ``wanted`` fabric links (name → id). The same routes
+        as :meth:`fabric_names`, vectorised; ``None`` where that is not done (failed NICs)."""
+        import numpy as np
+
+        f = self.topo.fabric
+        if f is None or self._nic_sub or not self.nics or not len(src):
+            return None if self._nic_sub else {}
+        gpn, span, up = self.gpn, self._span, self._up
+        levels = len(span) - 1
+        k = np.asarray(self._gpu_nic)[dst % gpn]
+        nn = self.topo.num_nodes
+        la = f.leaf_index(src // gpn, k, nn, self.nics)
+        lb = f.leaf_index(dst // gpn, k, nn, self.nics)
+        top = np.zeros(len(src), dtype=np.int64)
+        for lv in range(levels, 0, -1):  # lowest common level wins
+            top = np.where(la // span[lv] == lb // span[lv], lv, top)
+        paths = [1, 1]  # paths[L]: equal-cost paths below level L (product of up-link counts)
+        for lv in range(2, levels + 1):
+            paths.append(paths[-1] * up[lv - 2])
+        out: dict[int, int] = {}
+        if self.routing == "adaptive":
+            for (u, _v), i in wanted.items():
+                if u[0] in ("up", "down"):
+                    lv, block = u[1], u[2]
+                    ends = la if u[0] == "up" else lb
+                    out[i] = int(((top > lv) & (ends // span[lv] == block)).sum())
+            return out
+        n_paths = np.asarray(paths)[top]
+        routes = zip(src.tolist(), dst.tolist(), n_paths.tolist(), strict=True)
+        choice = np.fromiter((zlib.crc32(f"{s}>{d}#{channel}".encode()) % n if n > 1 else 0
+                              for s, d, n in routes), dtype=np.int64, count=len(src))
+        jup = {1: np.zeros(len(src), dtype=np.int64)}  # switch index on the way up
+        rest = choice.copy()
+        for lv in range(2, levels + 1):
+            jup[lv] = jup[lv - 1] * up[lv - 2] + rest % up[lv - 2]
+            rest //= up[lv - 2]
+        jtop = np.zeros(len(src), dtype=np.int64)
+        for lv in range(1, levels + 1):
+            jtop = np.where(top == lv, jup[lv], jtop)
+        p = np.asarray(paths)
+        for (u, v), i in wanted.items():
+            if u[0] != "sw" or v[0] != "sw":
+                continue
+            lv = min(u[1], v[1])
+            if u[1] < v[1]:  # up-link level lv -> lv+1, on the source side
+                m = (top > lv) & (la // span[lv] == u[2]) & (jup[lv] == u[3]) \
+                    & (la // span[lv + 1] == v[2]) & (jup[lv + 1] == v[3])
+            else:  # down-link level lv+1 -> lv, on the destination side
+                jd_hi = jtop // np.maximum(p[top] // p[lv + 1], 1)  # (masked where top <= lv)
+                jd_lo = jtop // np.maximum(p[top] // p[lv], 1)
+                m = (top > lv) & (lb // span[lv + 1] == u[2]) & (jd_hi == u[3]) \
+                    & (lb // span[lv] == v[2]) & (jd_lo == v[3])
+            out[i] = int(m.sum())
+        return out
+
     def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
         """Template link numbers of the segment ``a → b`` (cached)."""
         key = ("ids", a, b)
