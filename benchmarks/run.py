@@ -7,6 +7,8 @@ the process's peak resident memory. Goals are checked and printed.
     python benchmarks/run.py                # all cases, 3 repetitions, table on stdout
     python benchmarks/run.py --quick        # one repetition, skip the per-rank case
     python benchmarks/run.py --json out.json
+    python benchmarks/run.py --instructions # also count instructions with valgrind (slow;
+                                            # repeatable where wall time is noisy)
 
 Numbers depend on the machine; the README records them for the 2-core reference machine.
 """
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,11 +76,25 @@ def run_once(args: list[str]) -> dict:
             "iteration_time_s": rep["iteration_time_s"]}
 
 
+def instructions(args: list[str]) -> int | None:
+    """Instructions executed by one ``simrun`` process (valgrind callgrind), or None."""
+    if shutil.which("valgrind") is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg", sys.executable,
+               "-m", "sim.cli", *args, "--quiet"]
+        err = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stderr
+    m = re.search(r"I\s+refs:\s+([\d,]+)", err)
+    return int(m[1].replace(",", "")) if m else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per case (best is kept)")
     ap.add_argument("--quick", action="store_true", help="1 run per case, no per-rank case")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each case's instructions with valgrind (GPT-3 cases)")
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     rows = []
@@ -88,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         best = min(runs, key=lambda r: r["wall_s"])
         best["name"] = name
         best["peak_rss_MB"] = max(r["peak_rss_MB"] for r in runs)
+        if args.instructions and name.startswith("GPT-3"):
+            best["instructions"] = instructions(case)
         rows.append(best)
         print(f"{name:<44} wall {best['wall_s']:7.3f} s  simulate {best['simulate_s']:7.3f} s  "
               f"{best['events']:>8} events  {best['events'] / best['simulate_s']:>9,.0f} ev/s  "
@@ -100,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if small and big:
         ratio = big["wall_s"] / small["wall_s"]
         goals.append((f"1,024 -> 65,536 GPUs wall-time growth {ratio:.2f}x <= 1.5x", ratio <= 1.5))
+        if small.get("instructions") and big.get("instructions"):
+            print(f"instructions: 1,024 GPUs {small['instructions']:,}, 65,536 GPUs "
+                  f"{big['instructions']:,} ({big['instructions'] / small['instructions']:.2f}x)")
         goals.append((f"peak memory at 65,536 GPUs {big['peak_rss_MB']:.0f} MB < 500 MB",
                       big["peak_rss_MB"] < 500))
     pr = by.get(CASES[6][0])
