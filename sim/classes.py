@@ -81,16 +81,6 @@ class RankClasses:
         return tuple(sorted(pl.rank(tp[0], dp[0], s) for s in range(pl.pp)
                             for tp in self.tp_parts for dp in self.dp_parts))
 
-    def class_of(self, rank: int) -> int:
-        c = self.placement.coord(rank)
-        return (c.pp * len(self.tp_parts) + self._t_of[c.tp]) * len(self.dp_parts) + self._d_of[
-            c.dp]
-
-    def rep_of(self, rank: int) -> int:
-        c = self.placement.coord(rank)
-        return self.placement.rank(self.tp_parts[self._t_of[c.tp]][0],
-                                   self.dp_parts[self._d_of[c.dp]][0], c.pp)
-
     def size_of(self, rank: int) -> int:
         """How many ranks ``rank``'s class holds."""
         c = self.placement.coord(rank)

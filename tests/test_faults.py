@@ -117,14 +117,19 @@ def dp_rings_program(size: int) -> PipelineProgram:
                            stages=[StageProgram(0, [(lay,)])], schedule="1f1b")
 
 
+def end_times(net) -> dict[int, int]:
+    """Per-rank finish times (ns) of the DP-ring program of 1 GiB, every rank simulated."""
+    pl = Placement(8, 4, 1)
+    res = simulate(dp_rings_program(1 << 30), net, placement=pl,
+                   classes=RankClasses.per_rank(pl))
+    return {s.rank: s.end_ns for s in res.ranks}
+
+
 def test_failed_nic_slows_exactly_the_rings_that_share_the_substitute():
-    size = 1 << 30
-    prog, pl = dp_rings_program(size), Placement(8, 4, 1)
-    pr = RankClasses.per_rank(pl)
-    ok = {s.rank: s.end_ns for s in simulate(prog, build_network(dgx()), placement=pl,
-                                              classes=pr).ranks}
+    prog, pl = dp_rings_program(1 << 30), Placement(8, 4, 1)
+    ok = end_times(build_network(dgx()))
     broken_net = build_network(dgx(failed_nics=frozenset({(1, 2)})))
-    bad = {s.rank: s.end_ns for s in simulate(prog, broken_net, placement=pl, classes=pr).ranks}
+    bad = end_times(broken_net)
     for r in range(32):
         tp = r % 8
         if tp in (2, 3):  # rail 2's ring now shares node 1's NIC 3 with rail 3's ring
@@ -142,13 +147,8 @@ def test_failed_nic_slows_exactly_the_rings_that_share_the_substitute():
 
 
 def test_degraded_nic_halves_its_flows():
-    size = 1 << 30
-    prog, pl = dp_rings_program(size), Placement(8, 4, 1)
-    pr = RankClasses.per_rank(pl)
-    ok = {s.rank: s.end_ns for s in simulate(prog, build_network(dgx()), placement=pl,
-                                              classes=pr).ranks}
-    net = build_network(dgx(degraded={("nic", 2, 5): 0.5}))
-    bad = {s.rank: s.end_ns for s in simulate(prog, net, placement=pl, classes=pr).ranks}
+    ok = end_times(build_network(dgx()))
+    bad = end_times(build_network(dgx(degraded={("nic", 2, 5): 0.5})))
     for r in range(32):
         if r % 8 == 5:
             assert bad[r] / ok[r] == pytest.approx(2.0, rel=0.01)

@@ -207,10 +207,10 @@ class FlowNetwork(Network):
         extra: dict[int, int] = {}  # loads of copies counted in bulk (send/recv away from scope)
         if req.kind is CollKind.SENDRECV:  # a copy is one edge: no plan to build
             gpn = cl.gpn
-            near = [g for g in groups[1:] if g[0] // gpn in scope_nodes or g[1] // gpn in
-                    scope_nodes]
-            away = [g for g in groups[1:] if not (g[0] // gpn in scope_nodes or g[1] // gpn in
-                                                  scope_nodes)]
+            near, away = [], []
+            for g in groups[1:]:
+                (near if g[0] // gpn in scope_nodes or g[1] // gpn in scope_nodes
+                 else away).append(g)
             counted = self._count_away(away, single[0][0][0]) if away else {}
             if counted is None:
                 near, counted = groups[1:], {}
