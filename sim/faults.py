@@ -219,7 +219,7 @@ def simulation_plan(faults: Faults, topo, placement, per_rank: bool = False):
     one representative per class. A slow GPU's rank is then simulated itself, at its speed;
     its tensor-parallel peers wait for it at every TP collective.
     """
-    from sim.classes import RankClasses
+    from sim.rank_classes import RankClasses
 
     world = placement.world_size
     gpus = sorted(g for g in affected_gpus(faults, topo) if g < world)

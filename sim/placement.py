@@ -61,6 +61,10 @@ class Placement:
             self._stride[dim] = stride
             stride *= sizes[dim]
 
+    def stride(self, dim: str) -> int:
+        """Distance in global rank between neighbours along ``dim`` (``tp``, ``dp`` or ``pp``)."""
+        return self._stride[dim]
+
     @property
     def order_string(self) -> str:
         return "-".join(self.order)

@@ -135,7 +135,7 @@ def run_case(case: Case) -> dict[str, Any]:
     from sim.models.generator import generate
     from sim.models.memory import check_memory
     from sim.models.parallel import ParallelConfig
-    from sim.models.plan import build_plan
+    from sim.models.plan import build_model_plan
     from sim.models.spec import load_model
     from sim.network import build_network
     from sim.placement import Placement
@@ -151,7 +151,7 @@ def run_case(case: Case) -> dict[str, Any]:
     probe = load_topology(case.topology_path)
     nodes = max(1, math.ceil(par.world_size / probe.gpus_per_node))
     topo = load_topology(case.topology_path, nodes=nodes)
-    plan = build_plan(model, par)
+    plan = build_model_plan(model, par)
     mem = check_memory(model, par, topo.gpu, plan=plan)
     program = generate(model, par, topo.gpu, plan=plan)
     result = simulate(program, build_network(topo),

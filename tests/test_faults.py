@@ -9,7 +9,6 @@ import json
 import pytest
 from conftest import SEED_1024, TOPOLOGIES, uniform_program
 
-from sim.classes import RankClasses
 from sim.cli import main
 from sim.engine import simulate
 from sim.errors import UsageError
@@ -17,6 +16,7 @@ from sim.faults import Faults, parse_link, parse_nic, parse_slow, simulation_pla
 from sim.network import build_network
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
 from sim.placement import Placement
+from sim.rank_classes import RankClasses
 from sim.topology import load_topology
 from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram

@@ -7,7 +7,7 @@ import pytest
 from conftest import WORKLOADS
 
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_plan, generate, load_model
+from sim.models import ParallelConfig, build_model_plan, generate, load_model
 from sim.models.generator import bucket_params
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
@@ -40,7 +40,7 @@ def test_layout_and_stage_contents():
     assert (prog.tp, prog.pp, prog.dp, prog.vpp, prog.microbatches) == (8, 8, 2, 3, 32)
     assert prog.schedule == "interleaved" and prog.world_size == 128
     # virtual stage c·p + r holds layers (c·8 + r)·4 … +3
-    plan = build_plan(GPT175, par)
+    plan = build_model_plan(GPT175, par)
     assert plan.stages[3].layers[2] == [76, 77, 78, 79]
     first = [x.name for x in prog.stages[0].chunks[0]]
     last = [x.name for x in prog.stages[7].chunks[2]]
@@ -118,7 +118,7 @@ def test_dp_gradient_sync_covers_every_parameter_once(distributed):
     par = ParallelConfig(tp=8, pp=8, dp=4, vpp=3, global_batch=64,
                          distributed_optimizer=distributed)
     prog = generate(GPT175, par, A100_80)
-    plan = build_plan(GPT175, par)
+    plan = build_model_plan(GPT175, par)
     for st, sp in zip(prog.stages, plan.stages, strict=True):
         dp = [c for chunk in st.chunks for _, c in _comms(chunk) if c.group is GroupKind.DP]
         assert all(not c.blocking for c in dp)
@@ -143,7 +143,7 @@ def test_dp_gradient_sync_covers_every_parameter_once(distributed):
 def test_no_overlap_gives_one_blocking_reduction_after_backward():
     par = ParallelConfig(tp=8, pp=8, dp=4, global_batch=32, overlap_grad_reduce=False)
     prog = generate(GPT175, par, A100_80)
-    plan = build_plan(GPT175, par)
+    plan = build_model_plan(GPT175, par)
     st = prog.stages[0]
     assert not [c for chunk in st.chunks for _, c in _comms(chunk) if c.group is GroupKind.DP]
     task = st.epilogue[0]
@@ -170,7 +170,7 @@ def test_moe_all_to_all_in_ep_group():
     assert all(c.group is GroupKind.EP and c.size_bytes == b * s // t * k * h * 2
                for _, c in a2a)
     dp_ep = [c for ch in prog.stages[0].chunks for _, c in _comms(ch) if c.group is GroupKind.DP_EP]
-    plan = build_plan(m, par)
+    plan = build_model_plan(m, par)
     assert sum(c.size_bytes for c in dp_ep) == 4 * plan.stages[0].expert_params
     # 8 experts over ep 4: 2 local experts, each SwiGLU MLP split over TP 4
     per_expert = (h * 2 * 14336 + 14336 * h) // t

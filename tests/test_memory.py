@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import WORKLOADS
 
-from sim.models import ParallelConfig, build_plan, load_model
+from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.models.memory import check_memory, inflight_activation_bytes, layer_activation_bytes
 from sim.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
@@ -95,7 +95,7 @@ def test_interleaved_first_stage_factor(p, v, m):
 def test_model_states_per_parameter():
     """18 bytes per parameter without, 6 + 12/d with the distributed optimizer."""
     par = ParallelConfig(tp=8, pp=8, dp=16, global_batch=128)
-    plan = build_plan(GPT175, par)
+    plan = build_model_plan(GPT175, par)
     p0 = plan.stages[0].params
     plain = check_memory(GPT175, par, A100_80, plan=plan).stages[0]
     assert (plain.weights_bytes, plain.grads_bytes, plain.optimizer_bytes) == \
@@ -129,7 +129,7 @@ def test_moe_expert_states_divide_by_ep():
     m = load_model(MODELS / "mixtral-8x7b.yaml")
     par = ParallelConfig(tp=2, pp=4, dp=8, ep=8, global_batch=64, sequence_parallel=True,
                          distributed_optimizer=True)
-    plan = build_plan(m, par)
+    plan = build_model_plan(m, par)
     st = check_memory(m, par, A100_80, plan=plan).stages[1]
     dense, expert = plan.stages[1].params, plan.stages[1].expert_params
     assert expert == 8 * (4096 * 2 * 14336 + 14336 * 4096) // 2  # 1 local expert, 8 layers

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import WORKLOADS
 
-from sim.models import ParallelConfig, build_plan, load_model, model_flops_per_iteration
+from sim.models import ParallelConfig, build_model_plan, load_model, model_flops_per_iteration
 from sim.models.flops import (
     achieved_throughput,
     hardware_flops_per_iteration,
@@ -34,7 +34,7 @@ def _plan(name, tp, pp, gpus, batch, mb, vpp, recompute, sp, dp=None):
     dp = dp or gpus // (tp * pp)
     par = ParallelConfig(tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mb, global_batch=batch,
                          sequence_parallel=sp, recompute=recompute)
-    return model, build_plan(model, par)
+    return model, build_model_plan(model, par)
 
 
 @pytest.mark.parametrize("case", TABLE_B, ids=[c[0] for c in TABLE_B])
@@ -91,7 +91,7 @@ def test_non_gpt_models_match_general_closed_form(name, recompute, flash):
     moe = model.moe is not None
     par = ParallelConfig(tp=4, pp=2, dp=4, ep=2 if moe else 1, micro_batch=1, global_batch=16,
                          sequence_parallel=True, recompute=recompute, flash_attention=flash)
-    plan = build_plan(model, par)
+    plan = build_model_plan(model, par)
     v = plan.dims.v  # padded vocabulary the generator uses
     model_f, hw_f = plan.iteration_flops()
     assert model_f == model_flops_per_iteration(model, 16, vocab=v)

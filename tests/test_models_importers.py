@@ -52,9 +52,9 @@ def test_param_table_matches_generated_stage_parameters():
     """The generator's first stage of GPT-2 medium at TP 4, PP 6 holds the same 4 layers and
     the embeddings: its parameter count equals the table's exactly."""
     spec = ModelSpec("gpt2-medium", layers=24, hidden=1024, heads=16, vocab=50257, seq_len=1024)
-    from sim.models import build_plan
+    from sim.models import build_model_plan
 
-    plan = build_plan(spec, ParallelConfig(tp=4, pp=6, global_batch=6))
+    plan = build_model_plan(spec, ParallelConfig(tp=4, pp=6, global_batch=6))
     assert plan.stages[0].params == import_param_table(TABLE).params_per_gpu
 
 

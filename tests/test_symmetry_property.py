@@ -10,11 +10,11 @@ from conftest import TOPOLOGIES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.classes import RankClasses
 from sim.engine import simulate
 from sim.faults import Faults, simulation_plan
 from sim.network import build_network
 from sim.placement import Placement
+from sim.rank_classes import RankClasses
 from sim.topology import load_topology
 from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram

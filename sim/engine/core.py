@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import simpy
 
-from sim.classes import RankClasses
 from sim.engine.comms import CommStreams, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.result import LayerStats, RankStats, SimResult, Span
@@ -25,6 +24,7 @@ from sim.engine.segments import AsyncIssue, Blocking, Compiled, Fused, compile_p
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
+from sim.rank_classes import RankClasses
 from sim.schedules import schedule_table
 from sim.workload.model import Comm, GroupKind
 from sim.workload.program import PipelineProgram, Task, TaskKind
@@ -47,7 +47,7 @@ def simulate(
     ``per_rank``: simulate every rank (default: one representative per pipeline stage, which
     is exact on uniform clusters). ``classes``: an explicit partition of the ranks into
     classes with one simulated representative each (overrides ``per_rank``; see
-    :mod:`sim.classes`). ``compute_scale``: rank → factor on its compute times (a slow GPU:
+    :mod:`sim.rank_classes`). ``compute_scale``: rank → factor on its compute times (a slow GPU:
     1.5). ``record_spans``: keep every interval for traces and plots. ``fuse``: merge compute
     with fusable blocking comms into single timeouts; done only where every simulated member
     of the group runs in lockstep (one simulated member, or a uniform per-rank run).

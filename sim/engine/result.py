@@ -75,7 +75,7 @@ class SimResult:
     events: int
     per_rank: bool
     network_notes: list[str] = field(default_factory=list)
-    mode: str = ""  # how the ranks were simulated (sim.classes.RankClasses.describe)
+    mode: str = ""  # how the ranks were simulated (sim.rank_classes.RankClasses.describe)
     critical_path: list[PathSegment] = field(default_factory=list)
 
     def stage_stats(self) -> list[RankStats]:

@@ -7,7 +7,7 @@ Public API::
     ParallelConfig(tp, pp, dp, vpp, ep, micro_batch, global_batch, sequence_parallel,
                    recompute, dtype, distributed_optimizer, schedule, ...)
     generate(model, par, gpu, ...) -> PipelineProgram
-    build_plan(model, par) -> Plan            (operators per row, FLOP accounting)
+    build_model_plan(model, par) -> ModelPlan  (operators per row, FLOP accounting)
     check_memory(model, par, gpu, ...) -> MemoryReport
     model_flops_per_iteration(model, global_batch) -> int
     achieved_throughput(model_flops, iteration_time_s, n_gpus, peak_tflops) -> (tflops, mfu)
@@ -21,11 +21,11 @@ from sim.models.flops import (
 )
 from sim.models.generator import generate
 from sim.models.parallel import ParallelConfig
-from sim.models.plan import Plan, build_plan
+from sim.models.plan import ModelPlan, build_model_plan
 from sim.models.spec import ModelSpec, MoESpec, load_model, model_from_dict
 
 __all__ = [
-    "ModelSpec", "MoESpec", "ParallelConfig", "Plan", "achieved_throughput", "build_plan",
-    "generate", "hardware_flops_per_iteration", "load_model", "model_flops_per_iteration",
-    "model_from_dict", "total_params",
+    "ModelPlan", "ModelSpec", "MoESpec", "ParallelConfig", "achieved_throughput",
+    "build_model_plan", "generate", "hardware_flops_per_iteration", "load_model",
+    "model_flops_per_iteration", "model_from_dict", "total_params",
 ]

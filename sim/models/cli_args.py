@@ -193,7 +193,7 @@ def model_run_from_args(args: argparse.Namespace, topology) -> ModelRun:
     check memory and generate the program. A layout that does not fit in GPU memory raises
     :class:`UsageError` with the reason (unless ``--ignore-memory``)."""
     from sim.models.generator import generate
-    from sim.models.plan import build_plan
+    from sim.models.plan import build_model_plan
 
     model = load_model(args.model)
     par = parallel_config_from_args(args, model, topology.num_gpus)
@@ -205,7 +205,7 @@ def model_run_from_args(args: argparse.Namespace, topology) -> ModelRun:
     gpu = topology.gpu
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak", field="--dtype")
-    plan = build_plan(model, par)
+    plan = build_model_plan(model, par)
     mem = check_memory(model, par, gpu, plan=plan)
     notes = []
     if not mem.feasible:

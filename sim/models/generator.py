@@ -1,6 +1,6 @@
 """Model-driven workload generation: model spec + parallel layout + GPU → PipelineProgram.
 
-:func:`generate` times every operator of the :class:`~sim.models.plan.Plan` with the roofline
+:func:`generate` times every operator of the :class:`~sim.models.plan.ModelPlan` with the roofline
 model (:mod:`sim.models.compute`), attaches Megatron's data-parallel gradient collectives, and
 adds the optimizer epilogue. Every modelling choice is listed in ``program.assumptions``.
 A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
@@ -13,7 +13,7 @@ from sim.models.flops import model_flops_per_iteration
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops
 from sim.models.parallel import ParallelConfig
-from sim.models.plan import Plan, StagePlan, build_plan
+from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
@@ -37,16 +37,16 @@ def bucket_params(dp: int) -> int:
 def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
              compute_model: ComputeModel | None = None,
              optimizer: str | ShampooPlan = "adam",
-             plan: Plan | None = None, source: str = "") -> PipelineProgram:
+             plan: ModelPlan | None = None, source: str = "") -> PipelineProgram:
     """Generate the pipeline program of one training iteration (times in ns, sizes in bytes).
 
     ``optimizer``: ``"adam"`` or a :class:`ShampooPlan` (Adam state plus Shampoo work on the
-    owning DP ranks). ``plan``: a prebuilt :func:`build_plan` result for ``(model, par)``.
+    owning DP ranks). ``plan``: a prebuilt :func:`build_model_plan` result for ``(model, par)``.
     Raises :class:`~sim.errors.UsageError` for layouts Megatron cannot run.
     """
     from sim.errors import UsageError
 
-    plan = plan or build_plan(model, par)
+    plan = plan or build_model_plan(model, par)
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
@@ -66,7 +66,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     return program
 
 
-def _stage_program(st: StagePlan, plan: Plan, gpu: GpuSpec, cm: ComputeModel,
+def _stage_program(st: StagePlan, plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                    optimizer: str | ShampooPlan) -> StageProgram:
     par = plan.par
     chunks = [tuple(_layers(rows, par, gpu, cm)) for rows in st.chunks]
@@ -134,7 +134,7 @@ def _layers(rows: list[Row], par: ParallelConfig, gpu: GpuSpec, cm: ComputeModel
         )
 
 
-def _epilogue(st: StagePlan, plan: Plan, gpu: GpuSpec, cm: ComputeModel,
+def _epilogue(st: StagePlan, plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
               optimizer: str | ShampooPlan) -> tuple[Task, ...]:
     par = plan.par
     dense, expert = st.params, st.expert_params
@@ -169,7 +169,7 @@ def _epilogue(st: StagePlan, plan: Plan, gpu: GpuSpec, cm: ComputeModel,
     return tuple(tasks)
 
 
-def assumptions(plan: Plan, gpu: GpuSpec, cm: ComputeModel,
+def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                 optimizer: str | ShampooPlan) -> list[str]:
     """Human-readable list of every modelling choice behind a generated program."""
     m, par, dm = plan.model, plan.par, plan.dims

@@ -10,93 +10,22 @@ bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from sim.models.dims import (
+    Dims,
+    linear_params,
+    sp_regather,
+    tp_collective,
+    tp_enter,
+    tp_exit,
+)
+from sim.models.moe import moe_mlp_items
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import MASK_BYTES as K
 from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
-from sim.models.parallel import ParallelConfig, padded_vocab
+from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
 from sim.models.spec import ModelSpec
-from sim.workload.model import CollKind, Comm, GroupKind
-
-
-@dataclass(frozen=True)
-class Dims:
-    """Per-microbatch sizes: ``n`` tokens, ``nt`` tokens in the residual stream per GPU
-    (``n/t`` with sequence parallelism), ``v`` padded vocabulary, ``eg`` GEMM operand bytes."""
-
-    b: int
-    s: int
-    h: int
-    a: int
-    t: int
-    d: int
-    kvh: int
-    f: int
-    f1: int
-    v: int
-    n: int
-    nt: int
-    sp: bool
-    eg: int
-    ep: int
-
-    @classmethod
-    def of(cls, model: ModelSpec, par: ParallelConfig) -> Dims:
-        n = par.micro_batch * model.seq_len
-        f1 = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
-        return cls(
-            b=par.micro_batch, s=model.seq_len, h=model.hidden, a=model.heads, t=par.tp,
-            d=model.head_dim, kvh=model.kv_hidden, f=model.ffn_hidden, f1=f1,
-            v=padded_vocab(model.vocab, par.tp), n=n, nt=n // par.tp if par.sp else n,
-            sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep,
-        )
-
-
-def _tp(kind: CollKind, size: int) -> Comm:
-    return Comm(kind, GroupKind.TP, size, blocking=True)
-
-
-def tp_enter(dm: Dims, tokens: int = 0) -> Conj:
-    """Megatron's ``f`` (identity / all-reduce) or, with SP, ``ḡ`` (all-gather / reduce-scatter)
-    before a column-parallel linear. Buffer: ``tokens·h`` activations (default ``n``; the full
-    AllGather output / ReduceScatter input)."""
-    if dm.t == 1:
-        return Conj()
-    size = (tokens or dm.n) * dm.h * A
-    if dm.sp:
-        return Conj(_tp(CollKind.ALLGATHER, size), _tp(CollKind.REDUCESCATTER, size))
-    return Conj(None, _tp(CollKind.ALLREDUCE, size))
-
-
-def tp_exit(dm: Dims, tokens: int = 0) -> Conj:
-    """Megatron's ``g`` (all-reduce / identity) or, with SP, reduce-scatter / all-gather after a
-    row-parallel linear."""
-    if dm.t == 1:
-        return Conj()
-    size = (tokens or dm.n) * dm.h * A
-    if dm.sp:
-        return Conj(_tp(CollKind.REDUCESCATTER, size), _tp(CollKind.ALLGATHER, size))
-    return Conj(_tp(CollKind.ALLREDUCE, size), None)
-
-
-def sp_regather(dm: Dims, tokens: int = 0) -> Conj:
-    """With sequence parallelism, the all-gather a column-parallel linear re-runs in backward.
-
-    Megatron's ``LinearWithGradAccumulationAndAsyncCommunication`` saves only the sequence-
-    sharded input (``n/t·h``) and all-gathers it again in backward for the weight gradient
-    (``tokens·h`` activations, default ``n``). Megatron issues it asynchronously next to the
-    input-gradient GEMM, but the NCCL kernel competes with the GEMM for SMs: Korthikanti et
-    al.'s Table 4 shows the sequence-parallel backward only 0.1 ms faster than the baseline
-    (11.8 vs 11.9 ms), where the saved element-wise work alone is worth ~0.7 ms, so it is
-    modelled as blocking like the other TP collectives. Placed as the backward collective of
-    an operator *after* the linear (rows are walked in reverse in backward), so it runs before
-    the linear's backward. No-op without sequence parallelism.
-    """
-    if dm.t == 1 or not dm.sp:
-        return Conj()
-    return Conj(None, _tp(CollKind.ALLGATHER, (tokens or dm.n) * dm.h * A))
+from sim.workload.model import CollKind
 
 
 def _norm_params(model: ModelSpec) -> int:
@@ -118,7 +47,7 @@ def bda_ops(name: str, dm: Dims) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     return (elementwise(name, (3 * A + K) * e),), (elementwise(name + "_grad", (2 * A + K) * e),)
 
 
-def attention_core(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
+def attention_core(par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
     """Core attention forward and backward operators (per GPU: ``a/t`` heads).
 
     Unfused (Megatron 2022): QKᵀ and PV batched matmuls (2·b·s²·h/t FLOPs each), fused
@@ -159,18 +88,12 @@ def attention_core(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[tup
     return fwd, bwd
 
 
-def _linear_params(model: ModelSpec, k: int, n: int, t: int, column: bool) -> int:
-    """Weight ``k×n`` split ``t`` ways; column-parallel bias split, row-parallel bias replicated."""
-    bias = (n // t if column else n) if model.bias else 0
-    return k * n // t + bias
-
-
 def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
                            index: int) -> list[Row]:
     """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
     n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
     qkv_out = h + 2 * dm.kvh
-    core_f, core_b = attention_core(model, par, dm)
+    core_f, core_b = attention_core(par, dm)
     bda1_f, bda1_b = bda_ops("attn_bda", dm)
     bda2_f, bda2_b = bda_ops("mlp_bda", dm)
     items: list[Block | Conj] = [
@@ -180,13 +103,13 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
               fwd=(gemm("qkv", n, h, qkv_out // t, eg),) + core_f,
               ig=core_b + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
               wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
-              params=_linear_params(model, h, qkv_out, t, True)),
+              params=linear_params(model, h, qkv_out, t, True)),
         sp_regather(dm),
         Block("attn_proj",
               fwd=(gemm("proj", n, h // t, h, eg),),
               ig=(gemm("proj_dgrad", n, h, h // t, eg),),
               wg=(wgrad("proj_wgrad", n, h // t, h, eg),),
-              params=_linear_params(model, h, h, t, False)),
+              params=linear_params(model, h, h, t, False)),
         tp_exit(dm),
     ]
     mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f)
@@ -195,9 +118,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     if model.moe is None:
         items += _dense_mlp(model, dm)
     else:
-        from sim.models.moe import moe_mlp_items
-
-        items += moe_mlp_items(model, par, dm)
+        items += moe_mlp_items(model, dm)
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     rows = rows_from_items(items)
     if par.recompute == "full":
@@ -221,18 +142,18 @@ def _dense_mlp(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
               fwd=(gemm("fc1", n, h, f1 // t, eg), elementwise("mlp_act", act_f * A * e)),
               ig=(elementwise("mlp_act_grad", act_b * A * e), gemm("fc1_dgrad", n, f1 // t, h, eg)),
               wg=(wgrad("fc1_wgrad", n, h, f1 // t, eg),),
-              params=_linear_params(model, h, f1, t, True)),
+              params=linear_params(model, h, f1, t, True)),
         sp_regather(dm),
         Block("mlp_fc2",
               fwd=(gemm("fc2", n, f // t, h, eg),),
               ig=(gemm("fc2_dgrad", n, h, f // t, eg),),
               wg=(wgrad("fc2_wgrad", n, f // t, h, eg),),
-              params=_linear_params(model, f, h, t, False)),
+              params=linear_params(model, f, h, t, False)),
         tp_exit(dm),
     ]
 
 
-def embedding_rows(model: ModelSpec, par: ParallelConfig, dm: Dims) -> list[Row]:
+def embedding_rows(model: ModelSpec, dm: Dims) -> list[Row]:
     """Vocab-parallel word embedding (+ learned positions) on the first stage.
 
     Forward: lookup writes n·h (2A incl. the read of the rows), position add (3A), then the
@@ -252,7 +173,8 @@ def embedding_rows(model: ModelSpec, par: ParallelConfig, dm: Dims) -> list[Row]
     if t > 1:
         size = n * h * A
         kind = CollKind.REDUCESCATTER if dm.sp else CollKind.ALLREDUCE
-        comm = Conj(_tp(kind, size), _tp(CollKind.ALLGATHER, size) if dm.sp else None)
+        back = tp_collective(CollKind.ALLGATHER, size) if dm.sp else None
+        comm = Conj(tp_collective(kind, size), back)
     e = dm.nt * h
     items = [
         Block("embedding", fwd=look, wg=tuple(wg), params=params),
@@ -263,8 +185,7 @@ def embedding_rows(model: ModelSpec, par: ParallelConfig, dm: Dims) -> list[Row]
     return rows_from_items(items)
 
 
-def output_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, holds_output_weight: bool
-                ) -> list[Row]:
+def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[Row]:
     """Final norm, vocab-parallel output layer and cross entropy on the last stage.
 
     Logits GEMM ``n × h × v/t``; the vocab-parallel cross entropy casts the logits to fp32
@@ -289,5 +210,5 @@ def output_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, holds_output_we
         items.append(Block(f"output_cross_entropy{i}",
                            fwd=(elementwise(f"cross_entropy{i}", nbytes),), ig=ig))
         if t > 1:
-            items.append(Conj(_tp(CollKind.ALLREDUCE, n * 4), None))
+            items.append(Conj(tp_collective(CollKind.ALLREDUCE, n * 4), None))
     return rows_from_items(items)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.models.parallel import ParallelConfig
-from sim.models.plan import Plan, StagePlan, build_plan
+from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
@@ -106,7 +106,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
     return total
 
 
-def _stage_activation_units(plan: Plan, st: StagePlan) -> tuple[list[int], int]:
+def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], int]:
     """Activation bytes per microbatch of each chunk of ``st``, and the extra one-off bytes."""
     model, par = plan.model, plan.par
     s, b, h, t = model.seq_len, par.micro_batch, model.hidden, par.tp
@@ -144,12 +144,13 @@ def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
 
 
 def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
-                 plan: Plan | None = None, reserved_bytes: int = RESERVED_BYTES) -> MemoryReport:
+                 plan: ModelPlan | None = None, reserved_bytes: int = RESERVED_BYTES
+                 ) -> MemoryReport:
     """Per-GPU memory of every stage and feasibility on ``gpu`` (capacity ``hbm_GB·1e9``)."""
     from sim.models.generator import PARAM_BYTES, grad_bytes
     from sim.schedules import schedule_table
 
-    plan = plan or build_plan(model, par)
+    plan = plan or build_model_plan(model, par)
     table = schedule_table(par.schedule_name, par.pp, par.microbatches, par.vpp,
                            par.microbatch_group_size)
     g = grad_bytes(par.dtype)

@@ -16,10 +16,9 @@ experts/ep`` local experts:
 
 from __future__ import annotations
 
-from sim.models.layers import Dims, _linear_params, tp_enter, tp_exit
+from sim.models.dims import Dims, linear_params, tp_enter, tp_exit
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import Op, OpKind, elementwise, gemm, wgrad
-from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj
 from sim.models.spec import ModelSpec
 from sim.workload.model import CollKind, Comm, GroupKind
@@ -36,7 +35,7 @@ def grouped_gemm(name: str, m_total: int, k: int, n: int, count: int, eg: int,
     return Op(name, OpKind.GEMM, flops, nbytes, count=count)
 
 
-def moe_mlp_items(model: ModelSpec, par: ParallelConfig, dm: Dims) -> list[Block | Conj]:
+def moe_mlp_items(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
     """Blocks and operators of an MoE MLP (see the module docstring)."""
     assert model.moe is not None
     n_exp, k = model.moe.experts, model.moe.top_k
@@ -61,8 +60,8 @@ def moe_mlp_items(model: ModelSpec, par: ParallelConfig, dm: Dims) -> list[Block
     if dm.ep > 1:
         c = Comm(CollKind.ALLTOALL, GroupKind.EP, routed * h * A, blocking=True)
         a2a = Conj(c, c)
-    fc1_params = local * _linear_params(model, h, f1, t, True)
-    fc2_params = local * _linear_params(model, f, h, t, False)
+    fc1_params = local * linear_params(model, h, f1, t, True)
+    fc2_params = local * linear_params(model, f, h, t, False)
     items += [
         a2a,
         tp_enter(dm, tokens=m),

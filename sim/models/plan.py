@@ -1,6 +1,6 @@
 """The operator-level plan of one iteration: which rows each (stage, chunk) runs per microbatch.
 
-A :class:`Plan` depends only on the model and the parallel layout (no GPU): it is what the
+A :class:`ModelPlan` depends only on the model and the parallel layout (no GPU): it is what the
 FLOP, parameter and memory accounting read, and what :func:`sim.models.generate` times.
 Virtual stage ``c·p + r`` (chunk ``c`` of stage ``r``) holds layers
 ``[(c·p + r)·L/(p·v), (c·p + r + 1)·L/(p·v))``; the embedding precedes virtual stage 0 and the
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.models.layers import Dims, embedding_rows, output_rows, transformer_layer_rows
+from sim.errors import UsageError
+from sim.models.dims import Dims
+from sim.models.layers import embedding_rows, output_rows, transformer_layer_rows
 from sim.models.parallel import ParallelConfig, validate
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
@@ -41,7 +43,7 @@ class StagePlan:
 
 
 @dataclass
-class Plan:
+class ModelPlan:
     model: ModelSpec
     par: ParallelConfig
     dims: Dims
@@ -61,11 +63,9 @@ class Plan:
         return model * mult, hw * mult
 
 
-def build_plan(model: ModelSpec, par: ParallelConfig) -> Plan:
+def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
     """Validate ``par`` against ``model`` and lay out every stage's rows."""
     validate(model, par)
-    from sim.errors import UsageError
-
     if model.moe is not None and par.tp > 1 and not par.sp:
         raise UsageError("mixture-of-experts models with tp > 1 need --sequence-parallel "
                          "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
@@ -81,15 +81,15 @@ def build_plan(model: ModelSpec, par: ParallelConfig) -> Plan:
             ids = list(range(vs * per_chunk, (vs + 1) * per_chunk))
             rows: list[Row] = []
             if vs == 0:
-                rows += embedding_rows(model, par, dm)
+                rows += embedding_rows(model, dm)
             for i in ids:
                 rows += transformer_layer_rows(model, par, dm, i)
             if vs == p * v - 1:
                 # The last stage holds the output weight: its own (untied) or, with pp > 1, a
                 # copy of the tied word embedding (Megatron); with pp == 1 it is shared.
                 holds = (not model.tied_embeddings) or p > 1
-                rows += output_rows(model, par, dm, holds_output_weight=holds)
+                rows += output_rows(model, dm, holds_output_weight=holds)
             chunks.append(rows)
             layer_ids.append(ids)
         stages.append(StagePlan(r, chunks, layer_ids))
-    return Plan(model, par, dm, stages)
+    return ModelPlan(model, par, dm, stages)

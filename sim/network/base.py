@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import simpy
 
-from sim.classes import RankClasses
 from sim.placement import Placement
+from sim.rank_classes import RankClasses
 from sim.workload.model import CollKind, GroupKind
 
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import simpy
 from simpy.events import NORMAL
 
-from sim.classes import RankClasses
 from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
@@ -36,6 +35,7 @@ from sim.network.plans import (
 )
 from sim.network.symmetry import link_scopes, local_copies
 from sim.placement import Placement
+from sim.rank_classes import RankClasses
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 from sim.workload.model import CollKind, GroupKind

@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.classes import RankClasses
 from sim.errors import InputError, UsageError
 from sim.network.base import CommRequest, nccl_busbw_factor
 from sim.network.factory import add_network_arguments, network_from_args
+from sim.rank_classes import RankClasses
 from sim.workload.model import CollKind, GroupKind
 
 OPS = {

@@ -6,7 +6,7 @@ in every other group of that kind in stage ``s`` (TP: the other DP replicas' TP 
 other TP ranks' DP groups; EP / DP_EP likewise); a pipeline send ``s → s'`` runs for every
 ``(tp, dp)`` pair. :func:`copies` lists those groups, the representative's first, each in group
 order, so that flow ``i`` of a copy corresponds to flow ``i`` of the representative. In hybrid
-simulation (sim/classes.py) only the groups whose members are in the same classes, member by
+simulation (sim/rank_classes.py) only the groups whose members are in the same classes, member by
 member, are copies. :func:`local_copies` keeps just the copies that can touch the
 representative's links, without routing any (docs/scale.md).
 """

@@ -62,7 +62,7 @@ def _evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
     from sim.models.cli_args import metrics
     from sim.models.generator import generate
     from sim.models.memory import check_memory
-    from sim.models.plan import build_plan
+    from sim.models.plan import build_model_plan
     from sim.network import build_network
     from sim.placement import Placement
     from sim.report import build_report
@@ -73,7 +73,7 @@ def _evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
     if par.world_size > ctx.topology.num_gpus:
         raise ValueError(f"layout needs {par.world_size} GPUs, the topology has "
                          f"{ctx.topology.num_gpus}")
-    plan = build_plan(ctx.model, par)
+    plan = build_model_plan(ctx.model, par)
     mem = check_memory(ctx.model, par, gpu, plan=plan)
     out["memory_per_gpu_bytes"] = mem.peak.total_bytes
     out["memory_capacity_bytes"] = mem.capacity_bytes

@@ -53,7 +53,6 @@ class Cluster:
         f = topo.fabric
         if f is not None and self.nics:
             lv = f.levels
-            self._down = [x.down for x in lv]
             self._up = [x.up for x in lv]
             # level-l block of a leaf = leaf // span[l] (span[1] = 1)
             self._span = [1, 1]

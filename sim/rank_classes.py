@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cached_property
 
+import numpy as np
+
 from sim.placement import Placement
 
 
@@ -89,14 +91,11 @@ class RankClasses:
     @cached_property
     def class_array(self):
         """Class id of every rank (numpy int64 array indexed by rank)."""
-        import numpy as np
-
         pl = self.placement
         r = np.arange(pl.world_size)
-        s = pl._stride
-        t = (r // s["tp"]) % pl.tp
-        d = (r // s["dp"]) % pl.dp
-        p = (r // s["pp"]) % pl.pp
+        t = (r // pl.stride("tp")) % pl.tp
+        d = (r // pl.stride("dp")) % pl.dp
+        p = (r // pl.stride("pp")) % pl.pp
         t_of = np.asarray(self._t_of)[t]
         d_of = np.asarray(self._d_of)[d]
         return (p * len(self.tp_parts) + t_of) * len(self.dp_parts) + d_of
