@@ -80,11 +80,12 @@ def command(args: list[str]) -> str:
 def worked_example(path: str) -> None:
     """docs/engine.md's worked example (p = 2, M = 2, 1F1B, f = 10 ns, b = 20 ns, 5 ns
     transfers), drawn from the engine directly: a figure to check by eye against the table."""
+    from sim.comm import GroupKind
     from sim.engine import simulate
     from sim.network.simple import AlphaBetaNetwork
     from sim.report import build_report
     from sim.viz.timeline import plot_timeline
-    from sim.workload.model import GroupKind, Layer, Phase
+    from sim.workload.model import Layer, Phase
     from sim.workload.program import PipelineProgram, StageProgram
 
     lay = Layer("layer", Phase(10), Phase(10), Phase(10))

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from sim.comm import GroupKind
 from sim.errors import UsageError
-from sim.workload.model import GroupKind
 
 DIMS = ("tp", "dp", "pp")
 DEFAULT_ORDER = "tp-dp-pp"

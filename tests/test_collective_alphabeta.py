@@ -17,10 +17,10 @@ import math
 import pytest
 from conftest import TOPOLOGIES
 
+from sim.comm import CollKind, GroupKind
 from sim.network import build_network
 from sim.network.base import CommRequest
 from sim.topology import load_topology
-from sim.workload.model import CollKind, GroupKind
 
 S = 100_000_000
 AR, AG, RS, A2A, BC, P2P = (CollKind.ALLREDUCE, CollKind.ALLGATHER, CollKind.REDUCESCATTER,

@@ -1,8 +1,9 @@
 """Asynchronous data-parallel gradient reductions: hidden when they fit, exposed when not."""
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 

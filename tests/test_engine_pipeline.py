@@ -3,10 +3,10 @@
 import pytest
 from conftest import uniform_program
 
+from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
 from sim.report import build_report
-from sim.workload.model import GroupKind
 
 
 @pytest.mark.parametrize("p,m,f,b", [(1, 1, 7, 14), (2, 4, 10, 20), (4, 8, 100, 200),

@@ -14,11 +14,12 @@ from conftest import SEED_512, TOPOLOGIES
 
 import sim.engine.core as core
 from sim.cli import main
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import SimulationStalled, WatchdogExpired
 from sim.network.simple import FreeNetwork
 from sim.watchdog import simulate_watched
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 LAYER = Layer("l", Phase(100), Phase(50), Phase(50))

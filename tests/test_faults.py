@@ -10,6 +10,7 @@ import pytest
 from conftest import SEED_1024, TOPOLOGIES, uniform_program
 
 from sim.cli import main
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow, simulation_plan
@@ -18,7 +19,7 @@ from sim.network.simple import AlphaBetaNetwork, FreeNetwork
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 from sim.topology import load_topology
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram
 
 F, B = 10, 20  # ns per microbatch and stage; a GPU slowed 1.5x takes 15 and 30

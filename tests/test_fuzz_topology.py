@@ -16,11 +16,11 @@ from fuzz_support import check_reader, encoded, fuzz_settings, mutated_lines
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim.comm import CollKind, GroupKind
 from sim.network import build_network
 from sim.network.base import CommRequest
 from sim.placement import Placement
 from sim.topology.load import load_topology
-from sim.workload.model import CollKind, GroupKind
 
 TOPO_FILES = sorted(TOPOLOGIES.glob("*.yaml"))
 TOPO_TEXTS = [p.read_text() for p in TOPO_FILES]

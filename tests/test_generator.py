@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from conftest import WORKLOADS
 
+from sim.comm import CollKind, GroupKind
 from sim.errors import UsageError
 from sim.models import ParallelConfig, build_model_plan, generate, load_model
 from sim.models.generator import bucket_params
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import CollKind, GroupKind
 from sim.workload.program import TaskKind
 
 MODELS = WORKLOADS / "models"

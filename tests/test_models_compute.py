@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import WORKLOADS
 
+from sim.comm import CollKind
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import (
     A100,
@@ -18,7 +19,6 @@ from sim.models.compute import (
 from sim.models.layers import Dims, transformer_layer_rows
 from sim.models.ops import Op, OpKind, gemm
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import CollKind
 
 # hardware.md: A100 SXM 80 GB: 312 TFLOP/s BF16 dense, 2.039 TB/s HBM; H100 SXM: 989.4 BF16,
 # 1979 FP8, 3.35 TB/s.

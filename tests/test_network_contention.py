@@ -11,11 +11,11 @@ import pytest
 import simpy
 from conftest import TOPOLOGIES
 
+from sim.comm import CollKind, GroupKind
 from sim.network import build_network
 from sim.network.base import CommRequest
 from sim.placement import Placement
 from sim.topology import load_topology, parse_topology
-from sim.workload.model import CollKind, GroupKind
 
 P2P_LAT = 22_400
 AR2_LAT = 50_960

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 from conftest import TOPOLOGIES
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.network import build_network
 from sim.network.symmetry import copies
 from sim.placement import Placement
 from sim.topology import load_topology
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram
 
 MB = 1 << 20

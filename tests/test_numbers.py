@@ -11,6 +11,7 @@ import pytest
 import simpy
 from conftest import SEED_1024, TOPOLOGIES, uniform_program
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import InputError
 from sim.network import build_network
@@ -21,7 +22,7 @@ from sim.report import build_report
 from sim.topology import load_topology
 from sim.viz.trace import build_trace
 from sim.workload.aicb import read_aicb
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.optable import read_optable
 from sim.workload.program import PipelineProgram, StageProgram
 from sim.workload.registry import read_workload

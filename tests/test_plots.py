@@ -12,6 +12,7 @@ from PIL import Image
 from test_trace_export import hand_case, tp_dp_case
 
 from sim.cli import main
+from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.network.simple import AlphaBetaNetwork
@@ -38,7 +39,6 @@ from sim.viz.timeline import (
     label_plan,
     plot_timeline,
 )
-from sim.workload.model import GroupKind
 from sim.workload.registry import read_workload
 from sim.workload.stages import LayoutOptions, build_program
 

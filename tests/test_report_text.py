@@ -7,10 +7,10 @@ import re
 import pytest
 from conftest import SEED_1024
 
+from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork
 from sim.report import build_report, format_report
-from sim.workload.model import GroupKind
 from sim.workload.registry import read_workload
 from sim.workload.stages import LayoutOptions, build_program
 

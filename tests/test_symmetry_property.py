@@ -10,13 +10,14 @@ from conftest import TOPOLOGIES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.faults import Faults, simulation_plan
 from sim.network import build_network
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 from sim.topology import load_topology
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram
 
 UNIFORM = ["tiny-2x2.yaml", "tiny-nvlink-4.yaml", "tiny-pcie-4.yaml", "tiny-fattree-8.yaml",

@@ -10,12 +10,13 @@ from conftest import SEED_512, SEED_1024, TOPOLOGIES, uniform_program
 from test_trace_checks import breakdown, process_names, thread_names, validate
 
 from sim.cli import main
+from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.network.simple import AlphaBetaNetwork
 from sim.report import build_report
 from sim.viz.trace import build_trace, rank_list, trace_text, write_trace
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 

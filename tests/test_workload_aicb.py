@@ -3,9 +3,9 @@
 import pytest
 from conftest import SEED_512, SEED_1024, SEED_OPTABLE
 
+from sim.comm import CollKind, GroupKind
 from sim.errors import InputError
 from sim.workload.aicb import read_aicb
-from sim.workload.model import CollKind, GroupKind
 from sim.workload.registry import read_workload
 
 ROW = "attn\t-1\t100\tALLREDUCE\t64\t50\tNONE\t0\t60\tNONE\t0\t100"

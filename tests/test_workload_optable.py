@@ -4,8 +4,8 @@ stated rule for missing backward times."""
 import pytest
 from conftest import SEED_OPTABLE
 
+from sim.comm import CollKind, GroupKind
 from sim.errors import InputError
-from sim.workload.model import CollKind, GroupKind
 from sim.workload.optable import read_optable
 from sim.workload.registry import read_workload
 

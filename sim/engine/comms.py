@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import simpy
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest
-from sim.workload.model import CollKind, Comm, GroupKind
 
 
 class CommStreams:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import simpy
 
+from sim.comm import Comm, GroupKind
 from sim.engine.comms import CommStreams, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.result import LayerStats, RankStats, SimResult, Span
@@ -26,7 +27,6 @@ from sim.network.base import CommRequest, Network
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 from sim.schedules import schedule_table
-from sim.workload.model import Comm, GroupKind
 from sim.workload.program import PipelineProgram, Task, TaskKind
 
 

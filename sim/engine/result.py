@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.comm import GroupKind
 from sim.engine.critical import PathSegment
-from sim.workload.model import GroupKind
 from sim.workload.program import PipelineProgram
 
 GROUPS = tuple(GroupKind)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sim.workload.model import Comm, GroupKind, Layer, PhaseKind
+from sim.comm import Comm, GroupKind
+from sim.workload.model import Layer, PhaseKind
 
 
 @dataclass(frozen=True, slots=True)

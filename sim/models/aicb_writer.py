@@ -29,7 +29,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sim.workload.model import Comm, GroupKind, Layer, Phase
+from sim.comm import Comm, GroupKind
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, Task
 
 POLICY = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.models.ops import ACT_BYTES as A
 from sim.models.parallel import ParallelConfig, padded_vocab
 from sim.models.rows import Conj
 from sim.models.spec import ModelSpec
-from sim.workload.model import CollKind, Comm, GroupKind
 
 
 @dataclass(frozen=True)

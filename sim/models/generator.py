@@ -8,6 +8,7 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 
 from __future__ import annotations
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.models.compute import ComputeModel, compute_model_for, ops_time_ns
 from sim.models.flops import model_flops_per_iteration
 from sim.models.ops import ACT_BYTES
@@ -17,7 +18,7 @@ from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase
+from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 PARAM_BYTES = 2  # bf16/fp16 model weights (fp8 runs keep bf16 weights)

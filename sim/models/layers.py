@@ -10,6 +10,7 @@ bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
 
 from __future__ import annotations
 
+from sim.comm import CollKind
 from sim.models.dims import (
     Dims,
     linear_params,
@@ -25,7 +26,6 @@ from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgr
 from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
 from sim.models.spec import ModelSpec
-from sim.workload.model import CollKind
 
 
 def _norm_params(model: ModelSpec) -> int:

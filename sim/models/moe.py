@@ -16,12 +16,12 @@ experts/ep`` local experts:
 
 from __future__ import annotations
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.models.dims import Dims, linear_params, tp_enter, tp_exit
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import Op, OpKind, elementwise, gemm, wgrad
 from sim.models.rows import Block, Conj
 from sim.models.spec import ModelSpec
-from sim.workload.model import CollKind, Comm, GroupKind
 
 
 def grouped_gemm(name: str, m_total: int, k: int, n: int, count: int, eg: int,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.comm import Comm
 from sim.models.ops import Op
-from sim.workload.model import Comm
 
 
 @dataclass

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import simpy
 
+from sim.comm import CollKind, GroupKind
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
-from sim.workload.model import CollKind, GroupKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import simpy
 from simpy.events import NORMAL
 
+from sim.comm import CollKind, GroupKind
 from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
@@ -38,7 +39,6 @@ from sim.placement import Placement
 from sim.rank_classes import RankClasses
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
-from sim.workload.model import CollKind, GroupKind
 
 _NONE = CommResult(0, "none", 0.0)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from sim.workload.model import CollKind, GroupKind
+from sim.comm import CollKind, GroupKind
 
 if TYPE_CHECKING:
     from sim.network.flow import FlowNetwork

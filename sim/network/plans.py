@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sim.comm import CollKind
 from sim.network import nccl
 from sim.topology.cluster import Cluster
-from sim.workload.model import CollKind
 
 Edge = tuple[int, int, int]  # (src GPU, dst GPU, rail: NIC index for inter-node, -1 = dst's)
 

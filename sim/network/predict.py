@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.network.base import CommRequest, nccl_busbw_factor
 from sim.network.factory import add_network_arguments, network_from_args
 from sim.rank_classes import RankClasses
-from sim.workload.model import CollKind, GroupKind
 
 OPS = {
     "allreduce": CollKind.ALLREDUCE,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
+from sim.comm import CollKind, GroupKind
 from sim.network.base import CommRequest, CommResult, Network
-from sim.workload.model import CollKind, GroupKind
 
 
 def ring_time_s(kind: CollKind, n: int, size_bytes: int, alpha_s: float, bw_Bps: float) -> float:

@@ -13,8 +13,8 @@ representative's links, without routing any (docs/scale.md).
 
 from __future__ import annotations
 
+from sim.comm import CollKind, GroupKind
 from sim.placement import Placement
-from sim.workload.model import CollKind, GroupKind
 
 
 def copies(placement: Placement | None, kind: CollKind, group: GroupKind,

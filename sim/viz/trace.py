@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from sim import __version__
+from sim.comm import CollKind, GroupKind
 from sim.engine.result import SimResult, Span
 from sim.network.base import nccl_busbw_factor
 from sim.outputs import atomic_write
 from sim.placement import Placement
 from sim.viz.boxes import COMM_ORDER, PHASE_KINDS, arg, is_blocking, timeline_boxes
 from sim.viz.select import select_ranks
-from sim.workload.model import CollKind, GroupKind
 
 PHASE_SHORT = {"forward": "fwd", "input_grad": "bwd-input", "weight_grad": "bwd-weight"}
 COMPUTE_CATS = ("forward", "input_grad", "weight_grad", "compute")

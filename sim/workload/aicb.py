@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 
+from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import InputError
 from sim.inputs import INT64_MAX, split_lines
-from sim.workload.model import CollKind, Comm, GroupKind, Layer, Phase, Workload, WorkloadHeader
+from sim.workload.model import Layer, Phase, Workload, WorkloadHeader
 
 POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "DATA", "MICRO")
 INT_KEYS = {

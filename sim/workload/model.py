@@ -12,49 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-
-class CollKind(str, Enum):
-    """Communication operation kinds."""
-
-    ALLREDUCE = "ALLREDUCE"
-    ALLGATHER = "ALLGATHER"
-    REDUCESCATTER = "REDUCESCATTER"
-    ALLTOALL = "ALLTOALL"
-    BROADCAST = "BROADCAST"
-    SENDRECV = "SENDRECV"  # point-to-point (pipeline activations / gradients)
-
-
-class GroupKind(str, Enum):
-    """Process groups a communication runs in."""
-
-    TP = "TP"
-    DP = "DP"
-    EP = "EP"
-    DP_EP = "DP_EP"
-    PP = "PP"
+from sim.comm import Comm
 
 
 class PhaseKind(str, Enum):
     FORWARD = "forward"
     INPUT_GRAD = "input_grad"
     WEIGHT_GRAD = "weight_grad"
-
-
-@dataclass(frozen=True, slots=True)
-class Comm:
-    """One communication issued by a layer phase.
-
-    ``blocking`` collectives stall the compute stream until done (TP/EP); non-blocking ones
-    (data-parallel gradient reductions) run on their group's communication stream and overlap
-    later compute; the optimizer waits for them. ``post_delay_ns`` is the AICB "process time"
-    added after the collective completes.
-    """
-
-    kind: CollKind
-    group: GroupKind
-    size_bytes: int
-    blocking: bool = True
-    post_delay_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 
+from sim.comm import Comm, GroupKind
 from sim.errors import InputError
 from sim.inputs import INT64_MAX, split_lines
 from sim.workload.aicb import parse_comm_type
-from sim.workload.model import Comm, GroupKind, Layer, Phase, Workload, WorkloadHeader
+from sim.workload.model import Layer, Phase, Workload, WorkloadHeader
 
 REQUIRED = (
     "name",

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from sim.workload.model import CollKind, Comm, GroupKind, Layer
+from sim.comm import CollKind, Comm, GroupKind
+from sim.workload.model import Layer
 
 
 class TaskKind(str, Enum):

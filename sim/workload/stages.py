@@ -14,10 +14,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.inputs import INT64_MAX
 from sim.schedules import SCHEDULES, check_interleaved
-from sim.workload.model import CollKind, GroupKind, Layer, Phase, PhaseKind, Workload
+from sim.workload.model import Layer, Phase, PhaseKind, Workload
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 # Iteration-level rows AICB writes before / after the unrolled microbatch blocks.
