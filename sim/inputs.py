@@ -1,4 +1,4 @@
-"""Reading input files safely: bytes → text → lines, and YAML (safe loading only).
+"""Reading input files safely: bytes → text → lines (YAML: :mod:`sim.yaml_load`).
 
 Every reader of a user file goes through here, so every file gets the same treatment:
 
@@ -9,17 +9,15 @@ Every reader of a user file goes through here, so every file gets the same treat
   binary data and are an error;
 - lines are split at ``\\n``, ``\\r\\n`` and ``\\r`` only, so line numbers in messages are the ones
   an editor shows (``str.splitlines`` would also split at form feeds, ``\\x85``, U+2028 …);
-- YAML is read with PyYAML's *safe* loader (no ``!!python/*`` tags), duplicate keys are
-  rejected (PyYAML silently keeps the last one), and every exception PyYAML can raise for bad
-  text (``ValueError`` from ``!!int x`` or ``2001-13-45``, ``KeyError`` from ``!!bool x``,
-  ``RecursionError`` from deep nesting) becomes one :class:`InputError` with the line.
 """
 
 from __future__ import annotations
 
 import codecs
-import re
+import os
 import reprlib
+import selectors
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -74,20 +72,108 @@ def decode_text(data: bytes, file: str) -> str:
                          field="encoding") from None
 
 
+MAX_INPUT_BYTES = 64 * 2**20
+"""Largest input file simrun reads (64 MiB; the shipped workloads are ≤ 50 KB). Raised or
+lowered with the environment variable :data:`MAX_INPUT_ENV` (a whole number of bytes)."""
+
+MAX_INPUT_ENV = "SIMRUN_MAX_INPUT_BYTES"
+
+PIPE_IDLE_TIMEOUT_S = 5.0
+"""A pipe or FIFO given as an input that sends nothing for this long is an error, not a hang."""
+
+_KINDS = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+          (stat.S_ISSOCK, "socket"))
+
+
+def max_input_bytes() -> int:
+    """The input size cap: :data:`MAX_INPUT_BYTES`, or ``$SIMRUN_MAX_INPUT_BYTES``."""
+    text = os.environ.get(MAX_INPUT_ENV)
+    if text is None:
+        return MAX_INPUT_BYTES
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise InputError(f"expected a whole number of bytes ≥ 1, got {show(text)}",
+                         field=MAX_INPUT_ENV)
+    return int(text)
+
+
 def read_bytes(path: str | Path, *, what: str = "file", flag: str | None = None) -> bytes:
-    """The bytes of ``path``; I/O problems become :class:`InputError` (naming ``flag``)."""
-    p = Path(path)
+    """The bytes of ``path``, at most :func:`max_input_bytes` of them. Regular files and
+    pipes/FIFOs (read without blocking, :data:`PIPE_IDLE_TIMEOUT_S`) only: devices such as
+    ``/dev/zero`` and sockets are refused. Every problem is an :class:`InputError` (naming
+    ``flag``)."""
     prefix = "" if what == "file" else f"cannot read {what}: "
+    where = {"file": str(path), "field": flag}
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        return p.read_bytes()
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        raise InputError(f"{prefix}no such file", file=str(path), field=flag) from None
+        raise InputError(f"{prefix}no such file", **where) from None
     except IsADirectoryError:
-        raise InputError(f"{prefix}is a directory, expected a file", file=str(path),
-                         field=flag) from None
+        raise InputError(f"{prefix}is a directory, expected a file", **where) from None
     except OSError as e:
-        raise InputError(f"cannot read {what}: {e.strerror or e}", file=str(path),
-                         field=flag) from None
+        raise InputError(f"cannot read {what}: {e.strerror or e}", **where) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{prefix}is a directory, expected a file", **where)
+        kind = next((name for test, name in _KINDS if test(mode)), None)
+        if kind is not None:
+            raise InputError(f"{prefix}is a {kind}, not a file", **where)
+        limit = max_input_bytes()
+        if stat.S_ISFIFO(mode):
+            data = _read_pipe(fd, limit, where, what)
+        else:
+            if os.fstat(fd).st_size > limit:
+                raise _too_big(os.fstat(fd).st_size, limit, where, what)
+            data = _read_upto(fd, limit, where, what)
+        return data
+    except OSError as e:
+        raise InputError(f"cannot read {what}: {e.strerror or e}", **where) from None
+    finally:
+        os.close(fd)
+
+
+def _too_big(size: int | str, limit: int, where: dict, what: str) -> InputError:
+    shown = f"{size:,} bytes" if isinstance(size, int) else size
+    return InputError(f"{what} is {shown}; simrun reads at most {limit:,} bytes (set "
+                      f"{MAX_INPUT_ENV} to change the limit)", **where)
+
+
+def _read_upto(fd: int, limit: int, where: dict, what: str) -> bytes:
+    chunks, total = [], 0
+    while True:
+        block = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not block:
+            return b"".join(chunks)
+        chunks.append(block)
+        total += len(block)
+        if total > limit:
+            raise _too_big("larger than that", limit, where, what)
+
+
+def _read_pipe(fd: int, limit: int, where: dict, what: str) -> bytes:
+    """Read a pipe or FIFO to its end without blocking forever: a FIFO nobody writes to reads
+    as empty at once; a writer silent for :data:`PIPE_IDLE_TIMEOUT_S` is an error."""
+    chunks, total = [], 0
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            try:
+                block = os.read(fd, min(1 << 16, limit + 1 - total))
+            except BlockingIOError:
+                if not sel.select(PIPE_IDLE_TIMEOUT_S):
+                    raise InputError(f"a pipe that sent no data for {PIPE_IDLE_TIMEOUT_S:g} s",
+                                     **where) from None
+                continue
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+            if total > limit:
+                raise _too_big("larger than that", limit, where, what)
+    if not total:
+        raise InputError("a pipe or FIFO with no data (nothing is writing to it)", **where)
+    return b"".join(chunks)
 
 
 def read_text(path: str | Path, *, what: str = "file", flag: str | None = None) -> str:
@@ -102,131 +188,3 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return lines
-
-
-# Characters YAML allows in a stream (YAML 1.1 §5.1); anything else is rejected up front so
-# the message can name the line (libyaml reports byte offsets).
-_YAML_BAD_CHAR = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def _yaml_loader():
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed: ~7× faster
-
-    class UniqueKeySafeLoader(base):
-        """PyYAML's safe loader that rejects a key given twice in one mapping and remembers
-        the node it constructs last (for errors PyYAML raises without a position)."""
-
-        last_mark = None
-
-        def construct_mapping(self, node, deep=False):
-            if isinstance(node, yaml.MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == (
-                            "tag:yaml.org,2002:merge"):
-                        continue
-                    key = self.construct_object(key_node)
-                    try:
-                        first = seen.get(key)
-                    except TypeError:  # unhashable: PyYAML reports it below
-                        continue
-                    if first is not None:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {show(key)} (first given on line "
-                            f"{first})", key_node.start_mark)
-                    seen[key] = key_node.start_mark.line + 1
-            return super().construct_mapping(node, deep)
-
-        def construct_object(self, node, deep=False):
-            self.last_mark = node.start_mark
-            return super().construct_object(node, deep)
-
-    return UniqueKeySafeLoader
-
-
-_LOADER = None
-
-
-def load_yaml(text: str, file: str) -> Any:
-    """Parse one YAML document with the safe loader (see the module docstring)."""
-    return load_yaml_with_lines(text, file)[0]
-
-
-def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[tuple, int]]:
-    """:func:`load_yaml` and the 1-based line of every key path (:func:`node_lines`)."""
-    import yaml
-
-    global _LOADER
-    if _LOADER is None:
-        _LOADER = _yaml_loader()
-    bad = _YAML_BAD_CHAR.search(text)
-    if bad:
-        raise InputError(f"not valid YAML: control character U+{ord(bad.group()):04X} is not "
-                         "allowed", file=file, line=text[: bad.start()].count("\n") + 1,
-                         field="encoding")
-    loader = None
-    try:
-        loader = _LOADER(text)
-        node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        return loader.construct_document(node), node_lines(node)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        problem = getattr(e, "problem", None) or str(e)
-        raise InputError(f"not valid YAML: {problem}", file=file,
-                         line=mark.line + 1 if mark is not None else None) from None
-    except RecursionError:
-        raise InputError("not valid YAML: nested too deeply", file=file) from None
-    except (ValueError, KeyError, TypeError, OverflowError) as e:
-        # PyYAML's scalar constructors raise these for e.g. `!!int x`, `!!bool x`,
-        # `2001-13-45` (a timestamp with month 13)
-        mark = loader.last_mark if loader is not None else None
-        raise InputError(f"not valid YAML: bad scalar value ({type(e).__name__}: {e})",
-                         file=file, line=mark.line + 1 if mark is not None else None) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def node_lines(root: Any) -> dict[tuple, int]:
-    """1-based line of every key path below a composed YAML node (``("node", "nics",
-    "count")``; list items by index). Each node is visited once, so aliases — even cyclic
-    ones — cannot blow it up."""
-    import yaml
-
-    out: dict[tuple, int] = {}
-    seen: set[int] = set()
-    todo: list[tuple[Any, tuple]] = [(root, ())]
-    while todo:
-        node, path = todo.pop()
-        out.setdefault(path, node.start_mark.line + 1)
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if not isinstance(k, yaml.ScalarNode):
-                    continue
-                key_path = path + (k.value,)
-                out[key_path] = k.start_mark.line + 1
-                todo.append((v, key_path))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                todo.append((v, path + (i,)))
-    return out
-
-
-def field_line(lines: dict[tuple, int], field: str | None) -> int | None:
-    """Line of a dotted ``field`` (``moe.top_k``) in a :func:`node_lines` map, or of its nearest
-    parent."""
-    if not field:
-        return None
-    path = tuple(field.split("."))
-    while path:
-        if path in lines:
-            return lines[path]
-        path = path[:-1]
-    return None

@@ -68,7 +68,8 @@ class Case:
 def load_cases(path: str | Path) -> tuple[str, list[Case]]:
     """Read a validation file; returns ``(source, cases)``. Raises :class:`InputError` naming the
     file, line and key for anything malformed."""
-    from sim.inputs import load_yaml_with_lines, read_text
+    from sim.inputs import read_text
+    from sim.yaml_load import load_yaml_with_lines
 
     path = Path(path)
     fname = str(path)

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
-from sim.inputs import field_line, load_yaml_with_lines, read_text, show
+from sim.inputs import read_text, show
+from sim.yaml_load import field_line, load_yaml_with_lines
 
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
 _INT_OPTIONAL = ("ffn_hidden", "kv_heads")

@@ -13,7 +13,8 @@ from typing import Any
 
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
-from sim.inputs import INT64_MAX, load_yaml_with_lines, read_text, show
+from sim.inputs import INT64_MAX, read_text, show
+from sim.yaml_load import load_yaml_with_lines
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import (
     ALGORITHMS,
