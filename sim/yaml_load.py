@@ -66,7 +66,7 @@ class _Bounded(yaml.composer.Composer):
             size = self.sizes.get(event.anchor)
             if size is None and event.anchor in self.anchors:
                 raise yaml.composer.ComposerError(
-                    None, None, f"alias *{show(event.anchor)} is inside the node it names "
+                    None, None, f"alias *{event.anchor[:40]} is inside the node it names "
                     "(a cycle)", event.start_mark)
             self._grow(size or 0, event.start_mark)
             return super().compose_node(parent, index)  # PyYAML: undefined aliases

@@ -8,7 +8,7 @@ comm bytes) for forward, input-gradient and weight-gradient, and the process tim
 
 Communicator groups: forward and input-gradient comms run in the TP group, weight-gradient comms
 in the DP group; suffix ``_EP`` selects the EP group, ``_DP_EP`` the DP×EP group (``_TP``,
-``_DP``, ``_PP`` are accepted too). TP and EP comms block the layer; DP and DP_EP comms are
+``_DP`` are accepted too; ``_PP`` is refused: docs/errors.md). TP and EP comms block the layer; DP and DP_EP comms are
 asynchronous gradient reductions. Zero-size comms are no-ops.
 """
 
@@ -97,6 +97,14 @@ def parse_comm_type(tok: str, default_group: GroupKind, *, file: str, line: int,
         raise InputError(
             f"unknown communication type {tok!r} (expected ALLREDUCE, ALLGATHER, REDUCESCATTER, "
             "ALLTOALL, BROADCAST or NONE, optionally with _EP / _DP_EP)",
+            file=file, line=line, field=field,
+        )
+    if group is GroupKind.PP:  # docs/errors.md: "A collective in the PP group"
+        raise InputError(
+            f"{tok!r}: a collective over the pipeline (PP) group cannot run in a pipeline "
+            "schedule (each stage would wait in it for stages that wait for its activations); "
+            "pipeline traffic is the send/recv between adjacent stages (header pp_comm or "
+            "--pp-comm-bytes)",
             file=file, line=line, field=field,
         )
     return CollKind[t], group
