@@ -14,7 +14,6 @@ from typing import Any
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
 from sim.inputs import INT64_MAX, read_text, show
-from sim.yaml_load import load_yaml_with_lines
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import (
     ALGORITHMS,
@@ -28,6 +27,7 @@ from sim.topology.spec import (
     PcieSpec,
     Topology,
 )
+from sim.yaml_load import load_yaml_with_lines
 
 _OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
 _LEVEL_NAMES = ("leaf", "spine", "core")

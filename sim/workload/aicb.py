@@ -8,8 +8,8 @@ comm bytes) for forward, input-gradient and weight-gradient, and the process tim
 
 Communicator groups: forward and input-gradient comms run in the TP group, weight-gradient comms
 in the DP group; suffix ``_EP`` selects the EP group, ``_DP_EP`` the DP×EP group (``_TP``,
-``_DP`` are accepted too; ``_PP`` is refused: docs/errors.md). TP and EP comms block the layer; DP and DP_EP comms are
-asynchronous gradient reductions. Zero-size comms are no-ops.
+``_DP`` are accepted too; ``_PP`` is refused, docs/errors.md says why). TP and EP comms block
+the layer; DP and DP_EP comms are asynchronous gradient reductions. Zero-size comms are no-ops.
 """
 
 from __future__ import annotations
