@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 
 from sim.comm import Comm, GroupKind
+from sim.outputs import atomic_write
 from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, Task
 
@@ -116,8 +117,6 @@ def write_aicb(program: PipelineProgram, path: str | Path, *, stage: int = 0,
     """Write ``program`` to ``path`` atomically (temp file + ``os.replace``); returns the number
     of rows written. ``stage``: the representative stage whose layers and epilogue are written.
     """
-    from sim.outputs import atomic_write
-
     text = aicb_text(program, stage=stage, process_ns=process_ns)
     atomic_write(path, lambda f: f.write(text), flag="--out")
     return int(text.split("\n", 2)[1])

@@ -9,6 +9,7 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 from __future__ import annotations
 
 from sim.comm import CollKind, Comm, GroupKind
+from sim.errors import UsageError
 from sim.models.compute import ComputeModel, compute_model_for, ops_time_ns
 from sim.models.flops import model_flops_per_iteration
 from sim.models.ops import ACT_BYTES
@@ -45,8 +46,6 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     owning DP ranks). ``plan``: a prebuilt :func:`build_model_plan` result for ``(model, par)``.
     Raises :class:`~sim.errors.UsageError` for layouts Megatron cannot run.
     """
-    from sim.errors import UsageError
-
     plan = plan or build_model_plan(model, par)
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "

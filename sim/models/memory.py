@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.models.generator import PARAM_BYTES, grad_bytes
 from sim.models.parallel import ParallelConfig
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.spec import ModelSpec
+from sim.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
 
 RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -147,9 +149,6 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
                  plan: ModelPlan | None = None, reserved_bytes: int = RESERVED_BYTES
                  ) -> MemoryReport:
     """Per-GPU memory of every stage and feasibility on ``gpu`` (capacity ``hbm_GB·1e9``)."""
-    from sim.models.generator import PARAM_BYTES, grad_bytes
-    from sim.schedules import schedule_table
-
     plan = plan or build_model_plan(model, par)
     table = schedule_table(par.schedule_name, par.pp, par.microbatches, par.vpp,
                            par.microbatch_group_size)

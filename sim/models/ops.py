@@ -67,13 +67,3 @@ def elementwise(name: str, nbytes: int) -> Op:
 def as_recompute(ops: tuple[Op, ...] | list[Op]) -> tuple[Op, ...]:
     """Copies of ``ops`` marked as recomputation (re-done in backward)."""
     return tuple(replace(op, name="recompute_" + op.name, recompute=True) for op in ops)
-
-
-def model_flops(ops) -> int:
-    """Matrix-multiply FLOPs of ``ops`` excluding recomputation."""
-    return sum(op.flops for op in ops if not op.recompute)
-
-
-def hardware_flops(ops) -> int:
-    """Matrix-multiply FLOPs of ``ops`` including recomputation."""
-    return sum(op.flops for op in ops)

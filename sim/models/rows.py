@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.comm import Comm
-from sim.models.ops import Op
+from sim.models.ops import Op, as_recompute
 
 
 @dataclass
@@ -98,8 +98,6 @@ def recompute_rows(rows: list[Row]) -> list[Row]:
     """Full activation recomputation: rows that re-run ``rows``' forward (compute and comms)
     at the start of their backward. Returned in list order (append after ``rows``): the
     backward walks rows in reverse, so the re-run happens in forward order, first."""
-    from sim.models.ops import as_recompute
-
     out = [
         Row("recompute_" + r.name, ig=as_recompute(r.fwd), ig_comm=r.fwd_comm)
         for r in rows

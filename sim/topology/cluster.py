@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
+
 from sim.topology.spec import Topology
 
 ROUTINGS = ("ecmp", "adaptive")
@@ -318,8 +320,6 @@ class Cluster:
         """For many point-to-point routes at once (numpy arrays of GPUs, destination NIC's
         rail): how many use each of the ``wanted`` fabric links (name → id). The same routes
         as :meth:`fabric_names`, vectorised; ``None`` where that is not done (failed NICs)."""
-        import numpy as np
-
         f = self.topo.fabric
         if f is None or self._nic_sub or not self.nics or not len(src):
             return None if self._nic_sub else {}

@@ -11,19 +11,14 @@ networkx's shortest paths of this graph. networkx is imported only here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import networkx as nx
 
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 
-if TYPE_CHECKING:
-    import networkx as nx
-
 
 def build_graph(topo: Topology) -> nx.DiGraph:
     """All nodes and directed links of ``topo`` (ECMP view: every switch is a node)."""
-    import networkx as nx
-
     cl = Cluster(topo, "ecmp")
     g = nx.DiGraph(name=topo.name)
     node = topo.node

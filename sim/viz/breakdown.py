@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.viz.mpl import luminance, render
 from sim.viz.timeline import COLORS
 
@@ -58,7 +60,7 @@ def plot_breakdown(rep: dict[str, Any], path: str | Path, *, width_px: int = 120
     it_ms = rep["iteration_time_s"] * 1e3
 
     def draw(fig):
-        from matplotlib.patches import Patch
+        from matplotlib.patches import Patch  # matplotlib loads only when a plot is drawn
 
         ax = fig.add_axes((80 / width_px, 120 / height_px, 1 - 100 / width_px,
                            1 - 190 / height_px))
@@ -195,8 +197,6 @@ def plot_sweep_heatmap(rows: Sequence[dict[str, Any]], path: str | Path, *, x: s
     height_px = 150 + 50 * max(len(yl), 1)
 
     def draw(fig):
-        import numpy as np
-
         ax = fig.add_axes((110 / width_px, 60 / height_px, 1 - 150 / width_px,
                            1 - 110 / height_px))
         data = np.array([[np.nan if v is None else v * scale for v in row] for row in grid],

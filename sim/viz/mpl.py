@@ -55,6 +55,7 @@ def render(draw: Callable[[Any], Any], path: str | Path, *, width_px: int, heigh
     Returns what ``draw`` returned (the data it plotted, for tests).
     """
     fmt = figure_format(path, flag)
+    # matplotlib is heavy: loaded only when a figure is drawn
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -132,6 +132,7 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
     stage_of = {r.rank: r.stage for r in result.ranks}
 
     def draw(fig):
+        # matplotlib is heavy: loaded only when a figure is drawn
         from matplotlib.collections import PolyCollection
         from matplotlib.patches import Patch
 

@@ -38,7 +38,6 @@ from sim.viz.boxes import COMM_ORDER, PHASE_KINDS, arg, is_blocking, timeline_bo
 from sim.viz.select import select_ranks
 
 PHASE_SHORT = {"forward": "fwd", "input_grad": "bwd-input", "weight_grad": "bwd-weight"}
-COMPUTE_CATS = ("forward", "input_grad", "weight_grad", "compute")
 TID_OPS, TID_COMPUTE = 1, 2
 
 
