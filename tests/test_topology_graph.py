@@ -22,7 +22,7 @@ def _fabric_paths(cl: Cluster, na: int, nb: int, k: int) -> set[tuple]:
     la, lb = cl.leaf_of(na, k), cl.leaf_of(nb, k)
     if la == lb:
         return {(("nic", na, k), ("sw", 1, la, 0), ("nic", nb, k))}
-    return {tuple([("nic", na, k)] + cl._fabric_nodes(la, lb, c) + [("nic", nb, k)])
+    return {tuple([("nic", na, k)] + cl.tree.switches(la, lb, c) + [("nic", nb, k)])
             for c in range(cl.equal_cost_paths(la, lb))}
 
 

@@ -19,10 +19,9 @@ switch) plus cable latency for fabric links.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
+from sim.topology.fattree import FatTree
 from sim.topology.spec import Topology
 
 ROUTINGS = ("ecmp", "adaptive")
@@ -50,16 +49,11 @@ class Cluster:
         self._tmpl: dict[tuple, int] = {}  # template link → number (< 4096)
         self._paths: dict[tuple, tuple[int, ...]] = {}
         self._leaves: dict[tuple[int, int], int] = {}
-        self._ecmp: dict[tuple[int, int], int] = {}  # equal-cost paths between two leaves
         self._faults(topo)
-        f = topo.fabric
-        if f is not None and self.nics:
-            lv = f.levels
-            self._up = [x.up for x in lv]
-            # level-l block of a leaf = leaf // span[l] (span[1] = 1)
-            self._span = [1, 1]
-            for x in lv[1:]:
-                self._span.append(self._span[-1] * x.down)
+        self.tree: FatTree | None = None
+        if topo.fabric is not None and self.nics:
+            self.tree = FatTree(topo.fabric)
+            self._span = self.tree.spans  # level-l block of a leaf = leaf // _span[l]
 
     # ---- faults (sim/faults.py) ----------------------------------------------------------
     def _faults(self, topo: Topology) -> None:
@@ -87,17 +81,13 @@ class Cluster:
         rail (a rail-only fabric): the transfer then stays on one rail end to end, arriving at
         (or leaving from) the other node's NIC on that rail, as NCCL does with PXN."""
         ka, kb = self.working_nic(na, nic), self.working_nic(nb, nic)
-        if ka != kb and self.topo.fabric is not None and not self._joined(
+        if ka != kb and self.tree is not None and not self.tree.joined(
                 self.leaf_of(na, ka), self.leaf_of(nb, kb)):
             if (nb, ka) not in self._nic_sub:
                 kb = ka
             elif (na, kb) not in self._nic_sub:
                 ka = kb
         return ka, kb
-
-    def _joined(self, leaf_a: int, leaf_b: int) -> bool:
-        top = len(self._span) - 1
-        return leaf_a // self._span[top] == leaf_b // self._span[top]
 
     def _degradation(self, u: tuple, v: tuple) -> float:
         d = self._degraded
@@ -154,10 +144,9 @@ class Cluster:
             lat = f.link_latency_ns + (nic_lat if tu == "nic" else f.levels[0].latency_ns)
             return bw, lat, "nic"
         if tu in ("up", "down"):  # adaptive-routing trunk: all parallel links of a sub-tree
-            level, _block = u[1], u[2]
-            n = 1
-            for x in self._up[:level]:
-                n *= x
+            assert self.tree is not None
+            level = u[1]
+            n = self.tree.paths_below(level + 1)
             src_level = level if tu == "up" else level + 1
             return n * f.link_bandwidth_GBps, f.link_latency_ns + \
                 f.levels[src_level - 1].latency_ns, "fabric"
@@ -179,17 +168,13 @@ class Cluster:
 
     def fabric_level(self, leaf_a: int, leaf_b: int) -> int:
         """Lowest switch level whose sub-tree holds both leaves (1 = same leaf)."""
-        for level in range(1, len(self._span)):
-            if leaf_a // self._span[level] == leaf_b // self._span[level]:
-                return level
-        raise ValueError(f"leaves {leaf_a} and {leaf_b} are not connected")
+        assert self.tree is not None
+        return self.tree.level(leaf_a, leaf_b)
 
     def equal_cost_paths(self, leaf_a: int, leaf_b: int) -> int:
         """Number of equal-cost (shortest) paths between two leaves."""
-        n = 1
-        for x in self._up[: self.fabric_level(leaf_a, leaf_b) - 1]:
-            n *= x
-        return n
+        assert self.tree is not None
+        return self.tree.equal_cost_paths(leaf_a, leaf_b)
 
     # ---- intra-node segments (local names; identical in every node) -----------------------
     def _pcie_path(self, a: tuple, sa: int, b: tuple, sb: int) -> tuple[tuple, ...]:
@@ -234,40 +219,11 @@ class Cluster:
         names = [(x[0], n) + x[1:] for x in seg]
         return [(names[i], names[i + 1]) for i in range(len(names) - 1)]
 
-    # ---- fabric --------------------------------------------------------------------------
-    def _fabric_nodes(self, leaf_a: int, leaf_b: int, choice: int) -> list[tuple]:
-        """Switch sequence leaf_a → … → leaf_b for ECMP path number ``choice``."""
-        top = self.fabric_level(leaf_a, leaf_b)
-        up_path = [("sw", 1, leaf_a, 0)]
-        j = 0
-        for level in range(2, top + 1):
-            u_cnt = self._up[level - 2]
-            j = j * u_cnt + choice % u_cnt
-            choice //= u_cnt
-            up_path.append(("sw", level, leaf_a // self._span[level], j))
-        down = []
-        for level in range(top - 1, 0, -1):
-            j //= self._up[level - 1]
-            down.append(("sw", level, leaf_b // self._span[level], j))
-        return up_path + down
-
     def _fabric_names(self, leaf_a: int, leaf_b: int, key: bytes) -> list[tuple[tuple, tuple]]:
         if leaf_a == leaf_b:
             return []
-        if self.routing == "adaptive":
-            top = self.fabric_level(leaf_a, leaf_b)
-            out = []
-            for level in range(1, top):
-                out.append((("up", level, leaf_a // self._span[level]), ("sw-up", level + 1)))
-            for level in range(top - 1, 0, -1):
-                out.append((("down", level, leaf_b // self._span[level]), ("sw-down", level)))
-            return out
-        meta = self._ecmp.get((leaf_a, leaf_b))
-        if meta is None:
-            meta = self._ecmp[(leaf_a, leaf_b)] = self.equal_cost_paths(leaf_a, leaf_b)
-        choice = zlib.crc32(key) % meta if meta > 1 else 0
-        nodes = self._fabric_nodes(leaf_a, leaf_b, choice)
-        return [(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
+        assert self.tree is not None
+        return self.tree.link_names(leaf_a, leaf_b, key, self.routing == "adaptive")
 
     # ---- routes --------------------------------------------------------------------------
     def path(self, src: int, dst: int, rail: int = -1, channel: int = 0) -> tuple[int, ...]:
@@ -323,53 +279,15 @@ class Cluster:
         f = self.topo.fabric
         if f is None or self._nic_sub or not self.nics or not len(src):
             return None if self._nic_sub else {}
-        gpn, span, up = self.gpn, self._span, self._up
-        levels = len(span) - 1
+        assert self.tree is not None
+        gpn, nn = self.gpn, self.topo.num_nodes
         k = np.asarray(self._gpu_nic)[dst % gpn]
-        nn = self.topo.num_nodes
         la = f.leaf_index(src // gpn, k, nn, self.nics)
         lb = f.leaf_index(dst // gpn, k, nn, self.nics)
-        top = np.zeros(len(src), dtype=np.int64)
-        for lv in range(levels, 0, -1):  # lowest common level wins
-            top = np.where(la // span[lv] == lb // span[lv], lv, top)
-        paths = [1, 1]  # paths[L]: equal-cost paths below level L (product of up-link counts)
-        for lv in range(2, levels + 1):
-            paths.append(paths[-1] * up[lv - 2])
-        out: dict[int, int] = {}
-        if self.routing == "adaptive":
-            for (u, _v), i in wanted.items():
-                if u[0] in ("up", "down"):
-                    lv, block = u[1], u[2]
-                    ends = la if u[0] == "up" else lb
-                    out[i] = int(((top > lv) & (ends // span[lv] == block)).sum())
-            return out
-        n_paths = np.asarray(paths)[top]
-        routes = zip(src.tolist(), dst.tolist(), n_paths.tolist(), strict=True)
-        choice = np.fromiter((zlib.crc32(f"{s}>{d}#{channel}".encode()) % n if n > 1 else 0
-                              for s, d, n in routes), dtype=np.int64, count=len(src))
-        jup = {1: np.zeros(len(src), dtype=np.int64)}  # switch index on the way up
-        rest = choice.copy()
-        for lv in range(2, levels + 1):
-            jup[lv] = jup[lv - 1] * up[lv - 2] + rest % up[lv - 2]
-            rest //= up[lv - 2]
-        jtop = np.zeros(len(src), dtype=np.int64)
-        for lv in range(1, levels + 1):
-            jtop = np.where(top == lv, jup[lv], jtop)
-        p = np.asarray(paths)
-        for (u, v), i in wanted.items():
-            if u[0] != "sw" or v[0] != "sw":
-                continue
-            lv = min(u[1], v[1])
-            if u[1] < v[1]:  # up-link level lv -> lv+1, on the source side
-                m = (top > lv) & (la // span[lv] == u[2]) & (jup[lv] == u[3]) \
-                    & (la // span[lv + 1] == v[2]) & (jup[lv + 1] == v[3])
-            else:  # down-link level lv+1 -> lv, on the destination side
-                jd_hi = jtop // np.maximum(p[top] // p[lv + 1], 1)  # (masked where top <= lv)
-                jd_lo = jtop // np.maximum(p[top] // p[lv], 1)
-                m = (top > lv) & (lb // span[lv + 1] == u[2]) & (jd_hi == u[3]) \
-                    & (lb // span[lv] == v[2]) & (jd_lo == v[3])
-            out[i] = int(m.sum())
-        return out
+        adaptive = self.routing == "adaptive"
+        keys = [] if adaptive else [f"{s}>{d}#{channel}".encode()
+                                    for s, d in zip(src.tolist(), dst.tolist(), strict=True)]
+        return self.tree.count_links(la, lb, keys, wanted, adaptive)
 
     def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
         """Template link numbers of the segment ``a → b`` (cached)."""

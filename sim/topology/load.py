@@ -7,14 +7,13 @@ Every problem is an :class:`~sim.errors.InputError` naming the file, the line an
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from typing import Any
 
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
-from sim.inputs import INT64_MAX, read_text, show
+from sim.inputs import read_text, show
 from sim.topology.gpu import GpuSpec
+from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
     ALGORITHMS,
     PROTOCOLS,
@@ -35,137 +34,12 @@ _LEVEL_NAMES = ("leaf", "spine", "core")
 MAX_NODES = 1_000_000
 MAX_PER_NODE = 1024  # GPUs, PCIe switches, sockets, NICs, NVLinks per node
 MAX_RADIX = 65536
-MIN_RATE = 1e-6  # GB/s or Gb/s: slower links would make transfer times overflow
-MAX_RATE = 1e6  # GB/s or Gb/s (1 PB/s): faster links would make 1 GiB take under 1 ns
-MIN_EFFICIENCY = 1e-3
-
-
-class _Section:
-    """A mapping being read: typed getters, and a check that no unknown key is left."""
-
-    def __init__(self, reader: _Reader, data: Any, path: tuple):
-        self.r = reader
-        self.path = path
-        if not isinstance(data, dict):
-            self.r.fail(path, f"expected a mapping, got {_kind(data)}")
-        self.data = data
-        self.used: set[str] = set()
-
-    def has(self, key: str) -> bool:
-        return key in self.data
-
-    def raw(self, key: str, required: bool = True, default: Any = None) -> Any:
-        self.used.add(key)
-        if key not in self.data or self.data[key] is None:
-            if required:
-                self.r.fail(self.path + (key,), "missing required key", at=self.path)
-            return default
-        return self.data[key]
-
-    def str(self, key: str, default: str | None = None) -> str:
-        v = self.raw(key, default is None, default)
-        if not isinstance(v, str):
-            self.r.fail(self.path + (key,), f"expected a string, got {_kind(v)}")
-        return v
-
-    def bool(self, key: str, default: bool) -> bool:
-        v = self.raw(key, False, default)
-        if not isinstance(v, bool):
-            self.r.fail(self.path + (key,), f"expected true or false, got {show(v)}")
-        return v
-
-    def int(self, key: str, default: int | None = None, minimum: int = 1,
-            maximum: int = INT64_MAX) -> int:
-        v = self.raw(key, default is None, default)
-        if isinstance(v, bool) or not isinstance(v, int):
-            self.r.fail(self.path + (key,), f"expected an integer, got {show(v)}")
-        if v < minimum:
-            self.r.fail(self.path + (key,), f"must be ≥ {minimum}, got {show(v)}")
-        if v > maximum:
-            self.r.fail(self.path + (key,), f"must be ≤ {maximum}, got {show(v)}")
-        return v
-
-    def num(self, key: str, default: float | None = None, positive: bool = True,
-            maximum: float | None = None, minimum: float | None = None) -> float:
-        v = self.raw(key, default is None, default)
-        try:
-            f = float(v) if not isinstance(v, bool) and isinstance(v, (int, float)) else None
-        except OverflowError:  # an integer beyond the float range
-            f = None
-        if f is None or not math.isfinite(f):
-            self.r.fail(self.path + (key,), f"expected a finite number, got {show(v)}")
-        if positive and f <= 0:
-            self.r.fail(self.path + (key,), f"must be > 0, got {show(v)}")
-        if not positive and f < 0:
-            self.r.fail(self.path + (key,), f"must be ≥ 0, got {show(v)}")
-        if minimum is not None and f < minimum:
-            self.r.fail(self.path + (key,), f"must be ≥ {minimum:g}, got {show(v)}")
-        if maximum is not None and f > maximum:
-            self.r.fail(self.path + (key,), f"must be ≤ {maximum:g}, got {show(v)}")
-        return f
-
-    def rate(self, key: str, default: float | None = None) -> float:
-        """A bandwidth (GB/s or Gb/s) or peak rate in [:data:`MIN_RATE`, :data:`MAX_RATE`]."""
-        return self.num(key, default, minimum=MIN_RATE, maximum=MAX_RATE)
-
-    def ns(self, key: str) -> int:
-        """A latency in ns (≥ 0, integer), default 0."""
-        return self.int(key, 0, minimum=0)
-
-    def eff(self, key: str = "efficiency") -> float:
-        return self.num(key, 1.0, maximum=1.0, minimum=MIN_EFFICIENCY)
-
-    def int_list(self, key: str, length: int, upper: int, default: tuple[int, ...]) -> tuple:
-        v = self.raw(key, False, None)
-        if v is None:
-            return default
-        p = self.path + (key,)
-        if not isinstance(v, list) or len(v) != length:
-            self.r.fail(p, f"expected a list of {length} integers, got {show(v)}")
-        for x in v:
-            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < upper:
-                self.r.fail(p, f"entries must be integers in [0, {upper}), got {show(x)}")
-        return tuple(v)
-
-    def sub(self, key: str, required: bool = True) -> _Section | None:
-        v = self.raw(key, required, None)
-        return None if v is None else _Section(self.r, v, self.path + (key,))
-
-    def done(self) -> None:
-        for k in self.data:
-            if k not in self.used:
-                known = ", ".join(sorted(map(str, self.used)))
-                self.r.fail(self.path + (k,), f"unknown key (known keys here: {known})")
-
-
-class _Reader:
-    def __init__(self, path: str, lines: dict[tuple, int]):
-        self.file = path
-        self.lines = lines
-
-    def fail(self, path: tuple, message: str, at: tuple | None = None) -> None:
-        line = self._line(path) or self._line(at if at is not None else path[:-1])
-        dotted = ".".join(str(p)[:60] if not isinstance(p, int) else f"[{p}]" for p in path)
-        raise InputError(message, file=self.file, line=line, field=dotted.replace(".[", "["))
-
-
-    def _line(self, path: tuple) -> int | None:
-        try:
-            return self.lines.get(path)
-        except TypeError:  # an unhashable key in the path
-            return None
-
-
-def _kind(v: Any) -> str:
-    return "nothing" if v is None else type(v).__name__
-
-
 def _blocks(n: int, parts: int) -> tuple[int, ...]:
     """Item i → block i·parts // n (contiguous, balanced)."""
     return tuple(i * parts // n for i in range(n))
 
 
-def _gpu(s: _Section) -> GpuSpec:
+def _gpu(s: Section) -> GpuSpec:
     name = s.str("name")
     pk = s.sub("peak_tflops")
     assert pk is not None
@@ -183,7 +57,7 @@ def _gpu(s: _Section) -> GpuSpec:
     return spec
 
 
-def _node(s: _Section) -> NodeSpec:
+def _node(s: Section) -> NodeSpec:
     gpus = s.int("gpus", maximum=MAX_PER_NODE)
     gs = s.sub("gpu")
     assert gs is not None
@@ -215,46 +89,53 @@ def _node(s: _Section) -> NodeSpec:
     ps.done()
     ns = s.sub("nics")
     assert ns is not None
-    count = ns.int("count", minimum=0, maximum=MAX_PER_NODE)
-    if count > gpus:
-        s.r.fail(ns.path + ("count",), f"more NICs ({count}) than GPUs ({gpus}) is not supported")
-    nic_gpus: tuple[tuple[int, ...], ...] = ()
-    if count:
-        bw = ns.rate("bandwidth_gbps")
-        nic_switch = ns.int_list("switch", count, switches, _blocks(count, switches))
-        raw = ns.raw("gpus", False, None)
-        if raw is None:
-            owner = _blocks(gpus, count)
-            nic_gpus = tuple(tuple(i for i in range(gpus) if owner[i] == k) for k in range(count))
-        else:
-            p = ns.path + ("gpus",)
-            if not isinstance(raw, list) or len(raw) != count:
-                s.r.fail(p, f"expected one list of GPU indices per NIC ({count} lists)")
-            seen: list[int] = []
-            out = []
-            for lst in raw:
-                if not isinstance(lst, list) or not lst:
-                    s.r.fail(p, "each entry must be a non-empty list of GPU indices, got "
-                             f"{show(lst)}")
-                for g in lst:
-                    if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpus:
-                        s.r.fail(p, f"GPU index {show(g)} out of range [0, {gpus})")
-                seen.extend(lst)
-                out.append(tuple(lst))
-            if sorted(seen) != list(range(gpus)):
-                s.r.fail(p, "every GPU must be served by exactly one NIC")
-            nic_gpus = tuple(out)
-        nics = NicSpec(count=count, bandwidth_gbps=bw, efficiency=ns.eff(),
-                       latency_ns=ns.ns("latency_ns"), switch=nic_switch, gpus=nic_gpus)
-    else:
-        nics = NicSpec(count=0, bandwidth_gbps=0.0, efficiency=1.0, latency_ns=0, switch=(),
-                       gpus=())
+    nics = _nics(ns, gpus, switches)
     ns.done()
     s.done()
     return NodeSpec(name=name, gpus=gpus, gpu=gpu, pcie=pcie, nics=nics, nvlink=nvlink)
 
 
-def _fabric(s: _Section, nics_per_node: int) -> FabricSpec:
+def _nics(ns: Section, gpus: int, switches: int) -> NicSpec:
+    """The ``node.nics`` section: count, bandwidth and which PCIe switch and GPUs each NIC
+    serves (default: contiguous balanced blocks)."""
+    count = ns.int("count", minimum=0, maximum=MAX_PER_NODE)
+    if count > gpus:
+        ns.r.fail(ns.path + ("count",), f"more NICs ({count}) than GPUs ({gpus}) is not supported")
+    if not count:
+        return NicSpec(count=0, bandwidth_gbps=0.0, efficiency=1.0, latency_ns=0, switch=(),
+                       gpus=())
+    bw = ns.rate("bandwidth_gbps")
+    nic_switch = ns.int_list("switch", count, switches, _blocks(count, switches))
+    nic_gpus = _nic_gpus(ns, gpus, count)
+    return NicSpec(count=count, bandwidth_gbps=bw, efficiency=ns.eff(),
+                   latency_ns=ns.ns("latency_ns"), switch=nic_switch, gpus=nic_gpus)
+
+
+def _nic_gpus(ns: Section, gpus: int, count: int) -> tuple[tuple[int, ...], ...]:
+    """``node.nics.gpus``: one list of GPU indices per NIC, every GPU served exactly once."""
+    raw = ns.raw("gpus", False, None)
+    if raw is None:
+        owner = _blocks(gpus, count)
+        return tuple(tuple(i for i in range(gpus) if owner[i] == k) for k in range(count))
+    p = ns.path + ("gpus",)
+    if not isinstance(raw, list) or len(raw) != count:
+        ns.r.fail(p, f"expected one list of GPU indices per NIC ({count} lists)")
+    seen: list[int] = []
+    out = []
+    for lst in raw:
+        if not isinstance(lst, list) or not lst:
+            ns.r.fail(p, f"each entry must be a non-empty list of GPU indices, got {show(lst)}")
+        for g in lst:
+            if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpus:
+                ns.r.fail(p, f"GPU index {show(g)} out of range [0, {gpus})")
+        seen.extend(lst)
+        out.append(tuple(lst))
+    if sorted(seen) != list(range(gpus)):
+        ns.r.fail(p, "every GPU must be served by exactly one NIC")
+    return tuple(out)
+
+
+def _fabric(s: Section, nics_per_node: int) -> FabricSpec:
     ftype = s.str("type", default="fat_tree")
     if ftype != "fat_tree":
         s.r.fail(s.path + ("type",),
@@ -268,7 +149,7 @@ def _fabric(s: _Section, nics_per_node: int) -> FabricSpec:
         s.r.fail(s.path + ("levels",), "expected a non-empty list of switch levels")
     levels = []
     for i, item in enumerate(raw):
-        ls = _Section(s.r, item, s.path + ("levels", i))
+        ls = Section(s.r, item, s.path + ("levels", i))
         top = i == len(raw) - 1
         name = ls.str("name", default=_LEVEL_NAMES[i] if i < 3 else f"level{i + 1}")
         radix = ls.int("radix", minimum=2, maximum=MAX_RADIX)
@@ -297,7 +178,7 @@ def _fabric(s: _Section, nics_per_node: int) -> FabricSpec:
                       link_latency_ns=link_lat, levels=tuple(levels))
 
 
-def _collectives(s: _Section | None) -> CollectiveSpec:
+def _collectives(s: Section | None) -> CollectiveSpec:
     if s is None:
         return CollectiveSpec()
     algo = s.raw("algorithm", False, "auto")
@@ -344,10 +225,10 @@ def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, 
 def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
     """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count."""
     data, lines = load_yaml_with_lines(text, path)
-    r = _Reader(path, lines)
+    r = Reader(path, lines)
     if data is None:
         raise InputError("empty topology file (no YAML content)", file=path, line=1)
-    top = _Section(r, data, ())
+    top = Section(r, data, ())
     stem = os.path.splitext(os.path.basename(path))[0]
     name = top.str("name", default=stem)
     description = top.str("description", default="")
@@ -386,7 +267,7 @@ def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
     return topo
 
 
-def _faults(s: _Section, topo: Topology) -> Faults:
+def _faults(s: Section, topo: Topology) -> Faults:
     """The optional ``faults`` section (docs/topology.md): slow GPUs or nodes, failed NICs,
     degraded links, in the command-line syntax of :mod:`sim.faults`."""
     slow: dict[int, float] = {}
