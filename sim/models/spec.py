@@ -107,6 +107,24 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
     if not isinstance(data, dict):
         raise InputError(f"a model spec must be a mapping of keys to values, got {show(data)}",
                          file=file, field="model")
+    _check_keys(data, file)
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("must be a non-empty string", file=file, field="name")
+    kwargs: dict[str, Any] = {"name": name.strip()}
+    for key in (*_REQUIRED[1:], *_INT_OPTIONAL):
+        if key in data:
+            kwargs[key] = _positive_int(data[key], file, key)
+    kwargs.update(_flags_and_choices(data, file))
+    if "moe" in data and data["moe"] is not None:
+        kwargs["moe"] = _moe(data["moe"], file)
+    spec = ModelSpec(**kwargs)
+    _check_consistency(spec, file)
+    return spec
+
+
+def _check_keys(data: dict, file: str) -> None:
+    """No unknown key; every required key present and not null."""
     allowed = {f.name for f in fields(ModelSpec)}
     for key in data:
         if key not in allowed:
@@ -117,20 +135,17 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
     for key in _REQUIRED:
         if key not in data or data[key] is None:
             raise InputError("required key is missing", file=file, field=key)
-    kwargs: dict[str, Any] = {}
-    name = data["name"]
-    if not isinstance(name, str) or not name.strip():
-        raise InputError("must be a non-empty string", file=file, field="name")
-    kwargs["name"] = name.strip()
-    for key in (*_REQUIRED[1:], *_INT_OPTIONAL):
-        if key in data:
-            kwargs[key] = _positive_int(data[key], file, key)
+
+
+def _flags_and_choices(data: dict, file: str) -> dict[str, Any]:
+    """The boolean keys and the keys with a fixed set of string values that ``data`` has."""
+    out: dict[str, Any] = {}
     for key in _BOOL_OPTIONAL:
         if key in data:
             if not isinstance(data[key], bool):
                 raise InputError(f"must be true or false, got {show(data[key])}", file=file,
                                  field=key)
-            kwargs[key] = data[key]
+            out[key] = data[key]
     for key, choices in _CHOICES.items():
         if key in data:
             if not isinstance(data[key], str) or data[key] not in choices:
@@ -138,12 +153,8 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
                     f"must be one of {', '.join(choices)}, got {show(data[key])}", file=file,
                     field=key
                 )
-            kwargs[key] = data[key]
-    if "moe" in data and data["moe"] is not None:
-        kwargs["moe"] = _moe(data["moe"], file)
-    spec = ModelSpec(**kwargs)
-    _check_consistency(spec, file)
-    return spec
+            out[key] = data[key]
+    return out
 
 
 def load_model(path: str | Path) -> ModelSpec:

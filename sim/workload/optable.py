@@ -102,31 +102,7 @@ def read_optable(
     backward_ratio: float = DEFAULT_BACKWARD_RATIO,
 ) -> Workload:
     """Parse an operator table into a :class:`Workload` (times → ns, elements → bytes)."""
-    lines = split_lines(text.lstrip("\ufeff"))
-    if not lines or not lines[0].strip():
-        raise InputError("empty file (expected a header row)", file=file, line=1, field="header")
-    sep = "\t" if "\t" in lines[0] else None
-    header = [h.strip() for h in lines[0].split(sep)]
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise InputError(f"header lacks column(s) {', '.join(missing)}", file=file, line=1,
-                         field="header")
-    unknown = [c for c in header if c not in REQUIRED and c not in OPTIONAL]
-    if unknown:
-        raise InputError(f"unknown column(s) {', '.join(unknown)}", file=file, line=1,
-                         field="header")
-    col = {name: i for i, name in enumerate(header)}
-    rows: list[tuple[int, list[str]]] = []
-    for idx in range(1, len(lines)):
-        if not lines[idx].strip():
-            continue
-        cols = [c.strip() for c in lines[idx].split(sep)]
-        if len(cols) != len(header):
-            raise InputError(f"expected {len(header)} columns, found {len(cols)}", file=file,
-                             line=idx + 1, field="row")
-        rows.append((idx + 1, cols))
-    if not rows:
-        raise InputError("no operator rows after the header", file=file, line=1, field="rows")
+    col, rows = _table(split_lines(text.lstrip("\ufeff")), file)
 
     def ns(cols: list[str], line: int, name: str) -> int:
         return _ms_to_ns(cols[col[name]], file=file, line=line, field=name)
@@ -162,14 +138,49 @@ def read_optable(
             f"input-grad = weight-grad = {backward_ratio / 2:g} × forward per operator "
             f"(backward = {backward_ratio:g} × forward; --missing-backward-ratio)"
         )
-    layers = []
-    for line, name, ((tf, cf), (tb, cb), (tw, cw)) in parsed:
-        if fill:
-            half = tf * backward_ratio / 2
-            if not half <= INT64_MAX:
-                raise InputError(f"{backward_ratio:g} × the forward time of line {line} exceeds "
-                                 "2^63−1 ns", field="--missing-backward-ratio")
-            tb = tw = int(round(half))
-        layers.append(Layer(name, Phase(tf, cf), Phase(tb, cb), Phase(tw, cw), line=line))
+    layers = [_layer(line, name, phases, backward_ratio if fill else None)
+              for line, name, phases in parsed]
     return Workload(path=file, format="optable", header=WorkloadHeader(), layers=layers,
                     assumptions=assumptions)
+
+
+def _table(lines: list[str], file: str) -> tuple[dict[str, int], list[tuple[int, list[str]]]]:
+    """Column index of every header name, and the non-blank rows as (1-based line, cells);
+    checks the header's columns and every row's column count."""
+    if not lines or not lines[0].strip():
+        raise InputError("empty file (expected a header row)", file=file, line=1, field="header")
+    sep = "\t" if "\t" in lines[0] else None
+    header = [h.strip() for h in lines[0].split(sep)]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise InputError(f"header lacks column(s) {', '.join(missing)}", file=file, line=1,
+                         field="header")
+    unknown = [c for c in header if c not in REQUIRED and c not in OPTIONAL]
+    if unknown:
+        raise InputError(f"unknown column(s) {', '.join(unknown)}", file=file, line=1,
+                         field="header")
+    rows: list[tuple[int, list[str]]] = []
+    for idx in range(1, len(lines)):
+        if not lines[idx].strip():
+            continue
+        cols = [c.strip() for c in lines[idx].split(sep)]
+        if len(cols) != len(header):
+            raise InputError(f"expected {len(header)} columns, found {len(cols)}", file=file,
+                             line=idx + 1, field="row")
+        rows.append((idx + 1, cols))
+    if not rows:
+        raise InputError("no operator rows after the header", file=file, line=1, field="rows")
+    return {name: i for i, name in enumerate(header)}, rows
+
+
+def _layer(line: int, name: str, phases: list, backward_ratio: float | None) -> Layer:
+    """One operator row as a layer; ``backward_ratio`` (when the file has no backward times):
+    input-grad = weight-grad = ratio / 2 × forward."""
+    (tf, cf), (tb, cb), (tw, cw) = phases
+    if backward_ratio is not None:
+        half = tf * backward_ratio / 2
+        if not half <= INT64_MAX:
+            raise InputError(f"{backward_ratio:g} × the forward time of line {line} exceeds "
+                             "2^63−1 ns", field="--missing-backward-ratio")
+        tb = tw = int(round(half))
+    return Layer(name, Phase(tf, cf), Phase(tb, cb), Phase(tw, cw), line=line)
