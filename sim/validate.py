@@ -1,7 +1,7 @@
 """``simrun validate``: predicted vs measured iteration times of published training runs.
 
 Runs every case of a validation file (default: ``workloads/validation/*.yaml``, the measured
-iterations of calibration.md section B) through the same path as ``simrun --model``: model
+iterations of docs/calibration.md section B) through the same path as ``simrun --model``: model
 spec + layout → memory check → generated program → engine on the flow network of the shipped
 Selene-like topology (as many DGX A100 nodes as the case needs). Prints one row per case with
 the error in percent and the mean absolute error; ``--json`` writes the same. No per-case

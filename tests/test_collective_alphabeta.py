@@ -1,7 +1,7 @@
 """Hand-worked α–β cases for every collective and algorithm on tiny topologies.
 
 The tiny topologies have round numbers, no physical latencies and no launch overhead, so each
-time is exactly NCCL's latency term (collectives.md, µs) + bytes / the bandwidth the flows get.
+time is exactly NCCL's latency term (docs/collectives.md, µs) + bytes / the bandwidth the flows get.
 Expected values are computed here by hand from those formulas, not by the model.
 
 tiny-nvlink-4: 1 node, 4 GPUs, NVSwitch 100 GB/s per GPU.

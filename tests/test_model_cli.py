@@ -13,7 +13,8 @@ from sim.cli import main
 TOPO = str(TOPOLOGIES / "dgx-a100-1024.yaml")
 GPT22 = str(WORKLOADS / "models" / "gpt-22b.yaml")
 GPT175 = str(WORKLOADS / "models" / "gpt3-175b.yaml")
-# gpt-22b: 48 layers, hidden 6144, 64 heads, vocab 51200, sequence 2048 (calibration.md B)
+# gpt-22b: 48 layers, hidden 6144, 64 heads, vocab 51200, sequence 2048
+# (docs/calibration.md section B)
 L, H, S, V = 48, 6144, 2048, 51200
 
 

@@ -20,15 +20,15 @@ from sim.models.layers import Dims, transformer_layer_rows
 from sim.models.ops import Op, OpKind, gemm
 from sim.topology.gpu import GpuSpec
 
-# hardware.md: A100 SXM 80 GB: 312 TFLOP/s BF16 dense, 2.039 TB/s HBM; H100 SXM: 989.4 BF16,
+# docs/hardware.md: A100 SXM 80 GB: 312 TFLOP/s BF16 dense, 2.039 TB/s HBM; H100 SXM: 989.4 BF16,
 # 1979 FP8, 3.35 TB/s.
 A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)
 H100_80 = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
 
 
 def nvswitch_collective_ns(kind: CollKind, size_bytes: int, n: int = 8) -> float:
-    """TP collective on one DGX A100 from calibration.md A (independent of the engine's network
-    model): bus bandwidth peaks at 232.5 GB/s and is 45% of that at 16 MiB; in between
+    """TP collective on one DGX A100 from docs/calibration.md section A (independent of the engine's
+    network model): bus bandwidth peaks at 232.5 GB/s and is 45% of that at 16 MiB; in between
     busbw(S) = 232.5 GB/s · S / (S + S0) with S0 = 16 MiB · 0.55/0.45. Ring volume factors:
     2(n−1)/n for all-reduce, (n−1)/n for all-gather / reduce-scatter."""
     s0 = 16 * 2**20 * 0.55 / 0.45

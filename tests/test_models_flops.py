@@ -1,4 +1,5 @@
-"""Per-operator FLOP accounting of the generator versus the closed forms of calibration.md B/C.
+"""Per-operator FLOP accounting of the generator versus the closed forms of docs/calibration.md
+sections B and C.
 
 The plan's operators (the same objects the generator times) are summed over an iteration:
 per-GPU FLOPs × TP ranks × DP replicas × microbatches.
@@ -20,7 +21,7 @@ from sim.models.flops import (
 
 MODELS = WORKLOADS / "models"
 
-# calibration.md B: (spec, TP, PP, GPUs, global batch, micro batch, vpp)
+# docs/calibration.md section B: (spec, TP, PP, GPUs, global batch, micro batch, vpp)
 TABLE_B = [
     ("gpt-22b", 8, 1, 8, 4, 4, 1),
     ("gpt3-175b", 8, 8, 64, 64, 1, 3),

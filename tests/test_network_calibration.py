@@ -1,4 +1,4 @@
-"""Calibration against the public nccl-tests measurements of calibration.md, section A.
+"""Calibration against the public nccl-tests measurements of docs/calibration.md section A.
 
 The model is physical (line rates × NCCL's link efficiencies, NCCL's latency constants,
 5 µs launch overhead); nothing here is fitted per case. Tolerances: ±10 % for bandwidths,

@@ -1,4 +1,4 @@
-"""Topology files: the shipped ones load with the hardware facts of hardware.md; bad files are
+"""Topology files: the shipped ones load with the hardware facts of docs/hardware.md; bad files are
 rejected with one-line errors naming file, line and key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``simrun validate``: the measured iterations of calibration.md section B, shipped as data,
+"""``simrun validate``: the measured iterations of docs/calibration.md section B, shipped as data,
 predicted end to end; the error table and its accuracy bound."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from sim.errors import InputError
 from sim.validate import load_cases
 
 CASES = WORKLOADS / "validation" / "korthikanti2022-selene.yaml"
-# calibration.md B, s/iteration: (full recompute, sequence parallel + selective recompute)
+# docs/calibration.md section B, s/iteration: (full recompute, sequence parallel + selective
+# recompute)
 MEASURED = {"22B": (1.42, 1.10), "175B": (18.13, 13.75), "530B": (49.05, 37.83),
             "1T": (94.42, 71.49)}
 # Accuracy bound. Today the mean absolute error is 6.6% (all cases under-predicted, max 9.6%;

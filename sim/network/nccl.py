@@ -1,4 +1,4 @@
-"""NCCL's latency and protocol model (src/graph/tuning.cc, v2.30; ../reference collectives.md).
+"""NCCL's latency and protocol model (src/graph/tuning.cc, v2.30; docs/collectives.md).
 
 Latencies here are in microseconds as in NCCL's source and converted to integer ns by callers.
 Link types: ``"nvlink"`` (NVSwitch), ``"pci"`` (PCIe tree), ``"net"`` (between nodes).

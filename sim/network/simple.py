@@ -1,6 +1,6 @@
 """Closed-form α–β network models with no contention (tests, quick estimates).
 
-:class:`AlphaBetaNetwork` uses the textbook ring formulas of ../reference collectives.md with
+:class:`AlphaBetaNetwork` uses the textbook ring formulas of docs/collectives.md with
 one latency ``alpha_ns`` per step and one bandwidth per group kind (GB/s = 1e9 bytes/s):
 
 - AllReduce: ``2(n−1)·α + 2(n−1)/n · S/B``
