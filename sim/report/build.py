@@ -31,50 +31,10 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
     """The report as a JSON-ready dict (deterministic key order)."""
     prog = result.program
     it = result.iteration_ns
-    stages = []
-    fractions = []
-    for st in result.stage_stats():
-        busy = it - st.bubble_ns
-        frac = st.bubble_ns / busy if busy > 0 else 0.0
-        fractions.append(frac)
-        stages.append({
-            "stage": st.stage,
-            "rank": st.rank,
-            "compute_s": _s(st.compute_ns),
-            "optimizer_s": _s(st.optimizer_ns),
-            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS},
-            "bubble_s": _s(st.bubble_ns),
-            "bubble_fraction": frac,
-            "finish_time_s": _s(st.end_ns),
-        })
+    stages, fractions = _stage_rows(result)
     ideal = ideal_bubble_fraction(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
     formula = "(p-1)/(v*M)" if prog.schedule == "interleaved" else "(p-1)/M"
-    layers: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
-    for st in result.stage_stats():
-        for name, ls in st.layers.items():
-            if name not in layers:
-                order.append(name)
-                layers[name] = {"name": name, "stages": [], "count": 0, "forward_s": 0.0,
-                                "input_grad_s": 0.0, "weight_grad_s": 0.0,
-                                "exposed_comm_s": {}, "_ns": [0, 0, 0, {}]}
-            e = layers[name]
-            e["stages"].append(st.stage)
-            e["count"] += ls.count
-            acc = e["_ns"]
-            acc[0] += ls.forward_ns
-            acc[1] += ls.input_grad_ns
-            acc[2] += ls.weight_grad_ns
-            for g, ns in ls.comm_ns.items():
-                acc[3][g] = acc[3].get(g, 0) + ns
-    layer_list = []
-    for name in order:
-        e = layers[name]
-        f, ig, wg, comm = e.pop("_ns")
-        e["forward_s"], e["input_grad_s"], e["weight_grad_s"] = _s(f), _s(ig), _s(wg)
-        e["exposed_comm_s"] = {g: _s(comm[g]) for g in sorted(comm)}
-        e["stages"] = _stage_ranges(e["stages"])
-        layer_list.append(e)
+    layer_list = _layer_rows(result)
     assumptions = list(prog.assumptions) + list(result.network_notes) + list(
         extra_assumptions or [])
     mode = result.mode or ("per-rank" if result.per_rank else "symmetric")
@@ -105,6 +65,60 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
     if extra:
         report.update(extra)
     return report
+
+
+def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:
+    """One row per stage (seconds) and each stage's bubble fraction."""
+    it = result.iteration_ns
+    stages = []
+    fractions = []
+    for st in result.stage_stats():
+        busy = it - st.bubble_ns
+        frac = st.bubble_ns / busy if busy > 0 else 0.0
+        fractions.append(frac)
+        stages.append({
+            "stage": st.stage,
+            "rank": st.rank,
+            "compute_s": _s(st.compute_ns),
+            "optimizer_s": _s(st.optimizer_ns),
+            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS},
+            "bubble_s": _s(st.bubble_ns),
+            "bubble_fraction": frac,
+            "finish_time_s": _s(st.end_ns),
+        })
+    return stages, fractions
+
+
+def _layer_rows(result: SimResult) -> list[dict[str, Any]]:
+    """One row per layer name, summed over the stages that run it (seconds), in first-seen
+    order."""
+    layers: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for st in result.stage_stats():
+        for name, ls in st.layers.items():
+            if name not in layers:
+                order.append(name)
+                layers[name] = {"name": name, "stages": [], "count": 0, "forward_s": 0.0,
+                                "input_grad_s": 0.0, "weight_grad_s": 0.0,
+                                "exposed_comm_s": {}, "_ns": [0, 0, 0, {}]}
+            e = layers[name]
+            e["stages"].append(st.stage)
+            e["count"] += ls.count
+            acc = e["_ns"]
+            acc[0] += ls.forward_ns
+            acc[1] += ls.input_grad_ns
+            acc[2] += ls.weight_grad_ns
+            for g, ns in ls.comm_ns.items():
+                acc[3][g] = acc[3].get(g, 0) + ns
+    layer_list = []
+    for name in order:
+        e = layers[name]
+        f, ig, wg, comm = e.pop("_ns")
+        e["forward_s"], e["input_grad_s"], e["weight_grad_s"] = _s(f), _s(ig), _s(wg)
+        e["exposed_comm_s"] = {g: _s(comm[g]) for g in sorted(comm)}
+        e["stages"] = _stage_ranges(e["stages"])
+        layer_list.append(e)
+    return layer_list
 
 
 def _critical(result: SimResult) -> dict[str, Any]:
