@@ -155,7 +155,7 @@ def run(argv: list[str]) -> int:
     from sim.engine import simulate
     from sim.faults import Faults, faults_from_args, simulation_plan
     from sim.network import network_from_args
-    from sim.outputs import check_output_path, write_json
+    from sim.outputs import check_output_paths, is_stdout, write_json
     from sim.placement import Placement
     from sim.report import build_report, format_report
     from sim.topology import load_topology
@@ -167,6 +167,10 @@ def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if bool(args.workload) == bool(args.model):
         raise UsageError("give --workload PATH or --model PATH (exactly one)", field="--workload")
+    check_output_paths({"--json": args.json, "--trace": args.trace, "--plot": args.plot,
+                        "--breakdown-plot": args.breakdown_plot},
+                       {"--workload": args.workload, "--model": args.model, "--topo": args.topo},
+                       stdout_ok=("--json",))
     topo = load_topology(args.topo, nodes=args.nodes)
     model_run = None
     if args.model:  # model-driven workload: sim/models/cli_args.py
@@ -192,8 +196,6 @@ def run(argv: list[str]) -> int:
     classes, scale, fault_notes = simulation_plan(faults, topo, placement, args.per_rank)
     viz.check_output_arguments(args, placement, classes.label == "per-rank", classes.reps)
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
-    if args.json is not None:  # fail before a long simulation, not after it
-        check_output_path(args.json, "--json")
     t_sim = time.perf_counter()
     result = simulate_watched(simulate, prog, net, max_sim_time_s=args.max_sim_time_s,
                               placement=placement, classes=classes, compute_scale=scale,
@@ -216,7 +218,7 @@ def run(argv: list[str]) -> int:
                        extra_assumptions=extra, extra=report_extra or None)
     if args.json is not None:
         write_json(args.json, rep)
-    if not args.quiet:
+    if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         sys.stdout.write(format_report(rep))
     viz.write_outputs(args, result, rep, placement=placement, gpus_per_node=topo.gpus_per_node)
     if args.timing:

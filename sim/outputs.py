@@ -1,18 +1,31 @@
-"""Writing output files atomically: a temp file in the same directory, then ``os.replace``.
+"""Writing output files safely: checked paths, then a temp file beside the target, renamed.
 
-An interrupted run never leaves a half-written JSON, CSV, trace or image behind.
+- :func:`check_output_paths` refuses, before any work, an output that is the same file as an
+  input or as another output, that exists and is not a regular file (``/dev/null``, a FIFO, a
+  directory), or that is read-only; ``-`` and ``/dev/stdout`` mean standard output where the
+  caller allows it (JSON reports), and ``/dev/null`` discards any output.
+- :func:`atomic_write` writes a temp file ``.<name>.simrun-<pid>-<random>.tmp`` in the target's
+  directory, flushes and fsyncs it, and renames it over the target: an interrupted run never
+  leaves a half-written file. A symlinked target is written *through* (the file it points to is
+  replaced, the link stays); an existing target keeps its permission bits. Temp files that a
+  killed simrun left beside the same target (their pid no longer runs) are removed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable
+import secrets
+import stat
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sim.errors import InputError
+from sim.errors import InputError, UsageError
+
+STDOUT = ("-", "/dev/stdout")
+"""Output names meaning standard output (for outputs that allow it)."""
 
 
 def _umask() -> int:
@@ -21,36 +34,164 @@ def _umask() -> int:
     return mask
 
 
+def is_stdout(path: str | Path | None) -> bool:
+    """True for ``-`` and ``/dev/stdout``."""
+    return path is not None and str(path) in STDOUT
+
+
+def is_devnull(path: str | Path) -> bool:
+    """True if ``path`` is the null device (``/dev/null``): output to it is discarded."""
+    try:
+        return os.path.samefile(path, os.devnull) and not os.path.isfile(os.devnull)
+    except OSError:
+        return False
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, or None for a regular file."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _target(path: str | Path) -> Path:
+    """The file a write to ``path`` replaces: ``path`` itself, or where its symlinks lead."""
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
+
+
 def check_output_path(path: str | Path, flag: str = "") -> Path:
     """Fail early (before a long simulation) if ``path`` cannot be written: its directory is
-    missing or not writable, or ``path`` is a directory. Returns the directory."""
+    missing or not writable, it exists and is not a regular file (a directory, a device other
+    than ``/dev/null``, a FIFO), or it is read-only (no write bit: simrun never replaces such a
+    file). Returns the directory the temp file goes to."""
     if not str(path):
         raise InputError("empty file name", field=flag or None)
-    p = Path(path)
     where = {"file": str(path), "field": flag or None}
+    p = _target(path)
+    if is_devnull(p):
+        return p.parent
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"directory {str(parent)!r} does not exist", **where)
-    if p.is_dir() or not p.name:
+    if not p.name:
         raise InputError("is a directory; give a file name", **where)
+    try:
+        st = os.stat(p)
+    except OSError:
+        st = None
+    if st is not None:
+        kind = _kind(st.st_mode)
+        if kind == "a directory":
+            raise InputError("is a directory; give a file name", **where)
+        if kind is not None:
+            raise InputError(f"exists and is {kind}, not a regular file; simrun writes only "
+                             "regular files, /dev/null, and '-' (standard output) for JSON",
+                             **where)
+        if not st.st_mode & 0o222:
+            raise InputError(f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); simrun does "
+                             "not replace it", **where)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"directory {str(parent)!r} is not writable", **where)
     return parent
 
 
+def _identity(path: str | Path) -> tuple:
+    """What makes two paths the same file: device and inode if it exists, else the real path."""
+    try:
+        st = os.stat(path)
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", os.path.realpath(path))
+
+
+def check_output_paths(outputs: Mapping[str, str | Path | None],
+                       inputs: Mapping[str, str | Path | Iterable[str | Path] | None] | None = None,
+                       *, stdout_ok: Iterable[str] = ()) -> None:
+    """Check every output (``{flag: path}``, None = not given) before any work: each must be
+    writable (:func:`check_output_path`), none may be the same file as an input (``{flag:
+    path or paths}``) or as another output. ``-`` / ``/dev/stdout`` is standard output, allowed
+    for the flags in ``stdout_ok`` and for one output at most. Raises :class:`UsageError` (or
+    :class:`InputError`) naming the flag."""
+    seen: dict[tuple, str] = {}
+    for flag, given in (inputs or {}).items():
+        paths = [given] if isinstance(given, (str, Path)) else list(given or ())
+        for path in paths:
+            seen.setdefault(_identity(path), f"the input of {flag} ({path})")
+    allowed = set(stdout_ok)
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        if is_stdout(path):
+            if flag not in allowed:
+                raise UsageError(f"cannot write {path!r} (standard output) here; give a file "
+                                 "name", field=flag)
+            key: tuple = ("stdout",)
+        elif is_devnull(path):
+            continue
+        else:
+            check_output_path(path, flag)
+            key = _identity(path)
+        if key in seen:
+            raise UsageError(f"{str(path)!r} is the same file as {seen[key]}; simrun would "
+                             "overwrite it", field=flag)
+        seen[key] = f"the output of {flag} ({path})"
+
+
+def _clean_stale(parent: Path, name: str) -> None:
+    """Remove temp files of ``name`` left by simrun processes that no longer run (killed with
+    SIGKILL or by a power cut mid-write). Files of running processes are left alone."""
+    prefix = f".{name}.simrun-"
+    try:
+        entries = [e for e in os.listdir(parent) if e.startswith(prefix) and e.endswith(".tmp")]
+    except OSError:
+        return
+    for entry in entries:
+        pid_text = entry[len(prefix):].split("-", 1)[0]
+        if not (pid_text.isascii() and pid_text.isdigit()) or int(pid_text) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+            continue  # still running (or a pid reused: leave it)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, ValueError):
+            continue
+        try:
+            os.unlink(parent / entry)
+        except OSError:
+            pass
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool = False,
                  flag: str = "") -> None:
-    """Call ``write(fileobj)`` on a temp file next to ``path`` and rename it into place.
+    """Call ``write(fileobj)`` on a temp file beside ``path`` (beside the file a symlink
+    leads to) and rename it into place, keeping an existing file's permission bits.
 
-    If anything fails (an exception in ``write``, a full disk, Ctrl-C) the temp file is
+    If anything fails (an exception in ``write``, a full disk, Ctrl-C, SIGTERM) the temp file is
     removed and ``path`` is left as it was. Problems with the path itself (missing directory,
-    a directory in its place, no permission, full disk) are :class:`InputError`s naming it.
+    a directory or device in its place, no permission, full disk) are :class:`InputError`\\ s
+    naming it.
     """
-    p = Path(path)
     where = {"file": str(path), "field": flag or None}
     parent = check_output_path(path, flag)
+    p = _target(path)
+    if is_devnull(p):  # discarded: written to the device, which is never replaced
+        with open(os.devnull, "wb" if binary else "w") as f:
+            write(f)
+        return
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+        mode = stat.S_IMODE(os.stat(p).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    _clean_stale(parent, p.name)
+    tmp = parent / f".{p.name}.simrun-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
     except OSError as e:
         raise InputError(f"cannot write here: {e.strerror or e}", **where) from None
     try:
@@ -59,7 +200,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; use the usual mode
+        os.chmod(tmp, mode)
         os.replace(tmp, p)
     except BaseException as e:
         try:
@@ -72,6 +213,11 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
 
 
 def write_json(path: str | Path, data: Any, *, flag: str = "--json") -> None:
-    """Write ``data`` as indented JSON (deterministic: insertion key order, repr floats)."""
+    """Write ``data`` as indented JSON (deterministic: insertion key order, repr floats), to
+    standard output for ``-`` or ``/dev/stdout``."""
     text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     atomic_write(path, lambda f: f.write(text), flag=flag)

@@ -11,7 +11,8 @@ disk and advance a progress bar. Back ends:
   shared :class:`SweepContext` is scattered to the workers once, each layout is one task.
 
 Tasks never raise (errors come back as rows); if the back end itself loses a task (a worker
-process dies), the layout is recorded as an error row and the sweep goes on.
+process dies), the layout is recorded as an error row and the sweep goes on. Local workers end
+with the main process, however it ends (:func:`_worker_init`).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     pool = ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
-                               initializer=_ignore_sigint)
+                               initializer=_worker_init, initargs=(os.getpid(),))
     try:
         futures = {pool.submit(evaluate, ctx, lay): lay for lay in layouts}
         pending = set(futures)
@@ -89,12 +90,44 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
     return f"local process pool ({n} workers)"
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; only the parent handles it
-    (and then ends the workers), so the workers print no tracebacks."""
+def _worker_init(parent_pid: int) -> None:
+    """Worker initializer. Ctrl-C reaches the whole process group; only the parent handles it
+    (and then ends the workers), so the workers ignore it and print no tracebacks. And a worker
+    ends as soon as the sweep's main process does, however it ended (even ``kill -9``): else
+    the workers, the forkserver (kept alive by the workers) and the resource tracker would
+    outlive it, holding the caller's stdout and stderr open."""
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(parent_pid,), name="simrun-parent-watch",
+                     daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    """Block until process ``pid`` has ended, then end this process at once (exit code 1).
+    Linux ≥ 5.3: a pidfd becomes readable when the process ends; elsewhere poll every 0.2 s."""
+    import select
+    import time
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here: poll
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+    else:
+        while True:
+            time.sleep(0.2)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:  # pid reused by another user's process: ours is gone
+                break
+    os._exit(1)
 
 
 def _stop(pool) -> None:
