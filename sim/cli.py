@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from sim import __version__
 from sim.errors import SimrunError, UsageError
+from sim.limits import parse_float, parse_int
 
 _T0 = time.perf_counter()
 
@@ -51,9 +52,9 @@ def _number(cast: Callable[[str], float], ok: Callable[[float], bool], what: str
     return parse
 
 
-positive_int = _number(int, lambda v: v >= 1, "a positive integer")
-nonneg_int = _number(int, lambda v: v >= 0, "an integer ≥ 0")
-positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
+positive_int = _number(parse_int, lambda v: v >= 1, "a positive integer")
+nonneg_int = _number(parse_int, lambda v: v >= 0, "an integer ≥ 0")
+positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
 
 
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:
@@ -243,8 +244,13 @@ def _subcommand(name: str) -> Callable[[list[str]], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``simrun`` console script; returns the exit code."""
+    """Entry point of the ``simrun`` console script; returns the exit code. Run as the program
+    (``argv`` None), signals after the command end it quietly (:mod:`sim.process`)."""
+    from sim.process import exit_status, quiet_shutdown, terminate_as_interrupt
+
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    restore = terminate_as_interrupt()
     try:
         if argv and argv[0] in SUBCOMMANDS:
             return int(_subcommand(argv[0])(argv[1:]) or 0)
@@ -252,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     except SimrunError as e:
         print(f"simrun: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("simrun: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP
+        code, word = exit_status(e)
+        print(f"simrun: {word}", file=sys.stderr)
+        return code
     except BrokenPipeError:
         return 0
     except Exception as e:  # noqa: BLE001 - last-resort guard: no traceback for users
@@ -263,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simrun: internal error: {type(e).__name__}: {e} (set SIMRUN_DEBUG=1 for a "
               "traceback)", file=sys.stderr)
         return 1
+    finally:
+        restore()
+        if as_program:
+            quiet_shutdown()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
+from sim.limits import MAX_WORK
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -124,11 +125,11 @@ def interleaved(p: int, r: int, m: int, v: int, n: int | None = None) -> list[Sc
     return ops
 
 
-MAX_OPS = 1 << 24
-"""Most forward/backward ops (2·p·v·M over all stages) one iteration may have: ~1.3 GB of
-schedule and minutes of simulation; realistic layouts stay far below (p=128, v=8, M=4096 is
-8.4 M). More is a mistyped ``--microbatches`` / ``--global-batch``, refused instead of
-exhausting memory."""
+MAX_OPS = MAX_WORK
+"""Most forward/backward ops (2·p·v·M over all stages) one iteration may have: simrun's work
+budget (:mod:`sim.limits`; ~1.3 GB of schedule and minutes of simulation); realistic layouts
+stay far below (p=128, v=8, M=4096 is 8.4 M). More is a mistyped ``--microbatches`` /
+``--global-batch``, refused instead of exhausting memory."""
 
 
 def schedule_table(

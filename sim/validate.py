@@ -178,18 +178,22 @@ def run_case(case: Case) -> dict[str, Any]:
 
 def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, Any]]:
     """All cases (in file order), on ``workers`` local processes (default: all cores)."""
-    from sim.sweep.runner import _mp_context, default_workers
+    from sim.sweep.runner import default_workers, stop_pool, worker_pool
 
     n = min(workers or default_workers(), len(cases))
     if n <= 1:
         return [run_case(c) for c in cases]
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=n, mp_context=_mp_context()) as pool:
+    pool = worker_pool(n)
+    try:
         # biggest first for load balance; results keep file order
         order = sorted(range(len(cases)), key=lambda i: -cases[i].tp * cases[i].pp * cases[i].dp)
         futs = {i: pool.submit(run_case, cases[i]) for i in order}
-        return [futs[i].result() for i in range(len(cases))]
+        rows = [futs[i].result() for i in range(len(cases))]
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown()
+    return rows
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -231,7 +235,7 @@ def default_files() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun validate``; returns the exit code."""
     from sim.cli import Parser, positive_int
-    from sim.outputs import write_json
+    from sim.outputs import check_output_paths, is_stdout, write_json
 
     ap = Parser(prog="simrun validate",
                 description="Predict published measured training iterations and print the "
@@ -246,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     files = [Path(f) for f in args.files] or default_files()
     if not files:
         raise InputError("no validation files found (looked for workloads/validation/*.yaml)")
+    check_output_paths({"--json": args.json}, {"FILE": files}, stdout_ok=("--json",))
     cases: list[Case] = []
     sources = []
     for f in files:
@@ -258,13 +263,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"no case name contains {args.only!r}", field="--only")
     rows = run_cases(cases, args.workers)
     stats = summary(rows)
-    print("predicted vs measured time per training iteration")
-    for s in dict.fromkeys(sources):
-        print(f"source: {s}")
-    for line in table(rows, stats):
-        print("  " + line)
-    print("no per-case tuning: one compute model per GPU family, the network model of the "
-          "topology file; see docs/validation.md")
+    text = ["predicted vs measured time per training iteration"]
+    text += [f"source: {s}" for s in dict.fromkeys(sources)]
+    text += ["  " + line for line in table(rows, stats)]
+    text.append("no per-case tuning: one compute model per GPU family, the network model of "
+                "the topology file; see docs/validation.md")
+    if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
+        print("\n".join(text))
     if args.json:
         write_json(args.json, {"schema": "simrun.validate/1", "files": [str(f) for f in files],
                                **stats, "cases": rows})

@@ -29,13 +29,23 @@ FLAG = "--max-sim-time-s"
 
 def add_watchdog_argument(group: argparse._ActionsContainer) -> None:
     """Register ``--max-sim-time-s`` on ``group``."""
-    from sim.cli import positive_float
-
-    group.add_argument(FLAG, type=positive_float, default=DEFAULT_MAX_SIM_TIME_S,
+    group.add_argument(FLAG, type=sim_time_s, default=DEFAULT_MAX_SIM_TIME_S,
                        metavar="SECONDS",
                        help="watchdog: stop with exit code 2 if the simulated iteration has not "
                             "finished after this much simulated time, in seconds "
                             "(default: %(default)g)")
+
+
+def sim_time_s(text: str) -> float:
+    """argparse type of ``--max-sim-time-s``: a positive number of seconds ≤
+    :data:`~sim.limits.MAX_SIM_TIME_S` (the int64 nanosecond clock; ``1e300`` overflowed)."""
+    from sim.limits import MAX_SIM_TIME_S, parse_float
+
+    value = parse_float(text)
+    if value is None or not 0 < value <= MAX_SIM_TIME_S:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds ≤ "
+                                         f"{MAX_SIM_TIME_S:.4g}, got {text!r}")
+    return value
 
 
 def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):

@@ -47,10 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun generate``; returns the exit code."""
     from sim.models.aicb_writer import write_aicb
     from sim.models.cli_args import model_run_from_args
+    from sim.outputs import check_output_paths
     from sim.topology import load_topology
 
     try:
         args = _parser().parse_args(argv)
+        check_output_paths({"--out": args.out}, {"--model": args.model, "--topo": args.topo})
         topo = load_topology(args.topo, nodes=args.nodes)
         run = model_run_from_args(args, topo)
         prog = run.program

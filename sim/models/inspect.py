@@ -51,12 +51,13 @@ def infer(path: str):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from sim.cli import positive_int
     ap = argparse.ArgumentParser(prog="simrun inspect",
                                  description="Print what simrun infers from a model description.")
     ap.add_argument("file")
     for flag in ("hidden", "heads", "ffn-hidden", "vocab", "seq-len", "layers", "kv-heads",
                  "pp"):
-        ap.add_argument(f"--{flag}", type=int, default=None)
+        ap.add_argument(f"--{flag}", type=positive_int, default=None)
     ap.add_argument("--name", default=None, help="model name for the summary")
     return ap
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from sim.errors import InputError
 from sim.inputs import read_text, show
+from sim.limits import MAX_LAYERS
 from sim.yaml_load import field_line, load_yaml_with_lines
 
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
@@ -200,6 +201,9 @@ def _moe(data: Any, file: str) -> MoESpec:
 
 
 def _check_consistency(spec: ModelSpec, file: str) -> None:
+    if spec.layers > MAX_LAYERS:  # checked before anything is generated (sim/limits.py)
+        raise InputError(f"{spec.layers:,} layers exceed simrun's work budget: at most "
+                         f"{MAX_LAYERS:,} layers per model", file=file, field="layers")
     if spec.hidden % spec.heads:
         raise InputError(f"hidden {spec.hidden} is not divisible by heads {spec.heads}",
                          file=file, field="heads")

@@ -18,6 +18,7 @@ import sys
 
 from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
+from sim.limits import INT64_MAX, parse_int
 from sim.network.base import CommRequest, nccl_busbw_factor
 from sim.network.factory import add_network_arguments, network_from_args
 from sim.rank_classes import RankClasses
@@ -44,9 +45,12 @@ def parse_size(text: str) -> int:
     t = text.strip().upper().removesuffix("B")
     suffix = t[-1:] if t[-1:] in ("K", "M", "G") else ""
     num = t[: len(t) - len(suffix)]
-    if not num.isdigit():
+    value = parse_int(num)
+    if value is None:
         raise UsageError(f"bad size {text!r} (expected e.g. 8, 64K, 16M, 8G)", field="--sizes")
-    return int(num) * _SUFFIX[suffix]
+    if value * _SUFFIX[suffix] > INT64_MAX:  # as in workload files
+        raise UsageError(f"size {text!r} exceeds 2^63−1 bytes", field="--sizes")
+    return value * _SUFFIX[suffix]
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -65,15 +69,17 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sim.cli import positive_int
+
     p = _Parser(prog="simrun collective",
                 description="Predict nccl-tests-style time, algbw and busbw of one collective "
                             "on a topology (times in µs on screen, s in JSON; bandwidths in "
                             "GB/s = 1e9 bytes/s).")
     p.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
-    p.add_argument("--nodes", type=int, help="override the topology's node count")
+    p.add_argument("--nodes", type=positive_int, help="override the topology's node count")
     p.add_argument("--op", choices=tuple(OPS), default="allreduce",
                    help="collective (default: %(default)s)")
-    p.add_argument("--gpus", type=int, metavar="N",
+    p.add_argument("--gpus", type=positive_int, metavar="N",
                    help="number of GPUs (ranks 0..N-1 in placement order; more than one node "
                         "spans nodes; default: one node's GPUs)")
     p.add_argument("--sizes", default="8:1G", metavar="A:B",
@@ -140,9 +146,11 @@ def format_rows(rows: list[dict]) -> str:
 
 def main(argv: list[str]) -> int:
     """Entry point of ``simrun collective``; returns the exit code."""
+    from sim.outputs import check_output_paths, is_stdout, write_json
     from sim.topology import load_topology
 
     args = build_parser().parse_args(argv)
+    check_output_paths({"--json": args.json}, {"--topo": args.topo}, stdout_ok=("--json",))
     sizes = parse_sizes(args.sizes)
     topo = load_topology(args.topo, nodes=args.nodes)
     gpus = args.gpus if args.gpus is not None else topo.gpus_per_node
@@ -160,10 +168,9 @@ def main(argv: list[str]) -> int:
         "bandwidth in GB/s (1e9 bytes/s); sizes in bytes",
     ]
     head += [f"# {line}" for line in net.describe()[1:10] if not line.startswith("chosen")]
-    sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))
+    if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
+        sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))
     if args.json:
-        from sim.outputs import write_json
-
         write_json(args.json, rows)
     return 0
 

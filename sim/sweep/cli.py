@@ -217,8 +217,10 @@ def _raise_on_sigterm():
     """Treat SIGTERM like Ctrl-C while layouts run (same clean stop); returns the old handler."""
     import signal
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
+    from sim.process import Terminated
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise Terminated(signum)
 
     try:
         return signal.signal(signal.SIGTERM, handler)

@@ -66,12 +66,20 @@ def _mp_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def worker_pool(n: int):
+    """A pool of ``n`` local worker processes that ignore Ctrl-C and end with this process
+    (:func:`_worker_init`); on an interrupt, end it with :func:`stop_pool`."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+
+
 def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
               n: int) -> str:
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
-                               initializer=_worker_init, initargs=(os.getpid(),))
+    pool = worker_pool(n)
     try:
         futures = {pool.submit(evaluate, ctx, lay): lay for lay in layouts}
         pending = set(futures)
@@ -84,7 +92,7 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[
                     row = _lost(futures[fut], exc)
                 on_result(row)
     except BaseException:
-        _stop(pool)
+        stop_pool(pool)
         raise
     pool.shutdown(wait=True)
     return f"local process pool ({n} workers)"
@@ -130,7 +138,7 @@ def _exit_with(pid: int) -> None:
     os._exit(1)
 
 
-def _stop(pool) -> None:
+def stop_pool(pool) -> None:
     """Interrupted: drop queued tasks and end the worker processes now. Layouts that were
     running are lost (not on disk) and run again on ``--resume``."""
     procs = list((getattr(pool, "_processes", None) or {}).values())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
+from sim.limits import parse_int
 from sim.models.parallel import ParallelConfig, validate
 from sim.models.spec import ModelSpec
 
@@ -116,11 +117,10 @@ def parse_list(text: str, flag: str) -> tuple[int, ...]:
     out = []
     for part in text.split(","):
         part = part.strip()
-        try:
-            v = int(part)
-        except ValueError:
+        v = parse_int(part)
+        if v is None:
             raise UsageError(f"expected comma-separated positive integers, got {text!r}",
-                             field=flag) from None
+                             field=flag)
         if v < 1:
             raise UsageError(f"expected positive integers, got {v}", field=flag)
         out.append(v)

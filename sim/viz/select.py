@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sim.engine.result import SimResult
 from sim.errors import UsageError
+from sim.limits import check_work, parse_int
 
 FLAG = "--trace-ranks"
 
@@ -21,20 +22,15 @@ def parse_rank_spec(spec: str | None) -> str | tuple[int, ...]:
         return text
     ranks: list[int] = []
     for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                ranks.extend(range(lo, hi + 1))
-            else:
-                ranks.append(int(part))
-        except ValueError:
+        lo_text, dash, hi_text = part.partition("-")
+        lo = parse_int(lo_text.strip())
+        hi = parse_int(hi_text.strip()) if dash else lo
+        if lo is None or hi is None or hi < lo:
             raise UsageError(f"expected 'stage-reps', 'all' or a list of ranks like 0,8,16 or "
-                             f"0-7, got {spec!r}", field=FLAG) from None
-    if any(r < 0 for r in ranks):
-        raise UsageError(f"ranks must be ≥ 0, got {spec!r}", field=FLAG)
+                             f"0-7, got {spec!r}", field=FLAG)
+        count = len(ranks) + hi - lo + 1  # checked before the list is built
+        check_work(count, f"lists {count:,} ranks or more", FLAG)
+        ranks.extend(range(lo, hi + 1))
     return tuple(dict.fromkeys(ranks))  # drop repeats, keep order
 
 

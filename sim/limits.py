@@ -1,0 +1,69 @@
+"""simrun's limits in one place: the work budget, numeric bounds and strict number parsing.
+
+- :data:`MAX_WORK`: one budget for work simrun generates from small inputs, checked before
+  anything is allocated (:func:`check_work`): forward/backward ops of the pipeline schedule
+  (2·p·v·M), layer passes of a generated model (layers × microbatches), ranks named by
+  ``--trace-ranks``. Beyond it a mistyped number (``layers: 1000000``, ``--microbatches``,
+  ``0-999999999``) would take minutes and gigabytes before saying anything.
+- :data:`INT64_MAX`: sizes in bytes and times in ns (``--max-sim-time-s``, message sizes of
+  ``simrun collective``) stay within the int64 range of the tools that write workloads.
+- :func:`parse_int` / :func:`parse_float`: command-line numbers are read as strictly as numbers
+  in files: ASCII digits only, so ``1_6``, `` 8`` and ``٣`` are refused (Python's ``int``
+  accepts all three), no ``inf`` or ``nan``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from sim.errors import UsageError
+from sim.inputs import INT64_MAX
+
+MAX_WORK = 1 << 24
+"""16,777,216 units of generated work (see the module docstring). Realistic runs stay far
+below: 2·p·v·M = 8.4 M ops for p = 128, v = 8, M = 4096; a 1T-parameter GPT (128 layers) with
+4096 microbatches is 524,288 layer passes."""
+
+LAYER_UNITS = 4096
+"""Units of the budget one layer of a generated model costs: it becomes ~21 operators (a dense
+GPT layer: 7 rows of forward, input-grad and weight-grad work), each timed, grouped and compiled
+for the engine, ~1 ms per layer on a loaded 2-core machine against ~0.2 µs to allocate one
+schedule op. So a model may have up to :data:`MAX_LAYERS` layers (real ones have ≤ 128)."""
+
+MAX_LAYERS = MAX_WORK // LAYER_UNITS
+
+MAX_SIM_TIME_S = INT64_MAX // 10**9
+"""Largest ``--max-sim-time-s`` (≈ 292 years: the int64 nanosecond clock)."""
+
+_INT = re.compile(r"\+?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def parse_int(text: str) -> int | None:
+    """``text`` as an integer in [0, 2^63−1] written with ASCII digits (optional ``+``), else
+    None. No spaces, underscores, signs other than ``+`` or non-ASCII digits."""
+    if not isinstance(text, str) or not _INT.fullmatch(text):
+        return None
+    digits = text.lstrip("+").lstrip("0")
+    if len(digits) > 19:  # more digits than 2^63 has: no int() of huge strings
+        return None
+    value = int(digits or "0")
+    return value if value <= INT64_MAX else None
+
+
+def parse_float(text: str) -> float | None:
+    """``text`` as a finite float in plain ASCII decimal or exponent notation, else None
+    (no ``inf``, ``nan``, underscores, spaces or non-ASCII digits)."""
+    if not isinstance(text, str) or not _FLOAT.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def check_work(units: int, what: str, field: str, hint: str = "") -> None:
+    """Refuse (:class:`UsageError` on ``field``) generated work above :data:`MAX_WORK`;
+    ``what`` names the units (``"1,000,000 layers × 1 microbatch = 1,000,000 layer passes"``)."""
+    if units > MAX_WORK:
+        raise UsageError(f"{what}; simrun's work budget is {MAX_WORK:,}"
+                         + (f" ({hint})" if hint else ""), field=field)
