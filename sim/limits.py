@@ -1,10 +1,11 @@
 """simrun's limits in one place: the work budget, numeric bounds and strict number parsing.
 
 - :data:`MAX_WORK`: one budget for work simrun generates from small inputs, checked before
-  anything is allocated (:func:`check_work`): forward/backward ops of the pipeline schedule
-  (2·p·v·M), layer passes of a generated model (layers × microbatches), ranks named by
-  ``--trace-ranks``. Beyond it a mistyped number (``layers: 1000000``, ``--microbatches``,
-  ``0-999999999``) would take minutes and gigabytes before saying anything.
+  anything is allocated: forward/backward ops of the pipeline schedule
+  (2·p·v·M, 1 unit each), layers of a generated model (:data:`LAYER_UNITS` each), ranks named
+  by ``--trace-ranks`` (:data:`TRACE_RANK_UNITS` each). Beyond it a mistyped number
+  (``layers: 1000000``, ``--microbatches``, ``0-999999999``) would take minutes and gigabytes
+  before saying anything.
 - :data:`INT64_MAX`: sizes in bytes and times in ns (``--max-sim-time-s``, message sizes of
   ``simrun collective``) stay within the int64 range of the tools that write workloads.
 - :func:`parse_int` / :func:`parse_float`: command-line numbers are read as strictly as numbers
@@ -17,7 +18,6 @@ from __future__ import annotations
 import math
 import re
 
-from sim.errors import UsageError
 from sim.inputs import INT64_MAX
 
 MAX_WORK = 1 << 24
@@ -32,6 +32,13 @@ for the engine, ~1 ms per layer on a loaded 2-core machine against ~0.2 µs to a
 schedule op. So a model may have up to :data:`MAX_LAYERS` layers (real ones have ≤ 128)."""
 
 MAX_LAYERS = MAX_WORK // LAYER_UNITS
+
+TRACE_RANK_UNITS = 16
+"""Units one rank named by ``--trace-ranks`` costs: parsing, checking and tracking it takes ~100
+bytes and a track of its own in the trace. So at most :data:`MAX_TRACE_RANKS` ranks (a
+1,048,576-rank list takes ~100 MB; a trace of so many tracks is already unreadable)."""
+
+MAX_TRACE_RANKS = MAX_WORK // TRACE_RANK_UNITS
 
 MAX_SIM_TIME_S = INT64_MAX // 10**9
 """Largest ``--max-sim-time-s`` (≈ 292 years: the int64 nanosecond clock)."""
@@ -59,11 +66,3 @@ def parse_float(text: str) -> float | None:
         return None
     value = float(text)
     return value if math.isfinite(value) else None
-
-
-def check_work(units: int, what: str, field: str, hint: str = "") -> None:
-    """Refuse (:class:`UsageError` on ``field``) generated work above :data:`MAX_WORK`;
-    ``what`` names the units (``"1,000,000 layers × 1 microbatch = 1,000,000 layer passes"``)."""
-    if units > MAX_WORK:
-        raise UsageError(f"{what}; simrun's work budget is {MAX_WORK:,}"
-                         + (f" ({hint})" if hint else ""), field=field)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sim.engine.result import SimResult
 from sim.errors import UsageError
-from sim.limits import check_work, parse_int
+from sim.limits import MAX_TRACE_RANKS, parse_int
 
 FLAG = "--trace-ranks"
 
@@ -29,7 +29,9 @@ def parse_rank_spec(spec: str | None) -> str | tuple[int, ...]:
             raise UsageError(f"expected 'stage-reps', 'all' or a list of ranks like 0,8,16 or "
                              f"0-7, got {spec!r}", field=FLAG)
         count = len(ranks) + hi - lo + 1  # checked before the list is built
-        check_work(count, f"lists {count:,} ranks or more", FLAG)
+        if count > MAX_TRACE_RANKS:
+            raise UsageError(f"lists {count:,} ranks or more; at most {MAX_TRACE_RANKS:,} "
+                             "(simrun's work budget)", field=FLAG)
         ranks.extend(range(lo, hi + 1))
     return tuple(dict.fromkeys(ranks))  # drop repeats, keep order
 
