@@ -104,7 +104,7 @@ def metrics(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, iteration_ns: i
     it_s = iteration_ns * 1e-9
     mf = model_flops_per_iteration(model, par.global_batch)
     hf = hardware_flops_per_iteration(model, par.global_batch, par.recompute,
-                                      par.flash_attention)
+                                      par.fused_attention)
     peak = gpu.tflops(par.dtype)
     tflops, mfu = achieved_throughput(mf, it_s, par.world_size, peak)
     _, hfu = achieved_throughput(hf, it_s, par.world_size, peak)

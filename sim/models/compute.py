@@ -23,7 +23,7 @@ kernels' published efficiencies. An op with ``count > 1`` is ``count`` equal ker
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sim.models.ops import Op, OpKind
 from sim.topology.gpu import GpuSpec
@@ -140,3 +140,82 @@ def gemm_efficiency(flops: float, gpu: GpuSpec, cm: ComputeModel, dtype: str) ->
     peak = peak_flops(gpu, dtype)
     t_c = flops / (peak * cm.gemm_efficiency)
     return flops / (peak * (t_c + cm.gemm_overhead_ns * 1e-9))
+
+
+@dataclass
+class Timer:
+    """Times operators from a kernel table where it has them, else by the roofline above, and
+    tallies how much time came from each (``weight``: how many times the ops run).
+
+    ``lookup``: a :class:`~sim.kernels.lookup.TableLookup` or ``None`` (roofline only);
+    ``backend``: the attention backend (``flash``/``fused``/``unfused``) whose kernels the
+    table's ``attn_flash_*`` / ``attn_cudnn_*`` rows time.
+    """
+
+    gpu: GpuSpec
+    cm: ComputeModel
+    lookup: object | None = None
+    backend: str = "flash"
+    table_ns: float = 0.0
+    roofline_ns: float = 0.0
+    hows: dict[str, float] = field(default_factory=dict)
+
+    def op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
+        """Time of ``op`` (ns) and its source: ``"roofline"`` or how the table answered."""
+        hit = _table_hit(self.lookup, op, dtype, self.backend) if self.lookup else None
+        if hit is None:
+            return op_time_ns(op, self.gpu, self.cm, dtype), "roofline"
+        return hit.time_ns * op.count, hit.how
+
+    def ops_ns(self, ops, dtype: str, weight: int = 1) -> int:
+        """Total time of ``ops`` back to back (whole ns, as :func:`ops_time_ns`)."""
+        parts = []
+        for op in ops:
+            t, how = self.op_ns(op, dtype)
+            parts.append(t)
+            if how == "roofline":
+                self.roofline_ns += t * weight
+            else:
+                self.table_ns += t * weight
+                self.hows[how] = self.hows.get(how, 0.0) + t * weight
+        total = math.fsum(parts)
+        return math.ceil(total - 1e-6) if total > 0 else 0
+
+    def summary(self) -> str:
+        """One line: compute time per iteration (summed over stages) by source."""
+        total = self.table_ns + self.roofline_ns
+        if total <= 0:
+            return "compute time: none"
+        ways = ", ".join(f"{how} {t / total:.1%}" for how, t in sorted(self.hows.items()))
+        return (f"compute time per iteration summed over stages: {self.table_ns / 1e6:.3f} ms "
+                f"({self.table_ns / total:.1%}) from the kernel table ({ways or 'none'}), "
+                f"{self.roofline_ns / 1e6:.3f} ms ({self.roofline_ns / total:.1%}) from the "
+                "roofline")
+
+
+_TABLE_BACKEND = {"flash": "flash", "fused": "cudnn"}
+
+
+def _table_hit(lookup, op: Op, dtype: str, backend: str):
+    """The kernel table's answer for ``op`` or ``None`` (see :mod:`sim.kernels.lookup`)."""
+    from sim.kernels.attention import AttnShape
+    from sim.kernels.lookup import EXACT, Hit
+
+    k, sh = op.kernel, op.shape
+    if not k or not sh:
+        return None
+    if k == "gemm":
+        gemm_dtype = dtype if op.kind is OpKind.GEMM else "bf16"
+        return lookup.gemm_ns(gemm_dtype, *sh)
+    if k in ("attn_fwd", "attn_bwd", "attn_bwd_part"):
+        tb = _TABLE_BACKEND.get(backend)
+        if tb is None:
+            return None
+        b, hq, _hkv, s, d, causal = sh
+        hit = lookup.attention_ns(tb, AttnShape(b, hq, s, d, bool(causal), k != "attn_fwd"))
+        if k == "attn_bwd_part" and hit is not None:
+            return Hit(0.0, EXACT if hit.how == EXACT else hit.how)  # in the backward kernel
+        return hit
+    if k == "adamw_fused_fp32":
+        return lookup.memory_ns(k, sh[0])
+    return lookup.memory_ns(k, sh[0] * sh[1], shape=sh)

@@ -36,15 +36,18 @@ def norm_block(name: str, model: ModelSpec, dm: Dims, pre: tuple[Op, ...] = ()) 
     """LayerNorm/RMSNorm over the residual stream: forward reads x, writes y (2A per element);
     backward reads x, dy and the residual gradient, writes dx (4A)."""
     e = dm.nt * dm.h
-    return Block(name, fwd=pre + (elementwise(name, 2 * A * e),),
-                 ig=(elementwise(name + "_grad", 4 * A * e),), params=_norm_params(model))
+    norm, shape = model.norm, (dm.nt, dm.h)
+    return Block(name, fwd=pre + (elementwise(name, 2 * A * e, f"{norm}_fwd", shape),),
+                 ig=(elementwise(name + "_grad", 4 * A * e, f"{norm}_bwd", shape),),
+                 params=_norm_params(model))
 
 
 def bda_ops(name: str, dm: Dims) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """Fused bias-dropout-add: forward reads x and residual, writes y and the mask (3A + 1);
     backward reads dy and the mask, writes dx (2A + 1)."""
     e = dm.nt * dm.h
-    return (elementwise(name, (3 * A + K) * e),), (elementwise(name + "_grad", (2 * A + K) * e),)
+    return ((elementwise(name, (3 * A + K) * e, "dropout_add", (dm.nt, dm.h)),),
+            (elementwise(name + "_grad", (2 * A + K) * e),))
 
 
 def attention_core(par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
@@ -59,13 +62,16 @@ def attention_core(par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
     """
     hb = dm.b * (dm.a // dm.t)  # batched heads on this GPU
     s, d = dm.s, dm.d
-    if par.flash_attention:
+    if par.fused_attention:
         qkvo = A * dm.n * (2 * dm.h + 2 * dm.kvh) // dm.t
-        fwd = (Op("flash_attn", OpKind.FLASH_FWD, 4 * hb * s * s * d, qkvo),)
+        shape = (dm.b, dm.a // dm.t, max(1, dm.kvh // d // dm.t), s, d, 1)
+        fwd = (Op("flash_attn", OpKind.FLASH_FWD, 4 * hb * s * s * d, qkvo, kernel="attn_fwd",
+                  shape=shape),)
         bwd = (
-            Op("flash_attn_grad", OpKind.FLASH_BWD, 8 * hb * s * s * d, 2 * qkvo),
+            Op("flash_attn_grad", OpKind.FLASH_BWD, 8 * hb * s * s * d, 2 * qkvo,
+               kernel="attn_bwd", shape=shape),
             Op("flash_attn_grad_recompute_qk", OpKind.FLASH_BWD, 2 * hb * s * s * d, 0,
-               recompute=True),
+               recompute=True, kernel="attn_bwd_part", shape=shape),
         )
         return fwd, bwd
     x = hb * s * s
@@ -135,12 +141,15 @@ def _dense_mlp(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
     writes f (3A), backward reads 2f and df, writes 2f (5A)."""
     n, h, t, eg, f, f1 = dm.n, dm.h, dm.t, dm.eg, dm.f, dm.f1
     act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
+    act = "swiglu" if model.gated_mlp else "gelu"
     e = n * f // t
     return [
         tp_enter(dm),
         Block("mlp_fc1",
-              fwd=(gemm("fc1", n, h, f1 // t, eg), elementwise("mlp_act", act_f * A * e)),
-              ig=(elementwise("mlp_act_grad", act_b * A * e), gemm("fc1_dgrad", n, f1 // t, h, eg)),
+              fwd=(gemm("fc1", n, h, f1 // t, eg),
+                   elementwise("mlp_act", act_f * A * e, f"{act}_fwd", (n, f // t))),
+              ig=(elementwise("mlp_act_grad", act_b * A * e, f"{act}_bwd", (n, f // t)),
+                  gemm("fc1_dgrad", n, f1 // t, h, eg)),
               wg=(wgrad("fc1_wgrad", n, h, f1 // t, eg),),
               params=linear_params(model, h, f1, t, True)),
         sp_regather(dm),

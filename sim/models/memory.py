@@ -103,7 +103,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
         replicated = 8 * sbh + 2 * k * sbh
         split += k * sb * (2 * f1 + 2 * f)
     total = replicated // (t if sp else 1) + split // t
-    if rc != "selective" and not par.flash_attention:
+    if rc != "selective" and not par.fused_attention:
         total += 5 * model.heads * s * s * b // t
     return total
 

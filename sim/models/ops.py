@@ -30,7 +30,14 @@ class OpKind(str, Enum):
 @dataclass(frozen=True, slots=True)
 class Op:
     """``count`` identical kernels with ``flops`` matrix-multiply FLOPs and ``bytes`` HBM traffic
-    (read + written) in total (e.g. one GEMM per local expert)."""
+    (read + written) in total (e.g. one GEMM per local expert).
+
+    ``kernel`` and ``shape`` say which measured kernel a kernel table may time it by (one
+    kernel's shape; see :mod:`sim.kernels.lookup`): ``"gemm"`` ``(m, k, n)``; ``"attn_fwd"`` /
+    ``"attn_bwd"`` ``(b, hq, hkv, s, d, causal)`` (``"attn_bwd_part"``: FLOPs of the same
+    backward kernel counted apart); a memory-bound kind of the table (``"layernorm_fwd"``,
+    ``"gelu_fwd"``, ``"dropout_add"``, ...) ``(tokens, h)``; ``"adamw_fused_fp32"``
+    ``(params,)``. Empty: only the roofline times it."""
 
     name: str
     kind: OpKind
@@ -38,19 +45,22 @@ class Op:
     bytes: int
     recompute: bool = False
     count: int = 1
+    kernel: str = ""
+    shape: tuple[int, ...] = ()
 
 
 def gemm(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
          out_bytes: int = ACT_BYTES) -> Op:
     """``C[m×n] = A[m×k] · B[k×n]``: ``2mkn`` FLOPs; reads A and B, writes C."""
     return Op(name, OpKind.GEMM, 2 * m * k * n,
-              operand_bytes * (m * k + k * n) + out_bytes * m * n)
+              operand_bytes * (m * k + k * n) + out_bytes * m * n, kernel="gemm", shape=(m, k, n))
 
 
 def wgrad(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES) -> Op:
     """Weight gradient ``dW[k×n] = Xᵀ[k×m] · dY[m×n]`` accumulated into an fp32 main-grad buffer
     (Megatron's gradient-accumulation fusion): reads X, dY and dW (fp32), writes dW (fp32)."""
-    return Op(name, OpKind.GEMM, 2 * m * k * n, operand_bytes * (m * k + m * n) + 8 * k * n)
+    return Op(name, OpKind.GEMM, 2 * m * k * n, operand_bytes * (m * k + m * n) + 8 * k * n,
+              kernel="gemm", shape=(k, m, n))
 
 
 def bmm(name: str, batch: int, m: int, k: int, n: int) -> Op:
@@ -59,9 +69,9 @@ def bmm(name: str, batch: int, m: int, k: int, n: int) -> Op:
               ACT_BYTES * batch * (m * k + k * n + m * n))
 
 
-def elementwise(name: str, nbytes: int) -> Op:
-    """A memory-bound kernel moving ``nbytes`` bytes."""
-    return Op(name, OpKind.ELEMENTWISE, 0, nbytes)
+def elementwise(name: str, nbytes: int, kernel: str = "", shape: tuple[int, ...] = ()) -> Op:
+    """A memory-bound kernel moving ``nbytes`` bytes (``kernel``/``shape``: see :class:`Op`)."""
+    return Op(name, OpKind.ELEMENTWISE, 0, nbytes, kernel=kernel, shape=shape)
 
 
 def as_recompute(ops: tuple[Op, ...] | list[Op]) -> tuple[Op, ...]:

@@ -8,6 +8,9 @@ from sim.errors import UsageError
 from sim.models.spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
+#: Megatron-Core's ``--attention-backend`` values; ``auto`` is what Megatron-Core picks on
+#: current GPUs (Transformer Engine's fused cuDNN kernel), ``local`` is not modelled
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "auto")
 DTYPES = ("bf16", "fp16", "fp8")
 
 
@@ -22,6 +25,10 @@ class ParallelConfig:
     ``interleaved`` (``None``: interleaved when ``vpp > 1``, else 1f1b).
     ``flash_attention``: fused attention kernel (no s×s score matrix in memory); the
     calibration measurements (Korthikanti et al. 2022) used the unfused kernels.
+    ``attention_backend``: Megatron-Core's ``--attention-backend`` (``flash``: FlashAttention-2;
+    ``fused``: cuDNN's fused attention through Transformer Engine; ``unfused``: batched
+    matmuls + softmax; ``auto`` = ``fused``); empty: ``flash`` with ``flash_attention``, else
+    ``unfused``.
     ``overlap_grad_reduce``: data-parallel gradient collectives are issued per layer during the
     last microbatch's backward (non-blocking); otherwise one blocking collective after backward.
     """
@@ -41,6 +48,18 @@ class ParallelConfig:
     microbatch_group_size: int | None = None
     flash_attention: bool = False
     overlap_grad_reduce: bool = True
+    attention_backend: str = ""
+
+    @property
+    def backend(self) -> str:
+        """The attention kernel that runs: ``flash``, ``fused`` or ``unfused``."""
+        b = self.attention_backend or ("flash" if self.flash_attention else "unfused")
+        return "fused" if b == "auto" else b
+
+    @property
+    def fused_attention(self) -> bool:
+        """One fused kernel per attention call (no s×s score matrix in memory)."""
+        return self.backend != "unfused"
 
     @property
     def microbatches(self) -> int:
@@ -78,6 +97,12 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     if par.recompute not in RECOMPUTE:
         raise UsageError(f"must be one of {', '.join(RECOMPUTE)}, got {par.recompute!r}",
                          field="--recompute")
+    if par.attention_backend and par.attention_backend not in ATTENTION_BACKENDS:
+        raise UsageError(f"must be one of {', '.join(ATTENTION_BACKENDS)}, got "
+                         f"{par.attention_backend!r}", field="--attention-backend")
+    if par.flash_attention and par.attention_backend not in ("", "flash"):
+        raise UsageError(f"--flash-attention contradicts --attention-backend "
+                         f"{par.attention_backend}", field="--attention-backend")
     if par.dtype not in DTYPES:
         raise UsageError(f"must be one of {', '.join(DTYPES)}, got {par.dtype!r}", field="--dtype")
     if model.heads % par.tp:
