@@ -101,7 +101,7 @@ def fit(shapes: list[AttnShape], times_us: list[float], slots: int) -> AttnFit |
     y = np.array(times_us, dtype=float)
     best: tuple[float, AttnFit] | None = None
     for ratios in itertools.product(RATIO_GRID, repeat=len(ds)):
-        rd = dict(zip(ds, ratios))
+        rd = dict(zip(ds, ratios, strict=True))
         a = np.zeros((len(shapes), len(ds) + 1))
         a[:, 0] = 1.0
         for i, sh in enumerate(shapes):

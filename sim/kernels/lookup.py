@@ -89,12 +89,12 @@ class TableLookup:
         flops = 2.0 * m * k * n
         col = self._column(pts, m, k, n)
         if col is not None:
-            return Hit(flops / col * 1e9, INTERPOLATED)
+            return Hit(flops / col, INTERPOLATED)
         xs, ys = self._curve(kind, pts)
         got = _interp(math.log(flops), xs, ys)
         if got is None:
             return None
-        return Hit(flops / got[0] * 1e9, INTERPOLATED if got[1] == EXACT else got[1])
+        return Hit(flops / got[0], INTERPOLATED if got[1] == EXACT else got[1])
 
     @staticmethod
     def _column(pts: dict, m: int, k: int, n: int) -> float | None:

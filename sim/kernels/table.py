@@ -136,7 +136,7 @@ def _row(header: list[str], no: int, raw: str, file: str) -> KernelRow:
     if len(cells) != len(header):
         raise InputError(f"{len(cells)} cells but the header has {len(header)} columns",
                          file=file, line=no)
-    rec = dict(zip(header, cells))
+    rec = dict(zip(header, cells, strict=True))
     kind = rec["kind"]
     if kind not in SHAPE_FIELDS:
         raise InputError(f"unknown kind {kind!r} (known: {', '.join(SHAPE_FIELDS)})",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
-from sim.models.compute import ComputeModel, compute_model_for, ops_time_ns
+from sim.models.compute import ComputeModel, Timer
+from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.flops import model_flops_per_iteration
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops
@@ -38,22 +39,31 @@ def bucket_params(dp: int) -> int:
 
 def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
              compute_model: ComputeModel | None = None,
+             compute: ComputeSetup | None = None,
              optimizer: str | ShampooPlan = "adam",
              plan: ModelPlan | None = None, source: str = "") -> PipelineProgram:
     """Generate the pipeline program of one training iteration (times in ns, sizes in bytes).
 
     ``optimizer``: ``"adam"`` or a :class:`ShampooPlan` (Adam state plus Shampoo work on the
-    owning DP ranks). ``plan``: a prebuilt :func:`build_model_plan` result for ``(model, par)``.
+    owning DP ranks). ``compute``: the compute setup (default: :func:`resolve_compute` for
+    ``gpu`` — its family's roofline plus its shipped kernel table; an unknown GPU gets the
+    generic efficiencies and a WARNING in the assumptions);
+    ``compute_model`` replaces its roofline efficiencies. ``plan``: a prebuilt
+    :func:`build_model_plan` result for ``(model, par)``.
     Raises :class:`~sim.errors.UsageError` for layouts Megatron cannot run.
     """
     plan = plan or build_model_plan(model, par)
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
-    cm = compute_model or compute_model_for(gpu)
+    setup = compute or resolve_compute(gpu, need=False)
+    timer = timer_for(gpu, setup, par.backend)
+    if compute_model is not None:
+        timer.cm = compute_model
+    cm = timer.cm
     if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="--dtype")
-    stages = [_stage_program(st, plan, gpu, cm, optimizer) for st in plan.stages]
+    stages = [_stage_program(st, plan, timer, optimizer) for st in plan.stages]
     dm = plan.dims
     pp_bytes = dm.b * dm.s * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
     program = PipelineProgram(
@@ -63,15 +73,30 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         microbatch_group_size=par.microbatch_group_size,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
+    program.assumptions += compute_notes(setup, timer)
     return program
 
 
-def _stage_program(st: StagePlan, plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
+def compute_notes(setup: ComputeSetup, timer: Timer) -> list[str]:
+    """Report lines on where compute times came from: the GPU's catalogue entry, the kernel
+    table and the share of compute time it timed (only when a table or a non-default choice is
+    in play, so runs timed purely by a family roofline keep their report)."""
+    from sim.kernels.gpus import describe
+
+    if timer.lookup is None and not setup.notes:
+        return []
+    out = ([describe(setup.entry)] if setup.entry else []) + list(setup.notes)
+    if timer.lookup is not None:
+        out.append(timer.summary())
+    return out
+
+
+def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                    optimizer: str | ShampooPlan) -> StageProgram:
     par = plan.par
-    chunks = [tuple(_layers(rows, par, gpu, cm)) for rows in st.chunks]
+    chunks = [tuple(_layers(rows, par, timer)) for rows in st.chunks]
     return StageProgram(stage=st.stage, chunks=chunks,
-                        epilogue=_epilogue(st, plan, gpu, cm, optimizer))
+                        epilogue=_epilogue(st, plan, timer, optimizer))
 
 
 def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> Comm | None:
@@ -122,19 +147,19 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
     return out
 
 
-def _layers(rows: list[Row], par: ParallelConfig, gpu: GpuSpec, cm: ComputeModel):
+def _layers(rows: list[Row], par: ParallelConfig, timer: Timer):
     dp_comms = _bucket_comms(rows, par)
-    dtype = par.dtype
+    dtype, m = par.dtype, par.microbatches
     for i, r in enumerate(rows):
         yield Layer(
             name=r.name,
-            forward=Phase(ops_time_ns(r.fwd, gpu, cm, dtype), r.fwd_comm),
-            input_grad=Phase(ops_time_ns(r.ig, gpu, cm, dtype), r.ig_comm),
-            weight_grad=Phase(ops_time_ns(r.wg, gpu, cm, dtype), dp_comms.get(i, r.wg_comm)),
+            forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm),
+            input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm),
+            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), dp_comms.get(i, r.wg_comm)),
         )
 
 
-def _epilogue(st: StagePlan, plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
+def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
               optimizer: str | ShampooPlan) -> tuple[Task, ...]:
     par = plan.par
     dense, expert = st.params, st.expert_params
@@ -154,7 +179,7 @@ def _epilogue(st: StagePlan, plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
     if isinstance(optimizer, ShampooPlan):
         ops += (optimizer.stage_op(layers, first, par.dp),)
     tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
-                      compute_ns=ops_time_ns(ops, gpu, cm, par.dtype), wait_async=True))
+                      compute_ns=timer.ops_ns(ops, par.dtype), wait_async=True))
     if isinstance(optimizer, ShampooPlan) and par.dp > 1:
         size = optimizer.root_bytes(layers, first)
         tasks.append(Task("shampoo_root_allgather", TaskKind.GRAD_SYNC,
@@ -167,6 +192,16 @@ def _epilogue(st: StagePlan, plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                                   TaskKind.GRAD_SYNC,
                                   comm=Comm(CollKind.ALLGATHER, group, n * PARAM_BYTES)))
     return tuple(tasks)
+
+
+def _attention_text(par: ParallelConfig) -> str:
+    if not par.attention_backend:
+        return "flash (fused)" if par.flash_attention else "unfused (Megatron 2022)"
+    names = {"flash": "FlashAttention-2 kernel", "fused": "cuDNN fused attention kernel "
+             "(Transformer Engine)", "unfused": "batched matmuls + softmax (unfused)"}
+    return (f"--attention-backend {par.attention_backend}"
+            + (" (Megatron-Core's choice: fused)" if par.attention_backend == "auto" else "")
+            + f": {names[par.backend]}")
 
 
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
@@ -186,7 +221,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",
         f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
         + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp else "")
-        + f"; attention: {'flash (fused)' if par.flash_attention else 'unfused (Megatron 2022)'}",
+        + "; attention: " + _attention_text(par),
         cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
         f"{gpu.hbm_GBps:g} GB/s HBM",
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",

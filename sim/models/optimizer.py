@@ -27,7 +27,8 @@ def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4)
     updated = -(-local_params // dp) if distributed else local_params
     return (
         Op("grad_norm", OpKind.OPTIMIZER, 0, grad_bytes * updated),
-        Op("adam_step", OpKind.OPTIMIZER, 0, (grad_bytes + 26) * updated),
+        Op("adam_step", OpKind.OPTIMIZER, 0, (grad_bytes + 26) * updated,
+           kernel="adamw_fused_fp32" if updated else "", shape=(updated,)),
         Op("zero_grad_buffer", OpKind.OPTIMIZER, 0, grad_bytes * local_params),
     )
 

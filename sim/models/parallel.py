@@ -97,12 +97,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     if par.recompute not in RECOMPUTE:
         raise UsageError(f"must be one of {', '.join(RECOMPUTE)}, got {par.recompute!r}",
                          field="--recompute")
-    if par.attention_backend and par.attention_backend not in ATTENTION_BACKENDS:
-        raise UsageError(f"must be one of {', '.join(ATTENTION_BACKENDS)}, got "
-                         f"{par.attention_backend!r}", field="--attention-backend")
-    if par.flash_attention and par.attention_backend not in ("", "flash"):
-        raise UsageError(f"--flash-attention contradicts --attention-backend "
-                         f"{par.attention_backend}", field="--attention-backend")
+    _check_attention(par)
     if par.dtype not in DTYPES:
         raise UsageError(f"must be one of {', '.join(DTYPES)}, got {par.dtype!r}", field="--dtype")
     if model.heads % par.tp:
@@ -145,6 +140,15 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     elif par.vpp != 1:
         raise UsageError(f"the {schedule} schedule runs one model chunk per stage; got vpp="
                          f"{par.vpp}", field="--vpp")
+
+
+def _check_attention(par: ParallelConfig) -> None:
+    if par.attention_backend and par.attention_backend not in ATTENTION_BACKENDS:
+        raise UsageError(f"must be one of {', '.join(ATTENTION_BACKENDS)}, got "
+                         f"{par.attention_backend!r}", field="--attention-backend")
+    if par.flash_attention and par.attention_backend not in ("", "flash"):
+        raise UsageError(f"--flash-attention contradicts --attention-backend "
+                         f"{par.attention_backend}", field="--attention-backend")
 
 
 def _flag(name: str) -> str:

@@ -1,0 +1,77 @@
+"""The GPU catalogue (``sim/data/gpus.csv``): datasheet peaks, memory, SM count, NVLink
+generation, source of every number, and whether a measured kernel table ships for the GPU.
+
+A topology's ``node.gpu.name`` is looked up by its name or an alias, compared without case,
+spaces, dashes or underscores. :func:`sim.models.compute_setup.resolve_compute` turns the
+topology's GPU and the ``--kernel-table`` / ``--compute-efficiency`` options into the compute
+model a run uses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+
+
+@dataclass(frozen=True)
+class CatalogGpu:
+    """One catalogue entry (peaks in dense TFLOP/s; ``None``: no published number found)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    family: str
+    status: str  # "measured" or "datasheet-only"
+    peak_tflops: dict
+    hbm_GB: float
+    hbm_GBps: float
+    sms: int | None
+    nvlink: str
+    kernel_table: str
+    source: str
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_\-]+", "", name).upper()
+
+
+@lru_cache(maxsize=1)
+def catalog() -> tuple[CatalogGpu, ...]:
+    """All catalogue entries, in file order."""
+    text = (resources.files("sim") / "data" / "gpus.csv").read_text(encoding="utf-8")
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    out = []
+    for r in csv.DictReader(io.StringIO(body)):
+        peaks = {d: float(r[d]) for d in DTYPES if r[d]}
+        out.append(CatalogGpu(
+            name=r["name"], aliases=tuple(a for a in r["aliases"].split("|") if a),
+            family=r["family"], status=r["status"], peak_tflops=peaks,
+            hbm_GB=float(r["hbm_GB"]), hbm_GBps=float(r["hbm_GBps"]),
+            sms=int(r["sms"]) if r["sms"] else None, nvlink=r["nvlink"],
+            kernel_table=r["kernel_table"], source=r["source"]))
+    return tuple(out)
+
+
+def known_names() -> str:
+    return ", ".join(g.name for g in catalog())
+
+
+def find(name: str) -> CatalogGpu | None:
+    """The catalogue entry whose name or alias matches ``name``, else ``None``."""
+    k = _key(name)
+    for g in catalog():
+        if k == _key(g.name) or any(k == _key(a) for a in g.aliases):
+            return g
+    return None
+
+
+def describe(g: CatalogGpu) -> str:
+    """One line for the report: the GPU, its datasheet numbers and whether it was measured."""
+    peaks = ", ".join(f"{d} {v:g}" for d, v in g.peak_tflops.items())
+    return (f"GPU {g.name} ({g.status}): dense peaks TFLOP/s {peaks}; HBM {g.hbm_GB:g} GB at "
+            f"{g.hbm_GBps:g} GB/s; {g.sms or 'unknown'} SMs; {g.nvlink}; source: {g.source}")
