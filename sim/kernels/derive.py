@@ -1,8 +1,10 @@
 """Roofline efficiencies re-derived from a kernel table (how the H100 set in
 :mod:`sim.models.compute` was obtained; tests/test_kernels_derive.py checks they agree).
 
-* ``gemm_efficiency`` / ``fp8_gemm_efficiency``: median achieved fraction of the dense peak
-  over the table's GEMMs of at least ``LARGE_FLOPS`` (1 TFLOP);
+* ``gemm_efficiency`` / ``fp8_gemm_efficiency``: over the table's GEMMs of at least
+  ``LARGE_FLOPS`` (1 TFLOP), the achieved fraction of the dense peak that is off by the least
+  relative error from the slowest and the fastest of them: ``sqrt(min · max)`` (so the roofline
+  is within ``sqrt(max/min)`` of every large measured GEMM);
 * ``gemm_overhead_ns``: median over GEMMs below ``SMALL_FLOPS`` (20 GFLOP) of the measured time
   minus ``F / (gemm_efficiency · peak)`` (bf16);
 * ``flash_fwd_efficiency`` / ``flash_bwd_efficiency``: median achieved fraction of peak of the
@@ -39,7 +41,8 @@ def derive(table: KernelTable, peaks_tflops: dict, hbm_GBps: float) -> dict[str,
         pts = [p for p in gemm_points(table, kind) if p[1] >= LARGE_FLOPS]
         if pts and dt in peaks_tflops:
             peak = peaks_tflops[dt] * 1e12
-            out[key] = statistics.median(f / t / peak for _, f, t in pts)
+            effs = [f / t / peak for _, f, t in pts]
+            out[key] = (min(effs) * max(effs)) ** 0.5
     if "gemm_efficiency" in out:
         peak = peaks_tflops["bf16"] * 1e12 * out["gemm_efficiency"]
         small = [(t - f / peak) * 1e9 for _, f, t in gemm_points(table, "gemm_bf16")

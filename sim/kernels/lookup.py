@@ -3,8 +3,10 @@
 * **GEMM** ``(m, k, n)`` in dtype ``dt`` (rows ``gemm_<dt>``; fp16 uses bf16 rows when the table
   has none: same tensor-core peak): (1) a measured ``(m, k, n)``, or its transpose
   ``(n, k, m)`` (the same product computed as ``Cᵀ = Bᵀ·Aᵀ``) → the measured time; (2) measured
-  GEMMs with the same ``k`` and one of the two outer sizes, the other outer size bracketing the
-  query's → achieved FLOP/s piecewise-linear in log-FLOPs between the two nearest; (3) else the
+  GEMMs with the same ``k`` and one of the two outer sizes (a "column"): when two of them
+  bracket the query's other outer size, achieved FLOP/s piecewise-linear in log-FLOPs between
+  the two nearest; when the query lies above the column, the largest one's FLOP/s held (a
+  bracketing column is preferred, then the shortest step); (3) else the
   table's efficiency curve: measured GEMMs grouped into octaves of FLOPs (median log-FLOPs and
   median FLOP/s per octave), piecewise-linear in log-FLOPs between octaves. Below the smallest
   measured GEMM nothing is taken from the table (the roofline times it); above the largest, the
@@ -89,7 +91,7 @@ class TableLookup:
         flops = 2.0 * m * k * n
         col = self._column(pts, m, k, n)
         if col is not None:
-            return Hit(flops / col, INTERPOLATED)
+            return Hit(flops / col[0], col[1])
         xs, ys = self._curve(kind, pts)
         got = _interp(math.log(flops), xs, ys)
         if got is None:
@@ -97,24 +99,29 @@ class TableLookup:
         return Hit(flops / got[0], INTERPOLATED if got[1] == EXACT else got[1])
 
     @staticmethod
-    def _column(pts: dict, m: int, k: int, n: int) -> float | None:
-        """FLOP/s interpolated along a measured column sharing ``k`` and one outer size."""
+    def _column(pts: dict, m: int, k: int, n: int) -> tuple[float, str] | None:
+        """FLOP/s along a measured column sharing ``k`` and one outer size: interpolated when
+        measured sizes bracket the other outer size, the largest one's held above them."""
         best = None
         for fixed, free in ((m, n), (n, m)):
             col = sorted({(o, t) for (a, kk, b), t in pts.items() if kk == k
                           for o in ((b,) if a == fixed else ()) + ((a,) if b == fixed else ())})
             lo = [(o, t) for o, t in col if o < free]
             hi = [(o, t) for o, t in col if o > free]
-            if not lo or not hi:
+            if not lo:
                 continue
-            (o0, t0), (o1, t1) = lo[-1], hi[0]
-            f0, f1, f = 2.0 * fixed * k * o0, 2.0 * fixed * k * o1, 2.0 * fixed * k * free
-            r0, r1 = f0 / t0, f1 / t1
-            w = (math.log(f) - math.log(f0)) / (math.log(f1) - math.log(f0))
-            span = o1 / o0
-            if best is None or span < best[0]:
-                best = (span, r0 + w * (r1 - r0))
-        return best[1] if best else None
+            (o0, t0) = lo[-1]
+            r0 = 2.0 * fixed * k * o0 / t0
+            if not hi:
+                cand = ((1, free / o0), r0, HELD)
+            else:
+                (o1, t1) = hi[0]
+                r1 = 2.0 * fixed * k * o1 / t1
+                w = (math.log(free) - math.log(o0)) / (math.log(o1) - math.log(o0))
+                cand = ((0, o1 / o0), r0 + w * (r1 - r0), INTERPOLATED)
+            if best is None or cand[0] < best[0]:
+                best = cand
+        return (best[1], best[2]) if best else None
 
     def _curve(self, kind: str, pts: dict) -> tuple[list[float], list[float]]:
         if kind not in self._curves:

@@ -1,0 +1,75 @@
+"""GPU families: the catalogue, how a topology's GPU resolves to a compute model (measured
+table, datasheet-only, unknown), and what model-driven reports say about it."""
+
+import pytest
+
+from sim.errors import UsageError
+from sim.kernels.gpus import catalog, find
+from sim.models import ParallelConfig, load_model
+from sim.models.compute import A100, GENERIC, H100
+from sim.models.compute_setup import ComputeOptions, resolve_compute
+from sim.models.generator import generate
+from sim.topology.gpu import GpuSpec
+
+from conftest import WORKLOADS
+
+H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
+A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)
+UNKNOWN = GpuSpec("test-gpu", {"bf16": 100.0}, 16, 1000)
+
+
+def test_catalogue_lists_the_families_with_sources():
+    names = [g.name for g in catalog()]
+    assert names == ["A100-SXM4-40GB", "A100-SXM4-80GB", "A100-PCIe-80GB", "H100-SXM5-80GB",
+                     "H100-PCIe-80GB", "H200-SXM-141GB", "B200", "GB200", "MI300X"]
+    for g in catalog():
+        assert g.status in ("measured", "datasheet-only") and g.source and g.nvlink
+        assert g.peak_tflops["bf16"] > 0 and g.hbm_GBps > 0 and g.hbm_GB > 0
+        assert (g.status == "measured") == bool(g.kernel_table)
+    assert [g.name for g in catalog() if g.status == "measured"] == ["H100-SXM5-80GB"]
+    assert find("H200").hbm_GB == 141 and find("h100 80gb hbm3").name == "H100-SXM5-80GB"
+    assert find("B200").sms is None  # not found in a published source: left empty
+
+
+def test_known_gpus_get_their_family_and_h100_its_measured_table():
+    s = resolve_compute(H100_SXM)
+    assert s.cm is H100 and s.lookup is not None and s.entry.status == "measured"
+    assert resolve_compute(H100_SXM, ComputeOptions(kernel_table="none")).lookup is None
+    a = resolve_compute(A100_80)
+    assert a.cm is A100 and a.lookup is None and a.notes == []
+    b = resolve_compute(GpuSpec("B200", {"bf16": 2250.0}, 192, 8000))
+    assert b.cm.gemm_efficiency == GENERIC.gemm_efficiency and "not measured" in b.cm.family
+
+
+def test_unknown_gpu_is_refused_or_needs_compute_efficiency():
+    with pytest.raises(UsageError) as e:
+        resolve_compute(UNKNOWN)
+    msg = str(e.value)
+    assert "test-gpu" in msg and "H100-SXM5-80GB" in msg and "--compute-efficiency" in msg
+    s = resolve_compute(UNKNOWN, ComputeOptions(compute_efficiency=0.6))
+    assert s.cm.gemm_efficiency == 0.6
+    assert s.cm.flash_fwd_efficiency == pytest.approx(GENERIC.flash_fwd_efficiency * 0.6 / 0.75)
+    assert s.notes[0].startswith("WARNING: GPU test-gpu is not in the GPU catalogue")
+    with pytest.raises(UsageError, match="fraction"):
+        resolve_compute(UNKNOWN, ComputeOptions(compute_efficiency=1.5))
+    lenient = resolve_compute(UNKNOWN, need=False)
+    assert lenient.cm is GENERIC and lenient.notes[0].startswith("WARNING")
+
+
+def _program(gpu):
+    model = load_model(WORKLOADS / "models" / "gpt3-175b.yaml")
+    par = ParallelConfig(tp=8, pp=8, dp=1, micro_batch=1, global_batch=8, flash_attention=True)
+    return generate(model, par, gpu)
+
+
+def test_h100_report_says_measured_and_how_much_came_from_the_table():
+    text = "\n".join(_program(H100_SXM).assumptions)
+    assert "GPU H100-SXM5-80GB (measured)" in text
+    assert "kernel table sim/data/kernels/h100-sxm.csv: 181 kernels" in text
+    share = [a for a in _program(H100_SXM).assumptions if a.startswith("compute time per")]
+    assert len(share) == 1 and "from the kernel table" in share[0] and "roofline" in share[0]
+
+
+def test_a100_report_is_unchanged_by_the_catalogue():
+    text = "\n".join(_program(A100_80).assumptions)
+    assert "kernel table" not in text and "catalogue" not in text

@@ -1,0 +1,66 @@
+"""Kernel tables: the reader's errors (file, line, field; exit code 2), the writer round trip,
+and the shipped H100 SXM table."""
+
+import pytest
+
+from sim.errors import InputError
+from sim.kernels.table import KernelRow, KernelTable, read_table, shipped_table, write_table
+
+HEADER = "# gpu: H100-SXM5-80GB\nkind,time_ms,m,k,n,tokens,h\n"
+
+
+def _read(tmp_path, text):
+    p = tmp_path / "t.csv"
+    p.write_text(text, encoding="utf-8")
+    return read_table(p)
+
+
+def test_round_trip_through_the_writer(tmp_path):
+    rows = [KernelRow("gemm_bf16", (("m", 512), ("k", 1024), ("n", 1024)), 0.00816),
+            KernelRow("layernorm_fwd", (("tokens", 8192), ("h", 1024)), 0.02515),
+            KernelRow("attn_flash_fwd", (("b", 8), ("s", 1024), ("hq", 16), ("hkv", 16),
+                                         ("d", 64), ("causal", 1)), 0.10368),
+            KernelRow("adamw_fused_fp32", (("params", 50_000_000),), 0.53864)]
+    table = KernelTable("H100-SXM5-80GB", rows, meta={"date": "2026-11-22", "source": "x"})
+    write_table(table, tmp_path / "out.csv")
+    back = read_table(tmp_path / "out.csv")
+    assert back.gpu == "H100-SXM5-80GB"
+    assert back.meta["date"] == "2026-11-22"
+    assert [(r.kind, r.shape, r.time_ms) for r in back.rows] == [
+        (r.kind, r.shape, r.time_ms) for r in rows]
+
+
+@pytest.mark.parametrize("text, line, field, words", [
+    ("kind,time_ms\n", 1, "gpu", "missing '# gpu"),
+    (HEADER.replace("tokens", "tokenz"), 2, "tokenz", "unknown column"),
+    (HEADER + "gemm_bf16,0.1,512,1024\n", 3, None, "cells"),
+    (HEADER + "gemm_bf17,0.1,512,1024,1024,,\n", 3, "kind", "unknown kind"),
+    (HEADER + "gemm_bf16,0.1,512,,1024,,\n", 3, "k", "needed by kind gemm_bf16"),
+    (HEADER + "gemm_bf16,0.1,512,-4,1024,,\n", 3, "k", "positive integer"),
+    (HEADER + "gemm_bf16,0,512,1024,1024,,\n", 3, "time_ms", "positive number"),
+    (HEADER + "gemm_bf16,nan,512,1024,1024,,\n", 3, "time_ms", "positive number"),
+    (HEADER + "layernorm_fwd,0.1,,,,8192,x\n", 3, "h", "positive integer"),
+])
+def test_reader_names_file_line_and_field(tmp_path, text, line, field, words):
+    with pytest.raises(InputError) as e:
+        _read(tmp_path, text)
+    err = e.value
+    assert err.exit_code == 2
+    assert err.file.endswith("t.csv") and err.line == line and err.field == field
+    assert words in str(err) and "\n" not in str(err)
+
+
+def test_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_table(tmp_path / "absent.csv")
+
+
+def test_shipped_h100_table_cites_its_measurement():
+    t = shipped_table("h100-sxm.csv")
+    assert t.gpu == "H100-SXM5-80GB" and t.meta["date"] == "2026-11-22"
+    assert "do_bench" in t.meta["source"] and "132 SMs" in t.meta["source"]
+    kinds = {r.kind for r in t.rows}
+    assert {"gemm_bf16", "gemm_fp8", "attn_flash_fwd", "attn_cudnn_bwd", "layernorm_bwd",
+            "adamw_fused_fp32"} <= kinds
+    # 184 measured rows minus the 3 memory-efficient attention shapes that failed to run
+    assert len(t.rows) == 181
