@@ -2,6 +2,7 @@
 table, datasheet-only, unknown), and what model-driven reports say about it."""
 
 import pytest
+from conftest import WORKLOADS
 
 from sim.errors import UsageError
 from sim.kernels.gpus import catalog, find
@@ -10,8 +11,6 @@ from sim.models.compute import A100, GENERIC, H100
 from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.generator import generate
 from sim.topology.gpu import GpuSpec
-
-from conftest import WORKLOADS
 
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
 A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)

@@ -23,6 +23,7 @@ no exact shape, roofline for what it lacks).
 import math
 
 import pytest
+from conftest import WORKLOADS
 
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
@@ -31,8 +32,6 @@ from sim.models.compute import H100, Timer
 from sim.models.dims import Dims
 from sim.models.layers import transformer_layer_rows
 from sim.topology.gpu import GpuSpec
-
-from conftest import WORKLOADS
 
 TABLE = shipped_table("h100-sxm.csv")
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)

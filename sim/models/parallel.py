@@ -129,6 +129,10 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
         if model.moe.experts % par.ep:
             raise UsageError(f"expert-parallel size {par.ep} must divide the "
                              f"{model.moe.experts} experts", field="--ep")
+    _check_schedule(par)
+
+
+def _check_schedule(par: ParallelConfig) -> None:
     schedule = par.schedule_name
     if schedule not in ("gpipe", "1f1b", "interleaved"):
         raise UsageError(f"unknown schedule {schedule!r}; choose gpipe, 1f1b or interleaved",
