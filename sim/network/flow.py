@@ -24,7 +24,7 @@ import simpy
 from simpy.events import NORMAL
 
 from sim.comm import CollKind, GroupKind
-from sim.network import nccl
+from sim.network import alltoall, nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.fluid import Flow, FluidSolver, run_alone
 from sim.network.plans import (
@@ -34,7 +34,7 @@ from sim.network.plans import (
     build_plan,
     representative_plan,
 )
-from sim.network.symmetry import link_scopes, local_copies
+from sim.network.symmetry import copies, link_scopes, local_copies
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 from sim.topology.cluster import Cluster
@@ -106,6 +106,10 @@ class FlowNetwork(Network):
         self._layouts: dict[tuple, tuple[dict, dict]] = {}
         self._agg: dict[tuple, tuple] = {}
         self._fusable: dict[GroupKind, bool] = {}
+        # all-to-alls costed as classes of transfers (sim/network/alltoall.py) where exact;
+        # False: flow by flow (the reference the tests compare with)
+        self.a2a_classes = True
+        self._cplans: dict[tuple, alltoall.ClassPlan | None] = {}
         self._reset()
 
     # ---- binding -------------------------------------------------------------------------
@@ -139,6 +143,11 @@ class FlowNetwork(Network):
     def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
         """The plan a simulated request runs on: in symmetric simulation, rings are reduced to
         their distinct edges (:func:`~sim.network.plans.representative_plan`)."""
+        if kind is CollKind.ALLTOALL and self._by_class():
+            key = (algorithm, ranks)
+            if key not in self._cplans:
+                self._cplans[key] = alltoall.class_plan(self.cluster, algorithm, ranks)
+            return self._cplans[key]
         plan = self.plan(kind, algorithm, ranks)
         if plan is None or self._pinned is None:
             return plan
@@ -147,6 +156,12 @@ class FlowNetwork(Network):
         if got is None:
             got = self._rplans[key] = representative_plan(self.cluster, plan, self._pinned)
         return got
+
+    def _by_class(self) -> bool:
+        """All-to-alls by class: isolated costs and symmetric simulation of alike nodes (per-rank
+        simulation keeps every transfer: its other traffic need not be symmetric)."""
+        return self.a2a_classes and alltoall.supported(self.cluster) and (
+            self.placement is None or self.symmetric)
 
     def plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
         key = (kind, algorithm, ranks)
@@ -159,6 +174,8 @@ class FlowNetwork(Network):
         got = self._single.get(id(plan))
         if got is not None:
             return got
+        if isinstance(plan, alltoall.ClassPlan):
+            return plan.flows((), self._pinned or frozenset())[0]
         cl = self.cluster
         maxrate = math.inf
         if plan.algorithm == "tree":
@@ -188,6 +205,11 @@ class FlowNetwork(Network):
         akey = (id(plan), req.group)
         got = self._agg.get(akey)
         if got is not None:
+            return got
+        if isinstance(plan, alltoall.ClassPlan):
+            others = copies(self.placement, req.kind, req.group, req.ranks)[1:] \
+                if self.symmetric else []
+            got = self._agg[akey] = plan.flows(tuple(others), self._pinned or frozenset())
             return got
         single = self._single_flows(plan)
         groups = [req.ranks]
@@ -263,14 +285,16 @@ class FlowNetwork(Network):
         dst = np.fromiter((g[1] for g in pairs), dtype=np.int64, count=len(pairs))
         return cl.count_fabric_links(src, dst, 0, wanted)
 
-    def _alone_ns(self, plan: Plan, proto: str, size_bytes: int) -> int:
+    def _alone_ns(self, plan: Plan, proto: str, size_bytes: int,
+                  flags: list[int] | None = None) -> int:
         eff = nccl.efficiency(plan.algorithm, proto)
         total = self.launch_ns
         for p_idx, ph in enumerate(self._single_flows(plan)):
-            flows = [Flow(path, loads, coef * size_bytes / eff, None, cap)
-                     for path, loads, coef, cap in ph]
+            flows = [Flow(it[0], it[1], it[2] * size_bytes / eff, None, it[3], *it[4:])
+                     for it in ph]
             memo = self._memo.setdefault((id(plan), p_idx), {})
-            total += run_alone(flows, self.cluster.cap, memo) + plan.phases[p_idx].latency_ns[proto]
+            total += run_alone(flows, self.cluster.cap, memo, flags) + \
+                plan.phases[p_idx].latency_ns[proto]
         return total
 
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
@@ -298,7 +322,7 @@ class FlowNetwork(Network):
         fixed = self.algorithm[kind]
         algos = tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS)
         if fixed != "auto" and fixed in ALGORITHMS_FOR[kind] and \
-                self.plan(kind, fixed, ranks) is not None:
+                self.rep_plan(kind, fixed, ranks) is not None:
             algos = (fixed,)
         best: tuple[Plan, str, int] | None = None
         for a in algos:
@@ -309,7 +333,12 @@ class FlowNetwork(Network):
             if self.protocol != "auto" and self.protocol in protos:
                 protos = (self.protocol,)
             for p in protos:
-                t = self._alone_ns(plan, p, size_bytes)
+                flags: list[int] = []
+                t = self._alone_ns(plan, p, size_bytes, flags)
+                if any(flags):  # classes not exact here: every transfer on its own
+                    plan = self.plan(kind, a, ranks)
+                    assert plan is not None
+                    t = self._alone_ns(plan, p, size_bytes)
                 if best is None or t < best[2]:
                     best = (plan, p, t)
         assert best is not None
@@ -344,8 +373,10 @@ class FlowNetwork(Network):
     def _start_phase(self, op: _Op, _ev: object = None) -> None:
         now = self.env.now  # type: ignore[union-attr]
         wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
-        flows = [Flow(path, loads, coef * wire, op, cap)
-                 for path, loads, coef, cap in op.agg[0][op.phase]]
+        flows = [Flow(it[0], it[1], it[2] * wire, op, it[3], *it[4:])
+                 for it in op.agg[0][op.phase]]
+        if isinstance(op.plan, alltoall.ClassPlan):
+            self.solver.strict_flows = True
         op.pending = len(flows)
         self.solver.add(flows, now)
         self._schedule_wake()

@@ -25,10 +25,12 @@ import math
 
 
 class Flow:
-    __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner", "bneck")
+    __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner", "bneck",
+                 "strict")
 
     def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
-                 owner: object = None, maxrate: float = math.inf):
+                 owner: object = None, maxrate: float = math.inf,
+                 strict: frozenset[int] | None = None):
         self.path = path
         self.loads = loads
         self.rem = rem
@@ -39,6 +41,15 @@ class Flow:
         self.ver = 0
         self.owner = owner
         self.bneck = -1  # the link that limits the rate (-1: the flow's own cap), after a fill
+        # a class of transfers (sim/network/alltoall.py): the links all of them cross; its
+        # rate is each transfer's own only when one of these (or the cap) limits it
+        self.strict = strict
+
+
+def inexact(flows: list[Flow]) -> int:
+    """How many class flows a fill limited by a link only some of their transfers cross."""
+    return sum(1 for f in flows if f.strict is not None and f.bneck >= 0
+               and f.bneck not in f.strict)
 
 
 def ceil_ns(x: float) -> int:
@@ -106,6 +117,8 @@ class FluidSolver:
         self.heap: list[tuple[int, int, int, Flow]] = []
         self._seq = 0
         self.refills = 0
+        self.strict_flows = False  # set when class flows are added
+        self.inexact = 0  # fills that limited a class flow by a link not all its transfers use
 
     def add(self, flows: list[Flow], now: int) -> None:
         users = self.users
@@ -123,28 +136,41 @@ class FluidSolver:
         users = self.users
         touched: list[Flow] = []
         gone = set(flows)
+        # with class flows (many shared links), each link's users are visited once
+        links: set[int] | None = set() if self.strict_flows else None
         for f in flows:
             f.ver += 1
             for link, _ in f.loads:
                 u = users[link]
                 del u[f]
-                if u:
-                    touched.extend(g for g in u if g not in gone)
-                else:
+                if not u:
                     del users[link]
+                elif links is None:
+                    touched.extend(g for g in u if g not in gone)
+                elif link not in links:
+                    links.add(link)
+                    touched.extend(g for g in u if g not in gone)
         if touched:
             self._refill(touched, now)
 
     def _component(self, seeds: list[Flow]) -> list[Flow]:
+        """The flows connected to ``seeds`` by shared links, in depth-first order (the order
+        sets the tie-break of equal finish times, so it is kept as it is for ordinary flows;
+        with class flows each link is expanded once)."""
         seen: dict[Flow, None] = {}
         stack = list(seeds)
         users = self.users
+        links: set[int] | None = set() if self.strict_flows else None
         while stack:
             f = stack.pop()
             if f in seen:
                 continue
             seen[f] = None
             for link, _ in f.loads:
+                if links is not None:
+                    if link in links:
+                        continue
+                    links.add(link)
                 for g in users[link]:
                     if g not in seen:
                         stack.append(g)
@@ -154,6 +180,8 @@ class FluidSolver:
         self.refills += 1
         comp = self._component(seeds)
         rates = waterfill(comp, self.cap)
+        if self.strict_flows:
+            self.inexact += inexact(comp)
         heap = self.heap
         for f, r in zip(comp, rates, strict=True):
             if r != f.rate:
@@ -190,21 +218,27 @@ def set_rate(f: Flow, rate: float, now: int) -> None:
     f.fin = now + ceil_ns(f.rem / rate) if f.rem > 0.0 else now
 
 
-def run_alone(flows: list[Flow], cap: list[float], memo: dict | None = None) -> int:
+def run_alone(flows: list[Flow], cap: list[float], memo: dict | None = None,
+              flags: list[int] | None = None) -> int:
     """Duration (ns) until the last of ``flows`` completes when nothing else runs.
 
     Mirrors :class:`FluidSolver` exactly (same arithmetic), without SimPy; ``memo`` caches the
-    rates per set of still-active flows (they do not depend on sizes).
+    rates per set of still-active flows (they do not depend on sizes). ``flags`` collects the
+    :func:`inexact` count of every fill.
     """
     active = list(range(len(flows)))
     now = 0
     while active:
         key = tuple(active)
-        rates = memo.get(key) if memo is not None else None
-        if rates is None:
-            rates = waterfill([flows[i] for i in active], cap)
+        got = memo.get(key) if memo is not None else None
+        if got is None:
+            sub = [flows[i] for i in active]
+            got = (waterfill(sub, cap), inexact(sub))
             if memo is not None:
-                memo[key] = rates
+                memo[key] = got
+        rates, bad = got
+        if flags is not None:
+            flags.append(bad)
         for i, r in zip(active, rates, strict=True):
             f = flows[i]
             if r != f.rate:

@@ -18,7 +18,9 @@ Algorithms (n ranks on N nodes, g ranks per node, C channels = distinct NICs of 
   NIC), then intra-node AllGather; the phases run one after another.
 - ``ring`` for Broadcast: the ring as a chain from the root, every edge carries ``S/C``.
 - ``direct``: AllToAll = every ordered pair exchanges ``S/n`` (independent flows); send/recv =
-  one flow of ``S``.
+  one flow of ``S``. ``hierarchical`` AllToAll: intra-node, then inter-node among the GPUs of
+  the same local index. (Symmetric and isolated costs group the transfers into classes:
+  :mod:`sim.network.alltoall`.)
 
 Latency terms follow NCCL's model (:mod:`sim.network.nccl`) plus the physical latency of the
 links of each step's path from the topology (ns).
@@ -40,7 +42,7 @@ ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
     CollKind.ALLGATHER: ("ring", "hierarchical"),
     CollKind.REDUCESCATTER: ("ring", "hierarchical"),
     CollKind.BROADCAST: ("ring",),
-    CollKind.ALLTOALL: ("direct",),
+    CollKind.ALLTOALL: ("direct", "hierarchical"),
     CollKind.SENDRECV: ("direct",),
 }
 PROTOCOLS_FOR_DIRECT = ("LL", "Simple")
@@ -89,7 +91,8 @@ class Plan:
 
     @property
     def protocols(self) -> tuple[str, ...]:
-        return PROTOCOLS_FOR_DIRECT if self.algorithm == "direct" else nccl.PROTOCOLS
+        direct = self.algorithm == "direct" or self.kind is CollKind.ALLTOALL
+        return PROTOCOLS_FOR_DIRECT if direct else nccl.PROTOCOLS
 
 
 def node_groups(cl: Cluster, ranks: tuple[int, ...]) -> list[list[int]]:
@@ -289,12 +292,15 @@ def hierarchical_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...],
     return Plan(kind, "hierarchical", ranks, phases)
 
 
-def direct_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -> Plan:
-    n = len(ranks)
+def _direct_phase(cl: Cluster, kind: CollKind, groups: list[tuple[int, ...]], coef: float,
+                  intra: str) -> PlanPhase:
+    """Point-to-point coflows (every ordered pair of each group, ``coef × S`` each; send/recv:
+    the pair) and their latency: NCCL's ring base latency plus one hop per peer."""
     if kind is CollKind.SENDRECV:
-        cfs = [Coflow(((ranks[0], ranks[1], -1),), 1.0, 0)]
+        cfs = [Coflow(((groups[0][0], groups[0][1], -1),), coef, 0)]
     else:
-        cfs = [Coflow(((a, b, -1),), 1.0 / n, 0) for a in ranks for b in ranks if a != b]
+        cfs = [Coflow(((a, b, -1),), coef, 0) for g in groups for a in g for b in g if a != b]
+    ranks = groups[0]
 
     def latency(cfs) -> dict[str, int]:
         lat = _Lat(cl, intra)
@@ -303,11 +309,30 @@ def direct_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str)
         multi = any(a // cl.gpn != ranks[0] // cl.gpn for a in ranks)
         hop = "net" if multi else intra
         phys = lat.inter_ns if multi else lat.intra_ns
-        steps = 1 if kind is CollKind.SENDRECV else n - 1
+        steps = 1 if kind is CollKind.SENDRECV else len(ranks) - 1
         return {p: round((nccl.BASE_LAT_US["ring"][p] + steps * nccl.HW_LAT_US[("ring", hop)][p])
                          * 1000) + steps * phys for p in PROTOCOLS_FOR_DIRECT}
 
-    return Plan(kind, "direct", ranks, (PlanPhase(tuple(cfs), latency),))
+    return PlanPhase(tuple(cfs), latency)
+
+
+def direct_plan(cl: Cluster, kind: CollKind, ranks: tuple[int, ...], intra: str) -> Plan:
+    coef = 1.0 if kind is CollKind.SENDRECV else 1.0 / len(ranks)
+    return Plan(kind, "direct", ranks, (_direct_phase(cl, kind, [ranks], coef, intra),))
+
+
+def hierarchical_alltoall_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan | None:
+    """Two-dimensional all-to-all (DeepSpeed-MoE, Tutel): inside each node every pair exchanges
+    ``S/g`` (GPU j collects its node's data for GPU j of every node), then the GPUs with the
+    same local index exchange ``S/N`` per pair across the N nodes (the g all-to-alls at once)."""
+    nodes = node_groups(cl, ranks)
+    n_nodes, g = len(nodes), len(nodes[0])
+    if n_nodes == 1 or g == 1 or any(len(x) != g for x in nodes):
+        return None
+    cols = [tuple(x[j] for x in nodes) for j in range(g)]
+    return Plan(CollKind.ALLTOALL, "hierarchical", ranks, (
+        _direct_phase(cl, CollKind.ALLTOALL, [tuple(x) for x in nodes], 1.0 / g, intra),
+        _direct_phase(cl, CollKind.ALLTOALL, cols, 1.0 / n_nodes, intra)))
 
 
 def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
@@ -320,6 +345,8 @@ def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ..
     if algorithm == "tree":
         return tree_plan(cl, ranks, intra)
     if algorithm == "hierarchical":
+        if kind is CollKind.ALLTOALL:
+            return hierarchical_alltoall_plan(cl, ranks, intra)
         return hierarchical_plan(cl, kind, ranks, intra)
     return direct_plan(cl, kind, ranks, intra)
 
