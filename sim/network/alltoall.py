@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.comm import CollKind
 from sim.network import nccl
 from sim.network.plans import PROTOCOLS_FOR_DIRECT, Plan, PlanPhase, node_groups
 from sim.topology.cluster import Cluster
-from sim.comm import CollKind
 
 
 def _crc_table() -> np.ndarray:
@@ -142,10 +142,10 @@ def _tops(cl: Cluster, src: np.ndarray, dst: np.ndarray):
         return np.zeros(len(src), dtype=np.int64), None, None
     nn = cl.topo.num_nodes
     leaf = f.leaf_index(np.arange(nn)[:, None], np.arange(cl.nics)[None, :], nn, cl.nics)
-    rail = np.asarray(cl._gpu_nic, dtype=np.int64)[dst % gpn]
+    rail = np.asarray(cl.gpu_nics, dtype=np.int64)[dst % gpn]
     la, lb = leaf[ns, rail], leaf[nd, rail]
     n_leaves = int(leaf.max()) + 1
-    span = cl._span
+    span = cl.level_spans
     ids = np.arange(n_leaves)
     table = np.full((n_leaves, n_leaves), len(span) - 1, dtype=np.int64)
     for lv in range(len(span) - 2, 0, -1):
@@ -190,7 +190,7 @@ def _fabric_codes(cl: Cluster, la, lb, top, hashes):
     """Per cross-leaf transfer, the dense codes of its switch-to-switch links (one array per
     hop, ``-1`` where the route has fewer hops), the number of codes, and a decoder code →
     (u, v) link names."""
-    span, up = cl._span, cl._up
+    span, up = cl.level_spans, cl.level_ups
     levels = len(span) - 1
     nb = int(max(la.max(), lb.max())) + 1
     paths = [1, 1]
@@ -282,14 +282,13 @@ def _node_parts(cl: Cluster, ls: int, ld: int, xs: int, xd: int, intra: bool
     """Link ids of a class's route on its representative nodes: (source side, destination
     side); an intra-node class has only a source side."""
     if intra:
-        return [cl.link(u, v) for u, v in cl._local_names(xs, cl._segment(("gpu", ls),
-                                                                        ("gpu", ld)))], []
-    k = cl._gpu_nic[ld]
+        return [cl.link(u, v) for u, v in cl.local_links(xs, ("gpu", ls), ("gpu", ld))], []
+    k = cl.gpu_nics[ld]
     la, lb = cl.leaf_of(xs, k), cl.leaf_of(xd, k)
-    a = cl._local_names(xs, cl._segment(("gpu", ls), ("nic", k)))
+    a = cl.local_links(xs, ("gpu", ls), ("nic", k))
     a.append((("nic", xs, k), ("sw", 1, la, 0)))
     b = [(("sw", 1, lb, 0), ("nic", xd, k))]
-    b += cl._local_names(xd, cl._segment(("nic", k), ("gpu", ld)))
+    b += cl.local_links(xd, ("nic", k), ("gpu", ld))
     return [cl.link(u, v) for u, v in a], [cl.link(u, v) for u, v in b]
 
 

@@ -55,6 +55,13 @@ def describe_network(net: FlowNetwork) -> list[str]:
             out.append(f"the fabric is not uniform ({uneven}): copies in partially filled "
                        "sub-trees take other paths than their representative, so symmetric "
                        "simulation is approximate here (--per-rank is exact)")
+    if net.class_plans_used:
+        out.append("all-to-all: transfers with the same local GPUs, fabric level and alike "
+                   "nodes costed as one class flow each (exact when a link all of a class's "
+                   "transfers cross limits it)" + (
+                       f"; {net.solver.inexact} fill(s) limited a class by a link only some "
+                       "of its transfers cross: approximate there (--per-rank is exact)"
+                       if net.solver.inexact else ""))
     for g in sorted(net._fusable, key=lambda g: g.value):
         if net._fusable[g]:
             out.append(f"{g.value} collectives never share links with other traffic: costed "

@@ -206,11 +206,6 @@ class FlowNetwork(Network):
         got = self._agg.get(akey)
         if got is not None:
             return got
-        if isinstance(plan, alltoall.ClassPlan):
-            others = copies(self.placement, req.kind, req.group, req.ranks)[1:] \
-                if self.symmetric else []
-            got = self._agg[akey] = plan.flows(tuple(others), self._pinned or frozenset())
-            return got
         single = self._single_flows(plan)
         groups = [req.ranks]
         scope_nodes: dict = {}
@@ -270,6 +265,18 @@ class FlowNetwork(Network):
         lats = tuple(ph.latency_ns for ph in plan.phases)
         got = self._agg[akey] = (tuple(phases), lats)
         return got
+
+    def _class_flows(self, plan: alltoall.ClassPlan, req: CommRequest) -> tuple[tuple, tuple]:
+        """Like :meth:`_aggregated_flows` for an all-to-all by classes: the classes of the
+        request's transfers and, in symmetric mode, those of all its copies."""
+        others = copies(self.placement, req.kind, req.group, req.ranks)[1:] \
+            if self.symmetric else []
+        return plan.flows(tuple(others), self._pinned or frozenset())
+
+    @property
+    def class_plans_used(self) -> bool:
+        """Whether an all-to-all has been costed by classes (for the report)."""
+        return any(p is not None for p in self._cplans.values())
 
     def _count_away(self, pairs: list[tuple[int, ...]], path: tuple[int, ...]
                     ) -> dict[int, int] | None:
@@ -364,7 +371,10 @@ class FlowNetwork(Network):
         if self._trivial(req):
             return env.timeout(0, value=_NONE)
         plan, proto, iso = self.choose(req.kind, req.ranks, req.size_bytes)
-        agg = self._aggregated_flows(plan, req)
+        if isinstance(plan, alltoall.ClassPlan):
+            agg = self._class_flows(plan, req)
+        else:
+            agg = self._aggregated_flows(plan, req)
         op = _Op(req, plan, proto, agg, env.event(), env.now, iso)
         self.ops_started += 1
         self._start_phase(op)

@@ -55,6 +55,27 @@ class Cluster:
             self.tree = FatTree(topo.fabric)
             self._span = self.tree.spans  # level-l block of a leaf = leaf // _span[l]
 
+    # ---- read access for vectorised routing (sim/network/alltoall.py) ----------------------
+    @property
+    def gpu_nics(self) -> tuple[int, ...]:
+        """NIC (index within the node) of each local GPU."""
+        return self._gpu_nic
+
+    @property
+    def level_spans(self) -> list[int]:
+        """Leaves per sub-tree at each fabric level (index 1 = leaf = 1)."""
+        return self._span
+
+    @property
+    def level_ups(self) -> list[int]:
+        """Up-links per switch at each fabric level (index 0 = leaf)."""
+        return self._up
+
+    def local_links(self, node: int, a: tuple, b: tuple) -> list[tuple[tuple, tuple]]:
+        """Link names of the route inside ``node`` from local endpoint ``a`` to ``b``
+        (``("gpu", i)`` or ``("nic", k)``)."""
+        return self._local_names(node, self._segment(a, b))
+
     # ---- faults (sim/faults.py) ----------------------------------------------------------
     def _faults(self, topo: Topology) -> None:
         """Degraded links scale their capacity; a failed NIC's traffic uses a substitute NIC of
