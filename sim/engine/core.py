@@ -21,7 +21,15 @@ from sim.comm import Comm, GroupKind
 from sim.engine.comms import CommStreams, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.result import LayerStats, RankStats, SimResult, Span
-from sim.engine.segments import AsyncIssue, Blocking, Compiled, Fused, compile_pass, scaled
+from sim.engine.segments import (
+    AsyncIssue,
+    Blocking,
+    Compiled,
+    Fused,
+    compile_pass,
+    phases,
+    scaled,
+)
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
@@ -105,6 +113,9 @@ class _Engine(CommStreams):
         self._sim_count: dict[tuple[int, ...], int] = {}
         self._iso: dict[tuple, tuple[int, str] | None] = {}
         self._compiled: dict[tuple, Compiled] = {}
+        # compiled passes shared by ranks whose passes compile alike (per-rank simulation)
+        self._passes: dict[tuple, Compiled] = {}
+        self._blocking: dict[tuple, tuple[Comm, ...]] = {}
         self._all_compiled: list[tuple[int, Compiled]] = []
 
     # ---- helpers -------------------------------------------------------------------------
@@ -134,8 +145,17 @@ class _Engine(CommStreams):
         comp = self._compiled.get(key)
         if comp is None:
             layers = self.prog.stages[stage].chunks[chunk]
-            comp = compile_pass(layers, forward, last and not forward,
-                                lambda c: self.fused_cost(rank, c), self.scale.get(rank, 1.0))
+            scale = self.scale.get(rank, 1.0)
+            # a pass depends on the rank only through its compute scale and the fused costs
+            # of its blocking comms: ranks that agree on them share the compiled steps
+            sig = (stage, chunk, forward, last, scale, tuple(
+                self.fused_cost(rank, c) for c in self.blocking_comms(stage, chunk, forward)))
+            shared = self._passes.get(sig)
+            if shared is None:
+                shared = self._passes[sig] = compile_pass(
+                    layers, forward, last and not forward, lambda c: self.fused_cost(rank, c),
+                    scale)
+            comp = Compiled(shared.steps, shared.layer_totals)
             if not self.lockstep and GroupKind.TP in comp.fused_groups() and self.sim_count(
                     self.group(GroupKind.TP, rank)) > 1:
                 # simulated TP peers at the same speed: once they start the pass together
@@ -144,6 +164,18 @@ class _Engine(CommStreams):
             self._compiled[key] = comp
             self._all_compiled.append((rank, comp))
         return comp
+
+    def blocking_comms(self, stage: int, chunk: int, forward: bool) -> tuple[Comm, ...]:
+        """The distinct blocking comms of a pass, in the order the pass issues them."""
+        key = (stage, chunk, forward)
+        got = self._blocking.get(key)
+        if got is None:
+            seen: dict[Comm, None] = {}
+            for _lay, _kind, ph in phases(self.prog.stages[stage].chunks[chunk], forward):
+                if ph.comm is not None and ph.comm.blocking:
+                    seen.setdefault(ph.comm, None)
+            got = self._blocking[key] = tuple(seen)
+        return got
 
     def span(self, *args, **kw) -> None:
         if self.spans is not None:

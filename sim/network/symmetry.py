@@ -100,15 +100,14 @@ def _touches_templates(cluster, members, nodes_scope: dict[int, set]) -> bool:
     """Could a group with these members use one of the scoped node-local links? Its traffic
     inside a node runs between its members there, and between them and the NICs of its
     members (its rails)."""
-    import numpy as np
-
     gpn = cluster.gpn
-    rails = {int(k) for k in np.unique(np.asarray(cluster._gpu_nic)[members % gpn])} \
-        if cluster.nics else set()
-    near = members[np.isin(members // gpn, np.fromiter(nodes_scope, dtype=np.int64))]
+    mem = members.tolist()  # a handful of ranks: plain Python beats numpy's per-call cost
+    nic = cluster.gpu_nics
+    rails = {nic[m % gpn] for m in mem} if cluster.nics else set()
     by_node: dict[int, list[int]] = {}
-    for m in near.tolist():
-        by_node.setdefault(m // gpn, []).append(m % gpn)
+    for m in mem:
+        if m // gpn in nodes_scope:
+            by_node.setdefault(m // gpn, []).append(m % gpn)
     memo = cluster.__dict__.setdefault("_touch_memo", {})
     rail_key = tuple(sorted(rails))
     for n, local in by_node.items():
