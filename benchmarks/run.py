@@ -1,16 +1,26 @@
-"""Scale and speed benchmarks (issue: 1k to 64k GPUs in seconds).
+"""Speed benchmarks that survive a loaded machine: every case as a ratio to a reference process.
 
-Runs each case as a whole ``simrun`` process (start-up included), several times, and reports
-the best wall time, the simulation's own time and events per second (from ``--timing``) and
-the process's peak resident memory. Goals are checked and printed.
+Each case runs as a whole ``simrun`` process (start-up included). In every round the reference
+process ``python -c "import simpy, numpy, yaml"`` (the libraries any simrun run loads) runs
+first, then each case once; after ``--repeat`` rounds each keeps its best. A case is reported
+as absolute wall and CPU (user + system) seconds and as **ratios to the reference measured in
+the same run**: a loaded machine slows both alike, so the ratios move far less than the
+seconds. ``--instructions`` also counts the instructions of each process with valgrind
+(callgrind; slow, but independent of the load).
 
-    python benchmarks/run.py                # all cases, 3 repetitions, table on stdout
-    python benchmarks/run.py --quick        # one repetition, skip the per-rank case
+    python benchmarks/run.py                 # all cases, best of 3 rounds
+    python benchmarks/run.py --quick         # 1 round, no per-rank / micro-test cases
     python benchmarks/run.py --json out.json
-    python benchmarks/run.py --instructions # also count instructions with valgrind (slow;
-                                            # repeatable where wall time is noisy)
+    python benchmarks/run.py --instructions
 
-Numbers depend on the machine; the README records them for the 2-core reference machine.
+Goals are ratios to the reference. The issue's absolute goals on the quiet 2-core machine
+(1024-GPU seed ≤ 0.3 s, paired there with ≤ 3× the reference, i.e. a reference of 0.1 s) are
+converted with that 0.1 s: AICB's all-to-all micro-test ≤ 5 s → 50×, ``simrun collective
+--op alltoall --gpus 1024`` ≤ 2 s → 20×, per-rank seed ≤ 3 s → 30×; GPT-3 on 65,536 GPUs
+≤ 1.5× GPT-3 on 1,024. They are checked on the CPU-time ratio (on a loaded machine a
+process's CPU time is close to its wall time on a quiet one; wall ratios are printed too).
+The sources are compiled to bytecode first, as an installed package is (``PYTHONDONTWRITEBYTECODE``
+would otherwise make every run compile them).
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "workloads/aicb-gpt-h16384-tp8-pp16-dp8-1024gpu.txt"
+A100 = "topologies/dgx-a100-1024.yaml"
+REFERENCE = ["-c", "import simpy, numpy, yaml"]
 MODEL_ARGS = ["--model", "workloads/models/gpt3-175b.yaml", "--topo",
               "topologies/dgx-h100-scalable.yaml", "--tp", "8", "--pp", "16", "--micro-batch",
               "1", "--sequence-parallel", "--recompute", "selective", "--distributed-optimizer"]
@@ -39,101 +51,155 @@ def model_case(gpus: int) -> list[str]:
     return MODEL_ARGS + ["--nodes", str(gpus // 8), "--global-batch", str(16 * dp)]
 
 
-CASES = [
-    ("seed 1024 GPUs (AICB, TP8 PP16 DP8)", ["--workload", SEED, "--topo",
-                                              "topologies/dgx-a100-1024.yaml"]),
-    ("GPT-3 175B, 1,024 GPUs", model_case(1024)),
-    ("GPT-3 175B, 4,096 GPUs", model_case(4096)),
-    ("GPT-3 175B, 16,384 GPUs", model_case(16384)),
-    ("GPT-3 175B, 65,536 GPUs", model_case(65536)),
-    ("seed 1024 GPUs, one failed NIC (hybrid)", ["--workload", SEED, "--topo",
-                                                 "topologies/dgx-a100-1024.yaml",
-                                                 "--fail-nic", "37.3"]),
-    ("seed 1024 GPUs, --per-rank", ["--workload", SEED, "--topo",
-                                    "topologies/dgx-a100-1024.yaml", "--per-rank"]),
+# (name, simrun arguments, goal: CPU-time ratio to the reference or None, in --quick?)
+CASES: list[tuple[str, list[str], float | None, bool]] = [
+    ("1024-GPU AICB seed (TP8 PP16 DP8)", ["--workload", SEED, "--topo", A100], 3.0, True),
+    ("GPT-3 175B, 1,024 GPUs", model_case(1024), None, True),
+    ("GPT-3 175B, 4,096 GPUs", model_case(4096), None, False),
+    ("GPT-3 175B, 16,384 GPUs", model_case(16384), None, False),
+    ("GPT-3 175B, 65,536 GPUs", model_case(65536), None, True),
+    ("1024-GPU seed, one failed NIC (hybrid)", ["--workload", SEED, "--topo", A100,
+                                                "--fail-nic", "37.3"], None, False),
+    ("1024-GPU seed, --per-rank", ["--workload", SEED, "--topo", A100, "--per-rank"], 30.0,
+     False),
+    ("AICB all_to_all micro-test, 1024 GPUs", ["--workload",
+                                               "workloads/aicb-micro-all-to-all.txt",
+                                               "--topo", A100], 50.0, False),
+    ("collective alltoall, 1024 GPUs, 8 B-1 GiB", ["collective", "--topo", A100, "--op",
+                                                   "alltoall", "--gpus", "1024"], 20.0, True),
 ]
+GROWTH = ("GPT-3 175B, 1,024 GPUs", "GPT-3 175B, 65,536 GPUs", 1.5)
 TIMING = re.compile(r"timing: simulate ([0-9.]+) s, (\d+) events .*?(\d+) simulated ranks")
 
 
+def _command(args: list[str], tmp: str) -> list[str]:
+    if args[:1] == ["-c"]:
+        return [sys.executable, *args]
+    if args[:1] == ["collective"]:
+        return [sys.executable, "-m", "sim.cli", *args, "--json", os.path.join(tmp, "r.json")]
+    return [sys.executable, "-m", "sim.cli", *args, "--quiet", "--timing", "--json",
+            os.path.join(tmp, "r.json")]
+
+
 def run_once(args: list[str]) -> dict:
-    """One ``simrun`` process: wall s, peak RSS MB, simulate s, events, simulated ranks."""
+    """One process: wall s, CPU s (user + system), peak RSS MB, and for a main run the
+    simulation's own time, events and simulated ranks."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "sim.cli", *args, "--quiet", "--timing", "--json",
-               os.path.join(tmp, "r.json")]
         t0 = os.times().elapsed
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(_command(args, tmp), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = os.times().elapsed - t0
         err = proc.stderr.read()
-        proc.stdout.read()
         if os.waitstatus_to_exitcode(status) != 0:
             raise RuntimeError(f"{' '.join(args)} failed: {err.strip()}")
-        m = TIMING.search(err)
-        rep = json.loads(Path(tmp, "r.json").read_text())
-    return {"wall_s": wall, "peak_rss_MB": usage.ru_maxrss / 1024, "simulate_s": float(m[1]),
-            "events": int(m[2]), "simulated_ranks": int(m[3]),
-            "iteration_time_s": rep["iteration_time_s"]}
+    out = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+           "peak_rss_MB": usage.ru_maxrss / 1024}
+    m = TIMING.search(err)
+    if m:
+        out.update(simulate_s=float(m[1]), events=int(m[2]), simulated_ranks=int(m[3]))
+    return out
 
 
 def instructions(args: list[str]) -> int | None:
-    """Instructions executed by one ``simrun`` process (valgrind callgrind), or None."""
+    """Instructions executed by one process (valgrind callgrind), or None without valgrind."""
     if shutil.which("valgrind") is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg", sys.executable,
-               "-m", "sim.cli", *args, "--quiet"]
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg",
+               *_command(args, tmp)]
         err = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stderr
     m = re.search(r"I\s+refs:\s+([\d,]+)", err)
     return int(m[1].replace(",", "")) if m else None
 
 
+def measure(cases, repeat: int, count_instructions: bool) -> tuple[dict, list[dict]]:
+    """Best of ``repeat`` interleaved rounds of the reference and every case."""
+    ref_runs: list[dict] = []
+    runs: dict[str, list[dict]] = {name: [] for name, *_ in cases}
+    for _ in range(repeat):
+        ref_runs.append(run_once(REFERENCE))
+        for name, args, *_ in cases:
+            runs[name].append(run_once(args))
+    ref = {"wall_s": min(r["wall_s"] for r in ref_runs),
+           "cpu_s": min(r["cpu_s"] for r in ref_runs)}
+    if count_instructions:
+        ref["instructions"] = instructions(REFERENCE)
+    rows = []
+    for name, args, goal, _ in cases:
+        rs = runs[name]
+        best = dict(min(rs, key=lambda r: r["wall_s"]))
+        best.update(name=name, goal_ratio=goal, wall_s=min(r["wall_s"] for r in rs),
+                    cpu_s=min(r["cpu_s"] for r in rs),
+                    peak_rss_MB=max(r["peak_rss_MB"] for r in rs))
+        best["wall_ratio"] = best["wall_s"] / ref["wall_s"]
+        best["cpu_ratio"] = best["cpu_s"] / ref["cpu_s"]
+        if count_instructions:
+            best["instructions"] = instructions(args)
+            if best["instructions"] and ref.get("instructions"):
+                best["instructions_ratio"] = best["instructions"] / ref["instructions"]
+        rows.append(best)
+    return ref, rows
+
+
+def goals(rows: list[dict]) -> list[tuple[str, bool]]:
+    by = {r["name"]: r for r in rows}
+    out = [(f"{r['name']}: CPU {r['cpu_ratio']:.2f}x the reference <= {r['goal_ratio']:g}x",
+            r["cpu_ratio"] <= r["goal_ratio"]) for r in rows if r["goal_ratio"]]
+    small, big, most = by.get(GROWTH[0]), by.get(GROWTH[1]), GROWTH[2]
+    if small and big:
+        g = big["cpu_s"] / small["cpu_s"]
+        out.append((f"GPT-3 1,024 -> 65,536 GPUs: CPU {g:.2f}x <= {most}x", g <= most))
+        out.append((f"peak memory at 65,536 GPUs {big['peak_rss_MB']:.0f} MB < 500 MB",
+                    big["peak_rss_MB"] < 500))
+    return out
+
+
+def format_table(ref: dict, rows: list[dict]) -> str:
+    head = ("| case | wall (s) | CPU (s) | wall / ref | CPU / ref | goal (CPU / ref) | "
+            "simulate (s) | events | peak MB |")
+    lines = [head, "|" + "---|" * 9,
+             f"| reference `python -c \"import simpy, numpy, yaml\"` | {ref['wall_s']:.3f} | "
+             f"{ref['cpu_s']:.3f} | 1 | 1 | | | | |"]
+    for r in rows:
+        goal = f"≤ {r['goal_ratio']:g}×" if r["goal_ratio"] else ""
+        sim = f"{r['simulate_s']:.3f}" if "simulate_s" in r else ""
+        ev = f"{r['events']:,}" if "events" in r else ""
+        lines.append(f"| {r['name']} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | "
+                     f"{r['wall_ratio']:.2f} | {r['cpu_ratio']:.2f} | {goal} | {sim} | {ev} | "
+                     f"{r['peak_rss_MB']:.0f} |")
+    if any("instructions" in r for r in rows):
+        lines.append("")
+        lines.append(f"instructions: reference {ref.get('instructions') or 0:,}")
+        for r in rows:
+            if r.get("instructions"):
+                lines.append(f"  {r['name']}: {r['instructions']:,} "
+                             f"({r.get('instructions_ratio', 0):.2f}x)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3, help="runs per case (best is kept)")
-    ap.add_argument("--quick", action="store_true", help="1 run per case, no per-rank case")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds (best of each is kept)")
+    ap.add_argument("--quick", action="store_true", help="1 round, the quick cases only")
+    ap.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--instructions", action="store_true",
-                    help="also count each case's instructions with valgrind (GPT-3 cases)")
+                    help="also count each process's instructions with valgrind (slow)")
     args = ap.parse_args(argv)
-    repeat = 1 if args.quick else args.repeat
-    rows = []
-    for name, case in CASES:
-        if args.quick and "--per-rank" in case:
-            continue
-        runs = [run_once(case) for _ in range(repeat)]
-        best = min(runs, key=lambda r: r["wall_s"])
-        best["name"] = name
-        best["peak_rss_MB"] = max(r["peak_rss_MB"] for r in runs)
-        if args.instructions and name.startswith("GPT-3"):
-            best["instructions"] = instructions(case)
-        rows.append(best)
-        print(f"{name:<44} wall {best['wall_s']:7.3f} s  simulate {best['simulate_s']:7.3f} s  "
-              f"{best['events']:>8} events  {best['events'] / best['simulate_s']:>9,.0f} ev/s  "
-              f"peak {best['peak_rss_MB']:6.1f} MB  ranks {best['simulated_ranks']}",
-              flush=True)
-    by = {r["name"]: r for r in rows}
-    goals = [("1024-GPU seed, whole process < 1.0 s",
-              by[CASES[0][0]]["wall_s"] < 1.0)]
-    small, big = by.get(CASES[1][0]), by.get(CASES[4][0])
-    if small and big:
-        ratio = big["wall_s"] / small["wall_s"]
-        goals.append((f"1,024 -> 65,536 GPUs wall-time growth {ratio:.2f}x <= 1.5x", ratio <= 1.5))
-        if small.get("instructions") and big.get("instructions"):
-            print(f"instructions: 1,024 GPUs {small['instructions']:,}, 65,536 GPUs "
-                  f"{big['instructions']:,} ({big['instructions'] / small['instructions']:.2f}x)")
-        goals.append((f"peak memory at 65,536 GPUs {big['peak_rss_MB']:.0f} MB < 500 MB",
-                      big["peak_rss_MB"] < 500))
-    pr = by.get(CASES[6][0])
-    if pr:
-        goals.append((f"per-rank 1,024 GPUs {pr['wall_s']:.1f} s < 30 s", pr["wall_s"] < 30))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "sim"], cwd=ROOT, check=True)
+    cases = [c for c in CASES if (c[3] or not args.quick)
+             and (not args.only or args.only in c[0])]
+    ref, rows = measure(cases, 1 if args.quick else args.repeat, args.instructions)
+    print(format_table(ref, rows))
     print()
-    for text, ok in goals:
+    results = goals(rows)
+    for text, ok in results:
         print(f"{'PASS' if ok else 'MISS'}  {text}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cases": rows, "goals": [
-            {"goal": t, "met": ok} for t, ok in goals]}, indent=2) + "\n")
-    return 0 if all(ok for _, ok in goals) else 1
+        Path(args.json).write_text(json.dumps({"reference": ref, "cases": rows, "goals": [
+            {"goal": t, "met": ok} for t, ok in results]}, indent=2) + "\n")
+    return 0 if all(ok for _, ok in results) else 1
 
 
 if __name__ == "__main__":

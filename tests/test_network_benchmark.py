@@ -1,14 +1,13 @@
 """Speed goals of the network model (run with ``pytest -m benchmark``; deselected by default).
 
-- The whole ``simrun`` on the 1024-GPU seed, Python start-up included, in about a second.
+- The whole ``simrun`` on the 1024-GPU seed, Python start-up included, within 3× the CPU time of
+  ``python -c "import simpy, numpy, yaml"`` measured in the same run.
 - Symmetric mode: the work per communication does not grow with the cluster (the same
   per-stage program on 16 and on 128 DGX nodes costs about the same per started collective).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -23,16 +22,17 @@ from sim.topology import load_topology
 pytestmark = pytest.mark.benchmark
 
 
-def test_simrun_1024_gpu_seed_in_about_a_second():
-    best = min(_wall([sys.executable, "-m", "sim.cli", "--workload", str(SEED_1024), "--topo",
-                      str(TOPOLOGIES / "dgx-a100-1024.yaml"), "--quiet"]) for _ in range(3))
-    assert best < 1.5, best
+def test_simrun_1024_gpu_seed_within_3x_the_reference_process():
+    # CPU time relative to `python -c "import simpy, numpy, yaml"` measured alongside, best of
+    # 3 (benchmarks/run.py): robust to a loaded machine, unlike absolute wall time
+    import importlib.util
 
-
-def _wall(cmd: list[str]) -> float:
-    t = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    return time.perf_counter() - t
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "run.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seed = ["--workload", str(SEED_1024), "--topo", str(TOPOLOGIES / "dgx-a100-1024.yaml")]
+    ref, rows = bench.measure([("seed", seed, 3.0, True)], 3, False)
+    assert rows[0]["cpu_ratio"] <= 3.0, (ref, rows)
 
 
 def test_per_communication_cost_does_not_grow_with_gpus():
