@@ -59,8 +59,10 @@ def ceil_ns(x: float) -> int:
 
 def waterfill(flows: list[Flow], cap: list[float]) -> list[float]:
     """Max-min fair rates (bytes/ns) of ``flows`` given link capacities ``cap`` (bytes/ns)."""
-    if len(flows) == 1:
-        return [_alone_rate(flows[0], cap)]
+    return [_alone_rate(flows[0], cap)] if len(flows) == 1 else _fill(flows, cap)
+
+
+def _fill(flows: list[Flow], cap: list[float]) -> list[float]:
     remcap: dict[int, float] = {}
     nunf: dict[int, int] = {}
     for f in flows:
