@@ -145,7 +145,8 @@ def _tops(cl: Cluster, src: np.ndarray, dst: np.ndarray):
     rail = np.asarray(cl.gpu_nics, dtype=np.int64)[dst % gpn]
     la, lb = leaf[ns, rail], leaf[nd, rail]
     n_leaves = int(leaf.max()) + 1
-    span = cl.level_spans
+    assert cl.tree is not None
+    span = cl.tree.spans
     ids = np.arange(n_leaves)
     table = np.full((n_leaves, n_leaves), len(span) - 1, dtype=np.int64)
     for lv in range(len(span) - 2, 0, -1):
@@ -190,7 +191,8 @@ def _fabric_codes(cl: Cluster, la, lb, top, hashes):
     """Per cross-leaf transfer, the dense codes of its switch-to-switch links (one array per
     hop, ``-1`` where the route has fewer hops), the number of codes, and a decoder code →
     (u, v) link names."""
-    span, up = cl.level_spans, cl.level_ups
+    assert cl.tree is not None
+    span, up = cl.tree.spans, cl.tree.up
     levels = len(span) - 1
     nb = int(max(la.max(), lb.max())) + 1
     paths = [1, 1]

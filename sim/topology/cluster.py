@@ -61,16 +61,6 @@ class Cluster:
         """NIC (index within the node) of each local GPU."""
         return self._gpu_nic
 
-    @property
-    def level_spans(self) -> list[int]:
-        """Leaves per sub-tree at each fabric level (index 1 = leaf = 1)."""
-        return self._span
-
-    @property
-    def level_ups(self) -> list[int]:
-        """Up-links per switch at each fabric level (index 0 = leaf)."""
-        return self._up
-
     def local_links(self, node: int, a: tuple, b: tuple) -> list[tuple[tuple, tuple]]:
         """Link names of the route inside ``node`` from local endpoint ``a`` to ``b``
         (``("gpu", i)`` or ``("nic", k)``)."""
