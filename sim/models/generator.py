@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
+from sim.kernels.gpus import describe
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.flops import model_flops_per_iteration
@@ -81,8 +82,6 @@ def compute_notes(setup: ComputeSetup, timer: Timer) -> list[str]:
     """Report lines on where compute times came from: the GPU's catalogue entry, the kernel
     table and the share of compute time it timed (only when a table or a non-default choice is
     in play, so runs timed purely by a family roofline keep their report)."""
-    from sim.kernels.gpus import describe
-
     if timer.lookup is None and not setup.notes:
         return []
     out = ([describe(setup.entry)] if setup.entry else []) + list(setup.notes)
