@@ -10,6 +10,8 @@ from sim.kernels.gpus import CatalogGpu, find, known_names
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import read_table, shipped_table
 from sim.models.compute import GENERIC, ComputeModel, Timer, family_model
+from sim.models.ops import gemm
+from sim.topology.gpu import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,77 @@ def scaled_generic(eff: float):
 def timer_for(gpu, setup: ComputeSetup, backend: str) -> Timer:
     """A fresh :class:`Timer` (tallies at zero) for ``gpu`` under ``setup``."""
     return Timer(gpu, setup.cm, setup.lookup, backend)
+
+
+REFERENCE_GEMM = (8192, 8192, 8192)  # the op whose time ratio relates two GPUs' compute
+
+
+def _reference_ns(gpu, setup: ComputeSetup) -> float:
+    op = gemm("reference", *REFERENCE_GEMM)
+    return Timer(gpu, setup.cm, setup.lookup).op_ns(op, "bf16")[0]
+
+
+def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | None = None,
+                         compute_scale: float | None = None,
+                         topo_setup: ComputeSetup | None = None) -> tuple[float, str | None]:
+    """Factor for the compute times of a workload file measured on another GPU, and the
+    report line saying what was done (``None``: nothing to say, the file's GPU is the
+    topology's).
+
+    The file's GPU is ``--source-gpu`` or the file's own ``gpu`` header field. When it differs
+    from the topology's GPU, every compute time is multiplied by the compute models' time ratio
+    of one reference operator, a ``8192³`` bf16 GEMM, on the topology's GPU (its kernel table
+    where it has one, else its roofline) over the file's GPU (same rule); ``--compute-scale F``
+    multiplies by ``F`` instead. A file that names no GPU is used as it is, and said so
+    when the topology's GPU is in the catalogue. A different GPU that the catalogue cannot
+    relate (the topology's GPU unknown) is refused, naming ``--compute-scale``.
+    """
+    if compute_scale is not None:
+        if not compute_scale > 0:
+            raise UsageError(f"must be > 0, got {compute_scale:g}", field="--compute-scale")
+        return compute_scale, (f"compute times of the workload file multiplied by "
+                               f"{compute_scale:g} (--compute-scale)")
+    name = source_gpu or file_gpu
+    topo_entry = find(topo_gpu.name)
+    if name is None:
+        if topo_entry is None:
+            return 1.0, None
+        return 1.0, (f"compute times as in the workload file: it does not name the GPU it was "
+                     f"measured on; if that is not the topology's {topo_entry.name}, "
+                     "--source-gpu NAME scales them by the compute models' time ratio and "
+                     "--compute-scale F by a factor")
+    src = find(name)
+    if src is None:
+        raise UsageError(f"GPU {name!r} is not in the GPU catalogue (known: {known_names()})",
+                         field="--source-gpu")
+    if src is topo_entry:
+        return 1.0, None
+    if topo_entry is None:
+        raise UsageError(f"the workload was measured on {src.name} but the topology's GPU "
+                         f"{topo_gpu.name!r} is not in the GPU catalogue, so no compute model "
+                         "relates them; give --compute-scale F (or --source-gpu naming the "
+                         "topology's GPU to use the times as they are)", field="--compute-scale")
+    src_gpu = GpuSpec(src.name, dict(src.peak_tflops), src.hbm_GB, src.hbm_GBps)
+    t_src = _reference_ns(src_gpu, resolve_compute(src_gpu))
+    t_dst = _reference_ns(topo_gpu, topo_setup or resolve_compute(topo_gpu))
+    f = t_dst / t_src
+    origin = "--source-gpu" if source_gpu else "the file's gpu header field"
+    return f, (f"compute times measured on {src.name} ({origin}) scaled by {f:.4f} to the "
+               f"topology's {topo_entry.name}: the ratio of a {'x'.join(map(str, REFERENCE_GEMM))}"
+               f" bf16 GEMM's time on {topo_entry.name} ({t_dst / 1e6:.3f} ms) to that on "
+               f"{src.name} ({t_src / 1e6:.3f} ms) in their compute models; --compute-scale "
+               "overrides")
+
+
+def scale_workload(wl, factor: float):
+    """``wl`` (a :class:`~sim.workload.model.Workload`) with every compute time × ``factor``
+    (rounded to whole ns); the same object when ``factor == 1``."""
+    if factor == 1.0:
+        return wl
+
+    def ph(p):
+        return replace(p, compute_ns=round(p.compute_ns * factor))
+
+    layers = [replace(x, forward=ph(x.forward), input_grad=ph(x.input_grad),
+                      weight_grad=ph(x.weight_grad)) for x in wl.layers]
+    return replace(wl, layers=layers)

@@ -148,6 +148,8 @@ def _parse_header(text: str, file: str, assumptions: list[str]) -> WorkloadHeade
                 raise InputError(f"given twice with different values ({old} and {v})",
                                  file=file, line=1, field=key)
             setattr(h, attr, v)
+        elif key == "gpu":  # simrun's extension: the GPU the compute times were measured on
+            h.extra[key] = value
         else:
             h.extra[key] = value
             assumptions.append(f"header field {key!r} = {value!r} is not used by simrun")

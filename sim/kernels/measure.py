@@ -1,0 +1,131 @@
+"""Timing kernels on the local GPU with PyTorch (``simrun profile``; needs
+``pip install 'simrun[profile]'``). Every function imports torch inside: it is an optional heavy
+dependency and the rest of simrun never needs it.
+
+Timing: ``triton.testing.do_bench(fn, warmup, rep, return_mode="median")`` when Triton is
+installed (it clears L2 before every run); otherwise CUDA events around each run, each preceded
+by writing a 256 MiB buffer (larger than any current GPU's L2), median of the runs. Inputs are
+random normal (bf16 unless stated). Backward kernels of attention and LayerNorm are timed as
+forward + backward minus forward.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+from sim.kernels.profile import KernelSpec
+
+
+def bench_ms(fn: Callable[[], object], warmup_ms: float = 10.0, rep_ms: float = 40.0) -> float:
+    """Median time of ``fn`` in ms (see the module docstring)."""
+    import torch  # optional heavy dependency
+
+    try:
+        from triton.testing import do_bench  # optional: ships with PyTorch's CUDA wheels
+    except ImportError:
+        do_bench = None
+    if do_bench is not None:
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(max(5, int(rep_ms))):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _gemm(kind: str, m: int, k: int, n: int):
+    import torch  # optional heavy dependency
+
+    if kind == "gemm_fp8":
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0, device="cuda")
+        return lambda: torch._scaled_mm(  # noqa: SLF001 (PyTorch's fp8 GEMM entry point)
+            a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    dt = torch.float16 if kind == "gemm_fp16" else torch.bfloat16
+    a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
+    return lambda: a @ b
+
+
+def _attention(kind: str, b: int, s: int, hq: int, hkv: int, d: int, causal: int):
+    import torch  # optional heavy dependency
+    import torch.nn.functional as F  # noqa: N812
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION}[kind.split("_")[1]]
+    grad = kind.endswith("_bwd")
+
+    def t(h):
+        return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+
+    q, k, v = t(hq), t(hkv), t(hkv)
+    dy = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
+
+    def fwd():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal),
+                                                  enable_gqa=hq != hkv)
+
+    if not grad:
+        return fwd, None
+
+    def fwd_bwd():
+        fwd().backward(dy)
+
+    return fwd_bwd, fwd
+
+
+def _memory(kind: str, shape: dict):
+    import torch  # optional heavy dependency
+    import torch.nn.functional as F  # noqa: N812
+
+    if kind == "adamw_fused_fp32":
+        p = torch.randn(shape["params"], device="cuda", requires_grad=True)
+        p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW([p], fused=True)
+        return opt.step, None
+    tokens, h = shape["tokens"], shape["h"]
+    bwd = kind.endswith("_bwd")
+    name = kind.split("_")[0]
+    width = 2 * h if name == "swiglu" else h  # SwiGLU reads two halves of width h
+    x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16, requires_grad=bwd)
+    y = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(h, device="cuda", dtype=torch.bfloat16, requires_grad=bwd)
+    zero = torch.zeros(h, device="cuda", dtype=torch.bfloat16)
+    fwd = {
+        "layernorm": lambda: F.layer_norm(x, (h,), w, zero),
+        "rmsnorm": lambda: F.rms_norm(x, (h,), w),
+        "gelu": lambda: F.gelu(x, approximate="tanh"),
+        "swiglu": lambda: F.silu(x[:, :h]) * x[:, h:],
+        "add": lambda: x + y,
+        "dropout": lambda: F.dropout(x, 0.1) + y,
+    }[name]
+    if not bwd:
+        return fwd, None
+    return (lambda: fwd().backward(y)), fwd
+
+
+def measure(spec: KernelSpec, warmup_ms: float = 10.0, rep_ms: float = 40.0) -> float:
+    """Median time in ms of the kernel ``spec`` (backward kinds: fwd+bwd minus fwd)."""
+    shape = dict(spec.shape)
+    if spec.kind.startswith("gemm_"):
+        return bench_ms(_gemm(spec.kind, shape["m"], shape["k"], shape["n"]), warmup_ms, rep_ms)
+    if spec.kind.startswith("attn_"):
+        fn, fwd = _attention(spec.kind, shape["b"], shape["s"], shape["hq"], shape["hkv"],
+                             shape["d"], shape["causal"])
+    else:
+        fn, fwd = _memory(spec.kind, shape)
+    t = bench_ms(fn, warmup_ms, rep_ms)
+    if fwd is not None:
+        t -= bench_ms(fwd, warmup_ms, rep_ms)
+    return t
