@@ -129,3 +129,53 @@ def measure(spec: KernelSpec, warmup_ms: float = 10.0, rep_ms: float = 40.0) -> 
     if fwd is not None:
         t -= bench_ms(fwd, warmup_ms, rep_ms)
     return t
+
+
+def device_meta(timer: str) -> tuple[str, dict[str, str]]:
+    """The local GPU's name and the table metadata describing this measurement."""
+    import datetime
+
+    import torch  # optional heavy dependency
+
+    props = torch.cuda.get_device_properties(0)
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "source": (f"simrun profile on one {props.name} ({props.multi_processor_count} SMs), "
+                   f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}; {timer}; random "
+                   "inputs; backward kernels = forward+backward minus forward"),
+        "sms": str(props.multi_processor_count),
+    }
+    return props.name, meta
+
+
+def profile(specs: list[KernelSpec], warmup_ms: float = 10.0, rep_ms: float = 40.0,
+            progress: Callable[[str], None] | None = None):
+    """Measure ``specs`` on GPU 0; returns ``(KernelTable, skipped)`` where ``skipped`` lists
+    ``"kind shape: error"`` for kernels the local stack cannot run (e.g. a backend without a
+    kernel for that shape)."""
+    from sim.kernels.profile import table_from_times
+
+    try:
+        import triton.testing  # noqa: F401  (optional; timing method reported)
+
+        timer = (f"triton.testing.do_bench (warm-up {warmup_ms:g} ms, {rep_ms:g} ms timed, "
+                 "L2 cleared before each run, median)")
+    except ImportError:
+        timer = "CUDA events after a 256 MiB L2-flushing write, median"
+    done, times, skipped = [], [], []
+    for spec in specs:
+        label = f"{spec.kind} {dict(spec.shape)}"
+        try:
+            t = measure(spec, warmup_ms, rep_ms)
+        except (RuntimeError, ValueError) as e:  # no kernel for this shape on this stack
+            skipped.append(f"{label}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            continue
+        if t <= 0:
+            skipped.append(f"{label}: backward measured as {t:.6f} ms (fwd+bwd minus fwd ≤ 0)")
+            continue
+        done.append(spec)
+        times.append(round(t, 6))
+        if progress:
+            progress(f"{label}: {t:.5f} ms")
+    name, meta = device_meta(timer)
+    return table_from_times(name, done, times, meta), skipped

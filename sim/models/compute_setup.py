@@ -74,9 +74,21 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None, *, need: bool = Tru
         table = shipped_table(entry.kernel_table)
     lookup = None
     if table is not None:
-        lookup = TableLookup(table, slots=(entry.sms if entry and entry.sms else 132))
-        notes.append(table.describe())
+        slots, why = _slots(table, entry)
+        lookup = TableLookup(table, slots=slots)
+        notes.append(table.describe() + f"; attention tile model on {slots} SMs ({why})")
     return ComputeSetup(cm, lookup, notes, entry)
+
+
+def _slots(table, entry: CatalogGpu | None) -> tuple[int, str]:
+    """SMs the attention tile model schedules on: the table's ``# sms:`` header, else the
+    catalogue's count for the GPU, else 132 (an H100 SXM's), said so."""
+    text = table.meta.get("sms", "")
+    if text.isdigit() and int(text) > 0:
+        return int(text), "the table's sms header"
+    if entry is not None and entry.sms:
+        return entry.sms, f"{entry.name} in the GPU catalogue"
+    return 132, "assumed: neither the table nor the catalogue gives the SM count"
 
 
 def scaled_generic(eff: float):
