@@ -2,8 +2,9 @@
 
 - :data:`MAX_WORK`: one budget for work simrun generates from small inputs, checked before
   anything is allocated: forward/backward ops of the pipeline schedule
-  (2·p·v·M, 1 unit each), layers of a generated model (:data:`LAYER_UNITS` each), ranks named
-  by ``--trace-ranks`` (:data:`TRACE_RANK_UNITS` each). Beyond it a mistyped number
+  (2·p·v·M, 1 unit each), layer passes of a program (microbatches × layer rows, 1 unit each:
+  :func:`check_program_work`), layers of a generated model (:data:`LAYER_UNITS` each), ranks
+  named by ``--trace-ranks`` (:data:`TRACE_RANK_UNITS` each). Beyond it a mistyped number
   (``layers: 1000000``, ``--microbatches``, ``0-999999999``) would take minutes and gigabytes
   before saying anything.
 - :data:`INT64_MAX`: sizes in bytes and times in ns (``--max-sim-time-s``, message sizes of
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 
+from sim.errors import UsageError
 from sim.inputs import INT64_MAX
 
 MAX_WORK = 1 << 24
@@ -66,3 +68,17 @@ def parse_float(text: str) -> float | None:
         return None
     value = float(text)
     return value if math.isfinite(value) else None
+
+
+def check_program_work(program) -> None:
+    """Refuse a program whose layer passes (microbatches × layer rows over all stages and
+    chunks: every row runs forward and backward for every microbatch) exceed :data:`MAX_WORK`,
+    before its simulation allocates anything (a 700 KB workload file with ``--microbatches
+    2000`` would be 20 M passes: hours)."""
+    rows = sum(len(chunk) for st in program.stages for chunk in st.chunks)
+    passes = program.microbatches * rows
+    if passes > MAX_WORK:
+        raise UsageError(f"{program.microbatches:,} microbatches × {rows:,} layer rows = "
+                         f"{passes:,} layer passes; simrun's work budget is {MAX_WORK:,} "
+                         "(fewer microbatches, or fewer rows per microbatch)",
+                         field="--microbatches")

@@ -49,7 +49,11 @@ def sim_time_s(text: str) -> float:
 
 
 def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):
-    """``simulate(program, network, until_ns=…, **kw)`` with the watchdog described above."""
+    """``simulate(program, network, until_ns=…, **kw)`` with the watchdog described above,
+    after checking the program against simrun's work budget (:mod:`sim.limits`)."""
+    from sim.limits import check_program_work
+
+    check_program_work(program)
     # +1: an iteration that ends exactly at the limit is allowed (SimPy stops before the
     # events of the `until` instant)
     until_ns = max(1, math.ceil(max_sim_time_s * 1e9)) + 1

@@ -52,6 +52,19 @@ def test_model_layers_beyond_the_budget_are_refused_before_generating(layers, sh
     _check(run_bounded("inspect", str(path)), needle, "simrun inspect")
 
 
+def test_layer_passes_of_a_workload_file_are_counted_before_simulating(tmp_path):
+    """A 700 KB AICB file of 10,000 rows with 2,000 microbatches would be 20 M layer passes."""
+    rows = "".join(f"layer{i}\t-1\t1000\tALLREDUCE\t1024\t1000\tNONE\t0\t1000\tALLREDUCE\t"
+                   "4096\t100\n" for i in range(10_000))
+    path = tmp_path / "w.txt"
+    path.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 "
+                    f"ga: 1 all_gpus: 4 pp_comm: 0\n10000\n{rows}")
+    assert path.stat().st_size < 1 << 20
+    _check(run_bounded("--workload", str(path), "--topo", TINY, "--microbatches", "2000"),
+           "--microbatches: 2,000 microbatches × 10,000 layer rows = 20,000,000 layer passes; "
+           f"simrun's work budget is {MAX_WORK:,}")
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--trace-ranks", "0-999999999"], "--trace-ranks: lists 1,000,000,000 ranks or more; at "
                                        f"most {MAX_TRACE_RANKS:,} (simrun's work budget)"),
