@@ -12,14 +12,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from sim.errors import InputError
 from sim.inputs import decode_text, read_bytes, split_lines
+from sim.outputs import atomic_write
 
 ATTN_BACKENDS = ("flash", "cudnn", "efficient")  # PyTorch SDPA backends as measured
 GEMM_KINDS = ("gemm_bf16", "gemm_fp16", "gemm_fp8")
@@ -177,13 +176,7 @@ def format_table(table: KernelTable) -> str:
 
 
 def write_table(table: KernelTable, path: str | Path) -> None:
-    """Write ``table`` to ``path`` atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(format_table(table))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``table`` to ``path`` atomically (:func:`sim.outputs.atomic_write`: temp file beside
+    it, then rename; devices, read-only files and symlinks handled as for every output)."""
+    text = format_table(table)
+    atomic_write(path, lambda f: f.write(text), flag="--out")
