@@ -18,7 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sim.errors import InputError, UsageError
+from sim.errors import UsageError
+from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,10 +88,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sha256(path: str) -> str:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=path) from None
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def settings_of(args: argparse.Namespace, model, topo, gpus: int, training) -> dict[str, Any]:
