@@ -95,6 +95,12 @@ def test_collective_sizes_are_bounded(sizes, needle):
     _check(run_bounded("collective", "--topo", TINY, "--sizes", sizes), needle)
 
 
+def test_inspect_flags_are_strict():
+    _check(run_bounded("inspect", str(ROOT / "workloads" / "models" / "gpt2-medium.yaml"),
+                       "--layers", "2_4"),
+           "argument --layers: expected a positive integer, got '2_4'", "simrun inspect: error:")
+
+
 def test_sweep_lists_are_strict():
     _check(run_bounded("sweep", "--model", str(ROOT / "workloads" / "models" / "gpt2-medium.yaml"),
                        "--topo", TINY, "--tp", "1_6", "--global-batch", "8"),

@@ -78,6 +78,14 @@ def test_generate_refuses_to_overwrite_its_model(files):
     assert m.read_bytes() == before
 
 
+def test_validate_refuses_to_overwrite_its_validation_file(tmp_path):
+    v = tmp_path / "v.yaml"
+    v.write_text("topology: t\ncases: []\n")
+    o = run_bounded("validate", str(v), "--json", str(v))
+    _exit_2(o, f"--json: '{v}' is the same file as the input of FILE ({v})")
+    assert v.read_text() == "topology: t\ncases: []\n"
+
+
 @pytest.mark.parametrize("flag", ["--json", "--trace"])
 def test_devices_and_fifos_are_never_replaced(flag, tmp_path):
     fifo = tmp_path / "out.fifo"

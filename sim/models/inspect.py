@@ -51,9 +51,10 @@ def infer(path: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sim.cli import positive_int
-    ap = argparse.ArgumentParser(prog="simrun inspect",
-                                 description="Print what simrun infers from a model description.")
+    from sim.cli import Parser, positive_int
+
+    ap = Parser(prog="simrun inspect",
+                description="Print what simrun infers from a model description.")
     ap.add_argument("file")
     for flag in ("hidden", "heads", "ffn-hidden", "vocab", "seq-len", "layers", "kv-heads",
                  "pp"):
@@ -115,8 +116,8 @@ def summary(spec) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for bad input, with a one-line message)."""
-    args = _parser().parse_args(argv)
-    try:
+    try:  # bad flags too are one line (Parser raises UsageError)
+        args = _parser().parse_args(argv)
         for line in describe(args.file, args):
             print(line)
     except SimrunError as exc:
