@@ -79,6 +79,8 @@ def test_layer_passes_of_a_workload_file_are_counted_before_simulating(tmp_path)
     (["--microbatches", "99999999999999999999"], "argument --microbatches: expected a positive"),
     (["--microbatches", "8388609"], "forward/backward ops per iteration; simrun simulates at "
                                     "most 16,777,216"),
+    (["--microbatches", "400000"], "--microbatches: 400,000 microbatches × 51 layer rows = "
+                                   "20,400,000 layer passes; simrun's work budget is 16,777,216"),
     (["--missing-backward-ratio", "1_0"], "argument --missing-backward-ratio: expected a "
                                           "positive number, got '1_0'"),
 ])
