@@ -175,3 +175,20 @@ def test_aicb_micro_all_to_all_symmetric_equals_per_rank(tmp_path):
                        stdout=subprocess.DEVNULL, cwd=root)
         out[mode] = json.loads(path.read_text())["iteration_time_s"]
     assert out["sym"] == out["per-rank"] > 0
+
+
+def test_fusability_of_all_to_all_groups_across_nodes():
+    # one EP group over all 8 single-GPU nodes: alone on its links (fusable) unless the DP
+    # gradient reduction of the same ranks runs too (it crosses the same NICs)
+    from sim.rank_classes import RankClasses
+
+    t = topo("tiny-fattree-8.yaml")
+    pl = Placement(1, 8, 1, 8)
+    for traffic, want in (({GroupKind.EP: frozenset({CollKind.ALLTOALL})}, True),
+                          ({GroupKind.EP: frozenset({CollKind.ALLTOALL}),
+                            GroupKind.DP: frozenset({CollKind.ALLREDUCE})}, False)):
+        import simpy
+
+        net = build_network(t)
+        net.bind(simpy.Environment(), pl, RankClasses.per_rank(pl), traffic)
+        assert net.fusable(GroupKind.EP) is want

@@ -98,7 +98,6 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
     """Every group of every kind in the program and every pipeline pair: O(GPUs)."""
     pl = net.placement
     cl = net.cluster
-    traffic = net.traffic
     kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(_uses(net, k))]
     groups = {k: _groups(pl, k) for k in kinds}
     mine = groups[group]
@@ -110,14 +109,25 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
         return cl.local_keys(s, d, rail) if local else cl.path(s, d, rail, ch)
 
     rings, a2a = _uses(net, group)
+    others = _other_keys(net, group, kinds, groups, keys)
+    # all-to-alls across nodes have n(n-1) routes per group: collect the (fewer) other routes
+    # first, so that the first shared link ends the scan
+    taken = set(others) if a2a and not local else None
     owner: dict = {}
     for gi, g in enumerate(mine):
         for e in _edges(net, g, a2a, rings):
             for k in keys(*e):
-                if owner.setdefault(k, gi) != gi:
+                if owner.setdefault(k, gi) != gi or (taken is not None and k in taken):
                     return False
-    # other kinds' groups; a group with the same members as an earlier one is visited once
-    # with the union of both kinds' algorithms
+    return taken is not None or not any(k in owner for k in others)
+
+
+def _other_keys(net: FlowNetwork, group: GroupKind, kinds, groups, keys) -> Iterator:
+    """Links (``keys``) of the traffic of every group of the other kinds and of the pipeline
+    transfers; a group with the same members as an earlier one is visited once with the union
+    of both kinds' algorithms."""
+    pl = net.placement
+    traffic = net.traffic
     seen: dict[tuple[int, ...], tuple[frozenset[str], bool]] = {}
     for other in kinds:
         if other is group:
@@ -130,19 +140,14 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
                 continue
             seen[g] = (had_rings | want_rings, had_a2a or want_a2a)
             for e in _edges(net, g, new_a2a, new_rings):
-                for k in keys(*e):
-                    if k in owner:
-                        return False
+                yield from keys(*e)
     if pl.pp > 1 and (traffic is None or GroupKind.PP in traffic):
         for d in range(pl.dp):
             for t in range(pl.tp):
                 for s in range(pl.pp):
                     a, b = pl.rank(t, d, s), pl.rank(t, d, (s + 1) % pl.pp)
                     for src, dst in ((a, b), (b, a)):
-                        for k in keys(src, dst, -1, 0):
-                            if k in owner:
-                                return False
-    return True
+                        yield from keys(src, dst, -1, 0)
 
 
 def _local_symmetric_check(net: FlowNetwork, group: GroupKind) -> bool | None:
