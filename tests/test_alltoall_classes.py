@@ -99,7 +99,7 @@ def test_classes_are_used_and_few_on_a_1024_gpu_fat_tree():
     flows = plan.flows()[0][0]
     assert len(flows) < 1000  # 1,047,552 transfers
     flags: list[int] = []
-    net._alone_ns(plan, "Simple", 1 << 28, flags)
+    net.tuner.alone_ns(plan, "Simple", 1 << 28, flags)
     assert not any(flags)  # exact: no class limited by a link only some of it crosses
     assert net.choose(CollKind.ALLTOALL, tuple(range(1024)), 1 << 28)[0] is plan
 

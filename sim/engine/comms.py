@@ -1,29 +1,62 @@
 """The engine's communication: rendezvous of group members, FIFO streams of asynchronous
-collectives, and pipeline transfers between stages (a mixin of the engine in core.py).
+collectives, and pipeline transfers between stages.
 
 A collective starts when every simulated member of its group has reached it (keyed by group and
 per-rank sequence number; members that disagree on its kind or size are an error). The waits
-are recorded as dependencies for the critical path: (wait start, wait end, group, the rank
-whose arrival or send ended the wait, when it did).
+are recorded as dependencies for the critical path (:class:`~sim.engine.critical.Wait`).
+
+Each part owns its state and is given what it shares with the rest of the engine: the SimPy
+environment, the network, the :class:`~sim.engine.ledger.Ledger` and the
+:class:`~sim.engine.ledger.Groups`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import simpy
 
 from sim.comm import CollKind, Comm, GroupKind
+from sim.engine.ledger import Groups, Ledger
 from sim.errors import SimulationStalled
-from sim.network.base import CommRequest
+from sim.network.base import CommRequest, Network
 
 
-class CommStreams:
-    """Rendezvous, asynchronous streams and pipeline messages; state lives in the engine."""
+@dataclass(slots=True)
+class Meeting:
+    """A rendezvous in progress: how many simulated members are still to come, the event that
+    lets them all go on, who arrived last and when (it started what follows), and for a
+    collective what its members run (kind, bytes) — every member must agree."""
 
-    def msg(self, key: tuple) -> simpy.Event:
-        ev = self.msgs.get(key)
-        if ev is None:
-            ev = self.msgs[key] = self.env.event()
-        return ev
+    remaining: int
+    done: simpy.Event
+    last_rank: int
+    last_ns: int = 0
+    kind: CollKind | None = None
+    size_bytes: int = 0
+
+
+class Rendezvous:
+    """Collectives and barriers among the simulated members of a group."""
+
+    def __init__(self, env: simpy.Environment, net: Network, groups: Groups, ledger: Ledger):
+        self.env, self.net, self.groups, self.ledger = env, net, groups, ledger
+        self._meetings: dict[tuple, Meeting] = {}
+        self._seq: dict[tuple[int, GroupKind], int] = {}
+
+    def next_seq(self, rank: int, group: GroupKind) -> int:
+        """The number of ``rank``'s next collective or barrier in its ``group`` group."""
+        k = (rank, group)
+        n = self._seq.get(k, 0)
+        self._seq[k] = n + 1
+        return n
+
+    def _arrive(self, key: tuple, members: tuple[int, ...], rank: int) -> Meeting:
+        m = self._meetings.get(key)
+        if m is None:
+            m = self._meetings[key] = Meeting(self.groups.sim_count(members), self.env.event(),
+                                              rank)
+        return m
 
     def collective(self, rank: int, comm: Comm, what: str, seq: int | None = None,
                    blocking: bool = True):
@@ -31,144 +64,178 @@ class CommStreams:
 
         Returns (result, cause): cause = (the rank that arrived last, when) — it started the
         collective. A blocking wait is recorded as a dependency of ``rank``."""
-        members = self.group(comm.group, rank)
+        env, ledger = self.env, self.ledger
+        members = self.groups.of(comm.group, rank)
         if seq is None:
             seq = self.next_seq(rank, comm.group)
         key = (comm.group, members[0], seq)
-        entry = self.rdv.get(key)
-        if entry is None:
-            entry = self.rdv[key] = [self.sim_count(members), self.env.event(), rank, 0,
-                                     comm.kind, comm.size_bytes]
-        elif (entry[4], entry[5]) != (comm.kind, comm.size_bytes):
+        m = self._meetings.get(key)
+        if m is None:
+            m = self._arrive(key, members, rank)
+            m.kind, m.size_bytes = comm.kind, comm.size_bytes
+        elif (m.kind, m.size_bytes) != (comm.kind, comm.size_bytes):
+            assert m.kind is not None
             raise SimulationStalled(
-                f"ranks {entry[2]} and {rank} disagree on {comm.group.value} collective #{seq} "
-                f"of group {members}: {entry[4].value} of {entry[5]} bytes vs "
+                f"ranks {m.last_rank} and {rank} disagree on {comm.group.value} collective "
+                f"#{seq} of group {members}: {m.kind.value} of {m.size_bytes} bytes vs "
                 f"{comm.kind.value} of {comm.size_bytes} bytes ({what})")
-        entry[0] -= 1
-        entry[2], entry[3] = rank, self.env.now  # the last to arrive starts it
-        if entry[0] == 0:
-            del self.rdv[key]
-            done = entry[1]
+        m.remaining -= 1
+        m.last_rank, m.last_ns = rank, env.now  # the last to arrive starts it
+        if m.remaining == 0:
+            del self._meetings[key]
+            done = m.done
             ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
             ev.callbacks.append(lambda e: done.succeed(e.value))
-        self.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
-        t0 = self.env.now
-        res = yield entry[1]
-        cause = (entry[2], entry[3])
-        if blocking and self.env.now > t0:
-            self.deps[rank].append((t0, self.env.now, comm.group.value, *cause))
+        ledger.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
+        t0 = env.now
+        res = yield m.done
+        cause = (m.last_rank, m.last_ns)
+        if blocking and env.now > t0:
+            ledger.wait(rank, t0, env.now, comm.group.value, *cause)
         if comm.post_delay_ns:
-            yield self.env.timeout(comm.post_delay_ns)
-        self.waiting.pop(rank, None)
+            yield env.timeout(comm.post_delay_ns)
+        ledger.waiting.pop(rank, None)
         return res, cause
 
     def barrier(self, rank: int, group: GroupKind):
         """Wait until every simulated member of ``rank``'s ``group`` group arrives here."""
-        members = self.group(group, rank)
+        env, ledger = self.env, self.ledger
+        members = self.groups.of(group, rank)
         key = (group, members[0], "barrier", self.next_seq(rank, group))
-        entry = self.rdv.get(key)
-        if entry is None:
-            entry = self.rdv[key] = [self.sim_count(members), self.env.event(), rank, 0]
-        entry[0] -= 1
-        entry[2], entry[3] = rank, self.env.now
-        if entry[0] == 0:
-            del self.rdv[key]
-            entry[1].succeed()
-        t0 = self.env.now
-        if not entry[1].processed:
-            self.waiting[rank] = f"its {group.value} peers {members} to start the same pass"
-            yield entry[1]
-            self.waiting.pop(rank, None)
-        if self.env.now > t0:
-            self.deps[rank].append((t0, self.env.now, group.value, entry[2], entry[3]))
+        m = self._arrive(key, members, rank)
+        m.remaining -= 1
+        m.last_rank, m.last_ns = rank, env.now
+        if m.remaining == 0:
+            del self._meetings[key]
+            m.done.succeed()
+        t0 = env.now
+        if not m.done.processed:
+            ledger.waiting[rank] = f"its {group.value} peers {members} to start the same pass"
+            yield m.done
+            ledger.waiting.pop(rank, None)
+        if env.now > t0:
+            ledger.wait(rank, t0, env.now, group.value, m.last_rank, m.last_ns)
 
-    def sim_count(self, members: tuple[int, ...]) -> int:
-        """How many members of a group are simulated (they all must reach its collectives)."""
-        need = self._sim_count.get(members)
-        if need is None:
-            need = self._sim_count[members] = sum(1 for r in members if r in self.sim_set)
-        return need
 
-    def next_seq(self, rank: int, group: GroupKind) -> int:
-        k = (rank, group)
-        n = self.seq.get(k, 0)
-        self.seq[k] = n + 1
-        return n
+class AsyncStreams:
+    """Per rank and group kind, a FIFO stream of non-blocking collectives."""
 
-    def issue_async(self, rank: int, comm: Comm, label: str) -> None:
+    def __init__(self, env: simpy.Environment, rdv: Rendezvous, ledger: Ledger):
+        self.env, self.rdv, self.ledger = env, rdv, ledger
+        self._tail: dict[tuple[int, GroupKind], simpy.Process] = {}
+        self._pending: dict[int, list[tuple[simpy.Process, GroupKind]]] = {
+            r: [] for r in ledger.stats}
+
+    def issue(self, rank: int, comm: Comm, label: str) -> None:
+        """Queue ``comm`` on ``rank``'s stream of its group kind; the rank goes on."""
         key = (rank, comm.group)
-        prev = self.async_tail.get(key)
-        proc = self.env.process(self.async_proc(rank, comm, prev, label,
-                                                self.next_seq(rank, comm.group)))
-        self.async_tail[key] = proc
-        self.pending[rank].append((proc, comm.group))
+        prev = self._tail.get(key)
+        proc = self.env.process(self._run(rank, comm, prev, label,
+                                          self.rdv.next_seq(rank, comm.group)))
+        self._tail[key] = proc
+        self._pending[rank].append((proc, comm.group))
 
-    def async_proc(self, rank: int, comm: Comm, prev, label: str, seq: int):
+    def _run(self, rank: int, comm: Comm, prev: simpy.Process | None, label: str, seq: int):
+        env = self.env
         if prev is not None and not prev.processed:
             yield prev
-        t0 = self.env.now
-        res, cause = yield from self.collective(rank, comm, label, seq, blocking=False)
-        self.span(rank, comm.group.value, t0, self.env.now, "comm", label, -1, -1,
-                  comm_args(comm, res.algorithm if res else ""))
+        t0 = env.now
+        res, cause = yield from self.rdv.collective(rank, comm, label, seq, blocking=False)
+        self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
+                         comm_args(comm, res.algorithm if res else ""))
         return cause
 
     def drain(self, rank: int):
         """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""
-        st = self.stats[rank]
-        for ev, group in self.pending[rank]:
+        env, ledger = self.env, self.ledger
+        st = ledger.stats[rank]
+        for ev, group in self._pending[rank]:
             if not ev.processed:
-                t0 = self.env.now
-                self.waiting[rank] = f"its outstanding {group.value} gradient communication"
+                t0 = env.now
+                ledger.waiting[rank] = f"its outstanding {group.value} gradient communication"
                 yield ev
-                st.exposed_comm_ns[group] += self.env.now - t0
-                self.deps[rank].append((t0, self.env.now, group.value, *ev.value))
-                self.span(rank, "compute", t0, self.env.now, "comm_wait", f"wait {group.value}",
-                          args=(("group", group.value),))
-        self.pending[rank].clear()
-        self.waiting.pop(rank, None)
+                st.exposed_comm_ns[group] += env.now - t0
+                ledger.wait(rank, t0, env.now, group.value, *ev.value)
+                ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
+                            args=(("group", group.value),))
+        self._pending[rank].clear()
+        ledger.waiting.pop(rank, None)
+
+
+class PipeTransfers:
+    """Asynchronous sends between pipeline stages of ``size_bytes`` each, and their receives.
+
+    A message is keyed ``(receiver, "F" | "B", microbatch, virtual stage)``."""
+
+    def __init__(self, env: simpy.Environment, net: Network, ledger: Ledger, size_bytes: int):
+        self.env, self.net, self.ledger, self.size_bytes = env, net, ledger, size_bytes
+        self._msgs: dict[tuple, simpy.Event] = {}
+        self._send_start: dict[tuple, tuple[int, int]] = {}  # key -> (send time, sender)
+
+    def _msg(self, key: tuple) -> simpy.Event:
+        ev = self._msgs.get(key)
+        if ev is None:
+            ev = self._msgs[key] = self.env.event()
+        return ev
 
     def send(self, rank: int, dst: int, key: tuple, mb: int, chunk: int) -> None:
-        now = self.env.now
-        self.send_start[key] = (now, rank)
-        size = self.prog.pp_bytes
-        target = self.msg(key)
+        """Start sending message ``key`` from ``rank`` to ``dst``; the sender goes on."""
+        env, size = self.env, self.size_bytes
+        now = env.now
+        self._send_start[key] = (now, rank)
+        target = self._msg(key)
         if size <= 0:
             target.succeed()
             return
         ev = self.net.start(CommRequest(CollKind.SENDRECV, GroupKind.PP, (rank, dst), size))
 
-        def arrived(e, t0=now):
+        def arrived(_ev: simpy.Event, t0: int = now) -> None:
             target.succeed()
-            self.span(rank, "PP", t0, self.env.now, "comm", f"{key[1]}{mb} → rank {dst}", mb,
-                      chunk, (("bytes", size), ("peer", dst)))
+            self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}", mb,
+                             chunk, (("bytes", size), ("peer", dst)))
 
         ev.callbacks.append(arrived)
 
     def recv(self, rank: int, key: tuple):
-        ev = self.msg(key)
+        """Wait for message ``key``: time before its send started is pipeline bubble, the rest
+        exposed PP communication."""
+        ev = self._msg(key)
         if ev.processed:
-            del self.msgs[key]
-            self.send_start.pop(key, None)
+            del self._msgs[key]
+            self._send_start.pop(key, None)
             return
-        env, st = self.env, self.stats[rank]
+        env, ledger = self.env, self.ledger
+        st = ledger.stats[rank]
         t0 = env.now
-        self.waiting[rank] = f"receive of {key[1]} microbatch {key[2]} for virtual stage {key[3]}"
+        ledger.waiting[rank] = f"receive of {key[1]} microbatch {key[2]} for virtual stage {key[3]}"
         yield ev
-        del self.msgs[key]
-        self.waiting.pop(rank, None)
+        del self._msgs[key]
+        ledger.waiting.pop(rank, None)
         t1 = env.now
-        ts, sender = self.send_start.pop(key)
-        self.deps[rank].append((t0, t1, "PP", sender, ts))
+        ts, sender = self._send_start.pop(key)
+        ledger.wait(rank, t0, t1, "PP", sender, ts)
         bubble = min(max(ts - t0, 0), t1 - t0)
         st.bubble_ns += bubble
         st.exposed_comm_ns[GroupKind.PP] += t1 - t0 - bubble
         if bubble:
-            self.span(rank, "compute", t0, t0 + bubble, "bubble", "wait for other stage")
+            ledger.span(rank, "compute", t0, t0 + bubble, "bubble", "wait for other stage")
         if t1 - t0 - bubble:
-            self.span(rank, "compute", t0 + bubble, t1, "recv_wait", "wait for PP transfer")
+            ledger.span(rank, "compute", t0 + bubble, t1, "recv_wait", "wait for PP transfer")
+
+    def check_delivered(self) -> None:
+        """Raise :class:`SimulationStalled` if a message was sent but never received."""
+        lost = sorted(k for k, ev in self._msgs.items() if ev.triggered)
+        if lost:
+            dst, kind, mb, vs = lost[0]
+            src = self._send_start.get(lost[0], (0, "?"))[1]
+            raise SimulationStalled(
+                f"{len(lost)} pipeline transfer(s) sent but never received, e.g. rank {src} "
+                f"sent the {'activation' if kind == 'F' else 'gradient'} of microbatch {mb} "
+                f"to rank {dst} (virtual stage {vs})")
 
 
 def comm_args(comm: Comm | None, algorithm: str) -> tuple[tuple[str, object], ...]:
+    """A span's arguments for a communication (op, group, bytes, blocking, algorithm)."""
     if comm is None:
         return ()
     out: tuple[tuple[str, object], ...] = (("op", comm.kind.value), ("group", comm.group.value),

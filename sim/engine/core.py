@@ -16,11 +16,14 @@ started is pipeline bubble; the rest is exposed PP communication.
 from __future__ import annotations
 
 import simpy
+from simpy.core import BoundClass, SimTime
+from simpy.events import NORMAL, Event, EventPriority
 
 from sim.comm import Comm, GroupKind
-from sim.engine.comms import CommStreams, comm_args
+from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
-from sim.engine.result import LayerStats, RankStats, SimResult, Span
+from sim.engine.ledger import Groups, Ledger
+from sim.engine.result import LayerStats, RankStats, SimResult
 from sim.engine.segments import (
     AsyncIssue,
     Blocking,
@@ -70,7 +73,32 @@ def simulate(
                    fuse).run(until_ns)
 
 
-class _Engine(CommStreams):
+class Clock(simpy.Environment):
+    """SimPy's environment, counting the events scheduled on it (the report's event count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scheduled = 0
+        # SimPy binds its event factories (timeout, event, process, …) to the instance only
+        # for its own class; bind them for this subclass too, or every call would go through
+        # the descriptor (~5% slower runs)
+        for name, obj in vars(simpy.Environment).items():
+            if isinstance(obj, BoundClass):
+                setattr(self, name, getattr(self, name))
+
+    def schedule(self, event: Event, priority: EventPriority = NORMAL, delay: SimTime = 0
+                 ) -> None:
+        self.scheduled += 1
+        _schedule(self, event, priority, delay)
+
+
+_schedule = simpy.Environment.schedule  # called unbound: no super() proxy per event
+
+
+class _Engine:
+    """One run: the rank processes, composed with the communication parts (rendezvous,
+    asynchronous streams, pipeline transfers) that share its :class:`Ledger`."""
+
     def __init__(self, prog: PipelineProgram, net: Network, pl: Placement,
                  classes: RankClasses, scale: dict[int, float], record: bool,
                  fuse: bool) -> None:
@@ -78,7 +106,7 @@ class _Engine(CommStreams):
             raise ValueError("placement does not match the program's layout")
         if classes.placement is not pl:
             raise ValueError("the rank classes belong to another placement")
-        self.env = simpy.Environment()
+        self.env = env = Clock()
         self.prog, self.net, self.pl, self.fuse = prog, net, pl, fuse
         self.classes = classes
         self.per_rank = classes.label == "per-rank"
@@ -87,30 +115,20 @@ class _Engine(CommStreams):
         self.sched = schedule_table(prog.schedule, self.p, self.m, self.v,
                                     prog.microbatch_group_size)
         self.sim_ranks = list(classes.reps)
-        self.sim_set = frozenset(self.sim_ranks)
+        sim_set = frozenset(self.sim_ranks)
         for r in self.scale:
-            if r not in self.sim_set:
+            if r not in sim_set:
                 raise ValueError(f"rank {r} has its own speed but is not simulated")
-        net.bind(self.env, pl, classes, traffic=prog.traffic())
+        net.bind(env, pl, classes, traffic=prog.traffic())
         # simulated members of a group run in lockstep only when the run is uniform
         plain = classes.is_per_rank or (len(classes.tp_parts) == len(classes.dp_parts) == 1)
         self.lockstep = plain and not self.scale and not net.perturbed
-        self.stats = {r: RankStats(r, pl.coord(r).pp, classes.size_of(r))
-                      for r in self.sim_ranks}
-        self.spans: list[Span] | None = [] if record else None
-        self.msgs: dict[tuple, simpy.Event] = {}
-        self.send_start: dict[tuple, int] = {}
-        self.rdv: dict[tuple, list] = {}
-        self.seq: dict[tuple, int] = {}
-        self.async_tail: dict[tuple, simpy.Event] = {}
-        self.pending: dict[int, list] = {r: [] for r in self.sim_ranks}
-        # per rank, the waits that ended when another rank (or the network) let it go on:
-        # (wait start, wait end, group, causing rank, time the cause started) — for the
-        # critical path (sim/engine/critical.py)
-        self.deps: dict[int, list[tuple]] = {r: [] for r in self.sim_ranks}
-        self.waiting: dict[int, str] = {}
-        self._groups: dict[tuple, tuple[int, ...]] = {}
-        self._sim_count: dict[tuple[int, ...], int] = {}
+        self.ledger = Ledger({r: RankStats(r, pl.coord(r).pp, classes.size_of(r))
+                              for r in self.sim_ranks}, record)
+        self.groups = Groups(pl, sim_set)
+        self.rdv = Rendezvous(env, net, self.groups, self.ledger)
+        self.streams = AsyncStreams(env, self.rdv, self.ledger)
+        self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes)
         self._iso: dict[tuple, tuple[int, str] | None] = {}
         self._compiled: dict[tuple, Compiled] = {}
         # compiled passes shared by ranks whose passes compile alike (per-rank simulation)
@@ -119,20 +137,14 @@ class _Engine(CommStreams):
         self._all_compiled: list[tuple[int, Compiled]] = []
 
     # ---- helpers -------------------------------------------------------------------------
-    def group(self, kind: GroupKind, rank: int) -> tuple[int, ...]:
-        key = (kind, rank)
-        g = self._groups.get(key)
-        if g is None:
-            g = self._groups[key] = self.pl.group(kind, rank)
-        return g
-
     def fused_cost(self, rank: int, comm: Comm) -> tuple[int, str] | None:
         if not self.fuse or not self.net.fusable(comm.group):
             return None
-        members = self.group(comm.group, rank)
-        if not self.lockstep and self.sim_count(members) > 1 and (
+        groups = self.groups
+        members = groups.of(comm.group, rank)
+        if not self.lockstep and groups.sim_count(members) > 1 and (
                 comm.group is not GroupKind.TP
-                or len({self.scale.get(r, 1.0) for r in members if r in self.sim_set}) > 1):
+                or len({self.scale.get(r, 1.0) for r in members if r in groups.simulated}) > 1):
             return None  # members may drift apart: a rendezvous at every collective instead
         key = (comm.kind, comm.group, members, comm.size_bytes)
         if key not in self._iso:
@@ -156,8 +168,9 @@ class _Engine(CommStreams):
                     layers, forward, last and not forward, lambda c: self.fused_cost(rank, c),
                     scale)
             comp = Compiled(shared.steps, shared.layer_totals)
-            if not self.lockstep and GroupKind.TP in comp.fused_groups() and self.sim_count(
-                    self.group(GroupKind.TP, rank)) > 1:
+            tp_group = self.groups.of(GroupKind.TP, rank)
+            if not self.lockstep and GroupKind.TP in comp.fused_groups() and \
+                    self.groups.sim_count(tp_group) > 1:
                 # simulated TP peers at the same speed: once they start the pass together
                 # (their first TP collective would make them), every later collective lines up
                 comp.barrier = GroupKind.TP
@@ -177,17 +190,14 @@ class _Engine(CommStreams):
             got = self._blocking[key] = tuple(seen)
         return got
 
-    def span(self, *args, **kw) -> None:
-        if self.spans is not None:
-            self.spans.append(Span(*args, **kw))
-
     # ---- processes -----------------------------------------------------------------------
     def run(self, until_ns: int | None) -> SimResult:
+        ledger = self.ledger
         procs = {r: self.env.process(self.rank_proc(r)) for r in self.sim_ranks}
         self.env.run(until=until_ns)
         stalled = [r for r, pr in procs.items() if not pr.triggered]
         if stalled:
-            shown = "; ".join(f"rank {r}: {self.waiting.get(r, 'running')}" for r in stalled[:8])
+            shown = "; ".join(f"rank {r}: {ledger.waiting.get(r, 'running')}" for r in stalled[:8])
             more = f" (and {len(stalled) - 8} more)" if len(stalled) > 8 else ""
             raise SimulationStalled(
                 f"simulation stopped at t = {self.env.now * 1e-9:.6f} s with {len(stalled)} "
@@ -195,30 +205,23 @@ class _Engine(CommStreams):
         for pr in procs.values():
             if not pr.ok:
                 raise pr.value
-        lost = sorted(k for k, ev in self.msgs.items() if ev.triggered)
-        if lost:
-            dst, kind, mb, vs = lost[0]
-            src = self.send_start.get(lost[0], (0, "?"))[1]
-            raise SimulationStalled(
-                f"{len(lost)} pipeline transfer(s) sent but never received, e.g. rank {src} "
-                f"sent the {'activation' if kind == 'F' else 'gradient'} of microbatch {mb} "
-                f"to rank {dst} (virtual stage {vs})")
-        iteration = max(s.end_ns for s in self.stats.values())
-        for s in self.stats.values():
+        self.pipe.check_delivered()
+        stats = ledger.stats
+        iteration = max(s.end_ns for s in stats.values())
+        for s in stats.values():
             tail = iteration - s.end_ns
             s.bubble_ns += tail
             if tail:
-                self.span(s.rank, "compute", s.end_ns, iteration, "bubble", "idle")
+                ledger.span(s.rank, "compute", s.end_ns, iteration, "bubble", "idle")
         self._layer_totals()
-        events = next(self.env._eid) if hasattr(self.env, "_eid") else 0  # SimPy's event counter
-        last = max(self.stats.values(), key=lambda s: (s.end_ns, -s.rank))
-        path = critical_path(self.deps, last.rank, iteration)
-        return SimResult(self.prog, iteration, [self.stats[r] for r in self.sim_ranks],
-                         self.spans or [], events, self.per_rank, self.net.describe(),
-                         self.classes.describe(), path)
+        last = max(stats.values(), key=lambda s: (s.end_ns, -s.rank))
+        path = critical_path(ledger.deps, last.rank, iteration)
+        return SimResult(self.prog, iteration, [stats[r] for r in self.sim_ranks],
+                         ledger.spans or [], self.env.scheduled, self.per_rank,
+                         self.net.describe(), self.classes.describe(), path)
 
     def rank_proc(self, rank: int):
-        env, st, p = self.env, self.stats[rank], self.p
+        env, st, p = self.env, self.ledger.stats[rank], self.p
         stage = st.stage
         c0 = self.pl.coord(rank)
         last_vs = p * self.v - 1
@@ -229,30 +232,31 @@ class _Engine(CommStreams):
             vs = chunk * p + stage
             if op.kind == "F":
                 if vs > 0:
-                    yield from self.recv(rank, (rank, "F", mb, vs))
+                    yield from self.pipe.recv(rank, (rank, "F", mb, vs))
                 yield from self.run_steps(rank, self.compiled(rank, stage, chunk, True, False),
                                           mb, chunk)
                 if vs < last_vs:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs + 1) % p)
-                    self.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
+                    self.pipe.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
             else:
                 if vs < last_vs:
-                    yield from self.recv(rank, (rank, "B", mb, vs))
+                    yield from self.pipe.recv(rank, (rank, "B", mb, vs))
                 comp = self.compiled(rank, stage, chunk, False, mb == self.m - 1)
                 yield from self.run_steps(rank, comp, mb, chunk)
                 if vs > 0:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs - 1) % p)
-                    self.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
+                    self.pipe.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
         yield from self.tasks(rank, prog.epilogue)
-        yield from self.drain(rank)
+        yield from self.streams.drain(rank)
         st.end_ns = env.now
 
     def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int):
-        env, st = self.env, self.stats[rank]
+        env, ledger = self.env, self.ledger
+        st = ledger.stats[rank]
         comp.executions += 1
         if comp.barrier is not None:
             t0 = env.now
-            yield from self.barrier(rank, comp.barrier)
+            yield from self.rdv.barrier(rank, comp.barrier)
             st.exposed_comm_ns[comp.barrier] += env.now - t0
         for step in comp.steps:
             if type(step) is Fused:
@@ -262,37 +266,43 @@ class _Engine(CommStreams):
                 st.compute_ns += step.compute_ns
                 for g, ns in step.comm_ns:
                     st.exposed_comm_ns[g] += ns
-                if self.spans is not None:
-                    for part in step.parts:
-                        s0 = t0 + part.offset_ns
-                        if part.group is None:
-                            self.span(rank, "compute", s0, s0 + part.duration_ns,
-                                      part.phase.value, part.layer, mb, chunk)
-                        else:
-                            self.span(rank, part.group.value, s0, s0 + part.duration_ns, "comm",
-                                      f"{part.layer}.{part.phase.value}", mb, chunk,
-                                      comm_args(part.comm, part.algorithm))
+                if ledger.spans is not None:
+                    self._fused_spans(rank, t0, step, mb, chunk)
             elif type(step) is Blocking:
                 t0 = env.now
                 what = f"{step.layer} {step.phase.value}"
-                res, _ = yield from self.collective(rank, step.comm, what)
+                res, _ = yield from self.rdv.collective(rank, step.comm, what)
                 d = env.now - t0
-                st.exposed_comm_ns[step.comm.group] += d
+                g = step.comm.group
+                st.exposed_comm_ns[g] += d
                 ls = st.layers.setdefault(step.layer, LayerStats())
-                ls.comm_ns[step.comm.group.value] = ls.comm_ns.get(step.comm.group.value, 0) + d
-                self.span(rank, step.comm.group.value, t0, env.now, "comm",
-                          f"{step.layer}.{step.phase.value}", mb, chunk,
-                          comm_args(step.comm, res.algorithm if res else ""))
+                ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + d
+                ledger.span(rank, g.value, t0, env.now, "comm",
+                            f"{step.layer}.{step.phase.value}", mb, chunk,
+                            comm_args(step.comm, res.algorithm if res else ""))
             else:
                 assert type(step) is AsyncIssue
-                self.issue_async(rank, step.comm, f"{step.layer}.{step.phase.value}")
+                self.streams.issue(rank, step.comm, f"{step.layer}.{step.phase.value}")
+
+    def _fused_spans(self, rank: int, t0: int, step: Fused, mb: int, chunk: int) -> None:
+        """The spans of the parts of a fused run that started at ``t0``."""
+        span = self.ledger.span
+        for part in step.parts:
+            s0 = t0 + part.offset_ns
+            s1 = s0 + part.duration_ns
+            if part.group is None:
+                span(rank, "compute", s0, s1, part.phase.value, part.layer, mb, chunk)
+            else:
+                span(rank, part.group.value, s0, s1, "comm", f"{part.layer}.{part.phase.value}",
+                     mb, chunk, comm_args(part.comm, part.algorithm))
 
     def tasks(self, rank: int, tasks: tuple[Task, ...]):
-        env, st = self.env, self.stats[rank]
+        env, ledger = self.env, self.ledger
+        st = ledger.stats[rank]
         scale = self.scale.get(rank, 1.0)
         for t in tasks:
             if t.wait_async:
-                yield from self.drain(rank)
+                yield from self.streams.drain(rank)
             compute_ns = scaled(t.compute_ns, scale)
             if compute_ns:
                 t0 = env.now
@@ -301,25 +311,25 @@ class _Engine(CommStreams):
                     st.optimizer_ns += compute_ns
                 else:
                     st.compute_ns += compute_ns
-                self.span(rank, "compute", t0, env.now,
-                          "optimizer" if t.kind is TaskKind.OPTIMIZER else "forward", t.label)
+                ledger.span(rank, "compute", t0, env.now,
+                            "optimizer" if t.kind is TaskKind.OPTIMIZER else "forward", t.label)
             if t.comm is None:
                 continue
             if t.comm.blocking:
                 t0 = env.now
-                res, _ = yield from self.collective(rank, t.comm, t.label)
+                res, _ = yield from self.rdv.collective(rank, t.comm, t.label)
                 st.exposed_comm_ns[t.comm.group] += env.now - t0
-                self.span(rank, t.comm.group.value, t0, env.now, "comm", t.label, -1, -1,
-                          comm_args(t.comm, res.algorithm if res else ""))
+                ledger.span(rank, t.comm.group.value, t0, env.now, "comm", t.label, -1, -1,
+                            comm_args(t.comm, res.algorithm if res else ""))
             else:
-                self.issue_async(rank, t.comm, t.label)
+                self.streams.issue(rank, t.comm, t.label)
 
     def _layer_totals(self) -> None:
         for rank, comp in self._all_compiled:
             n = comp.executions
             if not n:
                 continue
-            layers = self.stats[rank].layers
+            layers = self.ledger.stats[rank].layers
             for name, (f, ig, wg, comm, cnt) in comp.layer_totals.items():
                 ls = layers.setdefault(name, LayerStats())
                 ls.forward_ns += n * f

@@ -11,6 +11,20 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class Wait(NamedTuple):
+    """A wait of one rank that another rank or the network ended: from ``start_ns`` to
+    ``end_ns`` on communication of ``group`` (a group kind's value, ``"PP"`` for pipeline
+    transfers); ``cause_rank`` arrived last at the collective or sent the data, at
+    ``cause_ns``."""
+
+    start_ns: int
+    end_ns: int
+    group: str
+    cause_rank: int
+    cause_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +39,10 @@ class PathSegment:
     peer: int = -1
 
 
-def critical_path(deps: dict[int, list[tuple]], end_rank: int, end_ns: int,
+def critical_path(deps: dict[int, list[Wait]], end_rank: int, end_ns: int,
                   limit: int = 1_000_000) -> list[PathSegment]:
-    """Segments from time 0 to ``end_ns`` (in time order). ``deps[r]``: the waits of rank r as
-    (start, end, group, causing rank, cause time), in time order."""
+    """Segments from time 0 to ``end_ns`` (in time order). ``deps[r]``: the waits of rank r,
+    in time order."""
     ends = {r: [d[1] for d in lst] for r, lst in deps.items()}
     out: list[PathSegment] = []
     r, t = end_rank, end_ns

@@ -78,7 +78,7 @@ class Network(ABC):
     def isolated(self, req: CommRequest) -> CommResult:
         """Cost of ``req`` when nothing else uses the network (ns, algorithm, bandwidth)."""
 
-    def fusable(self, group: GroupKind) -> bool:
+    def fusable(self, group: GroupKind) -> bool:  # noqa: ARG002 (no contention: every group)
         """True if blocking comms of ``group`` never share links with other traffic.
 
         The engine may then pre-compute their cost with :meth:`isolated` and merge them with the

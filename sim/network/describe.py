@@ -1,32 +1,57 @@
-"""The assumptions of a :class:`~sim.network.flow.FlowNetwork`, as report lines."""
+"""The assumptions of the flow network model (:mod:`sim.network.flow`), as report lines."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Mapping
 
+from sim.comm import GroupKind
 from sim.network import nccl
+from sim.network.driver import FlowDriver
+from sim.network.tuner import Tuner
+from sim.topology.cluster import Cluster
 
-if TYPE_CHECKING:
-    from sim.network.flow import FlowNetwork
+
+def describe_network(tuner: Tuner, driver: FlowDriver, symmetric: bool,
+                     fusable: Mapping[GroupKind, bool]) -> list[str]:
+    """Report lines: the model, its configuration (``tuner``), what the run did (``driver``:
+    chosen algorithms, contention) and which group kinds were costed in isolation."""
+    cl = tuner.cluster
+    out = _model_lines(tuner)
+    if symmetric:
+        out += _symmetric_lines(cl)
+    if tuner.class_plans_used:
+        out.append("all-to-all: transfers with the same local GPUs, fabric level and alike "
+                   "nodes costed as one class flow each (exact when a link all of a class's "
+                   "transfers cross limits it)" + (
+                       f"; {driver.solver.inexact} fill(s) limited a class by a link only some "
+                       "of its transfers cross: approximate there (--per-rank is exact)"
+                       if driver.solver.inexact else ""))
+    for g in sorted(fusable, key=lambda g: g.value):
+        if fusable[g]:
+            out.append(f"{g.value} collectives never share links with other traffic: costed "
+                       "in isolation and merged with compute")
+    out += _run_lines(cl, driver)
+    return out
 
 
-def describe_network(net: FlowNetwork) -> list[str]:
-    topo = net.topology
-    cl = net.cluster
+def _model_lines(tuner: Tuner) -> list[str]:
+    cl = tuner.cluster
+    topo = cl.topo
     out = [f"network: flow-level model of {topo.name}: collectives become ring/tree/"
            "point-to-point coflows on the cluster graph; links shared max-min fairly, rates "
            "recomputed whenever a flow starts or ends"]
     out += ["  " + line for line in topo.describe()]
-    algos = sorted(set(net.algorithm.values()))
+    algos = sorted(set(tuner.algorithm.values()))
     if algos == ["auto"]:
         out.append("collective algorithm: auto — least predicted time over NCCL's algorithms "
                    "(all-reduce: ring / double binary tree; all-gather, reduce-scatter, "
                    "broadcast: ring; all-to-all, send/recv: direct) × protocols LL / LL128 / "
                    "Simple, as NCCL's tuner does (hierarchical only when asked for)")
     else:
-        fixed = ", ".join(f"{k.value.lower()} {v}" for k, v in net.algorithm.items())
+        fixed = ", ".join(f"{k.value.lower()} {v}" for k, v in tuner.algorithm.items())
         out.append(f"collective algorithm: {fixed} (auto where a fixed choice does not apply)")
-    out.append(f"protocol: {net.protocol}")
+    out.append(f"protocol: {tuner.protocol}")
     if cl.routing == "ecmp":
         out.append("routing: static ECMP — each flow hashed (CRC-32 of 'src>dst#channel') onto "
                    "one of the equal-cost fat-tree paths; hash collisions share links")
@@ -37,62 +62,57 @@ def describe_network(net: FlowNetwork) -> list[str]:
     out.append("latency: NCCL 2.30 tuning model (base + per-step hop latency by protocol and "
                "link type; multi-node ring/Simple all-reduce × 1.4, Ampere and newer) + the "
                "physical latency of each step's path from the topology + "
-               f"{net.launch_ns / 1000:g} µs launch overhead per collective")
+               f"{tuner.launch_ns / 1000:g} µs launch overhead per collective")
     out.append(f"protocol payload efficiency: ring LL {e['ring']['LL']:g}, LL128 "
                f"{e['ring']['LL128']:g}, Simple {e['ring']['Simple']:g}; tree LL 1/3.8, LL128 "
                f"{e['tree']['LL128']:g}, Simple {e['tree']['Simple']:g}")
     out.append("rings: one channel per NIC (rail) used by the group, crossing each node once "
                "(PXN over NVLink to the NIC's GPU); hierarchical phases end with a barrier")
-    if net.symmetric:
-        out.append("symmetric simulation: each simulated rank stands for its class; the "
-                   "identical copies of each communication load the representatives' links "
-                   "with multiplicities (copies elsewhere use equivalent, untracked links"
-                   + ("; ECMP collisions among copies on links no representative uses are "
-                      "not seen — use --per-rank or adaptive routing to check)"
-                      if cl.routing == "ecmp" else ")"))
-        uneven = uneven_fabric(cl)
-        if uneven:
-            out.append(f"the fabric is not uniform ({uneven}): copies in partially filled "
-                       "sub-trees take other paths than their representative, so symmetric "
-                       "simulation is approximate here (--per-rank is exact)")
-    if net.class_plans_used:
-        out.append("all-to-all: transfers with the same local GPUs, fabric level and alike "
-                   "nodes costed as one class flow each (exact when a link all of a class's "
-                   "transfers cross limits it)" + (
-                       f"; {net.solver.inexact} fill(s) limited a class by a link only some "
-                       "of its transfers cross: approximate there (--per-rank is exact)"
-                       if net.solver.inexact else ""))
-    for g in sorted(net._fusable, key=lambda g: g.value):
-        if net._fusable[g]:
-            out.append(f"{g.value} collectives never share links with other traffic: costed "
-                       "in isolation and merged with compute")
-    for (kind, group, n, algo), cnt in sorted(net.chosen.items(),
+    return out
+
+
+def _symmetric_lines(cl: Cluster) -> list[str]:
+    out = ["symmetric simulation: each simulated rank stands for its class; the identical "
+           "copies of each communication load the representatives' links with multiplicities "
+           "(copies elsewhere use equivalent, untracked links"
+           + ("; ECMP collisions among copies on links no representative uses are not seen — "
+              "use --per-rank or adaptive routing to check)" if cl.routing == "ecmp" else ")")]
+    uneven = uneven_fabric(cl)
+    if uneven:
+        out.append(f"the fabric is not uniform ({uneven}): copies in partially filled "
+                   "sub-trees take other paths than their representative, so symmetric "
+                   "simulation is approximate here (--per-rank is exact)")
+    return out
+
+
+def _run_lines(cl: Cluster, driver: FlowDriver) -> list[str]:
+    out = []
+    for (kind, group, n, algo), cnt in sorted(driver.chosen.items(),
                                               key=lambda kv: (kv[0][1].value, kv[0][0].value,
                                                               kv[0][3])):
         out.append(f"chosen: {group.value} {kind.value.lower()} over {n} ranks: {algo} "
                    f"({cnt}×)")
-    for g, st in net.contention_stats().items():
+    for g, st in sorted(driver.stats.items(), key=lambda kv: kv[0].value):
         out.append(f"contention: {g.value}: {st.count} communications, achieved "
                    f"{st.actual_ns / 1e6:.3f} ms vs {st.isolated_ns / 1e6:.3f} ms isolated "
                    f"(× {st.slowdown:.3f})")
-    worst = sorted(net.link_delay.items(), key=lambda kv: (-kv[1][0], kv[0]))[:3]
+    worst = sorted(driver.link_delay.items(), key=lambda kv: (-kv[1][0], kv[0]))[:3]
     for link, (ns, n) in worst:
         out.append(f"contended link: {link_name(cl, link)} limited {n} communication(s) that "
                    f"took {ns / 1e6:.3f} ms longer than alone" + _fault_mark(cl, link))
     return out
 
 
-def uneven_fabric(cl) -> str:
+def uneven_fabric(cl: Cluster) -> str:
     """Why copies of a rank may not be equivalent: fabric sub-trees holding different numbers
     of nodes (e.g. a last, partially filled leaf); empty if every level is evenly filled."""
-    from collections import Counter
-
     topo = cl.topo
     if topo.fabric is None or not cl.nics:
         return ""
     leaves = [cl.leaf_of(n, 0) for n in range(topo.num_nodes)]
-    for level in range(1, len(cl._span)):
-        counts = Counter(leaf // cl._span[level] for leaf in leaves)
+    spans = cl.spans
+    for level in range(1, len(spans)):
+        counts = Counter(leaf // spans[level] for leaf in leaves)
         if len(set(counts.values())) > 1:
             name = topo.fabric.levels[level - 1].name
             sizes = sorted(set(counts.values()), reverse=True)
@@ -100,7 +120,7 @@ def uneven_fabric(cl) -> str:
     return ""
 
 
-def link_name(cl, link: int) -> str:
+def link_name(cl: Cluster, link: int) -> str:
     """A link as ``u -> v`` with readable device names (e.g. ``nic 37.2 -> leaf 14``)."""
     def dev(x: tuple) -> str:
         kind = x[0]
@@ -116,12 +136,13 @@ def link_name(cl, link: int) -> str:
     return f"{dev(u)} -> {dev(v)}"
 
 
-def _fault_mark(cl, link: int) -> str:
+def _fault_mark(cl: Cluster, link: int) -> str:
     u, v = cl.names[link]
-    if cl._degraded and cl._degradation(u, v) != 1.0:
+    if cl.degradation(u, v) != 1.0:
         return " (a degraded link)"
+    subs = cl.failed_nic_substitutes
     for x in (u, v):
         if x[0] == "nic" and any(sub == x[2] and node == x[1]
-                                 for (node, _), sub in cl._nic_sub.items()):
+                                 for (node, _), sub in subs.items()):
             return " (it carries a failed NIC's traffic)"
     return ""

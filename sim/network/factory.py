@@ -6,10 +6,10 @@ import argparse
 from typing import TYPE_CHECKING
 
 from sim.errors import UsageError
+from sim.network.flow import FlowNetwork
 from sim.topology.spec import ALGORITHMS, PROTOCOLS
 
 if TYPE_CHECKING:
-    from sim.network.flow import FlowNetwork
     from sim.topology.spec import Topology
 
 ROUTINGS = ("ecmp", "adaptive")
@@ -51,8 +51,6 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     otherwise). ``routing``: ``ecmp`` or ``adaptive``. ``protocol``: ``auto``, ``LL``,
     ``LL128``, ``Simple`` or ``None`` for the topology file's choice.
     """
-    from sim.network.flow import FlowNetwork
-
     if routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
                          field="--routing")

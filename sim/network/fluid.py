@@ -63,15 +63,7 @@ def waterfill(flows: list[Flow], cap: list[float]) -> list[float]:
 
 
 def _fill(flows: list[Flow], cap: list[float]) -> list[float]:
-    remcap: dict[int, float] = {}
-    nunf: dict[int, int] = {}
-    for f in flows:
-        for link, m in f.loads:
-            if link not in remcap:
-                remcap[link] = cap[link]
-                nunf[link] = m
-            else:
-                nunf[link] += m
+    remcap, nunf = _link_totals(flows, cap)
     rates = [0.0] * len(flows)
     unfrozen = list(range(len(flows)))
     while unfrozen:
@@ -112,6 +104,21 @@ def _fill(flows: list[Flow], cap: list[float]) -> list[float]:
     return rates
 
 
+def _link_totals(flows: list[Flow], cap: list[float]
+                 ) -> tuple[dict[int, float], dict[int, int]]:
+    """Per link the flows load: (its capacity, the sum of their multiplicities)."""
+    remcap: dict[int, float] = {}
+    nunf: dict[int, int] = {}
+    for f in flows:
+        for link, m in f.loads:
+            if link not in remcap:
+                remcap[link] = cap[link]
+                nunf[link] = m
+            else:
+                nunf[link] += m
+    return remcap, nunf
+
+
 def _alone_rate(f: Flow, cap: list[float]) -> float:
     """:func:`waterfill` of one flow (the common case when every rank is simulated): the same
     operations, without the bookkeeping of several flows."""
@@ -143,7 +150,6 @@ class FluidSolver:
         self.users: dict[int, dict[Flow, int]] = {}
         self.heap: list[tuple[int, int, int, Flow]] = []
         self._seq = 0
-        self.refills = 0
         self.strict_flows = False  # set when class flows are added
         self.inexact = 0  # fills that limited a class flow by a link not all its transfers use
 
@@ -204,7 +210,6 @@ class FluidSolver:
         return list(seen)
 
     def _refill(self, seeds: list[Flow], now: int) -> None:
-        self.refills += 1
         comp = self._component(seeds)
         rates = waterfill(comp, self.cap)
         if self.strict_flows:

@@ -17,19 +17,49 @@ reduced to their intra-node segments (no fabric routing).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from sim.comm import CollKind, GroupKind
+from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan
+from sim.network.tuner import Tuner
+from sim.placement import Placement
+from sim.rank_classes import RankClasses
+from sim.topology.cluster import Cluster
 
-if TYPE_CHECKING:
-    from sim.network.flow import FlowNetwork
+
+@dataclass(frozen=True)
+class FusionQuery:
+    """What the fusability checks read: the plans and configured algorithms (``tuner``), the
+    placement, which ranks are simulated (``classes``) and the traffic the program issues
+    (group kind → collective kinds; ``None``: unknown, assume any)."""
+
+    tuner: Tuner
+    placement: Placement
+    classes: RankClasses
+    traffic: dict[GroupKind, frozenset[CollKind]] | None
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.tuner.cluster
+
+    @property
+    def algorithm(self) -> dict[CollKind, str]:
+        return self.tuner.algorithm
+
+    @property
+    def symmetric(self) -> bool:
+        return self.classes.reduced
+
+    def plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
+        return self.tuner.plan(kind, algorithm, ranks)
+
 
 _COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP)
 _RING_FAMILY = ("ring", "tree", "hierarchical")
 _A2A = (CollKind.ALLTOALL, "direct")
 
 
-def _edges(net: FlowNetwork, ranks: tuple[int, ...], a2a: bool,
+def _edges(net: FusionQuery, ranks: tuple[int, ...], a2a: bool,
            rings: frozenset[str] | bool = True) -> Iterator[tuple[int, int, int, int]]:
     """(src, dst, rail, channel) of every edge a candidate algorithm could use (``rings``: the
     ring / tree / hierarchical plans that may run — all-reduce plans, whose edges include those
@@ -60,12 +90,10 @@ def _groups(pl, kind: GroupKind) -> list[tuple[int, ...]]:
     return out
 
 
-def _uses(net: FlowNetwork, kind: GroupKind) -> tuple[frozenset[str], bool]:
+def _uses(net: FusionQuery, kind: GroupKind) -> tuple[frozenset[str], bool]:
     """(ring-family algorithms that may run, all-to-all traffic?) of ``kind`` in this program:
     ``auto`` picks among NCCL's algorithms (tree only for all-reduce); a configured algorithm
     is used where it applies."""
-    from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS
-
     traffic = net.traffic
     if traffic is None:
         ks = frozenset(CollKind) if kind in (GroupKind.EP, GroupKind.DP_EP) else frozenset(
@@ -82,10 +110,9 @@ def _uses(net: FlowNetwork, kind: GroupKind) -> tuple[frozenset[str], bool]:
     return frozenset(algos & set(_RING_FAMILY)), CollKind.ALLTOALL in ks
 
 
-def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
+def is_fusable(net: FusionQuery, group: GroupKind) -> bool:
     """True if blocking collectives of ``group`` never share a link with other traffic."""
-    pl = net.placement
-    if pl is None or group is GroupKind.PP:
+    if group is GroupKind.PP:
         return False
     if net.symmetric:
         got = _local_symmetric_check(net, group)
@@ -94,7 +121,7 @@ def is_fusable(net: FlowNetwork, group: GroupKind) -> bool:
     return _global_check(net, group)
 
 
-def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
+def _global_check(net: FusionQuery, group: GroupKind) -> bool:
     """Every group of every kind in the program and every pipeline pair: O(GPUs)."""
     pl = net.placement
     cl = net.cluster
@@ -122,7 +149,7 @@ def _global_check(net: FlowNetwork, group: GroupKind) -> bool:
     return taken is not None or not any(k in owner for k in others)
 
 
-def _other_keys(net: FlowNetwork, group: GroupKind, kinds, groups, keys) -> Iterator:
+def _other_keys(net: FusionQuery, group: GroupKind, kinds, groups, keys) -> Iterator:
     """Links (``keys``) of the traffic of every group of the other kinds and of the pipeline
     transfers; a group with the same members as an earlier one is visited once with the union
     of both kinds' algorithms."""
@@ -150,7 +177,7 @@ def _other_keys(net: FlowNetwork, group: GroupKind, kinds, groups, keys) -> Iter
                         yield from keys(src, dst, -1, 0)
 
 
-def _local_symmetric_check(net: FlowNetwork, group: GroupKind) -> bool | None:
+def _local_symmetric_check(net: FusionQuery, group: GroupKind) -> bool | None:
     """Symmetric mode, when the representatives' groups of ``group`` lie inside one node each:
     only intra-node links can be shared, so only the nodes of those groups are examined — all
     traffic with an endpoint there (every group of every kind touching the node, and pipeline
@@ -196,7 +223,7 @@ def _local_symmetric_check(net: FlowNetwork, group: GroupKind) -> bool | None:
     return True
 
 
-def _incident_edges(net: FlowNetwork, g: tuple[int, ...], a2a: bool, rings: bool, node: int,
+def _incident_edges(net: FusionQuery, g: tuple[int, ...], a2a: bool, rings: bool, node: int,
                     shapes: dict) -> list[tuple[int, int, int, int]]:
     """The edges of ``g``'s candidate plans with an endpoint on ``node``. Plans depend only on
     the group's shape (members' node offsets and local GPU indices), so they are built once

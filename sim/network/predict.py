@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+import simpy
+
 from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.limits import INT64_MAX, parse_int
 from sim.network.base import CommRequest, nccl_busbw_factor
 from sim.network.factory import add_network_arguments, network_from_args
+from sim.placement import Placement
 from sim.rank_classes import RankClasses
 
 OPS = {
@@ -93,10 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sendrecv_ns(net, n: int, size: int) -> tuple[int, str]:
     """nccl-tests sendrecv: rank r sends ``size`` bytes to r+1 (mod n), all at once."""
-    import simpy
-
-    from sim.placement import Placement
-
     env = simpy.Environment()
     pl = Placement(1, n, 1)
     net.bind(env, pl, RankClasses.per_rank(pl))

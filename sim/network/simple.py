@@ -40,7 +40,7 @@ def ring_time_s(kind: CollKind, n: int, size_bytes: int, alpha_s: float, bw_Bps:
 class FreeNetwork(Network):
     """Every communication takes zero time (for checking schedules against closed forms)."""
 
-    def isolated(self, req: CommRequest) -> CommResult:
+    def isolated(self, req: CommRequest) -> CommResult:  # noqa: ARG002 (free whatever it is)
         return CommResult(0, "free", math.inf)
 
     def describe(self) -> list[str]:

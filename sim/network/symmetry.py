@@ -13,6 +13,8 @@ representative's links, without routing any (docs/scale.md).
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.comm import CollKind, GroupKind
 from sim.placement import Placement
 
@@ -68,11 +70,9 @@ def link_scopes(cluster, links) -> tuple[dict[int, set], set[tuple[int, int]]]:
 def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
                 ranks: tuple[int, ...]):
     """Every copy of a request as rows of a numpy array (None: the request has no copies)."""
-    import numpy as np
-
     pl = placement
     c0 = pl.coord(ranks[0])
-    st, sd, ss = (pl._stride[d] for d in ("tp", "dp", "pp"))
+    st, sd, ss = (pl.stride(d) for d in ("tp", "dp", "pp"))
     if kind is CollKind.SENDRECV:
         if len(ranks) != 2:
             return None
@@ -131,7 +131,7 @@ def _node_touches(cluster, want: frozenset, local: list[int], rails: set[int]) -
                 return True
             segs += [(("gpu", a), ("nic", k)), (("nic", k), ("gpu", a))]
     for x, y in segs:
-        seg = cluster._segment(x, y)
+        seg = cluster.segment(x, y)
         if any((seg[j], seg[j + 1]) in want for j in range(len(seg) - 1)):
             return True
     return False
@@ -146,8 +146,6 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
     NICs of its members (ring / tree channels use the NICs of the group's members, direct
     transfers the destination's), so only those rails' leaves are checked. Cost: vector
     arithmetic over the copies, no routing."""
-    import numpy as np
-
     if placement is None or not ranks or max(ranks) >= placement.world_size:
         return [ranks]
     arr = _copy_array(placement, kind, group, ranks)
@@ -169,8 +167,8 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
     if blocks_scope and fabric is not None:
         levels = sorted({lv for lv, _ in blocks_scope})
         want = {lv: np.array(sorted(b for lv2, b in blocks_scope if lv2 == lv)) for lv in levels}
-        n_nodes, nics = cluster.topo.num_nodes, cluster.nics
-        member_nic = np.asarray(cluster._gpu_nic)[arr % gpn]
+        n_nodes, nics, spans = cluster.topo.num_nodes, cluster.nics, cluster.spans
+        member_nic = np.asarray(cluster.gpu_nics)[arr % gpn]
         for k in range(nics):
             uses_k = (member_nic == k).any(axis=1)
             if not uses_k.any():
@@ -178,6 +176,6 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
             leaves = fabric.leaf_index(nodes[uses_k], k, n_nodes, nics)
             hit = np.zeros(int(uses_k.sum()), dtype=bool)
             for lv in levels:
-                hit |= np.isin(leaves // cluster._span[lv], want[lv]).any(axis=1)
+                hit |= np.isin(leaves // spans[lv], want[lv]).any(axis=1)
             keep[np.flatnonzero(uses_k)[hit]] = True
     return _ordered(ranks, arr[keep])

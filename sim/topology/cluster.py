@@ -328,3 +328,23 @@ class Cluster:
     def path_latency_ns(self, links: tuple[int, ...]) -> int:
         return sum(self.lat[i] for i in links)
 
+
+    # ---- read API for the network models (describe, symmetry) -----------------------------
+    @property
+    def spans(self) -> tuple[int, ...]:
+        """Per fabric level l (index 1 = leaves), the leaves in one level-l sub-tree: the
+        level-l block of a leaf is ``leaf // spans[l]`` (empty: no fabric)."""
+        return tuple(getattr(self, "_span", ()))
+
+    @property
+    def failed_nic_substitutes(self) -> dict[tuple[int, int], int]:
+        """(node, failed NIC) → the NIC of that node that carries its traffic."""
+        return dict(self._nic_sub)
+
+    def degradation(self, u: tuple, v: tuple) -> float:
+        """Capacity factor of the link ``u → v`` from the topology's faults (1.0: intact)."""
+        return self._degradation(u, v) if self._degraded else 1.0
+
+    def segment(self, a: tuple, b: tuple) -> tuple[tuple, ...]:
+        """Device sequence inside a node from ``a`` to ``b`` (("gpu", i) or ("nic", k))."""
+        return self._segment(a, b)

@@ -1,0 +1,166 @@
+"""The SimPy driver of the flow model: running communications as fluid flows in simulated time.
+
+:class:`FlowDriver` owns the :class:`~sim.network.fluid.FluidSolver` of one run. A started
+communication (:class:`Transfer`) adds the coflows of its current phase to the solver; the
+driver keeps one SimPy timeout at the next time a flow completes (never two for the same
+time), advances the solver there, and moves a transfer to its next phase after the phase's
+latency, or completes it: its :class:`Completion` event succeeds at the end of its last
+latency and launch overhead with a :class:`~sim.network.base.CommResult`. Per group kind it
+counts achieved against isolated time (:class:`CommStats`), charges time lost to contention to
+the link that limited the transfer, and counts which algorithms ran.
+
+Mechanisms that change how transfers progress in time once started (compute/communication
+overlap, kernel interference with compute, …) belong here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+from simpy.events import NORMAL
+
+from sim.comm import GroupKind
+from sim.network import alltoall, nccl
+from sim.network.base import CommRequest, CommResult
+from sim.network.fluid import Flow, FluidSolver
+from sim.network.plans import Plan
+
+
+@dataclass
+class CommStats:
+    """Totals for one process-group kind over the started (non-fused) communications."""
+
+    count: int = 0
+    size_bytes: int = 0
+    actual_ns: int = 0
+    isolated_ns: int = 0
+
+    @property
+    def slowdown(self) -> float:
+        """Achieved time / isolated time (1.0 = no contention)."""
+        return self.actual_ns / self.isolated_ns if self.isolated_ns else 1.0
+
+
+class Completion(simpy.Event):
+    """The event a started communication returns: it succeeds once, after a delay that is only
+    known when the communication's last flow has finished.
+
+    SimPy's :class:`simpy.Timeout` fixes its delay when created; this event type fixes it
+    later, with the same single heap entry (so the event count and order are those of a
+    timeout created at that moment). It sets the outcome the way SimPy's own event types do
+    (``Timeout.__init__``), which simpy 4 defines (pinned in pyproject.toml).
+    """
+
+    def succeed_after(self, delay_ns: int, value: CommResult) -> None:
+        """Succeed with ``value`` ``delay_ns`` from now. Call it once (the driver does, when
+        the communication's last phase has finished; not checked, it is on the hot path)."""
+        self._ok = True
+        self._value = value
+        self.env.schedule(self, NORMAL, delay_ns)
+
+
+class Transfer:
+    """One started communication: its request, chosen plan and protocol, per-phase loads and
+    latencies, and progress. ``bneck``: the link that limited the flow that finished last."""
+
+    __slots__ = ("req", "plan", "proto", "loads", "lats", "event", "t0", "phase", "pending",
+                 "iso", "bneck")
+
+    def __init__(self, req: CommRequest, plan: Plan, proto: str, flows: tuple,
+                 event: Completion, t0: int, iso: int):
+        self.req, self.plan, self.proto = req, plan, proto
+        self.loads, self.lats = flows
+        self.event, self.t0, self.iso = event, t0, iso
+        self.phase = 0
+        self.pending = 0
+        self.bneck = -1
+
+
+class FlowDriver:
+    """Runs :class:`Transfer` s on a :class:`FluidSolver` inside a SimPy environment.
+
+    Read API for reports: :attr:`stats` (per group kind), :attr:`link_delay` (link id →
+    [ns beyond isolated time, communications] charged to the link that limited them),
+    :attr:`chosen` ((kind, group, group size, "algorithm/protocol") → count) and
+    :attr:`ops_started`.
+    """
+
+    def __init__(self, env: simpy.Environment, cap: list[float], launch_ns: int):
+        self.env = env
+        self.launch_ns = launch_ns
+        self.solver = FluidSolver(cap)
+        self._wakes: set[int] = set()
+        self.stats: dict[GroupKind, CommStats] = {}
+        self.link_delay: dict[int, list[int]] = {}
+        self.chosen: dict[tuple, int] = {}
+        self.ops_started = 0
+
+    def start(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int
+              ) -> Completion:
+        """Start ``req`` on ``plan`` with ``proto``; ``flows``: (per-phase coflow loads,
+        per-phase latencies) from :class:`~sim.network.copies.CopyLoads`; ``iso_ns``: its
+        isolated duration (for the contention statistics)."""
+        env = self.env
+        op = Transfer(req, plan, proto, flows, Completion(env), env.now, iso_ns)
+        self.ops_started += 1
+        self._start_phase(op)
+        return op.event
+
+    def _start_phase(self, op: Transfer) -> None:
+        wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
+        flows = [Flow(it[0], it[1], it[2] * wire, op, it[3], *it[4:])
+                 for it in op.loads[op.phase]]
+        if isinstance(op.plan, alltoall.ClassPlan):
+            self.solver.strict_flows = True
+        op.pending = len(flows)
+        self.solver.add(flows, self.env.now)
+        self._schedule_wake()
+
+    def _schedule_wake(self) -> None:
+        t = self.solver.next_time()
+        if t is None or t in self._wakes:
+            return
+        env = self.env
+        self._wakes.add(t)
+        env.timeout(t - env.now).callbacks.append(self._on_wake)
+
+    def _on_wake(self, _ev: simpy.Event) -> None:
+        now = self.env.now
+        self._wakes.discard(now)
+        done = self.solver.pop_due(now)
+        if done:
+            self.solver.remove(done, now)
+            for f in done:
+                op: Transfer = f.owner  # type: ignore[assignment]
+                op.pending -= 1
+                if op.pending == 0:
+                    op.bneck = f.bneck
+                    self._phase_done(op, now)
+        self._schedule_wake()
+
+    def _phase_done(self, op: Transfer, now: int) -> None:
+        lat = op.lats[op.phase][op.proto]
+        op.phase += 1
+        if op.phase < len(op.plan.phases):
+            self.env.timeout(lat).callbacks.append(lambda _ev, op=op: self._start_phase(op))
+            return
+        end = now + lat + self.launch_ns
+        dur = end - op.t0
+        req = op.req
+        res = CommResult(dur, f"{op.plan.algorithm}/{op.proto}",
+                         req.size_bytes / dur if dur else 0.0)
+        st = self.stats.get(req.group)
+        if st is None:
+            st = self.stats[req.group] = CommStats()
+        st.count += 1
+        st.size_bytes += req.size_bytes
+        st.actual_ns += dur
+        st.isolated_ns += op.iso
+        if dur > op.iso and op.bneck >= 0:  # slower than alone: charge the limiting link
+            d = self.link_delay.setdefault(op.bneck, [0, 0])
+            d[0] += dur - op.iso
+            d[1] += 1
+        key = (req.kind, req.group, len(req.ranks), res.algorithm)
+        self.chosen[key] = self.chosen.get(key, 0) + 1
+        op.event.succeed_after(end - now, res)

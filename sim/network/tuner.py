@@ -1,0 +1,220 @@
+"""Algorithm choice and costing: which plan and NCCL protocol a collective runs, and how long it
+takes when nothing else uses the network.
+
+:class:`Tuner` is the flow model's counterpart of NCCL's tuner. For a request (kind, ranks,
+size) it builds the candidate plans (:mod:`sim.network.plans`), costs each algorithm × protocol
+alone on the cluster (the same max-min fair arithmetic as the contended run,
+:func:`~sim.network.fluid.run_alone`, plus NCCL's latency model and the launch overhead) and
+keeps the cheapest, unless the configuration fixes the algorithm or protocol. Everything is
+cached: plans per (kind, algorithm, ranks), single-group link loads per plan, choices per
+request shape. Times are integer nanoseconds, sizes bytes, rates bytes/ns (= GB/s).
+
+New mechanisms that change *which* algorithm or protocol runs, or what one costs alone
+(size-dependent tuning, all-to-all costing), belong here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.comm import CollKind
+from sim.network import alltoall, nccl
+from sim.network.fluid import Flow, run_alone
+from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan
+from sim.network.representative import representative_plan
+from sim.topology.cluster import Cluster
+from sim.topology.spec import Topology
+
+# One coflow of one phase, as the solver needs it: (path link ids, ((link id, multiplicity),
+# ...), bytes per byte of request, rate cap in bytes/ns).
+CoflowLoads = tuple[tuple[int, ...], tuple[tuple[int, int], ...], float, float]
+# Per phase, per coflow.
+PhaseLoads = tuple[tuple[CoflowLoads, ...], ...]
+
+
+def algorithm_table(topology: Topology, algorithm: str | dict[str, str] | None
+                    ) -> dict[CollKind, str]:
+    """The configured algorithm per collective kind: the topology file's ``collectives``
+    settings, overridden by ``algorithm`` (a name for every kind, or ``{op: name}`` with
+    ``"*"`` for the default); ``"auto"`` = least predicted time."""
+    coll = topology.collectives
+    per_op = dict(coll.algorithm)
+    default = coll.default_algorithm
+    if isinstance(algorithm, str):
+        default, per_op = algorithm, {}
+    elif isinstance(algorithm, dict):
+        default = algorithm.get("*", default)
+        per_op.update({k: v for k, v in algorithm.items() if k != "*"})
+    return {k: per_op.get(k.value.lower(), default) for k in CollKind}
+
+
+class Tuner:
+    """Plans, isolated costs and the algorithm / protocol choice of collectives on a cluster.
+
+    ``algorithm``: per kind, a fixed algorithm or ``"auto"``; ``protocol``: a fixed NCCL
+    protocol or ``"auto"``; ``launch_ns``: overhead added once per collective.
+    """
+
+    def __init__(self, cluster: Cluster, algorithm: dict[CollKind, str], protocol: str,
+                 launch_ns: int):
+        self.cluster = cluster
+        self.algorithm = algorithm
+        self.protocol = protocol
+        self.launch_ns = launch_ns
+        self._plans: dict[tuple, Plan | None] = {}
+        self._single: dict[int, PhaseLoads] = {}
+        self._memo: dict[tuple, dict] = {}
+        self._choice: dict[tuple, tuple[Plan, str, int]] = {}
+        self._pinned: frozenset[int] | None = None
+        self._rplans: dict[tuple, Plan | None] = {}
+        self._rep_edges: dict[tuple, tuple] = {}  # representative_plan's memo
+        # all-to-alls costed as classes of transfers (sim/network/alltoall.py) where exact;
+        # False: flow by flow (the reference the tests compare with)
+        self.a2a_classes = True
+        self._cplans: dict[tuple, alltoall.ClassPlan | None] = {}
+        self._classes_ok = True  # unbound (isolated costs) or symmetric simulation
+
+    def pin(self, nodes: frozenset[int] | None, symmetric: bool) -> None:
+        """Bound to a simulation: ``nodes`` of the simulated ranks in symmetric simulation,
+        whose links representative plans keep (``None``: every rank is simulated, plans are
+        not reduced and all-to-alls are not costed by classes)."""
+        self._classes_ok = symmetric
+        if nodes != self._pinned:
+            self._pinned, self._rplans = nodes, {}
+
+    @property
+    def pinned(self) -> frozenset[int]:
+        """The nodes of the simulated ranks in symmetric simulation (empty otherwise)."""
+        return self._pinned or frozenset()
+
+    @property
+    def class_plans_used(self) -> bool:
+        """Whether an all-to-all has been costed by classes (for the report)."""
+        return any(p is not None for p in self._cplans.values())
+
+    def _by_class(self) -> bool:
+        """All-to-alls by class: isolated costs and symmetric simulation of alike nodes
+        (per-rank simulation keeps every transfer: its other traffic need not be symmetric)."""
+        return self.a2a_classes and alltoall.supported(self.cluster) and self._classes_ok
+
+    # ---- plans ---------------------------------------------------------------------------
+    def plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
+        """The full plan of ``algorithm`` for ``kind`` over ``ranks`` (None: not applicable)."""
+        key = (kind, algorithm, ranks)
+        if key not in self._plans:
+            self._plans[key] = build_plan(self.cluster, kind, algorithm, ranks)
+        return self._plans[key]
+
+    def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
+        """The plan a simulated request runs on: in symmetric simulation, rings are reduced to
+        their distinct edges (:func:`~sim.network.representative.representative_plan`);
+        all-to-alls are costed by classes of transfers where that is exact."""
+        if kind is CollKind.ALLTOALL and self._by_class():
+            ckey = (algorithm, ranks)
+            if ckey not in self._cplans:
+                self._cplans[ckey] = alltoall.class_plan(self.cluster, algorithm, ranks)
+            return self._cplans[ckey]
+        plan = self.plan(kind, algorithm, ranks)
+        if plan is None or self._pinned is None:
+            return plan
+        key = (kind, algorithm, ranks)
+        got = self._rplans.get(key)
+        if got is None:
+            got = self._rplans[key] = representative_plan(self.cluster, plan, self._pinned,
+                                                              self._rep_edges)
+        return got
+
+    def single_flows(self, plan: Plan) -> PhaseLoads:
+        """Per phase, per coflow: the link loads of the group alone (no copies)."""
+        got = self._single.get(id(plan))
+        if got is not None:
+            return got
+        if isinstance(plan, alltoall.ClassPlan):
+            return plan.flows((), self.pinned)[0]
+        cl = self.cluster
+        maxrate = math.inf
+        if plan.algorithm == "tree":
+            # NCCL's tree kernels deliver at most algbw = 0.5 × busBw (tuning model): with C
+            # channels × 2 trees, each edge carrying S/(2C), that is busBw / (4C) per coflow.
+            maxrate = self.ring_busbw_GBps(plan.ranks) / (2 * len(plan.phases[0].coflows))
+        phases = []
+        for ph in plan.phases:
+            items = []
+            for cf in ph.coflows:
+                loads: dict[int, int] = {}
+                for s, d, rail in cf.edges:
+                    for link in cl.path(s, d, rail, cf.channel):
+                        loads[link] = loads.get(link, 0) + 1
+                items.append((tuple(loads), tuple(loads.items()), cf.coef, maxrate))
+            phases.append(tuple(items))
+        got = tuple(phases)
+        self._single[id(plan)] = got
+        return got
+
+    # ---- costs ---------------------------------------------------------------------------
+    def alone_ns(self, plan: Plan, proto: str, size_bytes: int,
+                 flags: list[int] | None = None) -> int:
+        """Duration (ns) of ``plan`` with protocol ``proto`` moving ``size_bytes`` alone,
+        latencies and launch overhead included. ``flags``: see
+        :func:`~sim.network.fluid.run_alone` (class flows limited inexactly)."""
+        eff = nccl.efficiency(plan.algorithm, proto)
+        total = self.launch_ns
+        for p_idx, ph in enumerate(self.single_flows(plan)):
+            flows = [Flow(it[0], it[1], it[2] * size_bytes / eff, None, it[3], *it[4:])
+                     for it in ph]
+            memo = self._memo.setdefault((id(plan), p_idx), {})
+            total += run_alone(flows, self.cluster.cap, memo, flags) + \
+                plan.phases[p_idx].latency_ns[proto]
+        return total
+
+    def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
+        """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
+        key = ("busbw", ranks, self._pinned)
+        got = self._memo.get(key)
+        if got is None:
+            plan = self.rep_plan(CollKind.ALLREDUCE, "ring", ranks)
+            assert plan is not None
+            size = 1 << 30
+            ph = self.single_flows(plan)[0]
+            flows = [Flow(path, loads, coef * size) for path, loads, coef, _ in ph]
+            t = max(run_alone(flows, self.cluster.cap), 1)  # ns; never 0 (a free ring)
+            n = len(ranks)
+            got = self._memo[key] = {"busbw": size / t * 2 * (n - 1) / n}
+        return got["busbw"]
+
+    def candidates(self, kind: CollKind, ranks: tuple[int, ...]) -> tuple[str, ...]:
+        """The algorithms considered for ``kind`` over ``ranks``: the configured one where it
+        applies, else every algorithm NCCL's tuner would pick from."""
+        fixed = self.algorithm[kind]
+        if fixed != "auto" and fixed in ALGORITHMS_FOR[kind] and \
+                self.rep_plan(kind, fixed, ranks) is not None:
+            return (fixed,)
+        return tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS)
+
+    def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
+               ) -> tuple[Plan, str, int]:
+        """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice."""
+        key = (kind, ranks, size_bytes, self._pinned)
+        got = self._choice.get(key)
+        if got is not None:
+            return got
+        best: tuple[Plan, str, int] | None = None
+        for a in self.candidates(kind, ranks):
+            plan = self.rep_plan(kind, a, ranks)
+            if plan is None:
+                continue
+            protos = plan.protocols
+            if self.protocol != "auto" and self.protocol in protos:
+                protos = (self.protocol,)
+            for p in protos:
+                flags: list[int] = []
+                t = self.alone_ns(plan, p, size_bytes, flags)
+                if any(flags):  # classes not exact here: every transfer on its own
+                    plan = self.plan(kind, a, ranks)
+                    assert plan is not None
+                    t = self.alone_ns(plan, p, size_bytes)
+                if best is None or t < best[2]:
+                    best = (plan, p, t)
+        assert best is not None
+        self._choice[key] = best
+        return best
