@@ -110,7 +110,8 @@ def uneven_fabric(cl: Cluster) -> str:
     if topo.fabric is None or not cl.nics:
         return ""
     leaves = [cl.leaf_of(n, 0) for n in range(topo.num_nodes)]
-    spans = cl.spans
+    assert cl.tree is not None
+    spans = cl.tree.spans
     for level in range(1, len(spans)):
         counts = Counter(leaf // spans[level] for leaf in leaves)
         if len(set(counts.values())) > 1:

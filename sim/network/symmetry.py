@@ -167,7 +167,8 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
     if blocks_scope and fabric is not None:
         levels = sorted({lv for lv, _ in blocks_scope})
         want = {lv: np.array(sorted(b for lv2, b in blocks_scope if lv2 == lv)) for lv in levels}
-        n_nodes, nics, spans = cluster.topo.num_nodes, cluster.nics, cluster.spans
+        assert cluster.tree is not None
+        n_nodes, nics, spans = cluster.topo.num_nodes, cluster.nics, cluster.tree.spans
         member_nic = np.asarray(cluster.gpu_nics)[arr % gpn]
         for k in range(nics):
             uses_k = (member_nic == k).any(axis=1)

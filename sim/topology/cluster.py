@@ -331,12 +331,6 @@ class Cluster:
 
     # ---- read API for the network models (describe, symmetry) -----------------------------
     @property
-    def spans(self) -> tuple[int, ...]:
-        """Per fabric level l (index 1 = leaves), the leaves in one level-l sub-tree: the
-        level-l block of a leaf is ``leaf // spans[l]`` (empty: no fabric)."""
-        return tuple(getattr(self, "_span", ()))
-
-    @property
     def failed_nic_substitutes(self) -> dict[tuple[int, int], int]:
         """(node, failed NIC) → the NIC of that node that carries its traffic."""
         return dict(self._nic_sub)
