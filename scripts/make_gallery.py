@@ -6,7 +6,8 @@ Usage (from anywhere; paths are resolved against the repository root)::
     python scripts/make_gallery.py
 
 Every figure is produced by the ``simrun`` command recorded next to it in plots/manifest.json
-(run in-process through ``sim.cli.main``, exactly what the console script does), together with
+(its arguments parsed by the command line, :func:`sim.cli.run.scenario_of`, and run in-process
+by the scenario pipeline, :func:`sim.scenario.run_and_write`, as the console script does), with
 the SHA-256 of the JSON report that command writes. tests/test_plots_gallery.py re-runs the
 commands and compares those digests, so a stale gallery (the simulator's numbers changed) is
 caught; rerun this script then. Running it twice gives byte-identical files.
@@ -24,8 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.cli import main  # noqa: E402
+from sim.cli import build_parser  # noqa: E402
+from sim.cli.run import scenario_of  # noqa: E402
 from sim.outputs import write_json  # noqa: E402
+from sim.scenario import run_and_write  # noqa: E402
 
 PLOTS = "plots"
 W1024 = "workloads/aicb-gpt-h16384-tp8-pp16-dp8-1024gpu.txt"
@@ -66,9 +69,7 @@ def run(args: list[str], outputs: list[str]) -> tuple[dict, str]:
     """Run simrun with ``args + outputs``; return the report and its SHA-256."""
     with tempfile.TemporaryDirectory() as tmp:
         rep = os.path.join(tmp, "report.json")
-        code = main([*args, *outputs, "--quiet", "--json", rep])
-        if code:
-            raise SystemExit(f"simrun {' '.join(args)} failed with exit code {code}")
+        run_and_write(scenario_of(build_parser().parse_args([*args, *outputs, "--json", rep])))
         data = Path(rep).read_bytes()
     return json.loads(data), hashlib.sha256(data).hexdigest()
 

@@ -1,10 +1,11 @@
 """Non-uniform clusters: slow GPUs, degraded links, failed NICs.
 
 Faults come from the command line (``--slow-gpu``, ``--slow-node``, ``--degrade-link``,
-``--fail-nic``) and from a topology file's ``faults`` section (docs/topology.md); both are
-merged. GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r); NICs are
-``NODE.K``. Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in (0, 1] multiplies the
-bandwidth, both directions):
+``--fail-nic``; parsed by :func:`parse_slow`, :func:`parse_link`, :func:`parse_nic`) and from a
+topology file's ``faults`` section (docs/topology.md); both are merged (:func:`faults_with`).
+GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r); NICs are ``NODE.K``.
+Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in (0, 1] multiplies the bandwidth, both
+directions):
 
 - ``nic:NODE.K`` — NIC K of node NODE (its PCIe and fabric links);
 - ``nvlink:GPU`` — the NVLink port of GPU (to and from the NVSwitch);
@@ -18,10 +19,10 @@ share the substitute NIC; nothing else changes.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 
 from sim.errors import InputError, UsageError
+from sim.rank_classes import RankClasses
 
 LINK_KINDS = ("nic", "nvlink", "uplinks")
 
@@ -150,37 +151,20 @@ def parse_link(text: str, flag: str = "--degrade-link") -> tuple[tuple, float]:
     return (kind, a, b), factor
 
 
-def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group(
-        "non-uniform clusters (the affected ranks are simulated individually)")
-    g.add_argument("--slow-gpu", action="append", default=[], metavar="GPU:FACTOR",
-                   help="GPU's compute takes FACTOR times as long (e.g. 17:1.5); repeatable")
-    g.add_argument("--slow-node", action="append", default=[], metavar="NODE:FACTOR",
-                   help="every GPU of NODE computes FACTOR times slower; repeatable")
-    g.add_argument("--degrade-link", action="append", default=[], metavar="SPEC:FACTOR",
-                   help="scale a link's bandwidth by FACTOR in (0, 1]: nic:NODE.K, "
-                        "nvlink:GPU or uplinks:LEVEL.BLOCK (e.g. nic:3.2:0.5); repeatable")
-    g.add_argument("--fail-nic", action="append", default=[], metavar="NODE.K",
-                   help="NIC K of NODE is down; its traffic reroutes to another NIC of the "
-                        "node; repeatable")
-
-
-def faults_from_args(args: argparse.Namespace, topo) -> Faults:
-    """The topology file's faults plus the command line's, checked against the topology."""
-    slow = {}
-    for text in args.slow_gpu:
-        g, f = parse_slow(text)
-        slow[g] = f
-    for text in args.slow_node:
-        n, f = parse_slow(text, "--slow-node")
+def faults_with(topo, slow_gpus=(), slow_nodes=(), degraded_links=(), failed_nics=()
+                ) -> Faults:
+    """The topology file's faults plus the given ones (``slow_gpus`` / ``slow_nodes`` as
+    ``(index, factor)``, ``degraded_links`` as ``(spec, factor)``, ``failed_nics`` as
+    ``(node, NIC)``: see :func:`parse_slow`, :func:`parse_link`, :func:`parse_nic`), checked
+    against the topology ``topo``."""
+    slow = dict(slow_gpus)
+    for n, f in slow_nodes:
         if n >= topo.num_nodes:
             raise UsageError(f"node {n} is not in the cluster (nodes 0..{topo.num_nodes - 1})",
                              field="--slow-node")
         for i in range(topo.gpus_per_node):
             slow[n * topo.gpus_per_node + i] = f
-    failed = frozenset(parse_nic(t) for t in args.fail_nic)
-    degraded = dict(parse_link(t) for t in args.degrade_link)
-    faults = topo.faults.merged(Faults(slow, failed, degraded))
+    faults = topo.faults.merged(Faults(slow, frozenset(failed_nics), dict(degraded_links)))
     faults.check(topo)
     return faults
 
@@ -219,8 +203,6 @@ def simulation_plan(faults: Faults, topo, placement, per_rank: bool = False):
     one representative per class. A slow GPU's rank is then simulated itself, at its speed;
     its tensor-parallel peers wait for it at every TP collective.
     """
-    from sim.rank_classes import RankClasses
-
     world = placement.world_size
     gpus = sorted(g for g in affected_gpus(faults, topo) if g < world)
     if per_rank:

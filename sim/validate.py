@@ -1,7 +1,9 @@
-"""``simrun validate``: predicted vs measured iteration times of published training runs.
+"""Predicted vs measured iteration times of published training runs (``simrun validate``,
+flags in :mod:`sim.cli.validate`).
 
 Runs every case of a validation file (default: ``workloads/validation/*.yaml``, the measured
-iterations of docs/calibration.md section B) through the same path as ``simrun --model``: model
+iterations of docs/calibration.md section B) through the scenario pipeline
+(:func:`sim.scenario.simulate_model`), as ``simrun --model``: model
 spec + layout → memory check → generated program → engine on the flow network of the shipped
 Selene-like topology (as many DGX A100 nodes as the case needs). Prints one row per case with
 the error in percent and the mean absolute error; ``--json`` writes the same. No per-case
@@ -22,12 +24,18 @@ Validation file schema (unknown keys are rejected with file, line and key)::
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
+from sim.inputs import read_text
+from sim.models.parallel import ParallelConfig
+from sim.models.spec import load_model
+from sim.scenario import simulate_model
+from sim.sweep.runner import default_workers, stop_pool, worker_pool
+from sim.topology import load_topology
+from sim.yaml_load import load_yaml_with_lines
 
 CASE_KEYS = {
     "name": str, "model": str, "tp": int, "pp": int, "dp": int, "vpp": int,
@@ -40,37 +48,33 @@ DEFAULTS: dict[str, Any] = {"dp": 1, "vpp": 1, "recompute": "none", "sequence_pa
                             "dtype": "bf16", "distributed_optimizer": False,
                             "flash_attention": False, "measured_mfu": None, "source": ""}
 FILE_KEYS = ("source", "topology", "defaults", "cases")
+PAR_KEYS = ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "recompute",
+            "sequence_parallel", "dtype", "distributed_optimizer", "flash_attention")
 
 
 @dataclass(frozen=True)
 class Case:
-    """One measured run (paths resolved)."""
+    """One measured run (paths resolved): its layout and training (``par``) and what was
+    measured (``measured_s`` per iteration, ``measured_mfu`` as a fraction)."""
 
     name: str
     model_path: str
     topology_path: str
-    tp: int
-    pp: int
-    dp: int
-    vpp: int
-    global_batch: int
-    micro_batch: int
-    recompute: str
-    sequence_parallel: bool
-    dtype: str
-    distributed_optimizer: bool
-    flash_attention: bool
+    par: ParallelConfig
     measured_s: float
     measured_mfu: float | None
     source: str
+
+    def __getattr__(self, name: str):
+        """The layout and training names (``tp``, ``recompute``, …) read through to ``par``."""
+        if name.startswith("__") or name == "par":
+            raise AttributeError(name)
+        return getattr(self.par, name)
 
 
 def load_cases(path: str | Path) -> tuple[str, list[Case]]:
     """Read a validation file; returns ``(source, cases)``. Raises :class:`InputError` naming the
     file, line and key for anything malformed."""
-    from sim.inputs import read_text
-    from sim.yaml_load import load_yaml_with_lines
-
     path = Path(path)
     fname = str(path)
     # encodings, duplicate keys, PyYAML's stray exceptions: sim/inputs.py (docs/errors.md)
@@ -103,62 +107,44 @@ def load_cases(path: str | Path) -> tuple[str, list[Case]]:
             src = at + (k,) if k in raw else ("defaults", k)
             if k not in CASE_KEYS:
                 fail(f"unknown key (allowed: {', '.join(CASE_KEYS)})", src, f"cases[{i}].{k}")
-            want = CASE_KEYS[k]
-            if v is None and k in DEFAULTS:
-                continue
-            ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
-            if want is float:
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-            elif want is int:
-                ok = ok and v > 0
-            if not ok:
-                fail(f"expected {'a positive ' if want in (int, float) else ''}"
-                     f"{want.__name__}, got {v!r}", src, f"cases[{i}].{k}")
+            problem = _value_problem(k, v)
+            if problem:
+                fail(problem, src, f"cases[{i}].{k}")
         for k in REQUIRED:
             if k not in merged:
                 fail("required key is missing", at, f"cases[{i}].{k}")
+        par = ParallelConfig(**{k: merged[k] for k in PAR_KEYS})
         cases.append(Case(
             name=merged["name"], model_path=str(base / merged["model"]), topology_path=topo,
-            tp=merged["tp"], pp=merged["pp"], dp=merged["dp"], vpp=merged["vpp"],
-            global_batch=merged["global_batch"], micro_batch=merged["micro_batch"],
-            recompute=merged["recompute"], sequence_parallel=merged["sequence_parallel"],
-            dtype=merged["dtype"], distributed_optimizer=merged["distributed_optimizer"],
-            flash_attention=merged["flash_attention"], measured_s=float(merged["measured_s"]),
-            measured_mfu=merged["measured_mfu"], source=merged["source"] or data.get("source",
-                                                                                      "")))
+            par=par, measured_s=float(merged["measured_s"]), measured_mfu=merged["measured_mfu"],
+            source=merged["source"] or data.get("source", "")))
     return str(data.get("source", "")), cases
+
+
+def _value_problem(key: str, v: Any) -> str | None:
+    """Why ``v`` is not a valid value of case key ``key`` (``None`` if it is)."""
+    want = CASE_KEYS[key]
+    if v is None and key in DEFAULTS:
+        return None
+    ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
+    if want is float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    elif want is int:
+        ok = ok and v > 0
+    if ok:
+        return None
+    return f"expected {'a positive ' if want in (int, float) else ''}{want.__name__}, got {v!r}"
 
 
 def run_case(case: Case) -> dict[str, Any]:
     """Simulate one case; returns a JSON-ready row (times in s, memory in bytes)."""
-    from sim.engine import simulate
-    from sim.models.cli_args import metrics
-    from sim.models.generator import generate
-    from sim.models.memory import check_memory
-    from sim.models.parallel import ParallelConfig
-    from sim.models.plan import build_model_plan
-    from sim.models.spec import load_model
-    from sim.network import build_network
-    from sim.placement import Placement
-    from sim.report import build_report
-    from sim.topology import load_topology
-
     model = load_model(case.model_path)
-    par = ParallelConfig(tp=case.tp, pp=case.pp, dp=case.dp, vpp=case.vpp,
-                         micro_batch=case.micro_batch, global_batch=case.global_batch,
-                         sequence_parallel=case.sequence_parallel, recompute=case.recompute,
-                         dtype=case.dtype, distributed_optimizer=case.distributed_optimizer,
-                         flash_attention=case.flash_attention)
+    par = case.par
     probe = load_topology(case.topology_path)
     nodes = max(1, math.ceil(par.world_size / probe.gpus_per_node))
     topo = load_topology(case.topology_path, nodes=nodes)
-    plan = build_model_plan(model, par)
-    mem = check_memory(model, par, topo.gpu, plan=plan)
-    program = generate(model, par, topo.gpu, plan=plan)
-    result = simulate(program, build_network(topo),
-                      placement=Placement(par.tp, par.dp, par.pp, par.ep))
-    rep = build_report(result)
-    m = metrics(model, par, topo.gpu, result.iteration_ns)
+    done = simulate_model(model, par, topo)
+    rep, m, mem = done.report, done.metrics, done.memory
     pred = rep["iteration_time_s"]
     return {
         "name": case.name, "model": model.name, "gpus": par.world_size,
@@ -178,15 +164,13 @@ def run_case(case: Case) -> dict[str, Any]:
 
 def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, Any]]:
     """All cases (in file order), on ``workers`` local processes (default: all cores)."""
-    from sim.sweep.runner import default_workers, stop_pool, worker_pool
-
     n = min(workers or default_workers(), len(cases))
     if n <= 1:
         return [run_case(c) for c in cases]
     pool = worker_pool(n)
     try:
         # biggest first for load balance; results keep file order
-        order = sorted(range(len(cases)), key=lambda i: -cases[i].tp * cases[i].pp * cases[i].dp)
+        order = sorted(range(len(cases)), key=lambda i: -cases[i].par.world_size)
         futs = {i: pool.submit(run_case, cases[i]) for i in order}
         rows = [futs[i].result() for i in range(len(cases))]
     except BaseException:
@@ -230,51 +214,3 @@ def default_files() -> list[Path]:
         if files:
             return files
     return []
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``simrun validate``; returns the exit code."""
-    from sim.cli import Parser, positive_int
-    from sim.outputs import check_output_paths, is_stdout, write_json
-
-    ap = Parser(prog="simrun validate",
-                description="Predict published measured training iterations and print the "
-                            "error (times in s per iteration).")
-    ap.add_argument("files", nargs="*", metavar="FILE",
-                    help="validation files (default: workloads/validation/*.yaml)")
-    ap.add_argument("--json", metavar="PATH", help="write cases and summary as JSON")
-    ap.add_argument("--workers", type=positive_int,
-                    help="local worker processes (default: all cores)")
-    ap.add_argument("--only", metavar="TEXT", help="run only cases whose name contains TEXT")
-    args = ap.parse_args(argv)
-    files = [Path(f) for f in args.files] or default_files()
-    if not files:
-        raise InputError("no validation files found (looked for workloads/validation/*.yaml)")
-    check_output_paths({"--json": args.json}, {"FILE": files}, stdout_ok=("--json",))
-    cases: list[Case] = []
-    sources = []
-    for f in files:
-        src, cs = load_cases(f)
-        sources.append(src)
-        cases += cs
-    if args.only:
-        cases = [c for c in cases if args.only in c.name]
-        if not cases:
-            raise InputError(f"no case name contains {args.only!r}", field="--only")
-    rows = run_cases(cases, args.workers)
-    stats = summary(rows)
-    text = ["predicted vs measured time per training iteration"]
-    text += [f"source: {s}" for s in dict.fromkeys(sources)]
-    text += ["  " + line for line in table(rows, stats)]
-    text.append("no per-case tuning: one compute model per GPU family, the network model of "
-                "the topology file; see docs/validation.md")
-    if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
-        print("\n".join(text))
-    if args.json:
-        write_json(args.json, {"schema": "simrun.validate/1", "files": [str(f) for f in files],
-                               **stats, "cases": rows})
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -17,42 +17,19 @@ deterministic and ends by itself) to report the time at which the ranks got stuc
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable
 
 from sim.errors import SimulationStalled, WatchdogExpired
+from sim.limits import check_program_work
 
 DEFAULT_MAX_SIM_TIME_S = 1e6  # ~11.6 days of simulated time: far beyond any real iteration
 FLAG = "--max-sim-time-s"
 
 
-def add_watchdog_argument(group: argparse._ActionsContainer) -> None:
-    """Register ``--max-sim-time-s`` on ``group``."""
-    group.add_argument(FLAG, type=sim_time_s, default=DEFAULT_MAX_SIM_TIME_S,
-                       metavar="SECONDS",
-                       help="watchdog: stop with exit code 2 if the simulated iteration has not "
-                            "finished after this much simulated time, in seconds "
-                            "(default: %(default)g)")
-
-
-def sim_time_s(text: str) -> float:
-    """argparse type of ``--max-sim-time-s``: a positive number of seconds ≤
-    :data:`~sim.limits.MAX_SIM_TIME_S` (the int64 nanosecond clock; ``1e300`` overflowed)."""
-    from sim.limits import MAX_SIM_TIME_S, parse_float
-
-    value = parse_float(text)
-    if value is None or not 0 < value <= MAX_SIM_TIME_S:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds ≤ "
-                                         f"{MAX_SIM_TIME_S:.4g}, got {text!r}")
-    return value
-
-
 def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):
     """``simulate(program, network, until_ns=…, **kw)`` with the watchdog described above,
     after checking the program against simrun's work budget (:mod:`sim.limits`)."""
-    from sim.limits import check_program_work
-
     check_program_work(program)
     # +1: an iteration that ends exactly at the limit is allowed (SimPy stops before the
     # events of the `until` instant)

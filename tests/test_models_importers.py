@@ -7,10 +7,11 @@ import hashlib
 import pytest
 from conftest import WORKLOADS
 
+from sim.cli.inspect import main
 from sim.errors import InputError
 from sim.models import ParallelConfig, generate, total_params
 from sim.models.compute import A100, op_time_ns
-from sim.models.inspect import detect_format, main
+from sim.models.inspect import detect_format
 from sim.models.module_tree import import_module_tree, to_model_spec
 from sim.models.optimizer import ShampooBlock, block_step_flops, root_flops
 from sim.models.param_table import import_param_table

@@ -11,8 +11,9 @@ import pytest
 from conftest import ROOT, TOPOLOGIES
 
 from sim.cli import main as simrun
+from sim.cli.collective import main
 from sim.errors import InputError, UsageError
-from sim.network.predict import main, parse_sizes
+from sim.network.predict import parse_sizes
 
 DGX = str(TOPOLOGIES / "dgx-a100-1024.yaml")
 TINY = str(TOPOLOGIES / "tiny-2x2.yaml")

@@ -260,7 +260,7 @@ def test_plot_needs_spans():
 
 
 def test_matplotlib_is_not_imported_at_start_up():
-    code = ("import sys, sim.cli, sim.viz.cli, sim.viz.trace, sim.viz.boxes; "
+    code = ("import sys, sim.cli, sim.viz.outputs, sim.viz.trace, sim.viz.boxes; "
             "sim.cli.build_parser(); print('matplotlib' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -11,7 +11,8 @@ from conftest import TOPOLOGIES, WORKLOADS
 from sim.cli import main
 from sim.errors import UsageError
 from sim.models import load_model
-from sim.sweep import Layout, Space, SweepContext, Training, enumerate_layouts, run_tasks
+from sim.sweep import Space, SweepContext, Training, enumerate_layouts, run_tasks
+from sim.sweep import SweepPoint as Layout
 from sim.sweep.store import ResultStore
 from sim.topology import load_topology
 

@@ -1,18 +1,22 @@
-"""``simrun inspect FILE``: print what simrun infers from a model description.
+"""What simrun infers from a model description (``simrun inspect FILE``: :mod:`sim.cli.inspect`).
 
 Accepts a model spec (``*.yaml``), a per-rank parameter table (seed 000 format) or a
 Megatron-Core module tree (seed 001 format). Sizes a file does not contain can be given as
 flags (``--hidden --heads --ffn-hidden --vocab --seq-len --layers --kv-heads``); when the
-sizes are complete, the model's parameter count and FLOPs are printed too.
+sizes are complete, the model's parameter count and FLOPs are printed too (:class:`Sizes`).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from sim.errors import InputError, SimrunError
+from sim.errors import InputError
+from sim.inputs import read_text, split_lines
+from sim.models.flops import model_flops_per_iteration, total_params
+from sim.models.module_tree import import_module_tree, to_model_spec
+from sim.models.param_table import import_param_table
+from sim.models.spec import ModelSpec, load_model
 
 
 def detect_format(path: str) -> str:
@@ -20,8 +24,6 @@ def detect_format(path: str) -> str:
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
         return "model-spec"
-    from sim.inputs import read_text, split_lines
-
     first = next((ln for ln in split_lines(read_text(path)) if ln.strip()), "")
     if first.startswith("name;module;shape"):
         return "param-table"
@@ -38,62 +40,53 @@ def infer(path: str):
     :class:`~sim.models.module_tree.ModuleTreeInfo` (by :func:`detect_format`)."""
     fmt = detect_format(path)
     if fmt == "model-spec":
-        from sim.models.spec import load_model
-
         return load_model(path)
     if fmt == "param-table":
-        from sim.models.param_table import import_param_table
-
         return import_param_table(path)
-    from sim.models.module_tree import import_module_tree
-
     return import_module_tree(path)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from sim.cli import Parser, positive_int
+@dataclass(frozen=True)
+class Sizes:
+    """Model sizes a description file may lack (``None``: not given); ``pp`` pipeline stages
+    of a per-rank parameter table, ``name`` the model name for the summary."""
 
-    ap = Parser(prog="simrun inspect",
-                description="Print what simrun infers from a model description.")
-    ap.add_argument("file")
-    for flag in ("hidden", "heads", "ffn-hidden", "vocab", "seq-len", "layers", "kv-heads",
-                 "pp"):
-        ap.add_argument(f"--{flag}", type=positive_int, default=None)
-    ap.add_argument("--name", default=None, help="model name for the summary")
-    return ap
+    hidden: int | None = None
+    heads: int | None = None
+    ffn_hidden: int | None = None
+    vocab: int | None = None
+    seq_len: int | None = None
+    layers: int | None = None
+    kv_heads: int | None = None
+    pp: int | None = None
+    name: str | None = None
 
 
-def describe(path: str, args: argparse.Namespace) -> list[str]:
+def describe(path: str, sizes: Sizes) -> list[str]:
     """Lines describing ``path`` (raises :class:`InputError` for bad input)."""
-    from sim.models.spec import ModelSpec, load_model
-
     fmt = detect_format(path)
     spec: ModelSpec | None = None
     if fmt == "model-spec":
         spec = load_model(path)
         lines = [f"format: model spec ({spec.name})"]
     elif fmt == "param-table":
-        from sim.models.param_table import import_param_table
-
         info = import_param_table(path)
         lines = info.lines()
-        layers = args.layers or (info.layers_in_stage * args.pp if args.pp else None)
-        if args.heads and layers and info.vocab_padded and info.seq_len:
-            spec = ModelSpec(name=args.name or Path(path).stem, layers=layers, hidden=info.hidden,
-                             heads=args.heads, vocab=args.vocab or info.vocab_padded,
+        layers = sizes.layers or (info.layers_in_stage * sizes.pp if sizes.pp else None)
+        if sizes.heads and layers and info.vocab_padded and info.seq_len:
+            spec = ModelSpec(name=sizes.name or Path(path).stem, layers=layers, hidden=info.hidden,
+                             heads=sizes.heads, vocab=sizes.vocab or info.vocab_padded,
                              seq_len=info.seq_len, ffn_hidden=info.ffn_hidden or 0)
     else:
-        from sim.models.module_tree import import_module_tree, to_model_spec
-
         info = import_module_tree(path)
         lines = info.lines()
-        if args.layers and args.layers != info.layers:
-            lines.append(f"note: --layers {args.layers} ignored; the tree has {info.layers}")
-        need = (args.hidden, args.heads, args.vocab, args.seq_len)
+        if sizes.layers and sizes.layers != info.layers:
+            lines.append(f"note: --layers {sizes.layers} ignored; the tree has {info.layers}")
+        need = (sizes.hidden, sizes.heads, sizes.vocab, sizes.seq_len)
         if all(need):
-            spec = to_model_spec(info, name=args.name or Path(path).stem, hidden=args.hidden,
-                                 heads=args.heads, vocab=args.vocab, seq_len=args.seq_len,
-                                 ffn_hidden=args.ffn_hidden, kv_heads=args.kv_heads)
+            spec = to_model_spec(info, name=sizes.name or Path(path).stem, hidden=sizes.hidden,
+                                 heads=sizes.heads, vocab=sizes.vocab, seq_len=sizes.seq_len,
+                                 ffn_hidden=sizes.ffn_hidden, kv_heads=sizes.kv_heads)
     if spec is not None:
         lines += summary(spec)
     return lines
@@ -101,8 +94,6 @@ def describe(path: str, args: argparse.Namespace) -> list[str]:
 
 def summary(spec) -> list[str]:
     """Model-level numbers: sizes, parameters, FLOPs per sequence."""
-    from sim.models.flops import model_flops_per_iteration, total_params
-
     out = [
         f"model: {spec.name}: {spec.layers} layers, hidden {spec.hidden}, heads {spec.heads} "
         f"(kv {spec.kv_heads}), ffn {spec.ffn_hidden}{' gated' if spec.gated_mlp else ''}, "
@@ -112,15 +103,3 @@ def summary(spec) -> list[str]:
         f"model FLOPs per sequence (fwd+bwd): {model_flops_per_iteration(spec, 1):.4e}",
     ]
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for bad input, with a one-line message)."""
-    try:  # bad flags too are one line (Parser raises UsageError)
-        args = _parser().parse_args(argv)
-        for line in describe(args.file, args):
-            print(line)
-    except SimrunError as exc:
-        print(f"simrun inspect: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0

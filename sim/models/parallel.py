@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from sim.errors import UsageError
+from sim.layout import Layout
 from sim.models.spec import ModelSpec
+from sim.schedules import check_interleaved
 
 RECOMPUTE = ("none", "selective", "full")
 #: Megatron-Core's ``--attention-backend`` values; ``auto`` is what Megatron-Core picks on
@@ -15,37 +17,30 @@ DTYPES = ("bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
-class ParallelConfig:
-    """Parallel layout and training options.
+class Training:
+    """Training hyper-parameters of a model-driven run (Megatron-LM's names).
 
-    ``tp`` tensor-, ``pp`` pipeline-, ``dp`` data-parallel size, ``vpp`` model chunks per stage
-    (virtual pipeline), ``ep`` expert-parallel size (splits DP), ``micro_batch`` sequences per
-    microbatch, ``global_batch`` sequences per iteration; microbatches per iteration
-    ``M = global_batch / (micro_batch · dp)``. ``schedule``: ``gpipe``, ``1f1b`` or
-    ``interleaved`` (``None``: interleaved when ``vpp > 1``, else 1f1b).
-    ``flash_attention``: fused attention kernel (no s×s score matrix in memory); the
-    calibration measurements (Korthikanti et al. 2022) used the unfused kernels.
-    ``attention_backend``: Megatron-Core's ``--attention-backend`` (``flash``: FlashAttention-2;
-    ``fused``: cuDNN's fused attention through Transformer Engine; ``unfused``: batched
-    matmuls + softmax; ``auto`` = ``fused``); empty: ``flash`` with ``flash_attention``, else
-    ``unfused``.
-    ``overlap_grad_reduce``: data-parallel gradient collectives are issued per layer during the
-    last microbatch's backward (non-blocking); otherwise one blocking collective after backward.
+    ``global_batch`` sequences per iteration, ``micro_batch`` sequences per microbatch;
+    ``sequence_parallel`` (Megatron ignores it when TP = 1), ``recompute`` (``none``,
+    ``selective``, ``full``), ``dtype`` (its dense peak is the MFU reference),
+    ``distributed_optimizer`` (optimizer state sharded over DP), ``flash_attention`` (fused
+    attention kernel, no s×s score matrix in memory; the calibration measurements, Korthikanti
+    et al. 2022, used the unfused kernels), ``overlap_grad_reduce`` (data-parallel gradient
+    collectives issued per layer during the last microbatch's backward, non-blocking; otherwise
+    one blocking collective after the backward). ``attention_backend``: Megatron-Core's
+    ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
+    through Transformer Engine; ``unfused``: batched matmuls + softmax; ``auto`` = ``fused``);
+    empty: ``flash`` with ``flash_attention``, else ``unfused``. ``global_batch`` ``None``: not
+    chosen yet (``simrun --model`` derives it from the microbatches; :func:`validate` refuses
+    it).
     """
 
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    vpp: int = 1
-    ep: int = 1
+    global_batch: int | None = None
     micro_batch: int = 1
-    global_batch: int = 1
     sequence_parallel: bool = False
     recompute: str = "none"
     dtype: str = "bf16"
     distributed_optimizer: bool = False
-    schedule: str | None = None
-    microbatch_group_size: int | None = None
     flash_attention: bool = False
     overlap_grad_reduce: bool = True
     attention_backend: str = ""
@@ -61,25 +56,92 @@ class ParallelConfig:
         """One fused kernel per attention call (no s×s score matrix in memory)."""
         return self.backend != "unfused"
 
-    @property
-    def microbatches(self) -> int:
-        """Microbatches per iteration per pipeline: ``global_batch / (micro_batch · dp)``."""
-        return self.global_batch // (self.micro_batch * self.dp)
 
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+def _part(part: str, name: str) -> property:
+    """A read-only view of ``self.<part>.<name>`` (the data lives in one place)."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    doc=f"``{part}.{name}``")
 
-    @property
-    def schedule_name(self) -> str:
-        if self.schedule is not None:
-            return self.schedule
-        return "interleaved" if self.vpp > 1 else "1f1b"
+
+def _microbatches(global_batch, micro_batch, dp) -> int:
+    """``global_batch / (micro_batch · dp)``, or 0 when a size is not a positive integer
+    (:func:`validate` names the flag)."""
+    sizes = (global_batch, micro_batch, dp)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        return global_batch // (micro_batch * dp)
+    return 0
+
+
+@dataclass(frozen=True, init=False)
+class ParallelConfig:
+    """A model-driven run's :class:`~sim.layout.Layout` and :class:`Training`.
+
+    Built from Megatron-style flat arguments (``ParallelConfig(tp=8, pp=8, global_batch=64,
+    sequence_parallel=True)``) or from the two parts (:meth:`of`). The layout's microbatches
+    per iteration are ``global_batch / (micro_batch · dp)``. The flat names read through to
+    the part that holds them (``par.tp`` is ``par.layout.tp``).
+    """
+
+    layout: Layout
+    training: Training
+
+    def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, vpp: int = 1, ep: int = 1,
+                 micro_batch: int = 1, global_batch: int = 1, sequence_parallel: bool = False,
+                 recompute: str = "none", dtype: str = "bf16",
+                 distributed_optimizer: bool = False, schedule: str | None = None,
+                 microbatch_group_size: int | None = None, flash_attention: bool = False,
+                 overlap_grad_reduce: bool = True, attention_backend: str = "") -> None:
+        training = Training(global_batch=global_batch, micro_batch=micro_batch,
+                            sequence_parallel=sequence_parallel, recompute=recompute,
+                            dtype=dtype, distributed_optimizer=distributed_optimizer,
+                            flash_attention=flash_attention,
+                            overlap_grad_reduce=overlap_grad_reduce,
+                            attention_backend=attention_backend)
+        layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp,
+                        microbatches=_microbatches(global_batch, micro_batch, dp),
+                        schedule=schedule, microbatch_group_size=microbatch_group_size)
+        object.__setattr__(self, "layout", layout)
+        object.__setattr__(self, "training", training)
+
+    @classmethod
+    def of(cls, layout: Layout, training: Training) -> ParallelConfig:
+        """The config of ``layout`` trained with ``training``; ``layout.microbatches`` must
+        be ``global_batch / (micro_batch · dp)``."""
+        par = cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
+                  schedule=layout.schedule, microbatch_group_size=layout.microbatch_group_size,
+                  **asdict(training))
+        if par.layout != layout:
+            raise UsageError(f"{layout.microbatches} microbatches × micro batch "
+                             f"{training.micro_batch} × DP {layout.dp} ≠ global batch "
+                             f"{training.global_batch}", field="--microbatches")
+        return par
+
+    tp = _part("layout", "tp")
+    pp = _part("layout", "pp")
+    dp = _part("layout", "dp")
+    ep = _part("layout", "ep")
+    vpp = _part("layout", "vpp")
+    microbatches = _part("layout", "microbatches")
+    schedule = _part("layout", "schedule")
+    microbatch_group_size = _part("layout", "microbatch_group_size")
+    world_size = _part("layout", "world_size")
+    schedule_name = _part("layout", "schedule_name")
+    global_batch = _part("training", "global_batch")
+    micro_batch = _part("training", "micro_batch")
+    sequence_parallel = _part("training", "sequence_parallel")
+    recompute = _part("training", "recompute")
+    dtype = _part("training", "dtype")
+    distributed_optimizer = _part("training", "distributed_optimizer")
+    flash_attention = _part("training", "flash_attention")
+    overlap_grad_reduce = _part("training", "overlap_grad_reduce")
+    attention_backend = _part("training", "attention_backend")
+    backend = _part("training", "backend")
+    fused_attention = _part("training", "fused_attention")
 
     @property
     def sp(self) -> bool:
         """Sequence parallelism in effect (Megatron ignores it when ``tp == 1``)."""
-        return self.sequence_parallel and self.tp > 1
+        return self.training.sequence_parallel and self.layout.tp > 1
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
@@ -90,6 +152,30 @@ def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
 
 def validate(model: ModelSpec, par: ParallelConfig) -> None:
     """Raise :class:`UsageError` (naming the flag) if ``par`` cannot run ``model`` in Megatron."""
+    _check_values(par)
+    _check_tensor_parallel(model, par)
+    if model.layers % (par.pp * par.vpp):
+        raise UsageError(
+            f"{model.layers} layers cannot be split evenly into pp·vpp = {par.pp}·{par.vpp} "
+            "model chunks", field="--pp")
+    if par.global_batch % (par.micro_batch * par.dp):
+        raise UsageError(
+            f"global batch {par.global_batch} is not a multiple of micro_batch·dp = "
+            f"{par.micro_batch}·{par.dp}", field="--global-batch")
+    _check_experts(model, par)
+    schedule = par.schedule_name
+    if schedule not in ("gpipe", "1f1b", "interleaved"):
+        raise UsageError(f"unknown schedule {schedule!r}; choose gpipe, 1f1b or interleaved",
+                         field="--schedule")
+    if schedule == "interleaved":
+        check_interleaved(par.pp, par.microbatches, par.vpp, par.microbatch_group_size)
+    elif par.vpp != 1:
+        raise UsageError(f"the {schedule} schedule runs one model chunk per stage; got vpp="
+                         f"{par.vpp}", field="--vpp")
+
+
+def _check_values(par: ParallelConfig) -> None:
+    """Sizes are positive integers; recompute and dtype are known names."""
     for name in ("tp", "pp", "dp", "vpp", "ep", "micro_batch", "global_batch"):
         value = getattr(par, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -100,6 +186,10 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     _check_attention(par)
     if par.dtype not in DTYPES:
         raise UsageError(f"must be one of {', '.join(DTYPES)}, got {par.dtype!r}", field="--dtype")
+
+
+def _check_tensor_parallel(model: ModelSpec, par: ParallelConfig) -> None:
+    """TP divides the heads, the key/value heads, the FFN and (with SP) the sequence."""
     if model.heads % par.tp:
         raise UsageError(f"tensor-parallel size {par.tp} must divide the {model.heads} heads",
                          field="--tp")
@@ -113,14 +203,10 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     if par.sp and model.seq_len % par.tp:
         raise UsageError(f"sequence parallelism needs tp={par.tp} to divide seq_len "
                          f"{model.seq_len}", field="--sequence-parallel")
-    if model.layers % (par.pp * par.vpp):
-        raise UsageError(
-            f"{model.layers} layers cannot be split evenly into pp·vpp = {par.pp}·{par.vpp} "
-            "model chunks", field="--pp")
-    if par.global_batch % (par.micro_batch * par.dp):
-        raise UsageError(
-            f"global batch {par.global_batch} is not a multiple of micro_batch·dp = "
-            f"{par.micro_batch}·{par.dp}", field="--global-batch")
+
+
+def _check_experts(model: ModelSpec, par: ParallelConfig) -> None:
+    """EP divides DP and the experts of a mixture-of-experts model."""
     if par.dp % par.ep:
         raise UsageError(f"expert-parallel size {par.ep} must divide dp {par.dp}", field="--ep")
     if par.ep > 1:
@@ -129,21 +215,6 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
         if model.moe.experts % par.ep:
             raise UsageError(f"expert-parallel size {par.ep} must divide the "
                              f"{model.moe.experts} experts", field="--ep")
-    _check_schedule(par)
-
-
-def _check_schedule(par: ParallelConfig) -> None:
-    schedule = par.schedule_name
-    if schedule not in ("gpipe", "1f1b", "interleaved"):
-        raise UsageError(f"unknown schedule {schedule!r}; choose gpipe, 1f1b or interleaved",
-                         field="--schedule")
-    if schedule == "interleaved":
-        from sim.schedules import check_interleaved
-
-        check_interleaved(par.pp, par.microbatches, par.vpp, par.microbatch_group_size)
-    elif par.vpp != 1:
-        raise UsageError(f"the {schedule} schedule runs one model chunk per stage; got vpp="
-                         f"{par.vpp}", field="--vpp")
 
 
 def _check_attention(par: ParallelConfig) -> None:

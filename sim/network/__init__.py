@@ -6,11 +6,6 @@
 - :mod:`sim.network.predict`: the nccl-tests-style predictor (``simrun collective``).
 """
 
-from sim.network.factory import (
-    add_network_arguments,
-    build_network,
-    network_from_args,
-    parse_algorithm,
-)
+from sim.network.factory import build_network, parse_algorithm
 
-__all__ = ["add_network_arguments", "build_network", "network_from_args", "parse_algorithm"]
+__all__ = ["build_network", "parse_algorithm"]

@@ -1,8 +1,7 @@
-"""Building a network model from a topology, and the command-line options that select it."""
+"""Building a network model from a topology (options: :class:`sim.scenario.NetworkOptions`)."""
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING
 
 from sim.errors import UsageError
@@ -60,27 +59,3 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     if isinstance(algorithm, str):
         algorithm = parse_algorithm(algorithm)
     return FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol)
-
-
-def add_network_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--algorithm``, ``--protocol`` and ``--routing`` (a "network model" group)."""
-    g = parser.add_argument_group("network model")
-    g.add_argument("--algorithm", metavar="NAME",
-                   help="collective algorithm: auto (least predicted time over algorithms and "
-                        "protocols, like NCCL), ring, tree (double binary tree, all-reduce), "
-                        "hierarchical (2-D: intra-node, inter-node, intra-node), direct; or "
-                        "per operation, e.g. 'allreduce=tree,allgather=ring' (default: the "
-                        "topology file's collectives.algorithm, else auto)")
-    g.add_argument("--protocol", choices=PROTOCOLS,
-                   help="NCCL protocol: auto, LL, LL128 or Simple (default: the topology "
-                        "file's, else auto)")
-    g.add_argument("--routing", choices=ROUTINGS, default="ecmp",
-                   help="fat-tree routing: ecmp (static per-flow hashing onto equal-cost paths) "
-                        "or adaptive (ideal spreading over all up-links) (default: %(default)s)")
-
-
-def network_from_args(args: argparse.Namespace, topology: Topology) -> FlowNetwork:
-    """The network selected by the options of :func:`add_network_arguments`."""
-    return build_network(topology, algorithm=getattr(args, "algorithm", None),
-                         routing=getattr(args, "routing", "ecmp") or "ecmp",
-                         protocol=getattr(args, "protocol", None))

@@ -13,16 +13,12 @@ The GPUs are ranks 0 … N−1 in placement order (GPU r on node r // GPUs-per-n
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 import simpy
 
 from sim.comm import CollKind, GroupKind
-from sim.errors import InputError, UsageError
+from sim.errors import UsageError
 from sim.limits import INT64_MAX, parse_int
 from sim.network.base import CommRequest, nccl_busbw_factor
-from sim.network.factory import add_network_arguments, network_from_args
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 
@@ -36,11 +32,6 @@ OPS = {
 }
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 ROW_KEYS = ("size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message)
 
 
 def parse_size(text: str) -> int:
@@ -69,29 +60,6 @@ def parse_sizes(text: str) -> list[int]:
         out.append(s)
         s *= 2
     return out
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from sim.cli import positive_int
-
-    p = _Parser(prog="simrun collective",
-                description="Predict nccl-tests-style time, algbw and busbw of one collective "
-                            "on a topology (times in µs on screen, s in JSON; bandwidths in "
-                            "GB/s = 1e9 bytes/s).")
-    p.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
-    p.add_argument("--nodes", type=positive_int, help="override the topology's node count")
-    p.add_argument("--op", choices=tuple(OPS), default="allreduce",
-                   help="collective (default: %(default)s)")
-    p.add_argument("--gpus", type=positive_int, metavar="N",
-                   help="number of GPUs (ranks 0..N-1 in placement order; more than one node "
-                        "spans nodes; default: one node's GPUs)")
-    p.add_argument("--sizes", default="8:1G", metavar="A:B",
-                   help="message sizes in bytes, doubling from A to B; suffixes K, M, G = 2^10, "
-                        "2^20, 2^30 (default: %(default)s)")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as a JSON list "
-                                                  "(keys: " + ", ".join(ROW_KEYS) + ")")
-    add_network_arguments(p)
-    return p
 
 
 def _sendrecv_ns(net, n: int, size: int) -> tuple[int, str]:
@@ -143,36 +111,13 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``simrun collective``; returns the exit code."""
-    from sim.outputs import check_output_paths, is_stdout, write_json
-    from sim.topology import load_topology
-
-    args = build_parser().parse_args(argv)
-    check_output_paths({"--json": args.json}, {"--topo": args.topo}, stdout_ok=("--json",))
-    sizes = parse_sizes(args.sizes)
-    topo = load_topology(args.topo, nodes=args.nodes)
-    gpus = args.gpus if args.gpus is not None else topo.gpus_per_node
-    if not 2 <= gpus <= topo.num_gpus:
-        raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",
-                         field="--gpus")
-    net = network_from_args(args, topo)
-    rows = predict_rows(topo, args.op, gpus, sizes, net)
+def header_lines(topo, op: str, gpus: int, net) -> list[str]:
+    """The ``#`` lines above the table: what was predicted, on what, and how busbw is made."""
     nodes = -(-gpus // topo.gpus_per_node)
-    kind = OPS[args.op]
     head = [
-        f"# simrun collective: {args.op} over {gpus} GPUs ({nodes} node{'s' if nodes > 1 else ''}"
+        f"# simrun collective: {op} over {gpus} GPUs ({nodes} node{'s' if nodes > 1 else ''}"
         f" of {topo.gpus_per_node}) on {topo.name} ({topo.path})",
-        f"# busbw = algbw × {nccl_busbw_factor(kind, gpus):.4g} (nccl-tests); time in µs, "
+        f"# busbw = algbw × {nccl_busbw_factor(OPS[op], gpus):.4g} (nccl-tests); time in µs, "
         "bandwidth in GB/s (1e9 bytes/s); sizes in bytes",
     ]
-    head += [f"# {line}" for line in net.describe()[1:10] if not line.startswith("chosen")]
-    if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
-        sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))
-    if args.json:
-        write_json(args.json, rows)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main(sys.argv[1:]))
+    return head + [f"# {line}" for line in net.describe()[1:10] if not line.startswith("chosen")]

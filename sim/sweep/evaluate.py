@@ -10,11 +10,13 @@ remote workers need simrun installed but not the input files.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sim.models.parallel import Training
 from sim.models.spec import ModelSpec
-from sim.sweep.space import Layout, Training
+from sim.scenario import NetworkOptions, simulate_model
+from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
 GROUPS = ("TP", "EP", "PP", "DP", "DP_EP")
@@ -27,18 +29,16 @@ class SweepContext:
     model: ModelSpec
     topology: Topology
     training: Training
-    algorithm: str | None = None
-    routing: str = "ecmp"
-    protocol: str | None = None
+    network: NetworkOptions = field(default_factory=NetworkOptions)
     placement: str = "tp-dp-pp"
 
 
-def base_row(layout: Layout) -> dict[str, Any]:
+def base_row(layout: SweepPoint) -> dict[str, Any]:
     return {"layout": layout.key, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
             "vpp": layout.vpp, "ep": layout.ep, "micro_batch": layout.micro_batch}
 
 
-def evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
+def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     """Memory check + simulation of ``layout``; returns a JSON-ready row (units in the keys):
 
     ``status`` (``ok`` | ``infeasible`` | ``error``), ``reason``, ``microbatches``,
@@ -57,36 +57,18 @@ def evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
     return row
 
 
-def _evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
-    from sim.engine import simulate
-    from sim.models.cli_args import metrics
-    from sim.models.generator import generate
-    from sim.models.memory import check_memory
-    from sim.models.plan import build_model_plan
-    from sim.network import build_network
-    from sim.placement import Placement
-    from sim.report import build_report
-
-    par = ctx.training.config(layout)
-    gpu = ctx.topology.gpu
+def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
+    par = layout.config(ctx.training)
     out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
-    if par.world_size > ctx.topology.num_gpus:
-        raise ValueError(f"layout needs {par.world_size} GPUs, the topology has "
-                         f"{ctx.topology.num_gpus}")
-    plan = build_model_plan(ctx.model, par)
-    mem = check_memory(ctx.model, par, gpu, plan=plan)
+    done = simulate_model(ctx.model, par, ctx.topology, network=ctx.network,
+                          placement=ctx.placement, skip_infeasible=True)
+    mem = done.memory
     out["memory_per_gpu_bytes"] = mem.peak.total_bytes
     out["memory_capacity_bytes"] = mem.capacity_bytes
-    if not mem.feasible:
+    if done.report is None or done.metrics is None or done.result is None:
         out.update(status="infeasible", reason=mem.reason)
         return out
-    program = generate(ctx.model, par, gpu, plan=plan)
-    net = build_network(ctx.topology, algorithm=ctx.algorithm, routing=ctx.routing,
-                        protocol=ctx.protocol)
-    placement = Placement(par.tp, par.dp, par.pp, par.ep, ctx.placement)
-    result = simulate(program, net, placement=placement)
-    rep = build_report(result)
-    m = metrics(ctx.model, par, gpu, result.iteration_ns)
+    rep, m = done.report, done.metrics
     n = max(len(rep["stages"]), 1)
     out.update(
         status="ok", reason="",
@@ -99,5 +81,5 @@ def _evaluate(ctx: SweepContext, layout: Layout) -> dict[str, Any]:
     )
     for g in GROUPS:
         out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
-    out["events"] = result.events
+    out["events"] = done.result.events
     return out

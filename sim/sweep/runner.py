@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sim.sweep.evaluate import SweepContext, base_row, evaluate
-from sim.sweep.space import Layout
+from sim.sweep.space import SweepPoint
 
 Row = dict[str, Any]
 
@@ -37,14 +37,14 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _lost(layout: Layout, exc: BaseException) -> Row:
+def _lost(layout: SweepPoint, exc: BaseException) -> Row:
     row = base_row(layout)
     row.update(status="error", reason=f"task lost: {type(exc).__name__}: "
                                       f"{' '.join(str(exc).split())}")
     return row
 
 
-def run_tasks(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
+def run_tasks(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               *, workers: int | None = None, scheduler: str | None = None,
               connect_timeout_s: float = 10.0) -> str:
     """Evaluate ``layouts``; returns a description of the back end used (for the output).
@@ -75,7 +75,7 @@ def worker_pool(n: int):
                                initializer=_worker_init, initargs=(os.getpid(),))
 
 
-def _run_pool(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
+def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               n: int) -> str:
     from concurrent.futures import FIRST_COMPLETED, wait
 
@@ -150,7 +150,7 @@ def stop_pool(pool) -> None:
         p.join(timeout=5)
 
 
-def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
+def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               address: str, timeout_s: float) -> str:
     try:
         from distributed import Client, as_completed

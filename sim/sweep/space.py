@@ -10,17 +10,17 @@ later, per layout (:mod:`sim.sweep.evaluate`), and recorded as a result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from sim.errors import UsageError
-from sim.limits import parse_int
-from sim.models.parallel import ParallelConfig, validate
+from sim.models.parallel import ParallelConfig, Training, validate
 from sim.models.spec import ModelSpec
 
 
 @dataclass(frozen=True, order=True)
-class Layout:
-    """One parallel layout of a sweep."""
+class SweepPoint:
+    """One point of a sweep's space: the parallel sizes and the micro batch (the microbatches
+    per iteration follow from the shared global batch: :meth:`config`)."""
 
     tp: int
     pp: int
@@ -31,32 +31,16 @@ class Layout:
 
     @property
     def key(self) -> str:
-        """Canonical string naming the layout (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``."""
+        """Canonical string naming the point (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``."""
         return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}-vpp{self.vpp}-mb{self.micro_batch}"
                 + (f"-ep{self.ep}" if self.ep > 1 else ""))
 
-
-@dataclass(frozen=True)
-class Training:
-    """Options every layout of a sweep shares (see :class:`~sim.models.ParallelConfig`)."""
-
-    global_batch: int
-    sequence_parallel: bool = False
-    recompute: str = "none"
-    dtype: str = "bf16"
-    distributed_optimizer: bool = False
-    flash_attention: bool = False
-    overlap_grad_reduce: bool = True
-
-    def config(self, layout: Layout) -> ParallelConfig:
-        """The :class:`ParallelConfig` of ``layout`` with these options (interleaved schedule
-        when ``vpp > 1``, else 1F1B)."""
+    def config(self, training: Training) -> ParallelConfig:
+        """The :class:`ParallelConfig` of this point trained with ``training`` (its micro batch
+        replaced by the point's; interleaved schedule when ``vpp > 1``, else 1F1B)."""
         return ParallelConfig(
-            tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
-            micro_batch=layout.micro_batch, global_batch=self.global_batch,
-            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
-            dtype=self.dtype, distributed_optimizer=self.distributed_optimizer,
-            flash_attention=self.flash_attention, overlap_grad_reduce=self.overlap_grad_reduce)
+            tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep,
+            **asdict(replace(training, micro_batch=self.micro_batch)))
 
 
 @dataclass
@@ -86,10 +70,10 @@ def candidates(model: ModelSpec, space: Space, gpus_per_node: int) -> tuple[list
 
 
 def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
-                      gpus_per_node: int) -> tuple[list[Layout], list[tuple[str, str]]]:
+                      gpus_per_node: int) -> tuple[list[SweepPoint], list[tuple[str, str]]]:
     """Valid layouts (sorted by key) and the skipped combinations as ``(description, reason)``."""
     tps, pps = candidates(model, space, gpus_per_node)
-    ok: list[Layout] = []
+    ok: list[SweepPoint] = []
     skipped: list[tuple[str, str]] = []
     for tp in tps:
         for pp in pps:
@@ -101,29 +85,12 @@ def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
             for vpp in sorted(set(space.vpp)):
                 for mb in sorted(set(space.micro_batch)):
                     for ep in sorted(set(space.ep)):
-                        lay = Layout(tp, pp, dp, vpp, mb, ep)
+                        lay = SweepPoint(tp, pp, dp, vpp, mb, ep)
                         try:
-                            validate(model, training.config(lay))
+                            validate(model, lay.config(training))
                         except UsageError as exc:
                             skipped.append((lay.key, exc.message))
                             continue
                         ok.append(lay)
     ok.sort(key=lambda x: x.key)
     return ok, skipped
-
-
-def parse_list(text: str, flag: str) -> tuple[int, ...]:
-    """``"1,2,4"`` → ``(1, 2, 4)``; each a positive integer (:class:`UsageError` otherwise)."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        v = parse_int(part)
-        if v is None:
-            raise UsageError(f"expected comma-separated positive integers, got {text!r}",
-                             field=flag)
-        if v < 1:
-            raise UsageError(f"expected positive integers, got {v}", field=flag)
-        out.append(v)
-    if not out:
-        raise UsageError("empty list", field=flag)
-    return tuple(out)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from sim.comm import CollKind, Comm, GroupKind
+from sim.layout import Layout
 from sim.workload.model import Layer
 
 
@@ -76,6 +77,21 @@ class PipelineProgram:
     source: str = ""
     microbatch_group_size: int | None = None
     assumptions: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, layout: Layout, **rest) -> PipelineProgram:
+        """The program of ``layout`` (``rest``: ``pp_bytes``, ``stages`` and the optional
+        fields)."""
+        return cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep, vpp=layout.vpp,
+                   microbatches=layout.microbatches, schedule=layout.schedule_name,
+                   microbatch_group_size=layout.microbatch_group_size, **rest)
+
+    @property
+    def layout(self) -> Layout:
+        """The program's parallel layout."""
+        return Layout(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, vpp=self.vpp,
+                      microbatches=self.microbatches, schedule=self.schedule,
+                      microbatch_group_size=self.microbatch_group_size)
 
     @property
     def world_size(self) -> int:

@@ -1,8 +1,9 @@
 """From one representative rank's rows to the programs of every pipeline stage.
 
 AICB files list the rows of ONE rank (one pipeline stage) with the per-microbatch block unrolled
-``ga`` times, preceded and followed by iteration-level rows. This module recovers that
-structure, places rows on stages, splits layers into virtual-pipeline chunks and builds a
+``ga`` times, preceded and followed by iteration-level rows. This module recovers that structure
+(:mod:`sim.workload.blocks`), resolves the :class:`~sim.layout.Layout` from the header and the
+overrides, places rows on stages, splits layers into virtual-pipeline chunks and builds a
 :class:`~sim.workload.program.PipelineProgram`. Every interpretation it makes is appended to
 ``program.assumptions`` (printed in every report) and can be overridden (see
 :class:`LayoutOptions`). The rules are documented in docs/workload-formats.md.
@@ -17,15 +18,12 @@ from dataclasses import dataclass
 from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.inputs import INT64_MAX
+from sim.layout import Layout, require_gpus
 from sim.schedules import SCHEDULES, check_interleaved
+from sim.workload.blocks import RowStructure, find_structure, layer_period
 from sim.workload.model import Layer, Phase, PhaseKind, Workload
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
-# Iteration-level rows AICB writes before / after the unrolled microbatch blocks.
-ITERATION_ROW = re.compile(
-    r"^(grad_gather|grad_param_comm|grad_param_compute|embedding_grads|moe_grad_norm\d*|norm|"
-    r"grad_norm|layernorm|embedding_norm|cross_entropy\d*|optimizer\d*|loss\d*)$"
-)
 FIRST_STAGE_ROW = re.compile(r"^embedding", re.I)  # inside the block: input embedding
 LAST_STAGE_ROW = re.compile(r"^(final|lm_head|output)", re.I)  # inside the block: output layer
 TIED_EMBEDDING_ROW = re.compile(r"^embedding_(grads|norm)$")  # first and last stage
@@ -35,7 +33,10 @@ ROW_PLACEMENTS = ("megatron", "all")
 
 @dataclass
 class LayoutOptions:
-    """Command-line overrides of what the workload header says (``None`` = use the file)."""
+    """What a run asks of a workload file's layout (``None`` = use the file's header), and how
+    to read its rows; :func:`build_program` resolves it into a :class:`~sim.layout.Layout`.
+    ``all_gpus``: the run's GPUs (``--gpus``); ``default_gpus``: the topology's, used when
+    nothing else says and the most a layout may need."""
 
     tp: int | None = None
     pp: int | None = None
@@ -49,102 +50,6 @@ class LayoutOptions:
     microbatch_group_size: int | None = None
     # the topology's GPU count: used when nothing else says, and the most a layout may need
     default_gpus: int | None = None
-
-
-@dataclass
-class RowStructure:
-    """Rows split into iteration-level prologue/epilogue rows and the per-microbatch block."""
-
-    leading: list[Layer]
-    block: list[Layer]
-    trailing: list[Layer]
-    blocks_found: int
-    notes: list[str]
-
-
-def _key(layer: Layer) -> tuple:
-    return (layer.name, layer.forward, layer.input_grad, layer.weight_grad)
-
-
-def find_structure(layers: list[Layer], ga: int, file: str) -> RowStructure:
-    """Detect the ``ga`` repeated per-microbatch blocks and the iteration-level rows.
-
-    With ``ga > 1`` the block rows are those whose name occurs a multiple of ``ga`` times; the
-    region they span must consist of exactly ``ga`` repetitions (by row name). With ``ga == 1``
-    the leading/trailing rows with AICB's iteration-level names are split off.
-    """
-    names = [lay.name for lay in layers]
-    notes: list[str] = []
-    if ga > 1:
-        counts = Counter(names)
-        idx = [i for i, nm in enumerate(names) if counts[nm] % ga == 0]
-        if not idx:
-            raise InputError(f"ga = {ga} but no row name repeats a multiple of {ga} times, so "
-                             "the per-microbatch block cannot be found", file=file, line=1,
-                             field="ga")
-        start, end = idx[0], idx[-1] + 1
-        if (end - start) % ga:
-            raise InputError(
-                f"ga = {ga} does not divide the {end - start} rows of the repeated region "
-                f"(lines {layers[start].line}-{layers[end - 1].line})", file=file, line=1,
-                field="ga")
-        k = (end - start) // ga
-        for i in range(start, end - k):
-            if names[i] != names[i + k]:
-                raise InputError(
-                    f"ga = {ga}: the rows between lines {layers[start].line} and "
-                    f"{layers[end - 1].line} do not repeat every {k} rows (line "
-                    f"{layers[i + k].line} is {names[i + k]!r}, expected {names[i]!r})",
-                    file=file, line=layers[i + k].line, field="name")
-        blocks = [layers[start + j * k : start + (j + 1) * k] for j in range(ga)]
-        variants = Counter(tuple(_key(x) for x in b) for b in blocks)
-        rep_key, rep_count = variants.most_common(1)[0]
-        rep = next(b for b in blocks if tuple(_key(x) for x in b) == rep_key)
-        if len(variants) > 1:
-            diff = sorted({b[i].line for b in blocks for i in range(k)
-                           if _key(b[i]) != rep_key[i]})
-            notes.append(
-                f"the {ga} unrolled blocks are not identical: {rep_count} share the values used "
-                f"for every microbatch; rows that differ: lines {_ranges(diff)}")
-        notes.append(
-            f"per-microbatch block: {k} rows (lines {rep[0].line}-{rep[-1].line}), found "
-            f"{ga} times = ga")
-        return RowStructure(layers[:start], list(rep), layers[end:], ga, notes)
-    lead = 0
-    while lead < len(names) and ITERATION_ROW.match(names[lead]):
-        lead += 1
-    trail = len(names)
-    while trail > lead and ITERATION_ROW.match(names[trail - 1]):
-        trail -= 1
-    if trail == lead:
-        raise InputError("every row is an iteration-level row; no per-microbatch layers",
-                         file=file, field="rows")
-    block = layers[lead:trail]
-    notes.append(f"per-microbatch block: {len(block)} rows (lines {block[0].line}-"
-                 f"{block[-1].line}); ga = 1")
-    return RowStructure(layers[:lead], block, layers[trail:], 1, notes)
-
-
-def _ranges(lines: list[int]) -> str:
-    out, i = [], 0
-    while i < len(lines):
-        j = i
-        while j + 1 < len(lines) and lines[j + 1] == lines[j] + 1:
-            j += 1
-        out.append(str(lines[i]) if i == j else f"{lines[i]}-{lines[j]}")
-        i = j + 1
-    if len(out) > 6:
-        out = out[:6] + [f"… ({len(lines)} rows)"]
-    return ", ".join(out)
-
-
-def layer_period(names: list[str]) -> int:
-    """Smallest row period of ``names`` (rows per transformer layer); ``len(names)`` if none."""
-    n = len(names)
-    for p in range(1, n + 1):
-        if n % p == 0 and all(names[i] == names[i + p] for i in range(n - p)):
-            return p
-    return n
 
 
 def _split_block(block: list[Layer], placement: str):
@@ -203,22 +108,43 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
     tp = _resolve("tp", opts.tp, h.tp, 1, notes, "tensor-parallel size")
     pp = _resolve("pp", opts.pp, h.pp, 1, notes, "pipeline stages")
     ep = _resolve("ep", opts.ep, h.ep, 1, notes, "expert-parallel size")
-    ga_file = h.ga or 1
-    structure = find_structure(w.layers, ga_file, w.path)
+    structure = find_structure(w.layers, h.ga or 1, w.path)
     notes.extend(structure.notes)
     m = _resolve("microbatches", opts.microbatches, h.ga, structure.blocks_found, notes,
                  "microbatches per iteration")
     for name, val in (("tp", tp), ("pp", pp), ("ep", ep), ("microbatches", m)):
         if val < 1:
             raise UsageError(f"must be ≥ 1, got {val}", field=f"--{name}")
+    dp = _resolve_dp(w, opts, tp, pp, ep, notes)
+    first, body, last = _split_block(structure.block, opts.row_placement)
+    period = layer_period([lay.name for lay in body]) if body else 1
+    n_layers = len(body) // period if body else 0
+    v, schedule = _resolve_vpp(opts, h.vpp, pp, m, n_layers, notes)
+    if v > 1:
+        notes.append(f"virtual pipeline: {n_layers} layers ({period} rows each) per stage split "
+                     f"into {v} chunks of {n_layers // v}")
+    layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=v, microbatches=m, schedule=schedule,
+                    microbatch_group_size=opts.microbatch_group_size)
+    pp_bytes = _pp_bytes(opts, h.pp_comm_bytes, body, tp, pp, notes)
+    chunk_rows = [body[i * len(body) // v : (i + 1) * len(body) // v] for i in range(v)]
+    stages = [_stage(s, layout, chunk_rows, first, last, structure, opts.row_placement)
+              for s in range(pp)]
+    _describe_placement(notes, opts.row_placement, first, last, structure)
+    return PipelineProgram.of(layout, pp_bytes=pp_bytes, stages=stages, source=w.path,
+                              assumptions=notes)
 
+
+def _resolve_dp(w: Workload, opts: LayoutOptions, tp: int, pp: int, ep: int,
+                notes: list[str]) -> int:
+    """DP = all GPUs / (TP·PP), the GPUs from ``--gpus``, the header or the topology; the
+    layout must fit the topology (:func:`sim.layout.require_gpus`)."""
+    h = w.header
     gpus_default = opts.default_gpus if opts.default_gpus is not None else tp * pp
     all_gpus = _resolve("gpus", opts.all_gpus, h.all_gpus, gpus_default, notes, "GPUs (all_gpus)")
     gpus_from = ("--gpus" if opts.all_gpus is not None else "header all_gpus"
                  if h.all_gpus is not None else "the topology")
-    if opts.default_gpus is not None and all_gpus > opts.default_gpus:
-        raise UsageError(f"the layout needs {all_gpus} GPUs ({gpus_from}) but the topology has "
-                         f"{opts.default_gpus}; use --nodes or --gpus", field="--gpus")
+    if opts.default_gpus is not None:
+        require_gpus(all_gpus, opts.default_gpus, gpus_from, "the topology")
     if tp * pp > all_gpus:
         raise UsageError(f"one pipeline replica needs TP·PP = {tp}·{pp} = {tp * pp} GPUs, more "
                          f"than the {all_gpus} GPUs available ({gpus_from})", field="--gpus")
@@ -233,56 +159,50 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
         raise UsageError(f"expert-parallel size {ep} must divide the data-parallel size "
                          f"DP = {dp}", field="--ep")
     notes.append(f"data-parallel size DP = all_gpus / (TP·PP) = {all_gpus} / ({tp}·{pp}) = {dp}")
+    return dp
 
-    first, body, last = _split_block(structure.block, opts.row_placement)
-    period = layer_period([lay.name for lay in body]) if body else 1
-    n_layers = len(body) // period if body else 0
 
-    v, schedule = _resolve_vpp(opts, h.vpp, pp, m, n_layers, notes)
-    chunk_rows = [body[i * len(body) // v : (i + 1) * len(body) // v] for i in range(v)]
-    if v > 1:
-        notes.append(f"virtual pipeline: {n_layers} layers ({period} rows each) per stage split "
-                     f"into {v} chunks of {n_layers // v}")
-
+def _pp_bytes(opts: LayoutOptions, header_bytes: int | None, body: list[Layer], tp: int,
+              pp: int, notes: list[str]) -> int:
+    """Bytes of one pipeline message per microbatch: ``--pp-comm-bytes``, the header's
+    ``pp_comm``, else derived from the TP collectives (:func:`derive_pp_bytes`)."""
     if opts.pp_comm_bytes is not None:
         if opts.pp_comm_bytes > INT64_MAX:
             raise UsageError(f"must be ≤ 2^63−1, got {opts.pp_comm_bytes}",
                              field="--pp-comm-bytes")
-        pp_bytes = opts.pp_comm_bytes
-        notes.append(f"pipeline message = {pp_bytes} bytes per microbatch (--pp-comm-bytes)")
-    elif h.pp_comm_bytes is not None:
-        pp_bytes = h.pp_comm_bytes
-        notes.append(f"pipeline message = {pp_bytes} bytes per microbatch (header pp_comm)")
-    else:
-        derived, why = derive_pp_bytes(body, tp)
-        if derived is None:
-            if pp > 1:
-                raise UsageError("the file gives no pp_comm and has no TP collective to derive "
-                                 "the pipeline message size from; pass --pp-comm-bytes",
-                                 field="--pp-comm-bytes")
-            derived, why = 0, "no pipeline traffic (one stage)"
-        pp_bytes = derived
-        notes.append(why + " (--pp-comm-bytes overrides)")
+        notes.append(f"pipeline message = {opts.pp_comm_bytes} bytes per microbatch "
+                     "(--pp-comm-bytes)")
+        return opts.pp_comm_bytes
+    if header_bytes is not None:
+        notes.append(f"pipeline message = {header_bytes} bytes per microbatch (header pp_comm)")
+        return header_bytes
+    derived, why = derive_pp_bytes(body, tp)
+    if derived is None:
+        if pp > 1:
+            raise UsageError("the file gives no pp_comm and has no TP collective to derive "
+                             "the pipeline message size from; pass --pp-comm-bytes",
+                             field="--pp-comm-bytes")
+        derived, why = 0, "no pipeline traffic (one stage)"
+    notes.append(why + " (--pp-comm-bytes overrides)")
+    return derived
 
-    stages = []
-    for s in range(pp):
-        chunks = []
-        for c in range(v):
-            rows = list(chunk_rows[c])
-            if opts.row_placement == "all" or (s == 0 and c == 0):
-                rows = first + rows
-            if opts.row_placement == "all" or (s == pp - 1 and c == v - 1):
-                rows = rows + last
-            chunks.append(tuple(rows))
-        lead = _on_stage(structure.leading, s, pp, opts.row_placement)
-        trail = _on_stage(structure.trailing, s, pp, opts.row_placement)
-        stages.append(StageProgram(s, chunks, _prologue(lead), _epilogue(lead, trail)))
-    _describe_placement(notes, opts.row_placement, first, last, structure)
-    return PipelineProgram(
-        tp=tp, pp=pp, dp=dp, ep=ep, vpp=v, microbatches=m, pp_bytes=pp_bytes, stages=stages,
-        schedule=schedule, source=w.path, microbatch_group_size=opts.microbatch_group_size,
-        assumptions=notes,
-    )
+
+def _stage(s: int, layout: Layout, chunk_rows: list[list[Layer]], first: list[Layer],
+           last: list[Layer], structure: RowStructure, placement: str) -> StageProgram:
+    """Stage ``s``'s program: its chunks' rows (embedding rows on the first, output rows on
+    the last stage unless ``placement`` is ``all``), prologue and epilogue."""
+    pp, v = layout.pp, layout.vpp
+    chunks = []
+    for c in range(v):
+        rows = list(chunk_rows[c])
+        if placement == "all" or (s == 0 and c == 0):
+            rows = first + rows
+        if placement == "all" or (s == pp - 1 and c == v - 1):
+            rows = rows + last
+        chunks.append(tuple(rows))
+    lead = _on_stage(structure.leading, s, pp, placement)
+    trail = _on_stage(structure.trailing, s, pp, placement)
+    return StageProgram(s, chunks, _prologue(lead), _epilogue(lead, trail))
 
 
 def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n_layers: int,

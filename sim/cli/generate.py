@@ -15,16 +15,23 @@ epilogues do not decide it (tests/test_model_cli.py).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from sim.cli.args import (
+    add_layout_arguments,
+    add_model_arguments,
+    layout_request,
+    model_input,
+)
+from sim.cli.types import Parser, nonneg_int, positive_int
 from sim.errors import SimrunError, UsageError
+from sim.models.aicb_writer import write_aicb
+from sim.outputs import check_output_paths
+from sim.scenario import model_run
+from sim.topology import load_topology
 
 
-def _parser() -> argparse.ArgumentParser:
-    from sim.cli import Parser, add_layout_arguments, nonneg_int, positive_int
-    from sim.models.cli_args import add_model_arguments
-
+def build_parser() -> Parser:
     p = Parser(prog="simrun generate",
                description="Write the workload generated for a model spec and parallel layout in "
                            "SimAI/AICB text format (times in ns, sizes in bytes).")
@@ -45,16 +52,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun generate``; returns the exit code."""
-    from sim.models.aicb_writer import write_aicb
-    from sim.models.cli_args import model_run_from_args
-    from sim.outputs import check_output_paths
-    from sim.topology import load_topology
-
     try:
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
         check_output_paths({"--out": args.out}, {"--model": args.model, "--topo": args.topo})
         topo = load_topology(args.topo, nodes=args.nodes)
-        run = model_run_from_args(args, topo)
+        run = _model_run(args, topo)
         prog = run.program
         if args.stage >= prog.pp:
             raise UsageError(f"stage {args.stage} outside 0..{prog.pp - 1}", field="--stage")
@@ -68,3 +70,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{par.micro_batch}; representative stage {args.stage}")
     print(f"memory: {run.memory.reason}")
     return 0
+
+
+def _model_run(args, topo):
+    """The model run the flags describe on ``topo``."""
+    mi = model_input(args)
+    return model_run(mi.path, layout_request(args), mi.training, topo,
+                     ignore_memory=mi.ignore_memory)

@@ -1,0 +1,85 @@
+"""Command-line interface: ``simrun --workload W --topo T`` and the subcommands.
+
+This package is the only place that parses arguments: each module builds a subcommand's
+parser, turns the arguments into typed options (:mod:`sim.scenario.options`) and calls the
+domain code. Exit codes: 0 success, 2 bad input or usage, 1 internal error; messages go to
+stderr as one line (``simrun: error: <file>:<line>: <field>: <message>``). Set
+``SIMRUN_DEBUG=1`` to see tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+from sim.cli.run import build_parser as _build_parser
+from sim.cli.run import run as _run
+from sim.errors import SimrunError, UsageError
+from sim.process import exit_status, quiet_shutdown, terminate_as_interrupt
+
+_T0 = time.perf_counter()
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, help)
+    "collective": ("sim.cli.collective", "nccl-tests-style collective time/bandwidth predictor"),
+    "inspect": ("sim.cli.inspect", "show what simrun infers from a model-description file"),
+    "generate": ("sim.cli.generate", "write a generated workload in AICB text format"),
+    "sweep": ("sim.cli.sweep", "simulate many parallel layouts and rank them"),
+    "validate": ("sim.cli.validate", "compare predictions with published measured iterations"),
+}
+
+
+def build_parser():
+    """The parser of the main run (``simrun --help``)."""
+    return _build_parser(SUBCOMMANDS)
+
+
+def run(argv: list[str]) -> int:
+    """The main job: workload + topology → simulated iteration → report."""
+    return _run(argv, SUBCOMMANDS, _T0)
+
+
+def _subcommand(name: str) -> Callable[[list[str]], int]:
+    module, _ = SUBCOMMANDS[name]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and module.startswith(e.name):
+            raise UsageError(f"subcommand {name!r} is not available in this build") from None
+        raise
+    return mod.main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``simrun`` console script; returns the exit code. Run as the program
+    (``argv`` None), signals after the command end it quietly (:mod:`sim.process`)."""
+    as_program = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    restore = terminate_as_interrupt()
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return int(_subcommand(argv[0])(argv[1:]) or 0)
+        return run(argv)
+    except SimrunError as e:
+        print(f"simrun: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP
+        code, word = exit_status(e)
+        print(f"simrun: {word}", file=sys.stderr)
+        return code
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - last-resort guard: no traceback for users
+        if os.environ.get("SIMRUN_DEBUG"):
+            traceback.print_exc()
+        print(f"simrun: internal error: {type(e).__name__}: {e} (set SIMRUN_DEBUG=1 for a "
+              "traceback)", file=sys.stderr)
+        return 1
+    finally:
+        restore()
+        if as_program:
+            quiet_shutdown()

@@ -1,0 +1,199 @@
+"""Argument groups shared by ``simrun`` and its subcommands, and their typed options.
+
+Each ``add_*`` registers a group of flags; the matching function turns the parsed arguments
+into the typed option object the scenario takes (:mod:`sim.scenario.options`). A new flag goes
+next to its group here and into the option dataclass its converter fills.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sim.cli.types import nonneg_int, positive_int, sim_time_s
+from sim.errors import UsageError
+from sim.faults import parse_link, parse_nic, parse_slow
+from sim.layout import LayoutRequest
+from sim.models.parallel import DTYPES, RECOMPUTE, Training
+from sim.network.factory import ROUTINGS
+from sim.scenario.options import FaultOptions, ModelInput, NetworkOptions, OutputOptions
+from sim.topology.spec import PROTOCOLS
+from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
+from sim.watchdog import FLAG as WATCHDOG_FLAG
+
+
+def add_layout_arguments(p: argparse.ArgumentParser) -> None:
+    """Parallel-layout overrides shared by the run and other subcommands."""
+    g = p.add_argument_group("parallel layout (override the workload header)")
+    g.add_argument("--tp", type=positive_int,
+                   help="tensor-parallel size (default: from the file, else 1)")
+    g.add_argument("--pp", type=positive_int,
+                   help="pipeline stages (default: from the file, else 1)")
+    g.add_argument("--ep", type=positive_int,
+                   help="expert-parallel size (default: from the file, else 1)")
+    g.add_argument("--vpp", type=positive_int,
+                   help="virtual pipeline size = model chunks per stage (default: header vpp if "
+                        "it is a valid Megatron virtual pipeline size, else 1)")
+    g.add_argument("--microbatches", type=positive_int,
+                   help="microbatches per iteration (default: header ga, else 1)")
+    g.add_argument("--gpus", type=positive_int,
+                   help="total GPUs; DP = GPUs / (TP·PP) (default: header all_gpus, else all "
+                        "GPUs of the topology)")
+    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"),
+                   help="pipeline schedule (default: interleaved if vpp > 1, else 1f1b)")
+    g.add_argument("--microbatch-group-size", type=positive_int,
+                   help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
+                        "(Megatron's microbatch_group_size_per_vp_stage; default PP)")
+    g.add_argument("--pp-comm-bytes", type=nonneg_int,
+                   help="bytes sent between adjacent stages per microbatch (default: header "
+                        "pp_comm, else derived from the TP collective sizes; stated in output)")
+    g.add_argument("--row-placement", choices=("megatron", "all"), default="megatron",
+                   help="which AICB rows run on which stage: 'megatron' puts embedding rows on "
+                        "the first and output/loss rows on the last stage; 'all' runs every row "
+                        "on every stage (default: %(default)s)")
+    g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
+                   help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
+
+
+def layout_request(args: argparse.Namespace) -> LayoutRequest:
+    """The layout the flags ask for (``--dp`` is a model-driven flag; absent elsewhere)."""
+    return LayoutRequest(tp=args.tp, pp=args.pp, dp=getattr(args, "dp", None), ep=args.ep,
+                         vpp=args.vpp, microbatches=args.microbatches, gpus=args.gpus,
+                         schedule=args.schedule,
+                         microbatch_group_size=args.microbatch_group_size)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """Add ``--model``, ``--dp``, ``--micro-batch``, ``--global-batch`` and the training options
+    (a "model-driven workload" group). ``required``: ``--model`` must be given."""
+    g = parser.add_argument_group("model-driven workload (--model instead of --workload)")
+    g.add_argument("--model", metavar="PATH", required=required,
+                   help="model spec YAML (workloads/models/*.yaml): generate the workload for "
+                        "the layout given by --tp/--pp/--dp/--vpp/--ep")
+    g.add_argument("--dp", type=positive_int, metavar="N",
+                   help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
+                        "topology's)")
+    g.add_argument("--micro-batch", type=positive_int, default=1, metavar="B",
+                   help="sequences per microbatch (default: %(default)s)")
+    g.add_argument("--global-batch", type=positive_int, metavar="B",
+                   help="sequences per iteration; microbatches = global / (micro·DP) (required "
+                        "unless --microbatches is given)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron sequence parallelism (ignored, and said so, when TP = 1)")
+    g.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                   help="activation recomputation (default: %(default)s)")
+    g.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="training dtype; its dense peak is the MFU reference (default: "
+                        "%(default)s)")
+    g.add_argument("--distributed-optimizer", action="store_true",
+                   help="shard the optimizer state over DP (reduce-scatter gradients, all-gather "
+                        "parameters)")
+    g.add_argument("--flash-attention", action="store_true",
+                   help="fused attention kernel (default: unfused, as in Megatron 2022)")
+    g.add_argument("--no-overlap-grad-reduce", action="store_true",
+                   help="one blocking DP gradient collective after the backward instead of "
+                        "per-bucket overlap")
+    g.add_argument("--ignore-memory", action="store_true",
+                   help="simulate even when the layout does not fit in GPU memory")
+
+
+def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
+    """The training options of :func:`add_model_arguments` (or the sweep's flags, whose micro
+    batch varies per layout)."""
+    return Training(global_batch=args.global_batch, micro_batch=micro_batch,
+                    sequence_parallel=args.sequence_parallel, recompute=args.recompute,
+                    dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
+                    flash_attention=args.flash_attention,
+                    overlap_grad_reduce=not args.no_overlap_grad_reduce)
+
+
+def model_input(args: argparse.Namespace) -> ModelInput:
+    """``--model`` and its training options; the flags that only apply to workload files are
+    refused."""
+    if args.pp_comm_bytes is not None:
+        raise UsageError("applies to workload files; with --model the pipeline message is "
+                         "derived from the model", field="--pp-comm-bytes")
+    if args.row_placement != "megatron":
+        raise UsageError("applies to workload files; generated workloads place rows as "
+                         "Megatron does", field="--row-placement")
+    return ModelInput(args.model, training_of(args, args.micro_batch),
+                      ignore_memory=args.ignore_memory)
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--algorithm``, ``--protocol`` and ``--routing`` (a "network model" group)."""
+    g = parser.add_argument_group("network model")
+    g.add_argument("--algorithm", metavar="NAME",
+                   help="collective algorithm: auto (least predicted time over algorithms and "
+                        "protocols, like NCCL), ring, tree (double binary tree, all-reduce), "
+                        "hierarchical (2-D: intra-node, inter-node, intra-node), direct; or "
+                        "per operation, e.g. 'allreduce=tree,allgather=ring' (default: the "
+                        "topology file's collectives.algorithm, else auto)")
+    g.add_argument("--protocol", choices=PROTOCOLS,
+                   help="NCCL protocol: auto, LL, LL128 or Simple (default: the topology "
+                        "file's, else auto)")
+    g.add_argument("--routing", choices=ROUTINGS, default="ecmp",
+                   help="fat-tree routing: ecmp (static per-flow hashing onto equal-cost paths) "
+                        "or adaptive (ideal spreading over all up-links) (default: %(default)s)")
+
+
+def network_options(args: argparse.Namespace) -> NetworkOptions:
+    return NetworkOptions(algorithm=args.algorithm, routing=args.routing or "ecmp",
+                          protocol=args.protocol)
+
+
+def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "non-uniform clusters (the affected ranks are simulated individually)")
+    g.add_argument("--slow-gpu", action="append", default=[], metavar="GPU:FACTOR",
+                   help="GPU's compute takes FACTOR times as long (e.g. 17:1.5); repeatable")
+    g.add_argument("--slow-node", action="append", default=[], metavar="NODE:FACTOR",
+                   help="every GPU of NODE computes FACTOR times slower; repeatable")
+    g.add_argument("--degrade-link", action="append", default=[], metavar="SPEC:FACTOR",
+                   help="scale a link's bandwidth by FACTOR in (0, 1]: nic:NODE.K, "
+                        "nvlink:GPU or uplinks:LEVEL.BLOCK (e.g. nic:3.2:0.5); repeatable")
+    g.add_argument("--fail-nic", action="append", default=[], metavar="NODE.K",
+                   help="NIC K of NODE is down; its traffic reroutes to another NIC of the "
+                        "node; repeatable")
+
+
+def fault_options(args: argparse.Namespace) -> FaultOptions:
+    """The fault flags, parsed (one-line errors naming the flag)."""
+    return FaultOptions(
+        slow_gpus=tuple(parse_slow(t) for t in args.slow_gpu),
+        slow_nodes=tuple(parse_slow(t, "--slow-node") for t in args.slow_node),
+        degraded_links=tuple(parse_link(t) for t in args.degrade_link),
+        failed_nics=tuple(parse_nic(t) for t in args.fail_nic))
+
+
+def add_watchdog_argument(group: argparse._ActionsContainer) -> None:
+    """Register ``--max-sim-time-s`` on ``group``."""
+    group.add_argument(WATCHDOG_FLAG, type=sim_time_s, default=DEFAULT_MAX_SIM_TIME_S,
+                       metavar="SECONDS",
+                       help="watchdog: stop with exit code 2 if the simulated iteration has not "
+                            "finished after this much simulated time, in seconds "
+                            "(default: %(default)g)")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the timeline/plot flags on ``parser``."""
+    g = parser.add_argument_group("timelines and plots")
+    g.add_argument("--trace", metavar="PATH",
+                   help="write a Chrome trace-event JSON of the iteration (open it in "
+                        "ui.perfetto.dev or chrome://tracing): one process per stage, one track "
+                        "per stream, times in µs; a .gz suffix compresses it")
+    g.add_argument("--trace-ranks", metavar="RANKS", default="stage-reps",
+                   help="ranks shown by --trace and --plot: 'stage-reps' (one rank per stage, "
+                        "the one in the report), 'all' (every simulated rank), or global ranks "
+                        "like 0,8,16 or 0-7 (other than stage representatives need --per-rank) "
+                        "(default: %(default)s)")
+    g.add_argument("--plot", metavar="PATH",
+                   help="draw the pipeline timeline (one row per stage, time in ms) to a .png, "
+                        ".svg or .pdf file")
+    g.add_argument("--breakdown-plot", metavar="PATH",
+                   help="draw a stacked bar per stage of compute / optimizer / exposed "
+                        "communication / bubble (ms) to a .png, .svg or .pdf file")
+
+
+def output_options(args: argparse.Namespace) -> OutputOptions:
+    return OutputOptions(json=args.json, trace=args.trace, trace_ranks=args.trace_ranks,
+                         plot=args.plot, breakdown_plot=args.breakdown_plot)

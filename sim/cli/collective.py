@@ -1,0 +1,54 @@
+"""``simrun collective``: flags of the nccl-tests-style predictor (:mod:`sim.network.predict`)."""
+
+from __future__ import annotations
+
+import sys
+
+from sim.cli.args import add_network_arguments, network_options
+from sim.cli.types import Parser, positive_int
+from sim.errors import InputError
+from sim.network.predict import OPS, ROW_KEYS, format_rows, header_lines, parse_sizes, predict_rows
+from sim.outputs import check_output_paths, is_stdout, write_json
+from sim.scenario import network_of
+from sim.topology import load_topology
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="simrun collective",
+               description="Predict nccl-tests-style time, algbw and busbw of one collective "
+                           "on a topology (times in µs on screen, s in JSON; bandwidths in "
+                           "GB/s = 1e9 bytes/s).")
+    p.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
+    p.add_argument("--nodes", type=positive_int, help="override the topology's node count")
+    p.add_argument("--op", choices=tuple(OPS), default="allreduce",
+                   help="collective (default: %(default)s)")
+    p.add_argument("--gpus", type=positive_int, metavar="N",
+                   help="number of GPUs (ranks 0..N-1 in placement order; more than one node "
+                        "spans nodes; default: one node's GPUs)")
+    p.add_argument("--sizes", default="8:1G", metavar="A:B",
+                   help="message sizes in bytes, doubling from A to B; suffixes K, M, G = 2^10, "
+                        "2^20, 2^30 (default: %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as a JSON list "
+                                                  "(keys: " + ", ".join(ROW_KEYS) + ")")
+    add_network_arguments(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``simrun collective``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    check_output_paths({"--json": args.json}, {"--topo": args.topo}, stdout_ok=("--json",))
+    sizes = parse_sizes(args.sizes)
+    topo = load_topology(args.topo, nodes=args.nodes)
+    gpus = args.gpus if args.gpus is not None else topo.gpus_per_node
+    if not 2 <= gpus <= topo.num_gpus:
+        raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",
+                         field="--gpus")
+    net = network_of(topo, network_options(args))
+    rows = predict_rows(topo, args.op, gpus, sizes, net)
+    head = header_lines(topo, args.op, gpus, net)
+    if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
+        sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))
+    if args.json:
+        write_json(args.json, rows)
+    return 0

@@ -1,0 +1,120 @@
+"""``simrun --workload W --topo T`` (or ``--model M``): the main run's flags and its scenario."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from sim import __version__
+from sim.cli.args import (
+    add_fault_arguments,
+    add_layout_arguments,
+    add_model_arguments,
+    add_network_arguments,
+    add_output_arguments,
+    add_watchdog_argument,
+    fault_options,
+    layout_request,
+    model_input,
+    network_options,
+    output_options,
+)
+from sim.cli.types import Parser, positive_float, positive_int
+from sim.errors import UsageError
+from sim.outputs import is_stdout
+from sim.report import format_report
+from sim.scenario import (
+    Scenario,
+    SimulationOptions,
+    WorkloadInput,
+    run_scenario,
+    write_figures_of,
+    write_report,
+)
+
+
+def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
+    """The parser of the main run; ``subcommands`` (name: (module, help)) go in the epilog."""
+    sub = "\n".join(f"  simrun {name:<11} {helptext}"
+                    for name, (_, helptext) in subcommands.items())
+    p = Parser(
+        prog="simrun",
+        description="Simulate one training iteration of a large model on a GPU cluster and "
+                    "report where the time goes. Times are reported in seconds (s) or "
+                    "milliseconds (ms), sizes in bytes.",
+        epilog=f"subcommands (run 'simrun <name> --help'):\n{sub}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"simrun {__version__}")
+    g = p.add_argument_group("inputs")
+    g.add_argument("--workload", metavar="PATH", help="workload file (AICB text or operator table)")
+    g.add_argument("--format", choices=("aicb", "optable"),
+                   help="force a workload reader (default: detected from the content)")
+    g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
+    g.add_argument("--nodes", type=positive_int,
+                   help="number of nodes (default: the topology file's node count)")
+    add_layout_arguments(p)
+    add_model_arguments(p)
+    g = p.add_argument_group("operator-table workloads")
+    g.add_argument("--bytes-per-element", type=positive_int, default=4,
+                   help="bytes per element of communication sizes given as element counts "
+                        "(default: %(default)s, fp32 gradients)")
+    g.add_argument("--missing-backward-ratio", type=positive_float, default=2.0,
+                   help="when a file has no backward times: backward = RATIO × forward, split "
+                        "equally into input-grad and weight-grad (default: %(default)s)")
+    g = p.add_argument_group("simulation")
+    g.add_argument("--per-rank", action="store_true",
+                   help="simulate every rank instead of one representative per stage")
+    g.add_argument("--no-fuse", action="store_true",
+                   help="give every compute and collective its own event (slower; for checking)")
+    add_watchdog_argument(g)
+    add_network_arguments(p)
+    add_fault_arguments(p)
+    g = p.add_argument_group("outputs")
+    g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
+                                                  "docs/report-schema.md)")
+    g.add_argument("--quiet", action="store_true", help="do not print the report table")
+    g.add_argument("--timing", action="store_true",
+                   help="print wall times (s) and simulated events per second to stderr")
+    add_output_arguments(p)
+    return p
+
+
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    """The :class:`Scenario` the parsed arguments describe (usage errors name the flag)."""
+    if bool(args.workload) == bool(args.model):
+        raise UsageError("give --workload PATH or --model PATH (exactly one)", field="--workload")
+    if args.model:
+        workload = model_input(args)
+    else:
+        workload = WorkloadInput(args.workload, args.format,
+                                 bytes_per_element=args.bytes_per_element,
+                                 missing_backward_ratio=args.missing_backward_ratio,
+                                 pp_comm_bytes=args.pp_comm_bytes,
+                                 row_placement=args.row_placement)
+    return Scenario(
+        workload=workload, topology=args.topo, layout=layout_request(args), nodes=args.nodes,
+        network=network_options(args), faults=fault_options(args),
+        simulation=SimulationOptions(per_rank=args.per_rank, fuse=not args.no_fuse,
+                                     max_sim_time_s=args.max_sim_time_s,
+                                     placement=args.placement),
+        outputs=output_options(args))
+
+
+def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> int:
+    """The main job: workload + topology → simulated iteration → report. ``t0``: process
+    start (perf_counter), for ``--timing``."""
+    args = build_parser(subcommands).parse_args(argv)
+    res = run_scenario(scenario_of(args))
+    write_report(res)
+    if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
+        sys.stdout.write(format_report(res.report))
+    write_figures_of(res)
+    if args.timing:
+        result, t_sim = res.result, res.simulate_s
+        print(f"timing: simulate {t_sim:.3f} s, {result.events} events "
+              f"({result.events / max(t_sim, 1e-9):,.0f} events/s), "
+              f"{len(result.ranks)} simulated ranks; process so far "
+              f"{time.perf_counter() - t0:.3f} s", file=sys.stderr)
+    return 0

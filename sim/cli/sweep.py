@@ -1,0 +1,117 @@
+"""``simrun sweep``: flags of a layout sweep (:mod:`sim.sweep.driver`).
+
+    simrun sweep --model workloads/models/gpt3-175b.yaml --topo topologies/dgx-a100-1024.yaml \\
+        --gpus 1024 --tp 2,4,8 --pp 4,8,16 --vpp 1,2,3 --micro-batch 1,2 --global-batch 1536 \\
+        --sequence-parallel --recompute selective --distributed-optimizer --out sweep-175b
+
+See docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sim.cli.args import add_network_arguments, network_options, training_of
+from sim.cli.types import Parser, positive_float, positive_int
+from sim.errors import UsageError
+from sim.limits import parse_int
+from sim.models.parallel import DTYPES, RECOMPUTE
+from sim.sweep.driver import SweepOptions, run_sweep
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="simrun sweep",
+               description="Enumerate the valid parallel layouts of a model on N GPUs, check "
+                           "their memory, simulate each and rank them (times in s, memory in GB "
+                           "= 1e9 bytes).")
+    g = p.add_argument_group("inputs")
+    g.add_argument("--model", metavar="PATH", required=True, help="model spec YAML")
+    g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML")
+    g.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
+    g.add_argument("--gpus", type=positive_int,
+                   help="GPUs every layout uses: TP·PP·DP = GPUS (default: all of the topology)")
+    g = p.add_argument_group("layout space (comma-separated lists)")
+    g.add_argument("--tp", metavar="LIST", help="TP sizes (default: powers of two up to the "
+                                                "GPUs of one node)")
+    g.add_argument("--pp", metavar="LIST", help="PP sizes (default: divisors of the layer "
+                                                "count)")
+    g.add_argument("--vpp", metavar="LIST", default="1",
+                   help="model chunks per stage; > 1 uses the interleaved schedule (default: "
+                        "%(default)s)")
+    g.add_argument("--micro-batch", metavar="LIST", default="1",
+                   help="micro batch sizes (default: %(default)s)")
+    g.add_argument("--ep", metavar="LIST", default="1",
+                   help="expert-parallel sizes, MoE models (default: %(default)s)")
+    g = p.add_argument_group("training (shared by every layout)")
+    g.add_argument("--global-batch", type=positive_int, required=True,
+                   help="sequences per iteration")
+    g.add_argument("--sequence-parallel", action="store_true")
+    g.add_argument("--recompute", choices=RECOMPUTE, default="none")
+    g.add_argument("--dtype", choices=DTYPES, default="bf16")
+    g.add_argument("--distributed-optimizer", action="store_true")
+    g.add_argument("--flash-attention", action="store_true")
+    g.add_argument("--no-overlap-grad-reduce", action="store_true")
+    g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
+                   help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
+    add_network_arguments(p)
+    g = p.add_argument_group("execution and outputs")
+    g.add_argument("--out", metavar="DIR",
+                   help="results directory (default: sweep-<model>-<GPUS>gpu)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the sweep in --out: skip layouts already recorded")
+    g.add_argument("--overwrite", action="store_true",
+                   help="discard earlier results in --out and start again")
+    g.add_argument("--workers", type=positive_int,
+                   help="local worker processes (default: all cores; 1 = in this process)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the layouts on a Dask cluster, e.g. tcp://10.0.0.5:8786 (workers "
+                        "need simrun installed; not the input files)")
+    g.add_argument("--scheduler-timeout", type=positive_float, default=10.0, metavar="S",
+                   help="seconds to try to reach the Dask scheduler (default: %(default)s)")
+    g.add_argument("--limit", type=positive_int,
+                   help="run at most this many not-yet-done layouts, then stop (continue later "
+                        "with --resume)")
+    g.add_argument("--top", type=positive_int, default=30,
+                   help="feasible layouts shown in the table (default: %(default)s; all are in "
+                        "the CSV)")
+    g.add_argument("--no-plot", action="store_true", help="do not write ranking.png/heatmap.png")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    g.add_argument("--quiet", action="store_true", help="do not print the table")
+    return p
+
+
+def parse_list(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,2,4"`` → ``(1, 2, 4)``; each a positive integer (:class:`UsageError` otherwise)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        v = parse_int(part)
+        if v is None:
+            raise UsageError(f"expected comma-separated positive integers, got {text!r}",
+                             field=flag)
+        if v < 1:
+            raise UsageError(f"expected positive integers, got {v}", field=flag)
+        out.append(v)
+    if not out:
+        raise UsageError("empty list", field=flag)
+    return tuple(out)
+
+
+def sweep_options(args: argparse.Namespace) -> SweepOptions:
+    """The sweep the parsed arguments describe."""
+    return SweepOptions(
+        model=args.model, topology=args.topo, training=training_of(args), gpus=args.gpus,
+        tp=parse_list(args.tp, "--tp") if args.tp else None,
+        pp=parse_list(args.pp, "--pp") if args.pp else None,
+        vpp=parse_list(args.vpp, "--vpp"),
+        micro_batch=parse_list(args.micro_batch, "--micro-batch"),
+        ep=parse_list(args.ep, "--ep"), nodes=args.nodes, network=network_options(args),
+        placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,
+        workers=args.workers, scheduler=args.scheduler,
+        scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
+        plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``simrun sweep``; returns the exit code (errors raise to sim.cli)."""
+    return run_sweep(sweep_options(build_parser().parse_args(argv)))

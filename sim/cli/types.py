@@ -1,0 +1,46 @@
+"""The parser class and argument types shared by every ``simrun`` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from sim.errors import UsageError
+from sim.limits import MAX_SIM_TIME_S, parse_float, parse_int
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _number(cast: Callable[[str], float], ok: Callable[[float], bool], what: str):
+    """An argparse type: ``cast`` the text, require ``ok(value)``, else say ``what`` it must be."""
+
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+
+    return parse
+
+
+positive_int = _number(parse_int, lambda v: v >= 1, "a positive integer")
+nonneg_int = _number(parse_int, lambda v: v >= 0, "an integer ≥ 0")
+positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
+
+
+def sim_time_s(text: str) -> float:
+    """argparse type of ``--max-sim-time-s``: a positive number of seconds ≤
+    :data:`~sim.limits.MAX_SIM_TIME_S` (the int64 nanosecond clock; ``1e300`` overflowed)."""
+    value = parse_float(text)
+    if value is None or not 0 < value <= MAX_SIM_TIME_S:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds ≤ "
+                                         f"{MAX_SIM_TIME_S:.4g}, got {text!r}")
+    return value

@@ -1,0 +1,110 @@
+"""Model-driven runs: a model spec + requested layout + training → config, memory, program.
+
+``DP`` defaults to ``GPUs / (TP·PP)`` with ``GPUs`` = the requested GPUs or all GPUs of the
+topology. The requested microbatches, when given, must equal ``global_batch / (micro_batch ·
+DP)``; with them the global batch may be left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sim.errors import UsageError
+from sim.layout import Layout, LayoutRequest
+from sim.models.flops import model_flops_per_iteration
+from sim.models.generator import generate
+from sim.models.memory import MemoryReport, check_memory
+from sim.models.metrics import metrics
+from sim.models.parallel import ParallelConfig, Training, validate
+from sim.models.plan import build_model_plan
+from sim.models.spec import ModelSpec, load_model
+from sim.topology.gpu import GpuSpec
+from sim.topology.spec import Topology
+from sim.workload.program import PipelineProgram
+
+
+@dataclass
+class ModelRun:
+    """A model-driven run: what is simulated and the model-level report keys."""
+
+    path: str
+    model: ModelSpec
+    par: ParallelConfig
+    gpu: GpuSpec
+    memory: MemoryReport
+    program: PipelineProgram
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def model_flops(self) -> int:
+        return model_flops_per_iteration(self.model, self.par.global_batch)
+
+    def report_extra(self, iteration_ns: int) -> dict[str, Any]:
+        """Report keys of a model-driven run (:func:`sim.models.metrics.metrics`)."""
+        return metrics(self.model, self.par, self.gpu, iteration_ns, self.memory, self.path)
+
+    def assumptions(self) -> list[str]:
+        return list(self.notes) + [f"memory per GPU: {self.memory.reason}"] + list(
+            self.memory.assumptions)
+
+
+def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec,
+                    num_gpus: int) -> ParallelConfig:
+    """The :class:`ParallelConfig` ``request`` asks for on a cluster of ``num_gpus`` GPUs;
+    raises :class:`UsageError` naming the flag for inconsistent or invalid choices."""
+    tp, pp = request.tp or 1, request.pp or 1
+    gpus = request.gpus or num_gpus
+    if request.dp is None:
+        if gpus % (tp * pp):
+            raise UsageError(f"{gpus} GPUs are not a multiple of TP·PP = {tp}·{pp}; give --dp "
+                             "or --gpus", field="--dp")
+        dp = gpus // (tp * pp)
+    else:
+        dp = request.dp
+        if request.gpus and tp * pp * dp != request.gpus:
+            raise UsageError(f"TP·PP·DP = {tp}·{pp}·{dp} = {tp * pp * dp} but --gpus is "
+                             f"{request.gpus}", field="--dp")
+    b = training.micro_batch
+    gb = training.global_batch
+    m = request.microbatches
+    if gb is None:
+        if not m:
+            raise UsageError("required with --model (or give --microbatches)",
+                             field="--global-batch")
+        gb = m * b * dp
+    elif m and m * b * dp != gb:
+        raise UsageError(f"{m} microbatches × micro batch {b} × DP {dp} = {m * b * dp} "
+                         f"sequences, but --global-batch is {gb}", field="--microbatches")
+    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=request.vpp or 1,
+                    microbatches=gb // (b * dp), schedule=request.schedule,
+                    microbatch_group_size=request.microbatch_group_size)
+    par = ParallelConfig.of(layout, replace(training, global_batch=gb))
+    validate(model, par)
+    return par
+
+
+def model_run(path: str, request: LayoutRequest, training: Training, topology: Topology, *,
+              ignore_memory: bool = False) -> ModelRun:
+    """Load the model spec at ``path``, resolve the layout on ``topology``, check memory and
+    generate the program. A layout that does not fit in GPU memory raises
+    :class:`UsageError` with the reason (unless ``ignore_memory``)."""
+    model = load_model(path)
+    par = parallel_config(request, training, model, topology.num_gpus)
+    par.layout.require_gpus_of(topology, field="--dp", hint="use --nodes")
+    gpu = topology.gpu
+    if par.dtype not in gpu.peak_tflops:
+        raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak", field="--dtype")
+    plan = build_model_plan(model, par)
+    mem = check_memory(model, par, gpu, plan=plan)
+    notes = []
+    if not mem.feasible:
+        if not ignore_memory:
+            raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; --recompute, "
+                             "--sequence-parallel, --distributed-optimizer or more pipeline "
+                             "stages reduce it (--ignore-memory simulates it anyway)",
+                             field="--model")
+        notes.append("WARNING: simulated although the layout does not fit in GPU memory "
+                     "(--ignore-memory)")
+    program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})")
+    return ModelRun(path, model, par, gpu, mem, program, notes)

@@ -1,0 +1,116 @@
+"""The typed inputs of one simulated run (what the command line, sweeps, validation, the
+gallery and the benchmarks hand to :func:`sim.scenario.run_scenario`).
+
+Where a new option goes: a parallel dimension → :class:`sim.layout.Layout` (and
+:class:`~sim.layout.LayoutRequest`); a training hyper-parameter → :class:`sim.models.parallel.
+Training`; how collectives are costed → :class:`NetworkOptions`; how the engine runs →
+:class:`SimulationOptions`; a slow or broken part → :class:`FaultOptions`; a file to write →
+:class:`OutputOptions`; how a workload file is read → :class:`WorkloadInput`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.layout import LayoutRequest
+from sim.models.parallel import Training
+from sim.placement import DEFAULT_ORDER
+from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
+
+
+@dataclass(frozen=True)
+class WorkloadInput:
+    """A workload file (AICB text or operator table) and how to read it.
+
+    ``format``: ``aicb``, ``optable`` or ``None`` (detected). ``bytes_per_element``: of
+    communication sizes given as element counts (operator tables). ``missing_backward_ratio``:
+    backward = ratio × forward when a file has no backward times. ``pp_comm_bytes``: bytes sent
+    between adjacent stages per microbatch (``None``: header ``pp_comm``, else derived).
+    ``row_placement``: ``megatron`` or ``all`` (which rows run on which stage).
+    """
+
+    path: str
+    format: str | None = None
+    bytes_per_element: int = 4
+    missing_backward_ratio: float = 2.0
+    pp_comm_bytes: int | None = None
+    row_placement: str = "megatron"
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """A model spec YAML and its training options (``training.global_batch`` ``None``: derived
+    from the requested microbatches). ``ignore_memory``: simulate a layout that does not fit
+    in GPU memory (said so in the report)."""
+
+    path: str
+    training: Training = field(default_factory=Training)
+    ignore_memory: bool = False
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    """How collectives are costed (:func:`sim.network.build_network`): ``algorithm`` (a name,
+    ``op=name,…`` or ``None`` for the topology file's), ``routing`` (``ecmp`` | ``adaptive``),
+    ``protocol`` (NCCL protocol or ``None`` for the topology file's)."""
+
+    algorithm: str | None = None
+    routing: str = "ecmp"
+    protocol: str | None = None
+
+
+@dataclass(frozen=True)
+class FaultOptions:
+    """Faults added to the topology file's (:mod:`sim.faults`): ``slow_gpus`` and
+    ``slow_nodes`` as ``(index, compute-time factor)``, ``degraded_links`` as ``(link spec,
+    bandwidth factor)``, ``failed_nics`` as ``(node, NIC)``; later entries win."""
+
+    slow_gpus: tuple[tuple[int, float], ...] = ()
+    slow_nodes: tuple[tuple[int, float], ...] = ()
+    degraded_links: tuple[tuple[tuple, float], ...] = ()
+    failed_nics: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    """How the engine runs: ``per_rank`` (every rank instead of one representative per stage),
+    ``fuse`` (merge events where the timeline allows), ``max_sim_time_s`` (watchdog, simulated
+    seconds), ``placement`` (rank-to-GPU order, fastest dimension first)."""
+
+    per_rank: bool = False
+    fuse: bool = True
+    max_sim_time_s: float = DEFAULT_MAX_SIM_TIME_S
+    placement: str = DEFAULT_ORDER
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Files written after the run (each atomically; paths checked before simulating):
+    ``json`` report, Chrome ``trace``, timeline ``plot``, ``breakdown_plot``; ``trace_ranks``
+    picks the ranks shown by the trace and the timeline."""
+
+    json: str | None = None
+    trace: str | None = None
+    trace_ranks: str = "stage-reps"
+    plot: str | None = None
+    breakdown_plot: str | None = None
+
+    @property
+    def wants_spans(self) -> bool:
+        """True if the run must record spans (a trace or a timeline was requested)."""
+        return bool(self.trace or self.plot)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run: a workload file or a model, a topology file (``nodes``: override its node
+    count), the requested layout and the options."""
+
+    workload: WorkloadInput | ModelInput
+    topology: str
+    layout: LayoutRequest = field(default_factory=LayoutRequest)
+    nodes: int | None = None
+    network: NetworkOptions = field(default_factory=NetworkOptions)
+    faults: FaultOptions = field(default_factory=FaultOptions)
+    simulation: SimulationOptions = field(default_factory=SimulationOptions)
+    outputs: OutputOptions = field(default_factory=OutputOptions)

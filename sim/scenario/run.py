@@ -1,0 +1,182 @@
+"""The one run pipeline: inputs → program → placement / rank classes → network → simulate →
+result and report.
+
+``simrun``, ``simrun sweep`` (:mod:`sim.sweep.evaluate`), ``simrun validate``
+(:mod:`sim.validate`), scripts/make_gallery.py and benchmarks/run.py all go through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# engine.simulate, report.build_report and stages.build_program are looked up per call (a test
+# may stand in for them)
+from sim import engine, report
+from sim.engine.result import SimResult
+from sim.faults import Faults, faults_with, simulation_plan
+from sim.layout import LayoutRequest
+from sim.models.generator import generate
+from sim.models.memory import MemoryReport, check_memory
+from sim.models.metrics import metrics
+from sim.models.parallel import ParallelConfig
+from sim.models.plan import build_model_plan
+from sim.models.spec import ModelSpec
+from sim.network import build_network
+from sim.outputs import check_output_paths, write_json
+from sim.placement import DEFAULT_ORDER, Placement
+from sim.scenario.model_run import ModelRun, model_run
+from sim.scenario.options import (
+    ModelInput,
+    NetworkOptions,
+    Scenario,
+    WorkloadInput,
+)
+from sim.topology import load_topology
+from sim.topology.spec import Topology
+from sim.viz.outputs import check_figure_outputs, write_figures
+from sim.watchdog import simulate_watched
+from sim.workload import stages
+from sim.workload.program import PipelineProgram
+from sim.workload.registry import read_workload
+
+
+@dataclass
+class ScenarioResult:
+    """What one run produced. ``simulate_s``: wall time of the simulation itself (s)."""
+
+    scenario: Scenario
+    topology: Topology
+    program: PipelineProgram
+    placement: Placement
+    result: SimResult
+    report: dict[str, Any]
+    simulate_s: float
+    model_run: ModelRun | None = None
+
+
+def network_of(topology: Topology, opts: NetworkOptions):
+    """The network model of ``topology`` selected by ``opts``."""
+    return build_network(topology, algorithm=opts.algorithm, routing=opts.routing or "ecmp",
+                         protocol=opts.protocol)
+
+
+def placement_of(program: PipelineProgram, order: str) -> Placement:
+    """Ranks of ``program``'s layout on GPUs in ``order`` (fastest dimension first)."""
+    return Placement(program.tp, program.dp, program.pp, program.ep, order)
+
+
+def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topology
+                     ) -> PipelineProgram:
+    """The per-stage programs of a workload file under the requested layout."""
+    w = read_workload(wl.path, wl.format, bytes_per_element=wl.bytes_per_element,
+                      backward_ratio=wl.missing_backward_ratio)
+    return stages.build_program(w, stages.LayoutOptions(
+        tp=request.tp, pp=request.pp, ep=request.ep, vpp=request.vpp,
+        microbatches=request.microbatches, all_gpus=request.gpus, schedule=request.schedule,
+        pp_comm_bytes=wl.pp_comm_bytes, row_placement=wl.row_placement,
+        microbatch_group_size=request.microbatch_group_size, default_gpus=topology.num_gpus))
+
+
+def input_flag(workload: WorkloadInput | ModelInput) -> str:
+    """The flag that names ``workload``'s file in messages."""
+    return "--model" if isinstance(workload, ModelInput) else "--workload"
+
+
+def run_scenario(s: Scenario) -> ScenarioResult:
+    """Simulate ``s`` and build its report (nothing is written: :func:`write_report`,
+    :func:`write_figures_of`). Bad input raises :class:`~sim.errors.InputError`."""
+    out = s.outputs
+    check_output_paths({"--json": out.json, "--trace": out.trace, "--plot": out.plot,
+                        "--breakdown-plot": out.breakdown_plot},
+                       {input_flag(s.workload): s.workload.path, "--topo": s.topology},
+                       stdout_ok=("--json",))
+    topo = load_topology(s.topology, nodes=s.nodes)
+    run = None
+    if isinstance(s.workload, ModelInput):
+        run = model_run(s.workload.path, s.layout, s.workload.training, topo,
+                        ignore_memory=s.workload.ignore_memory)
+        prog = run.program
+    else:
+        prog = workload_program(s.workload, s.layout, topo)
+    sim_opts = s.simulation
+    placement = placement_of(prog, sim_opts.placement)
+    faults = faults_with(topo, s.faults.slow_gpus, s.faults.slow_nodes,
+                         s.faults.degraded_links, s.faults.failed_nics)
+    classes, scale, fault_notes = simulation_plan(faults, topo, placement, sim_opts.per_rank)
+    check_figure_outputs(s.outputs, placement, classes.label == "per-rank", classes.reps)
+    net = network_of(dataclasses.replace(topo, faults=faults), s.network)
+    t_sim = time.perf_counter()
+    result = simulate_watched(engine.simulate, prog, net,
+                              max_sim_time_s=sim_opts.max_sim_time_s, placement=placement,
+                              classes=classes, compute_scale=scale, fuse=sim_opts.fuse,
+                              record_spans=s.outputs.wants_spans)
+    t_sim = time.perf_counter() - t_sim
+    extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
+             f"{topo.gpus_per_node})"] + fault_notes
+    fault_report = None
+    if not faults.empty:  # the same run on a healthy cluster, for the comparison
+        healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), s.network)
+        healthy = engine.simulate(prog, healthy_net, placement=placement, fuse=sim_opts.fuse)
+        fault_report = faults.report(result.iteration_ns, healthy.iteration_ns)
+    if prog.world_size < topo.num_gpus:
+        extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
+    if run is not None:
+        extra += run.assumptions()
+    report_extra = dict(run.report_extra(result.iteration_ns)) if run else {}
+    report_extra.update(fault_report or {})
+    rep = report.build_report(result, workload=s.workload.path, topology=s.topology,
+                       extra_assumptions=extra, extra=report_extra or None)
+    return ScenarioResult(s, topo, prog, placement, result, rep, t_sim, run)
+
+
+def write_report(res: ScenarioResult) -> None:
+    """Write the JSON report if one was asked for (atomically)."""
+    if res.scenario.outputs.json is not None:
+        write_json(res.scenario.outputs.json, res.report)
+
+
+def write_figures_of(res: ScenarioResult) -> None:
+    """Write every requested trace / figure (each atomically)."""
+    write_figures(res.scenario.outputs, res.result, res.report, placement=res.placement,
+                  gpus_per_node=res.topology.gpus_per_node)
+
+
+def run_and_write(s: Scenario) -> ScenarioResult:
+    """:func:`run_scenario`, then every output it asks for."""
+    res = run_scenario(s)
+    write_report(res)
+    write_figures_of(res)
+    return res
+
+
+@dataclass
+class ModelOutcome:
+    """A model config simulated on a topology (sweeps, validation): the memory check and,
+    unless skipped as infeasible, the result, its report and the model-level metrics."""
+
+    par: ParallelConfig
+    memory: MemoryReport
+    result: SimResult | None = None
+    report: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+
+
+def simulate_model(model: ModelSpec, par: ParallelConfig, topology: Topology, *,
+                   network: NetworkOptions | None = None, placement: str = DEFAULT_ORDER,
+                   skip_infeasible: bool = False) -> ModelOutcome:
+    """Memory check, program and simulation of ``model`` under ``par`` on ``topology`` (the
+    layout must fit: :meth:`~sim.layout.Layout.require_gpus_of`). ``skip_infeasible``: stop
+    after the memory check when the layout does not fit in GPU memory."""
+    par.layout.require_gpus_of(topology)
+    plan = build_model_plan(model, par)
+    mem = check_memory(model, par, topology.gpu, plan=plan)
+    if skip_infeasible and not mem.feasible:
+        return ModelOutcome(par, mem)
+    program = generate(model, par, topology.gpu, plan=plan)
+    net = network_of(topology, network or NetworkOptions())
+    result = engine.simulate(program, net, placement=placement_of(program, placement))
+    return ModelOutcome(par, mem, result, report.build_report(result),
+                        metrics(model, par, topology.gpu, result.iteration_ns))

@@ -1,0 +1,208 @@
+"""One whole sweep (``simrun sweep``, flags in :mod:`sim.cli.sweep`): enumerate the valid
+layouts of a model on N GPUs, simulate the ones not yet done, store and rank them.
+
+See docs/sweeps.md. Exit codes: 0 (also when some layouts are infeasible or failed: they are
+results), 2 bad input, 130 interrupted (finished layouts are on disk; rerun with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from sim.errors import UsageError
+from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
+from sim.models.parallel import Training
+from sim.models.spec import load_model
+from sim.process import Terminated
+from sim.scenario import NetworkOptions
+from sim.sweep.evaluate import SweepContext
+from sim.sweep.output import ranked, table_lines, write_outputs
+from sim.sweep.runner import run_tasks
+from sim.sweep.space import Space, enumerate_layouts
+from sim.sweep.store import ResultStore
+from sim.topology import load_topology
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """A whole sweep. ``gpus`` every layout uses (``None``: all of the topology); ``tp`` …
+    ``ep``: candidate values per dimension (:class:`~sim.sweep.space.Space`; ``None``: the
+    default set); ``training`` shared by every layout (its micro batch is each layout's); ``out``
+    results directory (``None``: ``sweep-<model>-<GPUS>gpu``); ``resume`` / ``overwrite``
+    what to do with earlier results there; ``workers`` local processes, ``scheduler`` a Dask
+    address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now; ``top``
+    rows in the table; ``plot``, ``progress``, ``quiet`` (no table) for the outputs."""
+
+    model: str
+    topology: str
+    training: Training
+    gpus: int | None = None
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] = (1,)
+    micro_batch: tuple[int, ...] = (1,)
+    ep: tuple[int, ...] = (1,)
+    nodes: int | None = None
+    network: NetworkOptions = field(default_factory=NetworkOptions)
+    placement: str = "tp-dp-pp"
+    out: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    workers: int | None = None
+    scheduler: str | None = None
+    scheduler_timeout_s: float = 10.0
+    limit: int | None = None
+    top: int = 30
+    plot: bool = True
+    progress: bool = True
+    quiet: bool = False
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(read_bytes(path)).hexdigest()
+
+
+def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
+    """What a resumed sweep must share with the original (the layout lists may differ)."""
+    return {
+        "schema": "simrun.sweep-settings/1",
+        "files": {"model": opts.model, "topology": opts.topology},  # informative, not compared
+        "model": asdict(model),
+        "topology": {"name": topo.name, "sha256": _sha256(opts.topology), "nodes": topo.num_nodes},
+        "gpus": gpus,
+        "training": _training_settings(opts.training),
+        "network": asdict(opts.network),
+        "placement": opts.placement,
+    }
+
+
+def _training_settings(training: Training) -> dict[str, Any]:
+    """The shared training options as recorded in the settings: without the micro batch (it
+    varies per layout; each row has it) and without an unset attention backend (sweeps recorded
+    before it existed still resume)."""
+    return {k: v for k, v in asdict(training).items()
+            if k != "micro_batch" and not (k == "attention_backend" and not v)}
+
+
+def run_sweep(opts: SweepOptions) -> int:
+    """Run the sweep ``opts`` describes; returns the exit code (bad input raises
+    :class:`UsageError`; Ctrl-C or SIGTERM raise :class:`KeyboardInterrupt` after saving)."""
+    if opts.resume and opts.overwrite:
+        raise UsageError("give --resume or --overwrite, not both", field="--resume")
+    model = load_model(opts.model)
+    topo = load_topology(opts.topology, nodes=opts.nodes)
+    gpus = opts.gpus or topo.num_gpus
+    if gpus > topo.num_gpus:
+        raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
+                         "--nodes", field="--gpus")
+    space = Space(gpus=gpus, tp=opts.tp, pp=opts.pp, vpp=opts.vpp,
+                  micro_batch=opts.micro_batch, ep=opts.ep)
+    layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node)
+    if not layouts:
+        why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])
+        raise UsageError(f"no valid layout among {len(skipped)} combinations ({why}"
+                         f"{' …' if len(skipped) > 3 else ''})", field="--tp")
+    dtype = opts.training.dtype
+    if dtype not in topo.gpu.peak_tflops:
+        raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="--dtype")
+    out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
+    settings = settings_of(opts, model, topo, gpus)
+    store = ResultStore(out)
+    done = store.open(settings, resume=opts.resume, overwrite=opts.overwrite)
+    ctx = SweepContext(model, topo, opts.training, network=opts.network,
+                       placement=opts.placement)
+    t0 = time.perf_counter()
+    backend, ran = _run_pending(opts, ctx, gpus, layouts, len(skipped), store, done, out)
+    wall = time.perf_counter() - t0
+    rows = ranked(done[lay.key] for lay in layouts if lay.key in done)
+    complete = len(rows) == len(layouts)
+    ok = [r for r in rows if r["status"] == "ok"]
+    gb = opts.training.global_batch
+    summary = {
+        "title": f"{model.name} on {gpus} GPUs ({topo.name}), global batch "
+                 f"{gb}: layouts ranked by iteration time",
+        "settings": settings,
+        "complete": complete,
+        "layouts": len(layouts),
+        "ok": len(ok),
+        "infeasible": sum(r["status"] == "infeasible" for r in rows),
+        "errors": sum(r["status"] == "error" for r in rows),
+        "best": ok[0]["layout"] if ok else None,
+        "skipped_invalid": [{"layout": k, "reason": r} for k, r in skipped],
+    }
+    paths = write_outputs(out, rows, summary, plot=opts.plot)
+    if not opts.quiet:
+        print(f"{model.name} on {gpus} GPUs, global batch {gb}: "
+              f"{len(ok)} feasible layouts ranked by iteration time "
+              f"(exposed comm: mean over stages)")
+        for line in table_lines(rows, top=opts.top):
+            print("  " + line)
+    print(f"ran {ran} layouts in {wall:.1f} s on {backend}; "
+          f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
+          f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
+
+
+def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts, skipped: int,
+                 store: ResultStore, done: dict[str, Any], out: Path) -> tuple[str, int]:
+    """Simulate the layouts not yet in ``done`` (at most ``opts.limit``), appending each row
+    to ``store`` as it comes; returns the backend's description and how many ran."""
+    keys = {lay.key for lay in layouts}
+    already = sum(1 for k in done if k in keys)
+    pending = [lay for lay in layouts if lay.key not in done]
+    if opts.limit:
+        pending = pending[:opts.limit]
+    err = sys.stderr
+    print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
+          f"{len(layouts)} valid layouts ({skipped} combinations skipped as invalid), "
+          f"{already} already done, {len(pending)} to run; results in {out}/", file=err)
+    bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
+               disable=not opts.progress, mininterval=0.5, dynamic_ncols=True)
+
+    def on_result(row: dict[str, Any]) -> None:
+        store.append(row)
+        done[row["layout"]] = row
+        bar.update(1)
+        bar.set_postfix_str(f"{row['layout']}: {row['status']}", refresh=False)
+
+    previous = _raise_on_sigterm()
+    try:
+        backend = run_tasks(ctx, pending, on_result, workers=opts.workers,
+                            scheduler=opts.scheduler, connect_timeout_s=opts.scheduler_timeout_s)
+    except KeyboardInterrupt:
+        bar.close()
+        store.close()
+        n = sum(1 for k in done if k in keys)
+        print(f"sweep interrupted: {n} of {len(layouts)} layouts are in {store.results_path}; "
+              "rerun with --resume to continue", file=err)
+        raise
+    finally:
+        _restore_sigterm(previous)
+    bar.close()
+    store.close()
+    return backend, len(pending)
+
+
+def _raise_on_sigterm():
+    """Treat SIGTERM like Ctrl-C while layouts run (same clean stop); returns the old handler."""
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise Terminated(signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,75 @@
+"""The traces and figures of one run (:class:`~sim.scenario.OutputOptions`), checked before
+the simulation and written after it.
+
+- ``--trace PATH``: Chrome trace-event JSON (``.json``, or ``.json.gz`` compressed) for
+  ui.perfetto.dev / chrome://tracing;
+- ``--trace-ranks RANKS``: which simulated ranks the trace and the timeline show;
+- ``--plot PATH``: pipeline timeline figure (``.png``, ``.svg`` or ``.pdf``);
+- ``--breakdown-plot PATH``: stacked bar per stage (compute / optimizer / exposed comm / bubble).
+
+Spans are only recorded (``simulate(..., record_spans=True)``) when ``--trace`` or ``--plot``
+is given (``OutputOptions.wants_spans``). matplotlib is imported only when a figure is
+written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sim.engine.result import SimResult
+from sim.errors import UsageError
+from sim.outputs import check_output_path
+from sim.placement import Placement
+from sim.viz.breakdown import plot_breakdown
+from sim.viz.mpl import figure_format
+from sim.viz.select import FLAG, parse_rank_spec
+from sim.viz.timeline import plot_timeline
+from sim.viz.trace import build_trace, write_trace
+
+if TYPE_CHECKING:
+    from sim.scenario.options import OutputOptions
+
+
+def check_figure_outputs(opts: OutputOptions, placement: Placement | None = None,
+                         per_rank: bool = False,
+                         simulated: tuple[int, ...] | None = None) -> None:
+    """Reject bad values before the simulation runs (one-line usage errors).
+
+    With ``placement``, explicit ``--trace-ranks`` must be ranks that will be simulated
+    (``simulated``; default one representative per stage).
+    """
+    spec = parse_rank_spec(opts.trace_ranks)
+    if placement is not None and isinstance(spec, tuple):
+        if per_rank:
+            bad = [r for r in spec if r >= placement.world_size]
+            if bad:
+                raise UsageError(f"rank(s) {', '.join(map(str, bad))} do not exist (the layout "
+                                 f"has {placement.world_size} ranks)", field=FLAG)
+        else:
+            reps = simulated if simulated is not None else placement.stage_representatives
+            bad = [r for r in spec if r not in reps]
+            if bad:
+                shown = ",".join(map(str, reps))
+                raise UsageError(f"rank(s) {', '.join(map(str, bad))} are not simulated in "
+                                 f"symmetric mode (simulated ranks: {shown}); add --per-rank "
+                                 "to simulate every rank", field=FLAG)
+    if opts.plot is not None:
+        figure_format(opts.plot, "--plot")
+    if opts.breakdown_plot is not None:
+        figure_format(opts.breakdown_plot, "--breakdown-plot")
+    for path, flag in ((opts.trace, "--trace"), (opts.plot, "--plot"),
+                       (opts.breakdown_plot, "--breakdown-plot")):
+        if path is not None:  # fail before a long simulation, not after it
+            check_output_path(path, flag)
+
+
+def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any], *,
+                  placement: Placement | None = None, gpus_per_node: int | None = None) -> None:
+    """Write every requested trace / figure (each atomically)."""
+    if opts.trace:
+        write_trace(opts.trace, build_trace(result, ranks=opts.trace_ranks, placement=placement,
+                                            gpus_per_node=gpus_per_node, report=report))
+    if opts.plot:
+        plot_timeline(result, opts.plot, ranks=opts.trace_ranks, report=report)
+    if opts.breakdown_plot:
+        plot_breakdown(report, opts.breakdown_plot)
