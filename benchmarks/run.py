@@ -1,12 +1,12 @@
 """Speed benchmarks that survive a loaded machine: every case as a ratio to a reference process.
 
-Each case runs as a whole ``simrun`` process (``python -m sim.cli``: the command line, then
-the scenario pipeline :func:`sim.scenario.run_scenario`; start-up included). In every round the reference
-process ``python -c "import simpy, numpy, yaml"`` (the libraries any simrun run loads) runs
-first, then each case once; after ``--repeat`` rounds each keeps its best. A case is reported
-as absolute wall and CPU (user + system) seconds and as **ratios to the reference measured in
-the same run**: a loaded machine slows both alike, so the ratios move far less than the
-seconds. ``--instructions`` also counts the instructions of each process with valgrind
+Each case runs as a whole ``simrun`` process (``python -m sim.cli``: the command line, then the
+scenario pipeline :func:`sim.scenario.run_scenario`; start-up included). In every round the
+reference process ``python -c "import simpy, numpy, yaml"`` (the libraries any simrun run loads)
+runs first, then each case once; after ``--repeat`` rounds each keeps its best. A case is
+reported as absolute wall and CPU (user + system) seconds and as **ratios to the reference
+measured in the same run**: a loaded machine slows both alike, so the ratios move far less than
+the seconds. ``--instructions`` also counts the instructions of each process with valgrind
 (callgrind; slow, but independent of the load).
 
     python benchmarks/run.py                 # all cases, best of 3 rounds
