@@ -19,7 +19,7 @@ GiB = 1 << 30
 
 def busbw(topo, gpus, size, op="allreduce", **kw):
     net = build_network(topo, **kw)
-    return predict_rows(topo, op, gpus, [size], net)[0]
+    return predict_rows(op, gpus, [size], net)[0]
 
 
 def dgx_a100():

@@ -59,7 +59,7 @@ def test_gpus_beyond_one_node_span_nodes():
         from sim.topology import load_topology
 
         topo = load_topology(DGX)
-        return predict_rows(topo, "allreduce", gpus, [1 << 30], build_network(topo))[0]
+        return predict_rows("allreduce", gpus, [1 << 30], build_network(topo))[0]
 
     one, two = row(8), row(16)
     assert one["busbw_GBps"] > 200 > two["busbw_GBps"] > 170  # NVLink vs 8 HDR NICs

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
         raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",
                          field="--gpus")
     net = network_of(topo, network_options(args))
-    rows = predict_rows(topo, args.op, gpus, sizes, net)
+    rows = predict_rows(args.op, gpus, sizes, net)
     head = header_lines(topo, args.op, gpus, net)
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))

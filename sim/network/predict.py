@@ -83,7 +83,7 @@ def _sendrecv_ns(net, n: int, size: int) -> tuple[int, str]:
     return max(out), algo
 
 
-def predict_rows(topo, op: str, gpus: int, sizes: list[int], net) -> list[dict]:
+def predict_rows(op: str, gpus: int, sizes: list[int], net) -> list[dict]:
     """One row per size: ``size_bytes``, ``time_s``, ``algbw_GBps``, ``busbw_GBps``,
     ``algorithm``."""
     kind = OPS[op]
