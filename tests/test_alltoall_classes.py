@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
-from sim.network import alltoall, build_network
+from sim.network import alltoall, build_network, ecmp_hash
 from sim.network.base import CommRequest
 from sim.network.flow import FlowNetwork
 from sim.placement import Placement
@@ -42,7 +42,7 @@ def test_route_hashes_are_zlib_crc32(pairs, channel):
     src = np.array([a for a, _ in pairs])
     dst = np.array([b for _, b in pairs])
     want = [zlib.crc32(f"{a}>{b}#{channel}".encode()) for a, b in pairs]
-    assert alltoall.route_hashes(src, dst, channel).tolist() == want
+    assert ecmp_hash.route_hashes(src, dst, channel).tolist() == want
 
 
 @SETTINGS
