@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("sim.cli.generate", "write a generated workload in AICB text format"),
     "sweep": ("sim.cli.sweep", "simulate many parallel layouts and rank them"),
     "validate": ("sim.cli.validate", "compare predictions with published measured iterations"),
+    "profile": ("sim.cli.profile", "measure kernels on the local GPU and write a kernel table"),
 }
 
 

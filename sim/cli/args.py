@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli.types import nonneg_int, positive_int, sim_time_s
+from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
 from sim.layout import LayoutRequest
-from sim.models.parallel import DTYPES, RECOMPUTE, Training
+from sim.models.compute_setup import ComputeOptions
+from sim.models.parallel import ATTENTION_BACKENDS, DTYPES, RECOMPUTE, Training
 from sim.network.factory import ROUTINGS
 from sim.scenario.options import FaultOptions, ModelInput, NetworkOptions, OutputOptions
 from sim.topology.spec import PROTOCOLS
@@ -88,7 +89,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                    help="shard the optimizer state over DP (reduce-scatter gradients, all-gather "
                         "parameters)")
     g.add_argument("--flash-attention", action="store_true",
-                   help="fused attention kernel (default: unfused, as in Megatron 2022)")
+                   help="fused attention kernel (default: unfused, as in Megatron 2022); the "
+                        "same as --attention-backend flash")
+    g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="",
+                   help="Megatron-Core's attention backend: flash (FlashAttention-2), fused "
+                        "(cuDNN through Transformer Engine), unfused (batched matmuls + "
+                        "softmax), auto (what Megatron-Core picks: fused) (default: unfused, or "
+                        "flash with --flash-attention)")
     g.add_argument("--no-overlap-grad-reduce", action="store_true",
                    help="one blocking DP gradient collective after the backward instead of "
                         "per-bucket overlap")
@@ -103,7 +110,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     sequence_parallel=args.sequence_parallel, recompute=args.recompute,
                     dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
                     flash_attention=args.flash_attention,
-                    overlap_grad_reduce=not args.no_overlap_grad_reduce)
+                    overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                    attention_backend=getattr(args, "attention_backend", "") or "")
 
 
 def model_input(args: argparse.Namespace) -> ModelInput:
@@ -117,6 +125,30 @@ def model_input(args: argparse.Namespace) -> ModelInput:
                          "Megatron does", field="--row-placement")
     return ModelInput(args.model, training_of(args, args.micro_batch),
                       ignore_memory=args.ignore_memory)
+
+
+def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the compute-model flags (docs/kernel-tables.md)."""
+    g = parser.add_argument_group("compute model (docs/kernel-tables.md)")
+    g.add_argument("--kernel-table", metavar="FILE",
+                   help="measured kernel times (CSV, e.g. from simrun profile) to time operators "
+                        "by; 'none': roofline only (default: the topology GPU's shipped table, "
+                        "if any)")
+    g.add_argument("--compute-efficiency", type=fraction, metavar="FRACTION",
+                   help="large-GEMM fraction of the GPU's dense peak for the roofline (needed "
+                        "for a GPU the catalogue does not know; replaces a known GPU's)")
+    g.add_argument("--source-gpu", metavar="NAME",
+                   help="workload files: the GPU their compute times were measured on; times "
+                        "are scaled to the topology's GPU by the compute models' time ratio")
+    g.add_argument("--compute-scale", type=positive_float, metavar="F",
+                   help="workload files: multiply every compute time by F instead")
+
+
+def compute_options(args: argparse.Namespace) -> ComputeOptions:
+    """The :class:`ComputeOptions` of :func:`add_compute_arguments`."""
+    return ComputeOptions(kernel_table=args.kernel_table,
+                          compute_efficiency=args.compute_efficiency,
+                          source_gpu=args.source_gpu, compute_scale=args.compute_scale)
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,12 +8,14 @@ import time
 
 from sim import __version__
 from sim.cli.args import (
+    add_compute_arguments,
     add_fault_arguments,
     add_layout_arguments,
     add_model_arguments,
     add_network_arguments,
     add_output_arguments,
     add_watchdog_argument,
+    compute_options,
     fault_options,
     layout_request,
     model_input,
@@ -70,6 +72,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                    help="give every compute and collective its own event (slower; for checking)")
     add_watchdog_argument(g)
     add_network_arguments(p)
+    add_compute_arguments(p)
     add_fault_arguments(p)
     g = p.add_argument_group("outputs")
     g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
@@ -99,7 +102,7 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
         simulation=SimulationOptions(per_rank=args.per_rank, fuse=not args.no_fuse,
                                      max_sim_time_s=args.max_sim_time_s,
                                      placement=args.placement),
-        outputs=output_options(args))
+        outputs=output_options(args), compute=compute_options(args))
 
 
 def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> int:

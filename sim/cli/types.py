@@ -34,6 +34,7 @@ def _number(cast: Callable[[str], float], ok: Callable[[float], bool], what: str
 positive_int = _number(parse_int, lambda v: v >= 1, "a positive integer")
 nonneg_int = _number(parse_int, lambda v: v >= 0, "an integer ≥ 0")
 positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
+fraction = _number(parse_float, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
 
 
 def sim_time_s(text: str) -> float:

@@ -17,11 +17,14 @@ from sim.topology.gpu import GpuSpec
 @dataclass(frozen=True)
 class ComputeOptions:
     """User choices for the compute model: ``kernel_table`` (path or ``None``: the GPU's
-    shipped table, if any; ``"none"``: roofline only) and ``compute_efficiency`` (large-GEMM
-    fraction of dense peak for a GPU the catalogue does not know, or to override it)."""
+    shipped table, if any; ``"none"``: roofline only), ``compute_efficiency`` (large-GEMM
+    fraction of dense peak for a GPU the catalogue does not know, or to override it); for
+    workload files ``source_gpu`` and ``compute_scale`` (:func:`source_compute_scale`)."""
 
     kernel_table: str | None = None
     compute_efficiency: float | None = None
+    source_gpu: str | None = None
+    compute_scale: float | None = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 
 from sim.errors import UsageError
 from sim.layout import Layout, LayoutRequest
+from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.flops import model_flops_per_iteration
 from sim.models.generator import generate
 from sim.models.memory import MemoryReport, check_memory
@@ -85,9 +86,10 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
 
 
 def model_run(path: str, request: LayoutRequest, training: Training, topology: Topology, *,
-              ignore_memory: bool = False) -> ModelRun:
+              ignore_memory: bool = False, compute: ComputeOptions | None = None) -> ModelRun:
     """Load the model spec at ``path``, resolve the layout on ``topology``, check memory and
-    generate the program. A layout that does not fit in GPU memory raises
+    generate the program (operators timed as ``compute`` says: docs/kernel-tables.md). A
+    layout that does not fit in GPU memory raises
     :class:`UsageError` with the reason (unless ``ignore_memory``)."""
     model = load_model(path)
     par = parallel_config(request, training, model, topology.num_gpus)
@@ -106,5 +108,7 @@ def model_run(path: str, request: LayoutRequest, training: Training, topology: T
                              field="--model")
         notes.append("WARNING: simulated although the layout does not fit in GPU memory "
                      "(--ignore-memory)")
-    program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})")
+    setup = resolve_compute(gpu, compute, need=False)
+    program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})",
+                       compute=setup)
     return ModelRun(path, model, par, gpu, mem, program, notes)

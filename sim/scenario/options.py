@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.layout import LayoutRequest
+from sim.models.compute_setup import ComputeOptions
 from sim.models.parallel import Training
 from sim.placement import DEFAULT_ORDER
 from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
@@ -114,3 +115,4 @@ class Scenario:
     faults: FaultOptions = field(default_factory=FaultOptions)
     simulation: SimulationOptions = field(default_factory=SimulationOptions)
     outputs: OutputOptions = field(default_factory=OutputOptions)
+    compute: ComputeOptions = field(default_factory=ComputeOptions)

@@ -18,6 +18,12 @@ from sim import engine, report
 from sim.engine.result import SimResult
 from sim.faults import Faults, faults_with, simulation_plan
 from sim.layout import LayoutRequest
+from sim.models.compute_setup import (
+    ComputeOptions,
+    resolve_compute,
+    scale_workload,
+    source_compute_scale,
+)
 from sim.models.generator import generate
 from sim.models.memory import MemoryReport, check_memory
 from sim.models.metrics import metrics
@@ -68,16 +74,33 @@ def placement_of(program: PipelineProgram, order: str) -> Placement:
     return Placement(program.tp, program.dp, program.pp, program.ep, order)
 
 
-def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topology
-                     ) -> PipelineProgram:
-    """The per-stage programs of a workload file under the requested layout."""
+def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topology,
+                     compute: ComputeOptions | None = None) -> PipelineProgram:
+    """The per-stage programs of a workload file under the requested layout; compute times
+    measured on another GPU are scaled or refused (:func:`source_compute_scale`)."""
     w = read_workload(wl.path, wl.format, bytes_per_element=wl.bytes_per_element,
                       backward_ratio=wl.missing_backward_ratio)
+    w = _on_topology_gpu(w, topology, compute or ComputeOptions())
     return stages.build_program(w, stages.LayoutOptions(
         tp=request.tp, pp=request.pp, ep=request.ep, vpp=request.vpp,
         microbatches=request.microbatches, all_gpus=request.gpus, schedule=request.schedule,
         pp_comm_bytes=wl.pp_comm_bytes, row_placement=wl.row_placement,
         microbatch_group_size=request.microbatch_group_size, default_gpus=topology.num_gpus))
+
+
+def _on_topology_gpu(w, topology: Topology, opts: ComputeOptions):
+    """``w`` with its compute times scaled to the topology's GPU, the rule in its assumptions."""
+    if opts.kernel_table is not None or opts.compute_efficiency is not None:
+        setup = resolve_compute(topology.gpu, opts, need=False)
+    else:
+        setup = None
+    factor, note = source_compute_scale(w.header.extra.get("gpu"), topology.gpu,
+                                        source_gpu=opts.source_gpu,
+                                        compute_scale=opts.compute_scale, topo_setup=setup)
+    w = scale_workload(w, factor)
+    if note:
+        w.assumptions.append(note)
+    return w
 
 
 def input_flag(workload: WorkloadInput | ModelInput) -> str:
@@ -97,10 +120,10 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.path, s.layout, s.workload.training, topo,
-                        ignore_memory=s.workload.ignore_memory)
+                        ignore_memory=s.workload.ignore_memory, compute=s.compute)
         prog = run.program
     else:
-        prog = workload_program(s.workload, s.layout, topo)
+        prog = workload_program(s.workload, s.layout, topo, s.compute)
     sim_opts = s.simulation
     placement = placement_of(prog, sim_opts.placement)
     faults = faults_with(topo, s.faults.slow_gpus, s.faults.slow_nodes,
