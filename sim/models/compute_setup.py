@@ -132,8 +132,9 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     of one reference operator, a ``8192³`` bf16 GEMM, on the topology's GPU (its kernel table
     where it has one, else its roofline) over the file's GPU (same rule); ``--compute-scale F``
     multiplies by ``F`` instead. A file that names no GPU is used as it is, and said so
-    when the topology's GPU is in the catalogue. A different GPU that the catalogue cannot
-    relate (the topology's GPU unknown) is refused, naming ``--compute-scale``.
+    when the topology's GPU is in the catalogue. A file's GPU that the catalogue does not know
+    is refused; when the topology's GPU is the unknown one (test topologies), the times are
+    used as they are with a WARNING naming ``--compute-scale``.
     """
     if compute_scale is not None:
         if not compute_scale > 0:
@@ -156,10 +157,9 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     if src is topo_entry:
         return 1.0, None
     if topo_entry is None:
-        raise UsageError(f"the workload was measured on {src.name} but the topology's GPU "
-                         f"{topo_gpu.name!r} is not in the GPU catalogue, so no compute model "
-                         "relates them; give --compute-scale F (or --source-gpu naming the "
-                         "topology's GPU to use the times as they are)", field="--compute-scale")
+        return 1.0, (f"WARNING: compute times measured on {src.name} used as they are: the "
+                     f"topology's GPU {topo_gpu.name!r} is not in the GPU catalogue, so no "
+                     "compute model relates the two (--compute-scale F scales them)")
     src_gpu = GpuSpec(src.name, dict(src.peak_tflops), src.hbm_GB, src.hbm_GBps)
     t_src = _reference_ns(src_gpu, resolve_compute(src_gpu))
     t_dst = _reference_ns(topo_gpu, topo_setup or resolve_compute(topo_gpu))
