@@ -78,8 +78,13 @@ def test_a100_aicb_example_on_h100_is_scaled_by_the_stated_rule(tmp_path, capsys
 
 
 def test_other_gpu_on_an_unknown_topology_gpu_warns(tmp_path, capsys):
-    rep = _report(tmp_path, capsys, "--workload", AICB_512, "--topo",
-                  str(TOPOLOGIES / "tiny-2x2.yaml"), "--nodes", "256")
+    wl = tmp_path / "one.txt"
+    wl.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 pp: 1 ga: 1 "
+                  "all_gpus: 1 gpu: A100-SXM4-80GB\n1\n"
+                  "layer -1 1000 NONE 0 2000 NONE 0 1000 NONE 0 100\n")
+    rep = _report(tmp_path, capsys, "--workload", str(wl), "--topo",
+                  str(TOPOLOGIES / "tiny-2x2.yaml"))
+    assert rep["iteration_time_s"] == pytest.approx(4000e-9)
     assert any(a.startswith("WARNING: compute times measured on A100-SXM4-80GB used as they "
                             "are") and "--compute-scale" in a for a in rep["assumptions"])
 
