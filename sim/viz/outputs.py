@@ -24,7 +24,7 @@ from sim.viz.breakdown import plot_breakdown
 from sim.viz.mpl import figure_format
 from sim.viz.select import FLAG, parse_rank_spec
 from sim.viz.timeline import plot_timeline
-from sim.viz.trace import build_trace, write_trace
+from sim.viz.trace import trace_chunks, write_trace
 
 if TYPE_CHECKING:
     from sim.scenario.options import OutputOptions
@@ -67,8 +67,9 @@ def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any]
                   placement: Placement | None = None, gpus_per_node: int | None = None) -> None:
     """Write every requested trace / figure (each atomically)."""
     if opts.trace:
-        write_trace(opts.trace, build_trace(result, ranks=opts.trace_ranks, placement=placement,
-                                            gpus_per_node=gpus_per_node, report=report))
+        # streamed rank by rank: memory stays bounded for a trace of every rank
+        write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
+                                             gpus_per_node=gpus_per_node, report=report))
     if opts.plot:
         plot_timeline(result, opts.plot, ranks=opts.trace_ranks, report=report)
     if opts.breakdown_plot:
