@@ -11,10 +11,11 @@ forward + backward minus forward.
 
 from __future__ import annotations
 
+import datetime
 import statistics
 from collections.abc import Callable
 
-from sim.kernels.profile import KernelSpec
+from sim.kernels.profile import KernelSpec, table_from_times
 
 
 def bench_ms(fn: Callable[[], object], warmup_ms: float = 10.0, rep_ms: float = 40.0) -> float:
@@ -133,8 +134,6 @@ def measure(spec: KernelSpec, warmup_ms: float = 10.0, rep_ms: float = 40.0) -> 
 
 def device_meta(timer: str) -> tuple[str, dict[str, str]]:
     """The local GPU's name and the table metadata describing this measurement."""
-    import datetime
-
     import torch  # optional heavy dependency
 
     props = torch.cuda.get_device_properties(0)
@@ -153,8 +152,6 @@ def profile(specs: list[KernelSpec], warmup_ms: float = 10.0, rep_ms: float = 40
     """Measure ``specs`` on GPU 0; returns ``(KernelTable, skipped)`` where ``skipped`` lists
     ``"kind shape: error"`` for kernels the local stack cannot run (e.g. a backend without a
     kernel for that shape)."""
-    from sim.kernels.profile import table_from_times
-
     try:
         import triton.testing  # noqa: F401  (optional; timing method reported)
 

@@ -62,6 +62,7 @@ def write_outputs(directory: Path, rows: list[dict[str, Any]], summary: dict[str
     atomic_write(paths[0], lambda f: f.write(text), flag="--out")
     write_json(paths[1], {"schema": SCHEMA, **summary, "rows": rows}, flag="--out")
     if plot and any(r["status"] == "ok" for r in rows):
+        # matplotlib (behind sim.viz.breakdown) is loaded only when plots are asked for
         from sim.viz.breakdown import plot_sweep, plot_sweep_heatmap
 
         plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows]

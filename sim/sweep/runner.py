@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
+from sim.errors import UsageError
 from sim.sweep.evaluate import SweepContext, base_row, evaluate
 from sim.sweep.space import SweepPoint
 
@@ -69,16 +75,12 @@ def _mp_context():
 def worker_pool(n: int):
     """A pool of ``n`` local worker processes that ignore Ctrl-C and end with this process
     (:func:`_worker_init`); on an interrupt, end it with :func:`stop_pool`."""
-    from concurrent.futures import ProcessPoolExecutor
-
     return ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
                                initializer=_worker_init, initargs=(os.getpid(),))
 
 
 def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               n: int) -> str:
-    from concurrent.futures import FIRST_COMPLETED, wait
-
     pool = worker_pool(n)
     try:
         futures = {pool.submit(evaluate, ctx, lay): lay for lay in layouts}
@@ -104,9 +106,6 @@ def _worker_init(parent_pid: int) -> None:
     ends as soon as the sweep's main process does, however it ended (even ``kill -9``): else
     the workers, the forkserver (kept alive by the workers) and the resource tracker would
     outlive it, holding the caller's stdout and stderr open."""
-    import signal
-    import threading
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(parent_pid,), name="simrun-parent-watch",
                      daemon=True).start()
@@ -115,9 +114,6 @@ def _worker_init(parent_pid: int) -> None:
 def _exit_with(pid: int) -> None:
     """Block until process ``pid`` has ended, then end this process at once (exit code 1).
     Linux ≥ 5.3: a pidfd becomes readable when the process ends; elsewhere poll every 0.2 s."""
-    import select
-    import time
-
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already gone
@@ -153,14 +149,11 @@ def stop_pool(pool) -> None:
 def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               address: str, timeout_s: float) -> str:
     try:
+        # dask is imported only for sweeps on a cluster: it takes ~1 s to import
         from distributed import Client, as_completed
     except ImportError:  # pragma: no cover - dependency declared in pyproject.toml
-        from sim.errors import UsageError
-
         raise UsageError("Dask is not installed (pip install 'distributed')",
                          field="--scheduler") from None
-    from sim.errors import UsageError
-
     try:
         client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
