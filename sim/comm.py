@@ -31,6 +31,7 @@ class GroupKind(str, Enum):
     EP = "EP"
     DP_EP = "DP_EP"
     PP = "PP"
+    CP = "CP"  # context parallelism (Megatron-Core): the ring of ranks sharing a sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,12 @@ class Comm:
     (data-parallel gradient reductions) run on their group's communication stream and overlap
     later compute; the optimizer waits for them. ``post_delay_ns`` is the AICB "process time"
     added after the collective completes.
+
+    ``overlap``: issued on its own stream of the group when its phase's compute starts and
+    running concurrently with it; the phase ends when both are done (ring-attention KV blocks).
+    ``prefetch``: issued the same way but awaited later, by a phase with ``await_group``
+    (ZeRO-3 parameter prefetch). ``per_microbatch``: a non-blocking communication issued in
+    every microbatch, not only the last one's backward (ZeRO-2/3 gradient reduce-scatter).
     """
 
     kind: CollKind
@@ -48,3 +55,6 @@ class Comm:
     size_bytes: int
     blocking: bool = True
     post_delay_ns: int = 0
+    overlap: bool = False
+    prefetch: bool = False
+    per_microbatch: bool = False

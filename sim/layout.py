@@ -11,9 +11,9 @@ file or the cluster size fill the gaps (``None`` = not given).
 The check that a layout fits the cluster ("the layout needs N GPUs") lives here, once:
 :func:`require_gpus`.
 
-Room to grow: context parallelism (``cp``) and the ZeRO stage are to be added as fields of
-:class:`Layout` (and :class:`LayoutRequest`) by the changes that model them; ``world_size`` is
-the one place that multiplies the dimensions.
+Context parallelism (``cp``: each sequence split over ``cp`` ranks, Megatron-Core ring
+attention) and the ZeRO stage (``zero``: DeepSpeed ZeRO 0-3) are fields of both;
+``world_size`` is the one place that multiplies the dimensions.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ class Layout:
 
     ``schedule``: ``gpipe``, ``1f1b``, ``interleaved`` or ``None`` (interleaved when
     ``vpp > 1``, else 1F1B: :attr:`schedule_name`). ``microbatch_group_size``: Megatron's
-    ``microbatch_group_size_per_vp_stage`` (interleaved only; ``None`` = ``pp``).
+    ``microbatch_group_size_per_vp_stage`` (interleaved only; ``None`` = ``pp``); ``zb-h1``
+    is Qi et al.'s zero-bubble schedule. ``cp``: context-parallel size; ``zero``: DeepSpeed
+    ZeRO stage (0: none).
     """
 
     tp: int = 1
@@ -40,11 +42,13 @@ class Layout:
     microbatches: int = 1
     schedule: str | None = None
     microbatch_group_size: int | None = None
+    cp: int = 1
+    zero: int = 0
 
     @property
     def world_size(self) -> int:
-        """GPUs the layout occupies: ``tp · pp · dp`` (EP splits DP)."""
-        return self.tp * self.pp * self.dp
+        """GPUs the layout occupies: ``tp · pp · dp · cp`` (EP splits DP×CP)."""
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def schedule_name(self) -> str:
@@ -55,7 +59,8 @@ class Layout:
 
     def describe(self) -> str:
         """``TP 8 x PP 8 x DP 32``: the sizes that make up :attr:`world_size`."""
-        return f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
+        cp = f" x CP {self.cp}" if self.cp != 1 else ""
+        return f"TP {self.tp} x PP {self.pp} x DP {self.dp}{cp}"
 
     def require_gpus_of(self, topology, *, field: str = "--gpus",
                         hint: str = "use --nodes or --gpus") -> None:
@@ -69,7 +74,7 @@ class Layout:
 class LayoutRequest:
     """A layout as asked for on the command line (``None``: from the workload file, derived
     from the cluster size or the global batch, or the default). ``gpus``: all GPUs of the run
-    (``dp = gpus / (tp · pp)``)."""
+    (``dp = gpus / (tp · pp · cp)``)."""
 
     tp: int | None = None
     pp: int | None = None
@@ -80,6 +85,8 @@ class LayoutRequest:
     gpus: int | None = None
     schedule: str | None = None
     microbatch_group_size: int | None = None
+    cp: int | None = None
+    zero: int | None = None
 
 
 def require_gpus(needed: int, available: int, detail: str, where: str, *,

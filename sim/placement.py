@@ -8,6 +8,11 @@ index in that order, and rank ``r`` runs on GPU ``r`` (node ``r // gpus_per_node
 Expert parallelism splits the data-parallel dimension: the EP group of a rank holds the ``ep``
 consecutive DP indices of its block; the DP_EP group (expert-parameter gradient sync) holds the
 DP indices congruent modulo ``ep``.
+
+Context parallelism (``cp``) also lives in the data-parallel dimension, as in Megatron-Core's
+``tp-cp-ep-dp-pp`` order: ``dp`` here counts the DP×CP ranks that reduce gradients together,
+and the CP group of a rank is the block of ``cp`` consecutive DP indices holding it. In an
+order string ``cp`` may be named, directly before ``dp`` (``tp-cp-dp-pp``).
 """
 
 from __future__ import annotations
@@ -30,8 +35,15 @@ class Coord:
 
 
 def parse_order(order: str) -> tuple[str, str, str]:
-    """Parse ``"tp-dp-pp"``-style order strings (fastest dimension first)."""
+    """Parse ``"tp-dp-pp"``-style order strings (fastest dimension first); ``cp`` may appear
+    directly before ``dp`` (the CP ranks are the fastest part of the DP×CP dimension)."""
     parts = tuple(p.strip().lower() for p in order.replace(",", "-").split("-") if p.strip())
+    if "cp" in parts:
+        i = parts.index("cp")
+        if parts.count("cp") != 1 or i + 1 >= len(parts) or parts[i + 1] != "dp":
+            raise UsageError(f"placement order {order!r}: cp must come directly before dp "
+                             "(Megatron-Core's tp-cp-dp-pp)", field="--placement")
+        parts = parts[:i] + parts[i + 1:]
     if sorted(parts) != sorted(DIMS):
         raise UsageError(
             f"placement order {order!r} must list each of tp, dp, pp once (e.g. 'tp-dp-pp')",
@@ -43,15 +55,19 @@ def parse_order(order: str) -> tuple[str, str, str]:
 class Placement:
     """Ranks ↔ coordinates and process groups for a ``tp × dp × pp`` layout."""
 
-    def __init__(self, tp: int, dp: int, pp: int, ep: int = 1, order: str = DEFAULT_ORDER):
-        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep)):
+    def __init__(self, tp: int, dp: int, pp: int, ep: int = 1, order: str = DEFAULT_ORDER,
+                 cp: int = 1):
+        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("cp", cp)):
             if value < 1:
                 raise UsageError(f"{name} must be ≥ 1, got {value}", field=f"--{name}")
         if dp % ep:
             raise UsageError(
                 f"expert-parallel size {ep} must divide the data-parallel size {dp}", field="--ep"
             )
-        self.tp, self.dp, self.pp, self.ep = tp, dp, pp, ep
+        if dp % cp:
+            raise UsageError(f"context-parallel size {cp} must divide the DP×CP size {dp}",
+                             field="--cp")
+        self.tp, self.dp, self.pp, self.ep, self.cp = tp, dp, pp, ep, cp
         self.order = parse_order(order)
         self.world_size = tp * dp * pp
         sizes = {"tp": tp, "dp": dp, "pp": pp}
@@ -98,6 +114,9 @@ class Placement:
         if kind is GroupKind.EP:
             base = (c.dp // self.ep) * self.ep
             return _progression(self.rank(c.tp, base, c.pp), s["dp"], self.ep)
+        if kind is GroupKind.CP:
+            base = (c.dp // self.cp) * self.cp
+            return _progression(self.rank(c.tp, base, c.pp), s["dp"], self.cp)
         if kind is GroupKind.DP_EP:
             return _progression(self.rank(c.tp, c.dp % self.ep, c.pp), s["dp"] * self.ep,
                                 self.dp // self.ep)

@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from sim.errors import UsageError
 from sim.limits import MAX_WORK
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SPLIT_BACKWARD = frozenset({"zb-h1"})
+"""Schedules whose ``B`` op is the input-gradient pass only, with a separate ``W`` op for the
+weight-gradient pass (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleOp:
-    """``F`` (forward) or ``B`` (backward) of ``microbatch`` on model chunk ``chunk``."""
+    """``F`` (forward), ``B`` (backward) or ``W`` (weight-gradient pass) of ``microbatch`` on
+    model chunk ``chunk``. In the split-backward schedules (:data:`SPLIT_BACKWARD`) ``B`` is the
+    input-gradient pass only; elsewhere it is the whole backward."""
 
     kind: str
     microbatch: int
@@ -57,6 +62,35 @@ def one_f_one_b(p: int, r: int, m: int) -> list[ScheduleOp]:
         ops.append(ScheduleOp("F", w + i))
         ops.append(ScheduleOp("B", i))
     ops.extend(ScheduleOp("B", i) for i in range(steady, m))
+    return ops
+
+
+def check_zero_bubble(p: int, m: int) -> None:
+    """ZB-H1's constraint: at least as many microbatches as stages (its W deferral of up to
+    ``p−1`` passes fills the cooldown of a pipeline in steady state; with ``M < p`` there is
+    none, and 1F1B is the schedule to use). Raises :class:`UsageError`."""
+    if m < p:
+        raise UsageError(f"the zb-h1 schedule needs at least as many microbatches as pipeline "
+                         f"stages (M={m} < p={p}); use --schedule 1f1b", field="--microbatches")
+
+
+def zb_h1(p: int, r: int, m: int) -> list[ScheduleOp]:
+    """ZB-H1 (Qi et al., ICLR 2024, section 3.1): 1F1B's order of ``F`` and ``B`` (warmup
+    ``min(p−r−1, M)`` forwards, steady F/B pairs, cooldown), with each weight-gradient pass
+    ``W`` split off the backward and deferred: on stage ``r``, ``W(i)`` follows ``B(i+r)``; the
+    ``W`` left at the end run after the last ``B``. The input-gradient chain up the pipeline is
+    no longer delayed by weight gradients, and the deferred ``W`` fill the cooldown. Derivation
+    of the iteration time in docs/schedules.md."""
+    _check(p, r, m)
+    w = min(p - r - 1, m)
+    ops = [ScheduleOp("F", i) for i in range(w)]
+    for i in range(m):
+        if i < m - w:
+            ops.append(ScheduleOp("F", w + i))
+        ops.append(ScheduleOp("B", i))
+        if i >= r:
+            ops.append(ScheduleOp("W", i - r))
+    ops.extend(ScheduleOp("W", i) for i in range(max(m - r, 0), m))
     return ops
 
 
@@ -126,7 +160,8 @@ def interleaved(p: int, r: int, m: int, v: int, n: int | None = None) -> list[Sc
 
 
 MAX_OPS = MAX_WORK
-"""Most forward/backward ops (2·p·v·M over all stages) one iteration may have: simrun's work
+"""Most forward/backward ops (2·p·v·M over all stages;
+3·p·v·M with separate W passes) one iteration may have: simrun's work
 budget (:mod:`sim.limits`; ~1.3 GB of schedule and minutes of simulation); realistic layouts
 stay far below (p=128, v=8, M=4096 is 8.4 M). More is a mistyped ``--microbatches`` /
 ``--global-batch``, refused instead of exhausting memory."""
@@ -136,8 +171,9 @@ def schedule_table(
     name: str, p: int, m: int, v: int = 1, n: int | None = None
 ) -> list[list[ScheduleOp]]:
     """Per-stage op order for schedule ``name`` (one list per stage, stage 0 first)."""
-    if 2 * p * m * v > MAX_OPS:
-        raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {2 * p * m * v:,} "
+    per = 3 if name in SPLIT_BACKWARD else 2
+    if per * p * m * v > MAX_OPS:
+        raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {per * p * m * v:,} "
                          f"forward/backward ops per iteration; simrun simulates at most "
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
                          field="--microbatches")
@@ -152,6 +188,12 @@ def schedule_table(
         return [fn(p, r, m) for r in range(p)]
     if name == "interleaved":
         return [interleaved(p, r, m, v, n) for r in range(p)]
+    if name == "zb-h1":
+        if v != 1:
+            raise UsageError(f"the zb-h1 schedule runs one model chunk per stage; got a virtual "
+                             f"pipeline size of {v} (use --vpp 1)", field="--schedule")
+        check_zero_bubble(p, m)
+        return [zb_h1(p, r, m) for r in range(p)]
     raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}",
                      field="--schedule")
 
@@ -159,6 +201,10 @@ def schedule_table(
 def ideal_bubble_fraction(name: str, p: int, m: int, v: int = 1) -> float:
     """Bubble time / ideal time with equal stages and free communication.
 
-    GPipe and 1F1B: ``(p−1)/M``; interleaved: ``(p−1)/(v·M)``.
+    GPipe and 1F1B: ``(p−1)/M``; interleaved: ``(p−1)/(v·M)``; ZB-H1 with the paper's
+    equal forward, input-gradient and weight-gradient times: ``(p−1)/(3M)`` (its bubble
+    ``(p−1)(F+B−W)`` against ``M(F+B+W)``; docs/schedules.md).
     """
+    if name == "zb-h1":
+        return (p - 1) / (3 * m)
     return (p - 1) / (m * (v if name == "interleaved" else 1))

@@ -107,3 +107,11 @@ def test_not_a_mapping(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="cannot read"):
         load_model(tmp_path / "nope.yaml")
+
+
+def test_bloom_176b_parameter_count_matches_paper():
+    # BLOOM paper (arXiv:2211.05100, its model-size table): 176,247M parameters. simrun leaves
+    # out the embedding LayerNorm (2h = 28,672 parameters), which does not change the millions.
+    m = load_model(MODELS / "bloom-176b.yaml")
+    assert (m.layers, m.hidden, m.heads, m.vocab, m.seq_len) == (70, 14336, 112, 250880, 2048)
+    assert total_params(m) // 1_000_000 == 176_247

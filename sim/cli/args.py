@@ -15,8 +15,10 @@ from sim.faults import parse_link, parse_nic, parse_slow
 from sim.layout import LayoutRequest
 from sim.models.compute_setup import ComputeOptions
 from sim.models.parallel import ATTENTION_BACKENDS, DTYPES, RECOMPUTE, Training
+from sim.models.split import PipelineSplit
 from sim.network.factory import ROUTINGS
 from sim.scenario.options import FaultOptions, ModelInput, NetworkOptions, OutputOptions
+from sim.schedules import SCHEDULES
 from sim.topology.spec import PROTOCOLS
 from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
 from sim.watchdog import FLAG as WATCHDOG_FLAG
@@ -37,10 +39,12 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--microbatches", type=positive_int,
                    help="microbatches per iteration (default: header ga, else 1)")
     g.add_argument("--gpus", type=positive_int,
-                   help="total GPUs; DP = GPUs / (TP·PP) (default: header all_gpus, else all "
-                        "GPUs of the topology)")
-    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"),
-                   help="pipeline schedule (default: interleaved if vpp > 1, else 1f1b)")
+                   help="total GPUs; DP = GPUs / (TP·PP·CP) (default: header all_gpus, else "
+                        "all GPUs of the topology)")
+    g.add_argument("--schedule", choices=SCHEDULES,
+                   help="pipeline schedule (default: interleaved if vpp > 1, else 1f1b); "
+                        "zb-h1: Qi et al.'s zero-bubble ZB-H1, backward split into input- and "
+                        "weight-gradient passes")
     g.add_argument("--microbatch-group-size", type=positive_int,
                    help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
                         "(Megatron's microbatch_group_size_per_vp_stage; default PP)")
@@ -56,11 +60,14 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def layout_request(args: argparse.Namespace) -> LayoutRequest:
-    """The layout the flags ask for (``--dp`` is a model-driven flag; absent elsewhere)."""
+    """The layout the flags ask for (``--dp``, ``--context-parallel-size``, ``--zero`` and
+    ``--fsdp`` are model-group flags; absent elsewhere). ``--fsdp`` is ZeRO stage 3."""
+    zero = getattr(args, "zero", 0) or (3 if getattr(args, "fsdp", False) else None)
     return LayoutRequest(tp=args.tp, pp=args.pp, dp=getattr(args, "dp", None), ep=args.ep,
                          vpp=args.vpp, microbatches=args.microbatches, gpus=args.gpus,
                          schedule=args.schedule,
-                         microbatch_group_size=args.microbatch_group_size)
+                         microbatch_group_size=args.microbatch_group_size,
+                         cp=getattr(args, "cp", None), zero=zero)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -99,19 +106,82 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     g.add_argument("--no-overlap-grad-reduce", action="store_true",
                    help="one blocking DP gradient collective after the backward instead of "
                         "per-bucket overlap")
+    _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
 
 
+def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
+    """Uneven pipeline split, context parallelism, ZeRO/FSDP and MoE routing flags."""
+    g.add_argument("--decoder-first-pipeline-num-layers", "--first-stage-layers",
+                   type=positive_int, metavar="N", dest="first_stage_layers",
+                   help="transformer layers on the first pipeline stage; the others are split "
+                        "evenly over the remaining stages (Megatron-Core)")
+    g.add_argument("--decoder-last-pipeline-num-layers", "--last-stage-layers",
+                   type=positive_int, metavar="N", dest="last_stage_layers",
+                   help="transformer layers on the last pipeline stage (Megatron-Core)")
+    g.add_argument("--account-for-embedding-in-pipeline-split", action="store_true",
+                   help="count the embedding as one layer when splitting layers over stages "
+                        "(first virtual stage runs one layer fewer; Megatron-Core)")
+    g.add_argument("--account-for-loss-in-pipeline-split", action="store_true",
+                   help="count the output layer and loss as one layer when splitting (last "
+                        "virtual stage runs one layer fewer; Megatron-Core)")
+    g.add_argument("--context-parallel-size", "--cp", type=positive_int, default=1, metavar="N",
+                   dest="cp",
+                   help="context parallelism (Megatron-Core ring attention): each sequence "
+                        "split over N ranks; needs --flash-attention (default: %(default)s)")
+    g.add_argument("--zero", type=int, choices=(1, 2, 3), default=0, metavar="STAGE",
+                   help="DeepSpeed ZeRO stage: 1 shards the optimizer state, 2 also the "
+                        "gradients, 3 also the parameters (per-layer all-gathers)")
+    g.add_argument("--fsdp", action="store_true",
+                   help="PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics)")
+    g.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
+                   help="MoE: tokens the busiest expert GPU receives ÷ the balanced share "
+                        "(default: %(default)s = perfectly balanced)")
+    g.add_argument("--moe-expert-capacity-factor", type=float, metavar="C",
+                   help="MoE: Megatron's expert capacity factor, tokens beyond it dropped "
+                        "(default: dropless)")
+
+
 def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
     """The training options of :func:`add_model_arguments` (or the sweep's flags, whose micro
-    batch varies per layout)."""
+    batch varies per layout; the sweep has no split, FSDP or MoE routing flags)."""
     return Training(global_batch=args.global_batch, micro_batch=micro_batch,
                     sequence_parallel=args.sequence_parallel, recompute=args.recompute,
                     dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
                     flash_attention=args.flash_attention,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    attention_backend=getattr(args, "attention_backend", "") or "")
+                    attention_backend=getattr(args, "attention_backend", "") or "",
+                    split=PipelineSplit(
+                        getattr(args, "first_stage_layers", None),
+                        getattr(args, "last_stage_layers", None),
+                        getattr(args, "account_for_embedding_in_pipeline_split", False),
+                        getattr(args, "account_for_loss_in_pipeline_split", False)),
+                    fsdp=getattr(args, "fsdp", False),
+                    moe_load_imbalance=getattr(args, "moe_load_imbalance", 1.0),
+                    moe_capacity_factor=getattr(args, "moe_expert_capacity_factor", None))
+
+
+def check_model_only_flags(args: argparse.Namespace) -> None:
+    """Flags that change generated workloads only: refused with a workload file."""
+    for dest, flag in (("cp", "--context-parallel-size"),
+                       ("first_stage_layers", "--decoder-first-pipeline-num-layers"),
+                       ("last_stage_layers", "--decoder-last-pipeline-num-layers"),
+                       ("account_for_embedding_in_pipeline_split",
+                        "--account-for-embedding-in-pipeline-split"),
+                       ("account_for_loss_in_pipeline_split",
+                        "--account-for-loss-in-pipeline-split"),
+                       ("moe_expert_capacity_factor", "--moe-expert-capacity-factor")):
+        value = getattr(args, dest, None)
+        if value not in (None, False, 1):
+            raise UsageError("applies to --model runs (a workload file fixes its rows)",
+                             field=flag)
+    if getattr(args, "moe_load_imbalance", 1.0) != 1.0:
+        raise UsageError("applies to --model runs (a workload file fixes its rows)",
+                         field="--moe-load-imbalance")
+    if getattr(args, "fsdp", False) and getattr(args, "zero", 0) not in (0, 3):
+        raise UsageError("FSDP FULL_SHARD is ZeRO stage 3; do not combine with another --zero",
+                         field="--fsdp")
 
 
 def model_input(args: argparse.Namespace) -> ModelInput:

@@ -15,6 +15,7 @@ from sim.cli.args import (
     add_network_arguments,
     add_output_arguments,
     add_watchdog_argument,
+    check_model_only_flags,
     compute_options,
     fault_options,
     layout_request,
@@ -91,6 +92,7 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
     if args.model:
         workload = model_input(args)
     else:
+        check_model_only_flags(args)
         workload = WorkloadInput(args.workload, args.format,
                                  bytes_per_element=args.bytes_per_element,
                                  missing_backward_ratio=args.missing_backward_ratio,

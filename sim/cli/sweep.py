@@ -16,6 +16,7 @@ from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
 from sim.limits import parse_int
 from sim.models.parallel import DTYPES, RECOMPUTE
+from sim.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
 
 
@@ -29,7 +30,7 @@ def build_parser() -> Parser:
     g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML")
     g.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
     g.add_argument("--gpus", type=positive_int,
-                   help="GPUs every layout uses: TP·PP·DP = GPUS (default: all of the topology)")
+                   help="GPUs every layout uses: TP·PP·DP·CP = GPUS (default: all of the topology)")
     g = p.add_argument_group("layout space (comma-separated lists)")
     g.add_argument("--tp", metavar="LIST", help="TP sizes (default: powers of two up to the "
                                                 "GPUs of one node)")
@@ -42,6 +43,15 @@ def build_parser() -> Parser:
                    help="micro batch sizes (default: %(default)s)")
     g.add_argument("--ep", metavar="LIST", default="1",
                    help="expert-parallel sizes, MoE models (default: %(default)s)")
+    g.add_argument("--cp", metavar="LIST", default="1",
+                   help="context-parallel sizes (default: %(default)s; > 1 needs "
+                        "--flash-attention)")
+    g.add_argument("--zero", metavar="LIST", default="0",
+                   help="ZeRO stages among 0,1,2,3 (default: %(default)s; 0 = Megatron DDP / "
+                        "--distributed-optimizer)")
+    g.add_argument("--schedule", metavar="LIST", default="",
+                   help="pipeline schedules among gpipe,1f1b,interleaved,zb-h1 (default: "
+                        "interleaved if vpp > 1, else 1f1b)")
     g = p.add_argument_group("training (shared by every layout)")
     g.add_argument("--global-batch", type=positive_int, required=True,
                    help="sequences per iteration")
@@ -97,6 +107,28 @@ def parse_list(text: str, flag: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def parse_stages(text: str) -> tuple[int, ...]:
+    """``"0,3"`` → ``(0, 3)``: ZeRO stages (``--zero``), each 0-3."""
+    out = []
+    for part in text.split(","):
+        if part.strip() not in ("0", "1", "2", "3"):
+            raise UsageError(f"expected ZeRO stages among 0,1,2,3, got {text!r}", field="--zero")
+        out.append(int(part))
+    return tuple(out)
+
+
+def parse_schedules(text: str) -> tuple[str, ...]:
+    """``"1f1b,zb-h1"`` → the schedule names (``--schedule``); ``""`` → the default."""
+    if not text.strip():
+        return ("",)
+    out = tuple(p.strip() for p in text.split(","))
+    for name in out:
+        if name not in SCHEDULES:
+            raise UsageError(f"unknown schedule {name!r}; choose among {', '.join(SCHEDULES)}",
+                             field="--schedule")
+    return out
+
+
 def sweep_options(args: argparse.Namespace) -> SweepOptions:
     """The sweep the parsed arguments describe."""
     return SweepOptions(
@@ -105,7 +137,9 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
         pp=parse_list(args.pp, "--pp") if args.pp else None,
         vpp=parse_list(args.vpp, "--vpp"),
         micro_batch=parse_list(args.micro_batch, "--micro-batch"),
-        ep=parse_list(args.ep, "--ep"), nodes=args.nodes, network=network_options(args),
+        ep=parse_list(args.ep, "--ep"), cp=parse_list(args.cp, "--cp"),
+        zero=parse_stages(args.zero), schedule=parse_schedules(args.schedule),
+        nodes=args.nodes, network=network_options(args),
         placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,
         workers=args.workers, scheduler=args.scheduler,
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,

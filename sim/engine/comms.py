@@ -125,6 +125,10 @@ class AsyncStreams:
         self._tail: dict[tuple[int, GroupKind], simpy.Process] = {}
         self._pending: dict[int, list[tuple[simpy.Process, GroupKind]]] = {
             r: [] for r in ledger.stats}
+        # overlapped / prefetched comms (Comm.overlap, Comm.prefetch): their own FIFO stream
+        # per (rank, group), and those not yet awaited, oldest first
+        self._overlap_tail: dict[tuple[int, GroupKind], simpy.Process] = {}
+        self._overlapped: dict[tuple[int, GroupKind], list[simpy.Process]] = {}
 
     def issue(self, rank: int, comm: Comm, label: str) -> None:
         """Queue ``comm`` on ``rank``'s stream of its group kind; the rank goes on."""
@@ -134,6 +138,36 @@ class AsyncStreams:
                                           self.rdv.next_seq(rank, comm.group)))
         self._tail[key] = proc
         self._pending[rank].append((proc, comm.group))
+
+    def issue_overlap(self, rank: int, comm: Comm, label: str) -> None:
+        """Start ``comm`` on the group's overlap stream (FIFO, separate from the gradient
+        stream); :meth:`await_overlap` waits for it (end of the phase's compute, or a later
+        phase's ``await_group``)."""
+        key = (rank, comm.group)
+        prev = self._overlap_tail.get(key)
+        proc = self.env.process(self._run(rank, comm, prev, label,
+                                          self.rdv.next_seq(rank, comm.group)))
+        self._overlap_tail[key] = proc
+        self._overlapped.setdefault(key, []).append(proc)
+
+    def await_overlap(self, rank: int, group: GroupKind):
+        """Wait for the oldest comm of :meth:`issue_overlap` in ``group`` not yet waited for
+        (the time is exposed ``group`` comm; nothing outstanding: no wait)."""
+        queue = self._overlapped.get((rank, group))
+        if not queue:
+            return
+        proc = queue.pop(0)
+        if proc.processed:
+            return
+        env, ledger = self.env, self.ledger
+        t0 = env.now
+        ledger.waiting[rank] = f"its overlapped {group.value} communication"
+        yield proc
+        ledger.waiting.pop(rank, None)
+        ledger.stats[rank].exposed_comm_ns[group] += env.now - t0
+        ledger.wait(rank, t0, env.now, group.value, *proc.value)
+        ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
+                    args=(("group", group.value),))
 
     def _run(self, rank: int, comm: Comm, prev: simpy.Process | None, label: str, seq: int):
         env = self.env

@@ -25,7 +25,9 @@ from sim.engine.critical import critical_path
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.result import LayerStats, RankStats, SimResult
 from sim.engine.segments import (
+    BACKWARD,
     AsyncIssue,
+    Await,
     Blocking,
     Compiled,
     Fused,
@@ -37,7 +39,8 @@ from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
-from sim.schedules import schedule_table
+from sim.schedules import SPLIT_BACKWARD, schedule_table
+from sim.workload.model import PhaseKind
 from sim.workload.program import PipelineProgram, Task, TaskKind
 
 
@@ -66,7 +69,7 @@ def simulate(
     stalled.
     """
     if placement is None:
-        placement = Placement(program.tp, program.dp, program.pp, program.ep)
+        placement = Placement(program.tp, program.dp, program.pp, program.ep, cp=program.cp)
     if classes is None:
         classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
     return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
@@ -112,6 +115,7 @@ class _Engine:
         self.per_rank = classes.label == "per-rank"
         self.scale = {r: f for r, f in scale.items() if f != 1.0}
         self.p, self.v, self.m = prog.pp, prog.vpp, prog.microbatches
+        self.split = prog.schedule in SPLIT_BACKWARD  # B = input-gradient pass, W separate
         self.sched = schedule_table(prog.schedule, self.p, self.m, self.v,
                                     prog.microbatch_group_size)
         self.sim_ranks = list(classes.reps)
@@ -152,21 +156,31 @@ class _Engine:
             self._iso[key] = (res.duration_ns, res.algorithm)
         return self._iso[key]
 
-    def compiled(self, rank: int, stage: int, chunk: int, forward: bool, last: bool) -> Compiled:
-        key = (rank, chunk, forward, last)
+    def compiled(self, rank: int, stage: int, chunk: int, kind: str, last: bool) -> Compiled:
+        """The compiled pass of op ``kind`` (``F``, ``B`` or ``W``) on ``chunk``; ``last``: the
+        last microbatch (its backward issues the gradient reductions)."""
+        key = (rank, chunk, kind, last)
         comp = self._compiled.get(key)
         if comp is None:
             layers = self.prog.stages[stage].chunks[chunk]
+            forward = kind == "F"
+            if kind == "W":
+                passes: tuple[PhaseKind, ...] = (PhaseKind.WEIGHT_GRAD,)
+            elif self.split:
+                passes = (PhaseKind.INPUT_GRAD,)
+            else:
+                passes = (PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD)
             scale = self.scale.get(rank, 1.0)
             # a pass depends on the rank only through its compute scale and the fused costs
             # of its blocking comms: ranks that agree on them share the compiled steps
-            sig = (stage, chunk, forward, last, scale, tuple(
-                self.fused_cost(rank, c) for c in self.blocking_comms(stage, chunk, forward)))
+            sig = (stage, chunk, forward, passes, last, scale, tuple(
+                self.fused_cost(rank, c)
+                for c in self.blocking_comms(stage, chunk, forward, passes)))
             shared = self._passes.get(sig)
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
                     layers, forward, last and not forward, lambda c: self.fused_cost(rank, c),
-                    scale)
+                    scale, passes)
             comp = Compiled(shared.steps, shared.layer_totals)
             tp_group = self.groups.of(GroupKind.TP, rank)
             if not self.lockstep and GroupKind.TP in comp.fused_groups() and \
@@ -178,13 +192,15 @@ class _Engine:
             self._all_compiled.append((rank, comp))
         return comp
 
-    def blocking_comms(self, stage: int, chunk: int, forward: bool) -> tuple[Comm, ...]:
+    def blocking_comms(self, stage: int, chunk: int, forward: bool,
+                       passes: tuple[PhaseKind, ...] = BACKWARD) -> tuple[Comm, ...]:
         """The distinct blocking comms of a pass, in the order the pass issues them."""
-        key = (stage, chunk, forward)
+        key = (stage, chunk, forward, passes)
         got = self._blocking.get(key)
         if got is None:
             seen: dict[Comm, None] = {}
-            for _lay, _kind, ph in phases(self.prog.stages[stage].chunks[chunk], forward):
+            for _lay, _kind, ph in phases(self.prog.stages[stage].chunks[chunk], forward,
+                                          passes):
                 if ph.comm is not None and ph.comm.blocking:
                     seen.setdefault(ph.comm, None)
             got = self._blocking[key] = tuple(seen)
@@ -233,15 +249,18 @@ class _Engine:
             if op.kind == "F":
                 if vs > 0:
                     yield from self.pipe.recv(rank, (rank, "F", mb, vs))
-                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, True, False),
+                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, "F", False),
                                           mb, chunk)
                 if vs < last_vs:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs + 1) % p)
                     self.pipe.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
+            elif op.kind == "W":
+                comp = self.compiled(rank, stage, chunk, "W", mb == self.m - 1)
+                yield from self.run_steps(rank, comp, mb, chunk)
             else:
                 if vs < last_vs:
                     yield from self.pipe.recv(rank, (rank, "B", mb, vs))
-                comp = self.compiled(rank, stage, chunk, False, mb == self.m - 1)
+                comp = self.compiled(rank, stage, chunk, "B", mb == self.m - 1)
                 yield from self.run_steps(rank, comp, mb, chunk)
                 if vs > 0:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs - 1) % p)
@@ -280,9 +299,16 @@ class _Engine:
                 ledger.span(rank, g.value, t0, env.now, "comm",
                             f"{step.layer}.{step.phase.value}", mb, chunk,
                             comm_args(step.comm, res.algorithm if res else ""))
+            elif type(step) is Await:
+                t0 = env.now
+                yield from self.streams.await_overlap(rank, step.group)
+                ls = st.layers.setdefault(step.layer, LayerStats())
+                ls.comm_ns[step.group.value] = ls.comm_ns.get(step.group.value, 0) + (
+                    env.now - t0)
             else:
                 assert type(step) is AsyncIssue
-                self.streams.issue(rank, step.comm, f"{step.layer}.{step.phase.value}")
+                (self.streams.issue_overlap if step.overlap else self.streams.issue)(
+                    rank, step.comm, f"{step.layer}.{step.phase.value}")
 
     def _fused_spans(self, rank: int, t0: int, step: Fused, mb: int, chunk: int) -> None:
         """The spans of the parts of a fused run that started at ``t0``."""

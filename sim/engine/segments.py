@@ -49,12 +49,26 @@ class Blocking:
 
 @dataclass(frozen=True, slots=True)
 class AsyncIssue:
+    """Issue ``comm`` without waiting; ``overlap``: on the group's overlap stream, awaited by
+    the :class:`Await` that follows its phase's compute."""
+
     comm: Comm
+    phase: PhaseKind
+    layer: str
+    overlap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Await:
+    """Wait for the oldest outstanding overlapped / prefetched comm of ``group`` (exposed
+    comm): at the end of an overlapping phase, or where a phase asks (``await_group``)."""
+
+    group: GroupKind
     phase: PhaseKind
     layer: str
 
 
-Step = Fused | Blocking | AsyncIssue
+Step = Fused | Blocking | AsyncIssue | Await
 # (comm, phase) -> (duration_ns, algorithm) if fusable for this rank, else None
 CostFn = Callable[[Comm], "tuple[int, str] | None"]
 
@@ -74,15 +88,21 @@ class Compiled:
                 if p.group is not None}
 
 
-def phases(layers: tuple[Layer, ...], forward: bool):
-    """The (layer, phase kind, phase) sequence of a forward or backward pass over ``layers``."""
+BACKWARD = (PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD)
+
+
+def phases(layers: tuple[Layer, ...], forward: bool,
+           backward: tuple[PhaseKind, ...] = BACKWARD):
+    """The (layer, phase kind, phase) sequence of a forward or backward pass over ``layers``;
+    ``backward``: the phases a backward pass runs per layer (a split-backward schedule runs
+    the input-gradient and the weight-gradient passes separately)."""
     if forward:
         for lay in layers:
             yield lay, PhaseKind.FORWARD, lay.forward
     else:
         for lay in reversed(layers):
-            yield lay, PhaseKind.INPUT_GRAD, lay.input_grad
-            yield lay, PhaseKind.WEIGHT_GRAD, lay.weight_grad
+            for kind in backward:
+                yield lay, kind, lay.phase(kind)
 
 
 def scaled(ns: int, factor: float) -> int:
@@ -91,9 +111,10 @@ def scaled(ns: int, factor: float) -> int:
 
 
 def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
-                 cost: CostFn, scale: float = 1.0) -> Compiled:
+                 cost: CostFn, scale: float = 1.0,
+                 backward: tuple[PhaseKind, ...] = BACKWARD) -> Compiled:
     """Compile one pass. ``issue_async``: include non-blocking (gradient) communications;
-    ``scale``: factor on compute times (a slow GPU)."""
+    ``scale``: factor on compute times (a slow GPU); ``backward``: see :func:`phases`."""
     steps: list[Step] = []
     parts: list[Part] = []
     totals: dict[str, list] = {}
@@ -107,10 +128,18 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
             parts.clear()
             run[0], run[1], run[2] = 0, 0, {}
 
-    for lay, kind, ph in phases(layers, forward):
+    for lay, kind, ph in phases(layers, forward, backward):
         tot = totals.setdefault(lay.name, [0, 0, 0, {}, 0])
         if kind is PhaseKind.FORWARD:
             tot[4] += 1
+        c = ph.comm
+        if ph.await_group is not None:
+            flush()
+            steps.append(Await(ph.await_group, kind, lay.name))
+        overlap = c is not None and (c.overlap or c.prefetch) and c.size_bytes > 0
+        if overlap:
+            flush()
+            steps.append(AsyncIssue(c, kind, lay.name, overlap=True))
         compute_ns = scaled(ph.compute_ns, scale)
         if compute_ns:
             parts.append(Part(run[0], compute_ns, kind, lay.name, None))
@@ -118,11 +147,15 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
             run[1] += compute_ns
             tot[(PhaseKind.FORWARD, PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD).index(kind)] += (
                 compute_ns)
-        c = ph.comm
         if c is None:
             continue
+        if overlap:
+            if c.overlap:
+                flush()
+                steps.append(Await(c.group, kind, lay.name))
+            continue
         if not c.blocking:
-            if issue_async:
+            if issue_async or c.per_microbatch:
                 flush()
                 steps.append(AsyncIssue(c, kind, lay.name))
             continue

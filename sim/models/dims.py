@@ -20,8 +20,9 @@ from sim.models.spec import ModelSpec
 
 @dataclass(frozen=True)
 class Dims:
-    """Per-microbatch sizes: ``n`` tokens, ``nt`` tokens in the residual stream per GPU
-    (``n/t`` with sequence parallelism), ``v`` padded vocabulary, ``eg`` GEMM operand bytes."""
+    """Per-microbatch sizes: ``n`` tokens (of this context-parallel rank: ``b·s/cp``), ``nt``
+    tokens in the residual stream per GPU (``n/t`` with sequence parallelism), ``v`` padded
+    vocabulary, ``eg`` GEMM operand bytes."""
 
     b: int
     s: int
@@ -38,16 +39,17 @@ class Dims:
     sp: bool
     eg: int
     ep: int
+    cp: int = 1
 
     @classmethod
     def of(cls, model: ModelSpec, par: ParallelConfig) -> Dims:
-        n = par.micro_batch * model.seq_len
+        n = par.micro_batch * model.seq_len // par.cp  # this CP rank's tokens
         f1 = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
         return cls(
             b=par.micro_batch, s=model.seq_len, h=model.hidden, a=model.heads, t=par.tp,
             d=model.head_dim, kvh=model.kv_hidden, f=model.ffn_hidden, f1=f1,
             v=padded_vocab(model.vocab, par.tp), n=n, nt=n // par.tp if par.sp else n,
-            sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep,
+            sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep, cp=par.cp,
         )
 
 

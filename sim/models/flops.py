@@ -21,16 +21,31 @@ from __future__ import annotations
 from sim.models.spec import ModelSpec
 
 
-def layer_params(model: ModelSpec) -> int:
-    """Parameters of one transformer layer (all experts for MoE)."""
-    h, f, kv = model.hidden, model.ffn_hidden, model.kv_hidden
+def _mlp_params(model: ModelSpec, f: int) -> int:
     f1 = 2 * f if model.gated_mlp else f
+    return model.hidden * f1 + f * model.hidden + (f1 + model.hidden if model.bias else 0)
+
+
+def _mlp_flops(model: ModelSpec, f: int) -> int:
+    f1 = 2 * f if model.gated_mlp else f
+    return 2 * model.hidden * f1 + 2 * f * model.hidden
+
+
+def layer_params(model: ModelSpec, moe: bool = True) -> int:
+    """Parameters of one transformer layer: all routed and shared experts and the router for an
+    MoE layer (``moe=False``: a dense layer of an MoE model)."""
+    h, kv = model.hidden, model.kv_hidden
     attn = h * (h + 2 * kv) + h * h + ((h + 2 * kv) + h if model.bias else 0)
-    mlp = h * f1 + f * h + (f1 + h if model.bias else 0)
     norms = 2 * (2 if model.norm == "layernorm" else 1) * h
-    if model.moe is not None:
-        return attn + model.moe.experts * mlp + h * model.moe.experts + norms
-    return attn + mlp + norms
+    if model.moe is not None and moe:
+        me = model.moe
+        experts = (me.experts + me.shared_experts) * _mlp_params(model, me.expert_ffn_hidden)
+        return attn + experts + h * me.experts + norms
+    return attn + _mlp_params(model, model.ffn_hidden) + norms
+
+
+def _dense_layers(model: ModelSpec) -> int:
+    return model.moe.dense_layers if model.moe is not None else model.layers
 
 
 def total_params(model: ModelSpec, vocab: int | None = None) -> int:
@@ -41,7 +56,9 @@ def total_params(model: ModelSpec, vocab: int | None = None) -> int:
     emb = v * h + (model.seq_len * h if model.position_embedding == "learned" else 0)
     out = 0 if model.tied_embeddings else v * h
     final_norm = (2 if model.norm == "layernorm" else 1) * h
-    return model.layers * layer_params(model) + emb + out + final_norm
+    dense = _dense_layers(model)
+    layers = dense * layer_params(model, False) + (model.layers - dense) * layer_params(model)
+    return layers + emb + out + final_norm
 
 
 def narayanan_params(model: ModelSpec) -> int:
@@ -51,14 +68,17 @@ def narayanan_params(model: ModelSpec) -> int:
 
 
 def _layer_forward_flops_per_token(model: ModelSpec) -> tuple[int, int]:
-    """(linear-layer FLOPs, attention-core FLOPs) of one layer's forward, per token."""
-    h, f, kv, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.seq_len
-    f1 = 2 * f if model.gated_mlp else f
+    """(linear-layer FLOPs summed over the layers, attention-core FLOPs of one layer) of the
+    forward, per token. MoE layers: ``top_k`` routed plus the shared experts, and the router."""
+    h, kv, s = model.hidden, model.kv_hidden, model.seq_len
     linear = 2 * h * (h + 2 * kv) + 2 * h * h
-    mlp = 2 * h * f1 + 2 * f * h
+    dense = _dense_layers(model)
+    total = dense * (linear + _mlp_flops(model, model.ffn_hidden))
     if model.moe is not None:
-        mlp = model.moe.top_k * mlp + 2 * h * model.moe.experts
-    return linear + mlp, 4 * s * h
+        me = model.moe
+        moe = (me.top_k + me.shared_experts) * _mlp_flops(model, me.expert_ffn_hidden)
+        total += (model.layers - dense) * (linear + moe + 2 * h * me.experts)
+    return total, 4 * s * h
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch: int,
@@ -71,7 +91,7 @@ def model_flops_per_iteration(model: ModelSpec, global_batch: int,
     """
     v = model.vocab if vocab is None else vocab
     linear, attn = _layer_forward_flops_per_token(model)
-    per_token = model.layers * (linear + attn) + 2 * model.hidden * v
+    per_token = linear + model.layers * attn + 2 * model.hidden * v
     return 3 * global_batch * model.seq_len * per_token
 
 
@@ -87,7 +107,7 @@ def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, recompute:
     linear, attn = _layer_forward_flops_per_token(model)
     extra = 0
     if recompute == "full":
-        extra += tokens * model.layers * (linear + attn)
+        extra += tokens * (linear + model.layers * attn)
     elif recompute == "selective" and not flash_attention:
         extra += tokens * model.layers * attn
     if flash_attention:

@@ -14,12 +14,15 @@ from sim.kernels.gpus import describe
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.flops import model_flops_per_iteration
+from sim.models.moe import moe_load_factor
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops
 from sim.models.parallel import ParallelConfig
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
+from sim.models.split import stage_layer_counts, virtual_stage_layers
+from sim.models.zero import BYTES_16, zero3_layers
 from sim.topology.gpu import GpuSpec
 from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
@@ -66,9 +69,9 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="--dtype")
     stages = [_stage_program(st, plan, timer, optimizer) for st in plan.stages]
     dm = plan.dims
-    pp_bytes = dm.b * dm.s * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
+    pp_bytes = dm.n * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
     program = PipelineProgram(
-        tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, vpp=par.vpp,
+        tp=par.tp, pp=par.pp, dp=par.dp_cp, ep=par.ep, vpp=par.vpp, cp=par.cp,
         microbatches=par.microbatches, pp_bytes=pp_bytes, stages=stages,
         schedule=par.schedule_name, source=source or f"model {model.name}",
         microbatch_group_size=par.microbatch_group_size,
@@ -94,17 +97,22 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                    optimizer: str | ShampooPlan) -> StageProgram:
     par = plan.par
     chunks = [tuple(_layers(rows, par, timer)) for rows in st.chunks]
+    if par.zero >= 3:
+        chunks = [tuple(zero3_layers(list(c), rows, par))
+                  for c, rows in zip(chunks, st.chunks, strict=True)]
     return StageProgram(stage=st.stage, chunks=chunks,
                         epilogue=_epilogue(st, plan, timer, optimizer))
 
 
 def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> Comm | None:
-    group_size = par.dp // par.ep if expert else par.dp
+    group_size = par.dp_cp // par.ep if expert else par.dp_cp
     if params == 0 or group_size == 1:
         return None
-    kind = CollKind.REDUCESCATTER if par.distributed_optimizer else CollKind.ALLREDUCE
+    kind = CollKind.REDUCESCATTER if par.shards_optimizer else CollKind.ALLREDUCE
     group = GroupKind.DP_EP if expert else GroupKind.DP
-    return Comm(kind, group, params * grad_bytes(par.dtype), blocking=blocking)
+    per_param = BYTES_16 if par.zero else grad_bytes(par.dtype)
+    return Comm(kind, group, params * per_param, blocking=blocking,
+                per_microbatch=par.zero >= 2)
 
 
 def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
@@ -116,9 +124,9 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
     layers gets the same transformer-layer buckets (needed for a representative-stage file).
     """
     out: dict[int, Comm] = {}
-    if not par.overlap_grad_reduce:
+    if not par.overlap_grad_reduce or par.zero >= 3:  # ZeRO-3: per-unit reduce-scatter
         return out
-    limit = bucket_params(par.dp)
+    limit = bucket_params(par.dp_cp)
     segments: list[list[int]] = []
     for i, r in enumerate(rows):
         kind = "layer" in r.tags
@@ -169,22 +177,23 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
             if comm is not None:
                 tasks.append(Task("grad_reduce" + ("_experts" if is_expert else ""),
                                   TaskKind.GRAD_SYNC, comm=comm))
-    ops = adam_ops(dense, par.dp, par.distributed_optimizer, grad_bytes(par.dtype))
+    ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, grad_bytes(par.dtype))
     if expert:
-        ops += adam_ops(expert, par.dp // par.ep, par.distributed_optimizer,
+        ops += adam_ops(expert, par.dp_cp // par.ep, par.shards_optimizer,
                         grad_bytes(par.dtype))
     layers = sum(len(ids) for ids in st.layers)
     first = st.stage == 0
     if isinstance(optimizer, ShampooPlan):
-        ops += (optimizer.stage_op(layers, first, par.dp),)
+        ops += (optimizer.stage_op(layers, first, par.dp_cp),)
     tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
                       compute_ns=timer.ops_ns(ops, par.dtype), wait_async=True))
-    if isinstance(optimizer, ShampooPlan) and par.dp > 1:
+    if isinstance(optimizer, ShampooPlan) and par.dp_cp > 1:
         size = optimizer.root_bytes(layers, first)
         tasks.append(Task("shampoo_root_allgather", TaskKind.GRAD_SYNC,
                           comm=Comm(CollKind.ALLGATHER, GroupKind.DP, size, blocking=True)))
-    if par.distributed_optimizer:
-        for n, is_expert, size in ((dense, False, par.dp), (expert, True, par.dp // par.ep)):
+    if par.shards_optimizer and par.zero < 3:
+        for n, is_expert, size in ((dense, False, par.dp_cp),
+                                   (expert, True, par.dp_cp // par.ep)):
             if n and size > 1:
                 group = GroupKind.DP_EP if is_expert else GroupKind.DP
                 tasks.append(Task("param_allgather" + ("_experts" if is_expert else ""),
@@ -213,9 +222,10 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"{' gated' if m.gated_mlp else ''}, vocab {m.vocab} padded to {dm.v} "
         f"(multiple of 128·tp), sequence {m.seq_len}"
         + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
-        f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}, micro batch "
+        f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}"
+        + (f" cp={par.cp}" if par.cp > 1 else "") + f", micro batch "
         f"{par.micro_batch}, global batch {par.global_batch} → {par.microbatches} microbatches; "
-        f"schedule {par.schedule_name}; {m.layers // (par.pp * par.vpp)} layers per model chunk",
+        f"schedule {par.schedule_name}; " + _split_note(m, par),
         f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
         f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",
         f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
@@ -233,10 +243,20 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
         "pp_bytes (no scatter/gather optimisation)",
     ]
-    if par.dp > 1:
+    if par.zero:
+        out.append(_zero_note(par))
+    if par.cp > 1:
+        out.append(f"context parallelism cp={par.cp} (Megatron-Core ring attention through "
+                   f"TransformerEngine): {m.seq_len // par.cp} tokens per rank (2·cp chunks, "
+                   "causal load balancing); attention in cp steps, each overlapped with the P2P "
+                   "exchange of a KV block (backward: KV and dK/dV) around the CP ring, costed "
+                   "as one ring all-gather step; DP gradients reduced over DP×CP "
+                   f"({par.dp_cp} ranks); activations ÷ cp")
+    if par.dp_cp > 1 and not par.zero:
         kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
         if par.overlap_grad_reduce:
-            out.append(f"DP gradient {kind} per Megatron DDP bucket (≥ {bucket_params(par.dp):,} "
+            limit = bucket_params(par.dp_cp)
+            out.append(f"DP gradient {kind} per Megatron DDP bucket (≥ {limit:,} "
                        "parameters, in backward order, per model chunk; embedding and output "
                        "layer in buckets of their own), non-blocking, issued in the last "
                        "microbatch's backward; the optimizer waits for them")
@@ -246,7 +266,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             out.append("distributed optimizer: parameter all-gather (2 bytes/parameter) after "
                        "the optimizer step, not overlapped with the next iteration")
     out.append("optimizer: Adam, memory-bound (30 bytes per updated parameter + gradient norm "
-               "and buffer zeroing)" + ("; distributed over DP" if par.distributed_optimizer
+               "and buffer zeroing)" + ("; distributed over DP" if par.shards_optimizer
                                         else ""))
     if isinstance(optimizer, ShampooPlan):
         out.append(f"Shampoo: {len(optimizer.layer_blocks)} preconditioned blocks per layer; "
@@ -258,10 +278,57 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         out.append("tied embeddings: the first/last-stage embedding-gradient all-reduce is not "
                    "modelled (no such process group in the engine)")
     if m.moe is not None:
-        out.append("MoE: balanced routing (no token dropping), experts TP-sharded, all-to-all "
-                   "dispatch/combine in the EP group, expert gradients synced in DP_EP")
+        me = m.moe
+        load = moe_load_factor(par)
+        routing = ("balanced routing" if load == 1.0 else
+                   f"the busiest GPU's experts get {load:g}x the balanced tokens (load imbalance "
+                   f"{par.moe_load_imbalance:g}"
+                   + (f", capacity factor {par.moe_capacity_factor:g}"
+                      if par.moe_capacity_factor is not None else "") + ")")
+        out.append(
+            f"MoE ({me.experts} experts of {me.expert_ffn_hidden}, top-{me.top_k}"
+            + (f", {me.shared_experts} shared" if me.shared_experts else "")
+            + (f", first {me.dense_layers} layers dense" if me.dense_layers else "")
+            + f"): {routing}; "
+            + ("dropless" if par.moe_capacity_factor is None else "tokens beyond capacity "
+               "dropped")
+            + "; experts TP-sharded (expert tensor parallelism = TP); dispatch and combine "
+            "all-to-alls of n·top_k·h·2 bytes (× the load factor) in the EP group, flat (no "
+            "hierarchical NVLink/RDMA split); expert gradients synced in DP_EP")
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
                "bytes), CPU launch overheads, memory allocator effects")
     mf = model_flops_per_iteration(m, par.global_batch)
     out.append(f"model FLOPs per iteration (for MFU): {mf:.4e} (vocab {m.vocab}, unpadded)")
     return out
+
+
+def _split_note(m: ModelSpec, par: ParallelConfig) -> str:
+    """How the layers are split over the stages (printed whenever the split is uneven)."""
+    counts = virtual_stage_layers(m.layers, par.pp, par.vpp, par.split)
+    if not par.split.uneven:
+        return f"{counts[0]} layers per model chunk"
+    sp = par.split
+    how = ", ".join(x for x in (
+        f"first stage {sp.first_stage_layers}" if sp.first_stage_layers is not None else "",
+        f"last stage {sp.last_stage_layers}" if sp.last_stage_layers is not None else "",
+        "embedding counted as a layer" if sp.account_for_embedding else "",
+        "loss counted as a layer" if sp.account_for_loss else "") if x)
+    per_stage = stage_layer_counts(counts, par.pp)
+    return (f"uneven pipeline split ({how}; Megatron-Core rules): transformer layers per stage "
+            f"{'/'.join(map(str, per_stage))}")
+
+
+def _zero_note(par: ParallelConfig) -> str:
+    name = "PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics)" if par.fsdp else (
+        f"DeepSpeed ZeRO stage {par.zero}")
+    what = {1: "optimizer state", 2: "optimizer state and gradients",
+            3: "optimizer state, gradients and parameters"}[par.zero]
+    comm = {1: "gradients reduce-scattered in the last microbatch's backward (bucketed), "
+               "parameters all-gathered after the step",
+            2: "gradients reduce-scattered in every microbatch's backward (bucketed), "
+               "parameters all-gathered after the step",
+            3: "each unit (transformer layer, embedding, output rows) all-gathered before its "
+               "forward and again before its backward, one unit ahead on a stream of its own, "
+               "its gradients reduce-scattered after its backward in every microbatch"}[par.zero]
+    return (f"{name}: {what} sharded over the {par.dp_cp} DP ranks; 16-bit parameters and "
+            f"gradients on the wire; {comm} (docs/models.md)")

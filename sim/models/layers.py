@@ -10,7 +10,10 @@ bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.comm import CollKind
+from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.dims import (
     Dims,
     linear_params,
@@ -19,7 +22,7 @@ from sim.models.dims import (
     tp_enter,
     tp_exit,
 )
-from sim.models.moe import moe_mlp_items
+from sim.models.moe import moe_load_factor, moe_mlp_items
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import MASK_BYTES as K
 from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
@@ -99,7 +102,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
     n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
     qkv_out = h + 2 * dm.kvh
-    core_f, core_b = attention_core(par, dm)
+    core_f, core_b = attention_core(par, dm) if dm.cp == 1 else ((), ())
     bda1_f, bda1_b = bda_ops("attn_bda", dm)
     bda2_f, bda2_b = bda_ops("mlp_bda", dm)
     items: list[Block | Conj] = [
@@ -110,6 +113,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
               ig=core_b + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
               wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
               params=linear_params(model, h, qkv_out, t, True)),
+        *(ring_attention_blocks(dm) if dm.cp > 1 else ()),
         sp_regather(dm),
         Block("attn_proj",
               fwd=(gemm("proj", n, h // t, h, eg),),
@@ -121,12 +125,18 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f)
     mlp_norm.ig = mlp_norm.ig + bda1_b
     items.append(mlp_norm)
-    if model.moe is None:
+    if model.moe is None or index < model.moe.dense_layers:
         items += _dense_mlp(model, dm)
     else:
-        items += moe_mlp_items(model, dm)
+        if model.moe.shared_experts:  # Megatron-Core SharedExpertMLP: a TP-split dense MLP
+            fs = model.moe.shared_experts * model.moe.expert_ffn_hidden
+            sdm = replace(dm, f=fs, f1=2 * fs if model.gated_mlp else fs)
+            items += _dense_mlp(model, sdm, "shared_")
+        items += moe_mlp_items(model, dm, moe_load_factor(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     rows = rows_from_items(items)
+    if dm.cp > 1:
+        attach_ring_exchanges(rows, dm)
     if par.recompute == "full":
         rows += recompute_rows(rows)
     for r in rows:
@@ -135,7 +145,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     return rows
 
 
-def _dense_mlp(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
+def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "") -> list[Block | Conj]:
     """fc1 (column-parallel) → GeLU/SwiGLU → fc2 (row-parallel). Activation kernel: GeLU reads
     and writes n·f/t (2A), its backward reads x and dy, writes dx (3A); SwiGLU reads 2f and
     writes f (3A), backward reads 2f and df, writes 2f (5A)."""
@@ -145,7 +155,7 @@ def _dense_mlp(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
     e = n * f // t
     return [
         tp_enter(dm),
-        Block("mlp_fc1",
+        Block(prefix + "mlp_fc1",
               fwd=(gemm("fc1", n, h, f1 // t, eg),
                    elementwise("mlp_act", act_f * A * e, f"{act}_fwd", (n, f // t))),
               ig=(elementwise("mlp_act_grad", act_b * A * e, f"{act}_bwd", (n, f // t)),
@@ -153,7 +163,7 @@ def _dense_mlp(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
               wg=(wgrad("fc1_wgrad", n, h, f1 // t, eg),),
               params=linear_params(model, h, f1, t, True)),
         sp_regather(dm),
-        Block("mlp_fc2",
+        Block(prefix + "mlp_fc2",
               fwd=(gemm("fc2", n, f // t, h, eg),),
               ig=(gemm("fc2_dgrad", n, h, f // t, eg),),
               wg=(wgrad("fc2_wgrad", n, f // t, h, eg),),

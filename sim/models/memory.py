@@ -27,12 +27,16 @@ interleaved first stage.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from sim.models.generator import PARAM_BYTES, grad_bytes
+from sim.models.moe import moe_load_factor
 from sim.models.parallel import ParallelConfig
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.spec import ModelSpec
+from sim.models.zero import units as zero_units
+from sim.models.zero import zero_state_bytes
 from sim.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
 
@@ -83,7 +87,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
                            ) -> int:
     """Activation bytes one transformer layer keeps for backward, per GPU and microbatch."""
     rc = par.recompute if recompute is None else recompute
-    s, b, h, t = model.seq_len, par.micro_batch, model.hidden, par.tp
+    s, b, h, t = model.seq_len // par.cp, par.micro_batch, model.hidden, par.tp
     sp = par.sp
     sbh = s * b * h
     if rc == "full":
@@ -97,11 +101,18 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
         replicated = 10 * sbh
         split += sb * (2 * f1 + 2 * f)
     else:
-        k = model.moe.top_k
+        me = model.moe
+        k = me.top_k
+        fe = me.expert_ffn_hidden
+        fe1 = 2 * fe if model.gated_mlp else fe
+        load = moe_load_factor(par)
         # dense part of the residual stream as for GPT; the expert input is gathered across
-        # TP (stored at full size); expert activations for n·top_k token copies
-        replicated = 8 * sbh + 2 * k * sbh
-        split += k * sb * (2 * f1 + 2 * f)
+        # TP (stored at full size); expert activations for the busiest GPU's token copies
+        # (n·top_k·load); shared experts as a dense MLP of shared·fe
+        replicated = 8 * sbh + math.ceil(2 * k * load * sbh)
+        split += math.ceil(k * load * sb * (2 * fe1 + 2 * fe))
+        fs = me.shared_experts * fe
+        split += sb * (2 * (2 * fs if model.gated_mlp else fs) + 2 * fs)
     total = replicated // (t if sp else 1) + split // t
     if rc != "selective" and not par.fused_attention:
         total += 5 * model.heads * s * s * b // t
@@ -111,7 +122,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
 def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], int]:
     """Activation bytes per microbatch of each chunk of ``st``, and the extra one-off bytes."""
     model, par = plan.model, plan.par
-    s, b, h, t = model.seq_len, par.micro_batch, model.hidden, par.tp
+    s, b, h, t = model.seq_len // par.cp, par.micro_batch, model.hidden, par.tp
     div = t if par.sp else 1
     per_layer = layer_activation_bytes(model, par)
     p, v = par.pp, par.vpp
@@ -131,13 +142,17 @@ def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], 
 def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
     """Peak of Σ_chunks live microbatches × bytes per microbatch over the op order ``ops``
     (:class:`~sim.schedules.ScheduleOp`), and the peak number of live (microbatch, chunk)
-    activation sets (``min(p − r, M)`` for 1F1B)."""
+    activation sets (``min(p − r, M)`` for 1F1B). With separate weight-gradient passes (``W``
+    ops, ZB-H1) a microbatch's activations are counted live until its ``W``: conservative, as
+    W needs only the inputs of the linear layers and the output gradients (``min(p, M)`` on
+    every stage of ZB-H1, the same peak as 1F1B's first stage)."""
     peak = cur = live = peak_live = 0
+    release = "W" if any(op.kind == "W" for op in ops) else "B"
     for op in ops:
         if op.kind == "F":
             live += 1
             cur += units[op.chunk]
-        else:
+        elif op.kind == release:
             live -= 1
             cur -= units[op.chunk]
         peak = max(peak, cur)
@@ -158,12 +173,16 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         dense, expert = st.params, st.expert_params
         params = dense + expert
         if par.distributed_optimizer:
-            opt = 12 * (-(-dense // par.dp) + -(-expert // (par.dp // par.ep)))
+            opt = 12 * (-(-dense // par.dp_cp) + -(-expert // (par.dp_cp // par.ep)))
         else:
             opt = 12 * params
+        weights, grads = PARAM_BYTES * params, g * params
+        if par.zero:
+            largest = max((u[2] for rows in st.chunks for u in zero_units(rows)), default=0)
+            weights, grads, opt = zero_state_bytes(par, params, largest)
         units, extra = _stage_activation_units(plan, st)
         act, mb = inflight_activation_bytes(units, table[st.stage])
-        stages.append(StageMemory(st.stage, PARAM_BYTES * params, g * params, opt, act + extra,
+        stages.append(StageMemory(st.stage, weights, grads, opt, act + extra,
                                   reserved_bytes, mb))
     capacity = int(gpu.hbm_GB * 1e9)
     peak = max(stages, key=lambda x: (x.total_bytes, -x.stage))
@@ -177,7 +196,12 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
               f"{capacity / gb:.1f} GB of {gpu.name} ({detail})")
     notes = [
         f"memory: 16-bit weights, {g}-byte gradients, Adam 12 bytes/parameter"
-        + (" ÷ dp (distributed optimizer)" if par.distributed_optimizer else ""),
+        + (" ÷ dp (distributed optimizer)" if par.distributed_optimizer else "")
+        if not par.zero else
+        f"memory (ZeRO stage {par.zero}, Rajbhandari et al. 2020): 16-bit weights"
+        + (" ÷ dp plus the full parameters of two units (running and prefetched)"
+           if par.zero >= 3 else "") + ", 16-bit gradients" + (" ÷ dp" if par.zero >= 2 else "")
+        + ", Adam 12 bytes/parameter ÷ dp",
         "activations per Korthikanti et al. (34sbh + 5as²b per layer, ÷ t with TP/SP, "
         "recompute-dependent), microbatches in flight from the exact schedule",
         f"reserved {reserved_bytes / gb:g} GB per GPU (CUDA context, workspaces); no allocator "

@@ -1,8 +1,12 @@
 """Mixture-of-experts MLP rows (Megatron-Core ``MoELayer`` with the all-to-all dispatcher).
 
-Assumptions (stated in every generated program): routing is perfectly balanced (each expert
-receives ``n·top_k/experts`` tokens of a microbatch, no capacity dropping); expert weights are
-split by the tensor-parallel size like the dense MLP; the router is replicated.
+Assumptions (stated in every generated program): routing is balanced up to the stated load
+factor (:func:`moe_load_factor`: the busiest GPU's experts receive ``load × n·top_k/experts``
+tokens per expert; dropless unless a capacity factor caps it); the busiest GPU is the one
+simulated (every EP peer waits for it at the all-to-alls); expert weights are split by the
+tensor-parallel size like the dense MLP (expert tensor parallelism = TP); the router is
+replicated; shared experts (``moe.shared_experts``) run as a TP-split dense MLP before the
+router; the first ``moe.dense_layers`` layers are dense.
 Per GPU and microbatch, with ``nt`` residual-stream tokens (``n/t`` with SP) and ``E_l =
 experts/ep`` local experts:
 
@@ -16,10 +20,13 @@ experts/ep`` local experts:
 
 from __future__ import annotations
 
+import math
+
 from sim.comm import CollKind, Comm, GroupKind
 from sim.models.dims import Dims, linear_params, tp_enter, tp_exit
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import Op, OpKind, elementwise, gemm, wgrad
+from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj
 from sim.models.spec import ModelSpec
 
@@ -35,14 +42,28 @@ def grouped_gemm(name: str, m_total: int, k: int, n: int, count: int, eg: int,
     return Op(name, OpKind.GEMM, flops, nbytes, count=count)
 
 
-def moe_mlp_items(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
-    """Blocks and operators of an MoE MLP (see the module docstring)."""
+def moe_load_factor(par: ParallelConfig) -> float:
+    """Token copies the busiest GPU's experts process ÷ the balanced share: the stated load
+    imbalance (``--moe-load-imbalance``, 1 = perfectly balanced), capped by the capacity factor
+    when tokens beyond capacity are dropped (``--moe-expert-capacity-factor``)."""
+    f = par.moe_load_imbalance
+    if par.moe_capacity_factor is not None:
+        f = min(f, par.moe_capacity_factor)
+    return f
+
+
+def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0) -> list[Block | Conj]:
+    """Blocks and operators of an MoE MLP (see the module docstring); ``load``:
+    :func:`moe_load_factor`."""
     assert model.moe is not None
     n_exp, k = model.moe.experts, model.moe.top_k
     local = n_exp // dm.ep
-    h, t, eg, f, f1 = dm.h, dm.t, dm.eg, dm.f, dm.f1
+    h, t, eg = dm.h, dm.t, dm.eg
+    f = model.moe.expert_ffn_hidden
+    f1 = 2 * f if model.gated_mlp else f
     routed = dm.nt * k  # token copies leaving this GPU
-    m = dm.n * k  # token copies processed by this GPU's expert shards
+    m = math.ceil(dm.n * k * load)  # token copies processed by this GPU's expert shards
+    arriving = math.ceil(routed * load)  # token copies the busiest GPU receives
     act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
     e = m * f // t
     items: list[Block | Conj] = [
@@ -58,7 +79,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims) -> list[Block | Conj]:
     ]
     a2a = Conj()
     if dm.ep > 1:
-        c = Comm(CollKind.ALLTOALL, GroupKind.EP, routed * h * A, blocking=True)
+        c = Comm(CollKind.ALLTOALL, GroupKind.EP, arriving * h * A, blocking=True)
         a2a = Conj(c, c)
     fc1_params = local * linear_params(model, h, f1, t, True)
     fc2_params = local * linear_params(model, f, h, t, False)

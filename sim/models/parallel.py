@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from sim.errors import UsageError
 from sim.layout import Layout
 from sim.models.spec import ModelSpec
-from sim.schedules import check_interleaved
+from sim.models.split import PipelineSplit, virtual_stage_layers
+from sim.schedules import SCHEDULES, check_interleaved, check_zero_bubble
 
 RECOMPUTE = ("none", "selective", "full")
 #: Megatron-Core's ``--attention-backend`` values; ``auto`` is what Megatron-Core picks on
 #: current GPUs (Transformer Engine's fused cuDNN kernel), ``local`` is not modelled
 ATTENTION_BACKENDS = ("flash", "fused", "unfused", "auto")
 DTYPES = ("bf16", "fp16", "fp8")
+#: the default pipeline split: layers spread evenly over the stages
+EVEN_SPLIT = PipelineSplit()
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,11 @@ class Training:
     empty: ``flash`` with ``flash_attention``, else ``unfused``. ``global_batch`` ``None``: not
     chosen yet (``simrun --model`` derives it from the microbatches; :func:`validate` refuses
     it).
+    ``split``: Megatron-Core's uneven pipeline split (:mod:`sim.models.split`). ``fsdp``:
+    PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics; :mod:`sim.models.zero`).
+    ``moe_load_imbalance``: tokens of the busiest expert GPU ÷ the balanced share (≥ 1);
+    ``moe_capacity_factor``: Megatron's ``--moe-expert-capacity-factor`` (``None``:
+    dropless); :mod:`sim.models.moe`.
     """
 
     global_batch: int | None = None
@@ -44,6 +52,10 @@ class Training:
     flash_attention: bool = False
     overlap_grad_reduce: bool = True
     attention_backend: str = ""
+    split: PipelineSplit = EVEN_SPLIT
+    fsdp: bool = False
+    moe_load_imbalance: float = 1.0
+    moe_capacity_factor: float | None = None
 
     @property
     def backend(self) -> str:
@@ -61,6 +73,12 @@ def _part(part: str, name: str) -> property:
     """A read-only view of ``self.<part>.<name>`` (the data lives in one place)."""
     return property(lambda self: getattr(getattr(self, part), name),
                     doc=f"``{part}.{name}``")
+
+
+def fields_of(obj) -> dict:
+    """A dataclass's fields by name, one level deep (nested dataclasses kept as they are,
+    unlike :func:`dataclasses.asdict`)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def _microbatches(global_batch, micro_batch, dp) -> int:
@@ -90,14 +108,19 @@ class ParallelConfig:
                  recompute: str = "none", dtype: str = "bf16",
                  distributed_optimizer: bool = False, schedule: str | None = None,
                  microbatch_group_size: int | None = None, flash_attention: bool = False,
-                 overlap_grad_reduce: bool = True, attention_backend: str = "") -> None:
+                 overlap_grad_reduce: bool = True, attention_backend: str = "",
+                 split: PipelineSplit = EVEN_SPLIT, cp: int = 1, zero: int = 0,
+                 fsdp: bool = False, moe_load_imbalance: float = 1.0,
+                 moe_capacity_factor: float | None = None) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
                             flash_attention=flash_attention,
                             overlap_grad_reduce=overlap_grad_reduce,
-                            attention_backend=attention_backend)
-        layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp,
+                            attention_backend=attention_backend, split=split, fsdp=fsdp,
+                            moe_load_imbalance=moe_load_imbalance,
+                            moe_capacity_factor=moe_capacity_factor)
+        layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
                         schedule=schedule, microbatch_group_size=microbatch_group_size)
         object.__setattr__(self, "layout", layout)
@@ -108,8 +131,9 @@ class ParallelConfig:
         """The config of ``layout`` trained with ``training``; ``layout.microbatches`` must
         be ``global_batch / (micro_batch · dp)``."""
         par = cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
-                  schedule=layout.schedule, microbatch_group_size=layout.microbatch_group_size,
-                  **asdict(training))
+                  cp=layout.cp, zero=layout.zero, schedule=layout.schedule,
+                  microbatch_group_size=layout.microbatch_group_size,
+                  **fields_of(training))
         if par.layout != layout:
             raise UsageError(f"{layout.microbatches} microbatches × micro batch "
                              f"{training.micro_batch} × DP {layout.dp} ≠ global batch "
@@ -124,6 +148,8 @@ class ParallelConfig:
     microbatches = _part("layout", "microbatches")
     schedule = _part("layout", "schedule")
     microbatch_group_size = _part("layout", "microbatch_group_size")
+    cp = _part("layout", "cp")
+    zero = _part("layout", "zero")
     world_size = _part("layout", "world_size")
     schedule_name = _part("layout", "schedule_name")
     global_batch = _part("training", "global_batch")
@@ -137,6 +163,21 @@ class ParallelConfig:
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     fused_attention = _part("training", "fused_attention")
+    split = _part("training", "split")
+    fsdp = _part("training", "fsdp")
+    moe_load_imbalance = _part("training", "moe_load_imbalance")
+    moe_capacity_factor = _part("training", "moe_capacity_factor")
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Optimizer state sharded over DP×CP (distributed optimizer or ZeRO ≥ 1)."""
+        return self.training.distributed_optimizer or self.layout.zero >= 1
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that reduce gradients together (and shard the distributed optimizer): DP×CP,
+        as in Megatron-Core."""
+        return self.layout.dp * self.layout.cp
 
     @property
     def sp(self) -> bool:
@@ -154,19 +195,25 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     """Raise :class:`UsageError` (naming the flag) if ``par`` cannot run ``model`` in Megatron."""
     _check_values(par)
     _check_tensor_parallel(model, par)
-    if model.layers % (par.pp * par.vpp):
-        raise UsageError(
-            f"{model.layers} layers cannot be split evenly into pp·vpp = {par.pp}·{par.vpp} "
-            "model chunks", field="--pp")
+    virtual_stage_layers(model.layers, par.pp, par.vpp, par.split)
     if par.global_batch % (par.micro_batch * par.dp):
         raise UsageError(
             f"global batch {par.global_batch} is not a multiple of micro_batch·dp = "
             f"{par.micro_batch}·{par.dp}", field="--global-batch")
     _check_experts(model, par)
+    check_context_parallel(model, par)
+    check_zero(model, par)
+    _check_moe_options(model, par)
+    _check_schedule(par)
+
+
+def _check_schedule(par: ParallelConfig) -> None:
     schedule = par.schedule_name
-    if schedule not in ("gpipe", "1f1b", "interleaved"):
-        raise UsageError(f"unknown schedule {schedule!r}; choose gpipe, 1f1b or interleaved",
+    if schedule not in SCHEDULES:
+        raise UsageError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}",
                          field="--schedule")
+    if schedule == "zb-h1":
+        check_zero_bubble(par.pp, par.microbatches)
     if schedule == "interleaved":
         check_interleaved(par.pp, par.microbatches, par.vpp, par.microbatch_group_size)
     elif par.vpp != 1:
@@ -176,7 +223,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
 
 def _check_values(par: ParallelConfig) -> None:
     """Sizes are positive integers; recompute and dtype are known names."""
-    for name in ("tp", "pp", "dp", "vpp", "ep", "micro_batch", "global_batch"):
+    for name in ("tp", "pp", "dp", "vpp", "ep", "cp", "micro_batch", "global_batch"):
         value = getattr(par, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"must be a positive integer, got {value!r}", field=_flag(name))
@@ -206,9 +253,10 @@ def _check_tensor_parallel(model: ModelSpec, par: ParallelConfig) -> None:
 
 
 def _check_experts(model: ModelSpec, par: ParallelConfig) -> None:
-    """EP divides DP and the experts of a mixture-of-experts model."""
-    if par.dp % par.ep:
-        raise UsageError(f"expert-parallel size {par.ep} must divide dp {par.dp}", field="--ep")
+    """EP divides DP×CP and the experts of a mixture-of-experts model."""
+    if par.dp_cp % par.ep:
+        raise UsageError(f"expert-parallel size {par.ep} must divide dp {par.dp}"
+                         + (f" × cp {par.cp}" if par.cp > 1 else ""), field="--ep")
     if par.ep > 1:
         if model.moe is None:
             raise UsageError(f"ep={par.ep} needs a mixture-of-experts model", field="--ep")
@@ -228,3 +276,58 @@ def _check_attention(par: ParallelConfig) -> None:
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def check_context_parallel(model: ModelSpec, par: ParallelConfig) -> None:
+    """Megatron-Core's constraints on ``--context-parallel-size``: TransformerEngine's fused
+    attention (simrun: ``--flash-attention``), and a sequence divisible into ``2·cp`` chunks
+    (the causal load balancing), each rank's half divisible by TP with sequence parallelism."""
+    cp = par.cp
+    if cp == 1:
+        return
+    if not par.fused_attention:
+        raise UsageError("context parallelism runs through TransformerEngine's fused attention "
+                         "in Megatron-Core; add --flash-attention", field="--cp")
+    if model.seq_len % (2 * cp):
+        raise UsageError(f"sequence length {model.seq_len} must divide into 2·cp = {2 * cp} "
+                         "chunks (Megatron-Core's causal load balancing)", field="--cp")
+    if par.sp and (model.seq_len // cp) % par.tp:
+        raise UsageError(f"each CP rank's {model.seq_len // cp} tokens must divide by tp "
+                         f"{par.tp} with sequence parallelism", field="--cp")
+
+
+def check_zero(model: ModelSpec, par: ParallelConfig) -> None:
+    """ZeRO/FSDP combinations simrun models (each refusal names what it would take)."""
+    if par.zero not in (0, 1, 2, 3):
+        raise UsageError(f"must be 1, 2 or 3, got {par.zero}", field="--zero")
+    flag = "--fsdp" if par.fsdp else "--zero"
+    if par.fsdp and par.zero != 3:
+        raise UsageError("FSDP FULL_SHARD is ZeRO stage 3; do not combine with another --zero",
+                         field="--fsdp")
+    if par.zero == 0:
+        return
+    if par.distributed_optimizer:
+        raise UsageError("Megatron's distributed optimizer and ZeRO both shard the optimizer; "
+                         "give one", field=flag)
+    if par.zero >= 2 and par.pp > 1:
+        raise UsageError(f"ZeRO stage {par.zero} with pipeline parallelism is not supported "
+                         "(DeepSpeed's pipeline engine allows stage ≤ 1)", field=flag)
+    if par.zero >= 3 and model.moe is not None:
+        raise UsageError("ZeRO-3 of expert parameters is not modelled", field=flag)
+    if not par.overlap_grad_reduce:
+        raise UsageError("--no-overlap-grad-reduce applies to Megatron DDP, not ZeRO",
+                         field=flag)
+
+
+def _check_moe_options(model: ModelSpec, par: ParallelConfig) -> None:
+    given = par.moe_load_imbalance != 1.0 or par.moe_capacity_factor is not None
+    if given and model.moe is None:
+        raise UsageError("applies to mixture-of-experts models",
+                         field="--moe-load-imbalance" if par.moe_load_imbalance != 1.0
+                         else "--moe-expert-capacity-factor")
+    if not 1.0 <= par.moe_load_imbalance <= 64.0:
+        raise UsageError(f"must lie in [1, 64] (busiest GPU's tokens ÷ balanced share), got "
+                         f"{par.moe_load_imbalance}", field="--moe-load-imbalance")
+    cf = par.moe_capacity_factor
+    if cf is not None and not 0.0 < cf <= 64.0:
+        raise UsageError(f"must lie in (0, 64], got {cf}", field="--moe-expert-capacity-factor")

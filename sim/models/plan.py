@@ -3,7 +3,8 @@
 A :class:`ModelPlan` depends only on the model and the parallel layout (no GPU): it is what the
 FLOP, parameter and memory accounting read, and what :func:`sim.models.generate` times.
 Virtual stage ``c·p + r`` (chunk ``c`` of stage ``r``) holds layers
-``[(c·p + r)·L/(p·v), (c·p + r + 1)·L/(p·v))``; the embedding precedes virtual stage 0 and the
+``[(c·p + r)·L/(p·v), (c·p + r + 1)·L/(p·v))`` with the even split (uneven splits:
+:mod:`sim.models.split`); the embedding precedes virtual stage 0 and the
 final norm, output layer and loss follow the last one.
 """
 
@@ -17,6 +18,7 @@ from sim.models.layers import embedding_rows, output_rows, transformer_layer_row
 from sim.models.parallel import ParallelConfig, validate
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
+from sim.models.split import virtual_stage_layers
 
 
 @dataclass
@@ -52,7 +54,7 @@ class ModelPlan:
     def iteration_flops(self) -> tuple[int, int]:
         """(model FLOPs, hardware FLOPs) of one iteration on all GPUs, summed from the
         per-operator accounting: per-GPU FLOPs × TP ranks × DP replicas × microbatches."""
-        mult = self.par.tp * self.par.dp * self.par.microbatches
+        mult = self.par.tp * self.par.dp * self.par.cp * self.par.microbatches
         model = hw = 0
         for st in self.stages:
             for row in st.rows():
@@ -71,14 +73,15 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
                          "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
     dm = Dims.of(model, par)
     p, v = par.pp, par.vpp
-    per_chunk = model.layers // (p * v)
+    counts = virtual_stage_layers(model.layers, p, v, par.split)
+    starts = [sum(counts[:i]) for i in range(p * v)]
     stages = []
     for r in range(p):
         chunks: list[list[Row]] = []
         layer_ids: list[list[int]] = []
         for c in range(v):
             vs = c * p + r
-            ids = list(range(vs * per_chunk, (vs + 1) * per_chunk))
+            ids = list(range(starts[vs], starts[vs] + counts[vs]))
             rows: list[Row] = []
             if vs == 0:
                 rows += embedding_rows(model, dm)

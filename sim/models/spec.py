@@ -28,7 +28,7 @@ YAML schema (unknown keys are rejected)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +42,25 @@ _INT_OPTIONAL = ("ffn_hidden", "kv_heads")
 _BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
 _CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope")}
 _MOE_KEYS = ("experts", "top_k")
+_MOE_OPTIONAL = ("expert_ffn_hidden", "shared_experts", "dense_layers")
 MAX_SIZE = 2**40  # larger sizes are corrupt values (and would overflow float FLOP counts)
 
 
 @dataclass(frozen=True)
 class MoESpec:
-    """Mixture-of-experts MLP: ``experts`` expert MLPs per layer, each token routed to ``top_k``."""
+    """Mixture-of-experts MLP: ``experts`` expert MLPs per layer, each token routed to ``top_k``.
+
+    ``expert_ffn_hidden``: each expert's FFN width (0 → the model's ``ffn_hidden``);
+    ``shared_experts``: experts every token also runs (DeepSeek), each ``expert_ffn_hidden``
+    wide; ``dense_layers``: the first layers keep a dense MLP of ``ffn_hidden`` (DeepSeek-V3's
+    ``first_k_dense_replace``).
+    """
 
     experts: int
     top_k: int
+    expert_ffn_hidden: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        if self.moe is not None and self.moe.expert_ffn_hidden == 0:
+            object.__setattr__(self, "moe", replace(self.moe, expert_ffn_hidden=self.ffn_hidden))
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
 
@@ -184,8 +196,9 @@ def _moe(data: Any, file: str) -> MoESpec:
     if not isinstance(data, dict):
         raise InputError("must be a mapping with experts and top_k", file=file, field="moe")
     for key in data:
-        if key not in _MOE_KEYS:
-            raise InputError(f"unknown key (allowed: {', '.join(_MOE_KEYS)})", file=file,
+        if key not in _MOE_KEYS + _MOE_OPTIONAL:
+            raise InputError(f"unknown key (allowed: {', '.join(_MOE_KEYS + _MOE_OPTIONAL)})",
+                             file=file,
                              field=f"moe.{show(key) if not isinstance(key, str) else key[:60]}")
     for key in _MOE_KEYS:
         if key not in data:
@@ -197,13 +210,26 @@ def _moe(data: Any, file: str) -> MoESpec:
     if top_k > experts:
         raise InputError(f"must be ≤ experts ({experts}), got {top_k}", file=file,
                          field="moe.top_k")
-    return MoESpec(experts=experts, top_k=top_k)
+    extra = {}
+    for key in ("expert_ffn_hidden", "dense_layers"):
+        if key in data:
+            extra[key] = _positive_int(data[key], file, f"moe.{key}")
+    if "shared_experts" in data:
+        v = data["shared_experts"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 64:
+            raise InputError(f"must be an integer in 0..64, got {show(v)}", file=file,
+                             field="moe.shared_experts")
+        extra["shared_experts"] = v
+    return MoESpec(experts=experts, top_k=top_k, **extra)
 
 
 def _check_consistency(spec: ModelSpec, file: str) -> None:
     if spec.layers > MAX_LAYERS:  # checked before anything is generated (sim/limits.py)
         raise InputError(f"{spec.layers:,} layers exceed simrun's work budget: at most "
                          f"{MAX_LAYERS:,} layers per model", file=file, field="layers")
+    if spec.moe is not None and spec.moe.dense_layers >= spec.layers:
+        raise InputError(f"must be below the {spec.layers} layers, got {spec.moe.dense_layers}",
+                         file=file, field="moe.dense_layers")
     if spec.hidden % spec.heads:
         raise InputError(f"hidden {spec.hidden} is not divisible by heads {spec.heads}",
                          file=file, field="heads")

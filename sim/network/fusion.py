@@ -54,7 +54,7 @@ class FusionQuery:
         return self.tuner.plan(kind, algorithm, ranks)
 
 
-_COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP)
+_COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP, GroupKind.CP)
 _RING_FAMILY = ("ring", "tree", "hierarchical")
 _A2A = (CollKind.ALLTOALL, "direct")
 

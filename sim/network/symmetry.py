@@ -89,9 +89,10 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
         return s0 + d[:, None] * sd + t[None, :] * st
     if group is GroupKind.DP:
         return s0 + t[:, None] * st + d[None, :] * sd
-    if group is GroupKind.EP:
-        starts = (t[:, None] * st + np.arange(0, pl.dp, ep)[None, :] * sd).reshape(-1)
-        return s0 + starts[:, None] + np.arange(ep)[None, :] * sd
+    if group in (GroupKind.EP, GroupKind.CP):  # blocks of consecutive DP indices
+        k = ep if group is GroupKind.EP else pl.cp
+        starts = (t[:, None] * st + np.arange(0, pl.dp, k)[None, :] * sd).reshape(-1)
+        return s0 + starts[:, None] + np.arange(k)[None, :] * sd
     starts = (t[:, None] * st + np.arange(ep)[None, :] * sd).reshape(-1)  # DP_EP
     return s0 + starts[:, None] + (np.arange(pl.dp // ep) * ep)[None, :] * sd
 

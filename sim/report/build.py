@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim import __version__
+from sim.comm import GroupKind
 from sim.engine.critical import summarize
 from sim.engine.result import GROUPS, SimResult
 from sim.schedules import ideal_bubble_fraction
@@ -33,7 +34,8 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
     it = result.iteration_ns
     stages, fractions = _stage_rows(result)
     ideal = ideal_bubble_fraction(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
-    formula = "(p-1)/(v*M)" if prog.schedule == "interleaved" else "(p-1)/M"
+    formula = {"interleaved": "(p-1)/(v*M)", "zb-h1": "(p-1)/(3M) if F=B=W"}.get(prog.schedule,
+                                                                            "(p-1)/M")
     layer_list = _layer_rows(result)
     assumptions = list(prog.assumptions) + list(result.network_notes) + list(
         extra_assumptions or [])
@@ -52,8 +54,8 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         "microbatches": prog.microbatches,
         "virtual_pipeline_size": prog.vpp,
         "schedule": prog.schedule,
-        "parallelism": {"tp": prog.tp, "pp": prog.pp, "dp": prog.dp, "ep": prog.ep,
-                        "world_size": prog.world_size},
+        "parallelism": {"tp": prog.tp, "pp": prog.pp, "dp": prog.dp // prog.cp, "ep": prog.ep,
+                        "world_size": prog.world_size, **({"cp": prog.cp} if prog.cp > 1 else {})},
         "pp_message_bytes": prog.pp_bytes,
         "simulation": {"mode": mode.split(":")[0],
                        "simulated_ranks": len(result.ranks), "events": result.events},
@@ -81,7 +83,8 @@ def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:
             "rank": st.rank,
             "compute_s": _s(st.compute_ns),
             "optimizer_s": _s(st.optimizer_ns),
-            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS},
+            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS
+                               if g is not GroupKind.CP or result.program.cp > 1},
             "bubble_s": _s(st.bubble_ns),
             "bubble_fraction": frac,
             "finish_time_s": _s(st.end_ns),

@@ -93,7 +93,8 @@ def format_report(rep: dict[str, Any], *, max_layers: int = 20) -> str:
     """Render the report dict as aligned text tables."""
     par = rep["parallelism"]
     lines = [f"simrun {rep['simrun_version']}: {rep['workload']} on {rep['topology']}",
-             f"layout: TP {par['tp']} x PP {par['pp']} x DP {par['dp']} = {par['world_size']} "
+             f"layout: TP {par['tp']} x PP {par['pp']} x DP {par['dp']}"
+             + (f" x CP {par['cp']}" if "cp" in par else "") + f" = {par['world_size']} "
              f"GPUs (EP {par['ep']}); schedule {rep['schedule']}, {rep['microbatches']} "
              "microbatches" + (f", {rep['virtual_pipeline_size']} chunks per stage"
                                if rep["virtual_pipeline_size"] > 1 else ""),

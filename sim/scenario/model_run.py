@@ -1,6 +1,6 @@
 """Model-driven runs: a model spec + requested layout + training → config, memory, program.
 
-``DP`` defaults to ``GPUs / (TP·PP)`` with ``GPUs`` = the requested GPUs or all GPUs of the
+``DP`` defaults to ``GPUs / (TP·PP·CP)`` with ``GPUs`` = the requested GPUs or all GPUs of the
 topology. The requested microbatches, when given, must equal ``global_batch / (micro_batch ·
 DP)``; with them the global batch may be left out.
 """
@@ -54,18 +54,21 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
                     num_gpus: int) -> ParallelConfig:
     """The :class:`ParallelConfig` ``request`` asks for on a cluster of ``num_gpus`` GPUs;
     raises :class:`UsageError` naming the flag for inconsistent or invalid choices."""
-    tp, pp = request.tp or 1, request.pp or 1
+    tp, pp, cp = request.tp or 1, request.pp or 1, request.cp or 1
     gpus = request.gpus or num_gpus
     if request.dp is None:
-        if gpus % (tp * pp):
-            raise UsageError(f"{gpus} GPUs are not a multiple of TP·PP = {tp}·{pp}; give --dp "
-                             "or --gpus", field="--dp")
-        dp = gpus // (tp * pp)
+        if gpus % (tp * pp * cp):
+            what = f"TP·PP = {tp}·{pp}" if cp == 1 else f"TP·PP·CP = {tp}·{pp}·{cp}"
+            raise UsageError(f"{gpus} GPUs are not a multiple of {what}; give --dp or --gpus",
+                             field="--dp")
+        dp = gpus // (tp * pp * cp)
     else:
         dp = request.dp
-        if request.gpus and tp * pp * dp != request.gpus:
-            raise UsageError(f"TP·PP·DP = {tp}·{pp}·{dp} = {tp * pp * dp} but --gpus is "
-                             f"{request.gpus}", field="--dp")
+        if request.gpus and tp * pp * dp * cp != request.gpus:
+            what = (f"TP·PP·DP = {tp}·{pp}·{dp}" if cp == 1
+                    else f"TP·PP·DP·CP = {tp}·{pp}·{dp}·{cp}")
+            raise UsageError(f"{what} = {tp * pp * dp * cp} but --gpus is {request.gpus}",
+                             field="--dp")
     b = training.micro_batch
     gb = training.global_batch
     m = request.microbatches
@@ -77,8 +80,9 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
     elif m and m * b * dp != gb:
         raise UsageError(f"{m} microbatches × micro batch {b} × DP {dp} = {m * b * dp} "
                          f"sequences, but --global-batch is {gb}", field="--microbatches")
-    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=request.vpp or 1,
-                    microbatches=gb // (b * dp), schedule=request.schedule,
+    zero = request.zero or (3 if training.fsdp else 0)  # FSDP FULL_SHARD: ZeRO-3 semantics
+    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=request.vpp or 1, cp=cp,
+                    zero=zero, microbatches=gb // (b * dp), schedule=request.schedule,
                     microbatch_group_size=request.microbatch_group_size)
     par = ParallelConfig.of(layout, replace(training, global_batch=gb))
     validate(model, par)

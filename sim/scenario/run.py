@@ -16,6 +16,7 @@ from typing import Any
 # may stand in for them)
 from sim import engine, report
 from sim.engine.result import SimResult
+from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
 from sim.layout import LayoutRequest
 from sim.models.compute_setup import (
@@ -45,6 +46,7 @@ from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs, write_figures
 from sim.watchdog import simulate_watched
 from sim.workload import stages
+from sim.workload.deepspeed import read_as_zero
 from sim.workload.program import PipelineProgram
 from sim.workload.registry import read_workload
 
@@ -71,21 +73,29 @@ def network_of(topology: Topology, opts: NetworkOptions):
 
 def placement_of(program: PipelineProgram, order: str) -> Placement:
     """Ranks of ``program``'s layout on GPUs in ``order`` (fastest dimension first)."""
-    return Placement(program.tp, program.dp, program.pp, program.ep, order)
+    return Placement(program.tp, program.dp, program.pp, program.ep, order, cp=program.cp)
 
 
 def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topology,
                      compute: ComputeOptions | None = None) -> PipelineProgram:
     """The per-stage programs of a workload file under the requested layout; compute times
-    measured on another GPU are scaled or refused (:func:`source_compute_scale`)."""
+    measured on another GPU are scaled or refused (:func:`source_compute_scale`).
+    ``request.zero``: a DeepSpeed ZeRO file's collectives read as that stage's; ``request.cp``
+    must be 1."""
+    if request.cp not in (None, 1):
+        raise UsageError("applies to --model runs (a workload file fixes its rows)",
+                         field="--context-parallel-size")
     w = read_workload(wl.path, wl.format, bytes_per_element=wl.bytes_per_element,
                       backward_ratio=wl.missing_backward_ratio)
     w = _on_topology_gpu(w, topology, compute or ComputeOptions())
-    return stages.build_program(w, stages.LayoutOptions(
+    prog = stages.build_program(w, stages.LayoutOptions(
         tp=request.tp, pp=request.pp, ep=request.ep, vpp=request.vpp,
         microbatches=request.microbatches, all_gpus=request.gpus, schedule=request.schedule,
         pp_comm_bytes=wl.pp_comm_bytes, row_placement=wl.row_placement,
         microbatch_group_size=request.microbatch_group_size, default_gpus=topology.num_gpus))
+    if request.zero:  # a DeepSpeed ZeRO file's collectives read as ZeRO's (sim.workload.deepspeed)
+        prog = read_as_zero(prog, request.zero)
+    return prog
 
 
 def _on_topology_gpu(w, topology: Topology, opts: ComputeOptions):

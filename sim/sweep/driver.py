@@ -50,6 +50,9 @@ class SweepOptions:
     vpp: tuple[int, ...] = (1,)
     micro_batch: tuple[int, ...] = (1,)
     ep: tuple[int, ...] = (1,)
+    cp: tuple[int, ...] = (1,)
+    zero: tuple[int, ...] = (0,)
+    schedule: tuple[str, ...] = ("",)
     nodes: int | None = None
     network: NetworkOptions = field(default_factory=NetworkOptions)
     placement: str = "tp-dp-pp"
@@ -87,9 +90,12 @@ def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
 def _training_settings(training: Training) -> dict[str, Any]:
     """The shared training options as recorded in the settings: without the micro batch (it
     varies per layout; each row has it) and without an unset attention backend (sweeps recorded
-    before it existed still resume)."""
+    before it existed still resume; likewise the split, FSDP and MoE routing options at their
+    defaults, which a sweep does not vary)."""
+    later = {"attention_backend": "", "split": asdict(Training().split), "fsdp": False,
+             "moe_load_imbalance": 1.0, "moe_capacity_factor": None}
     return {k: v for k, v in asdict(training).items()
-            if k != "micro_batch" and not (k == "attention_backend" and not v)}
+            if k != "micro_batch" and not (k in later and v == later[k])}
 
 
 def run_sweep(opts: SweepOptions) -> int:
@@ -104,7 +110,8 @@ def run_sweep(opts: SweepOptions) -> int:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
                          "--nodes", field="--gpus")
     space = Space(gpus=gpus, tp=opts.tp, pp=opts.pp, vpp=opts.vpp,
-                  micro_batch=opts.micro_batch, ep=opts.ep)
+                  micro_batch=opts.micro_batch, ep=opts.ep, cp=opts.cp, zero=opts.zero,
+                  schedule=opts.schedule)
     layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node)
     if not layouts:
         why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])

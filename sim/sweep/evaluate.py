@@ -34,8 +34,13 @@ class SweepContext:
 
 
 def base_row(layout: SweepPoint) -> dict[str, Any]:
-    return {"layout": layout.key, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
-            "vpp": layout.vpp, "ep": layout.ep, "micro_batch": layout.micro_batch}
+    row = {"layout": layout.key, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
+           "vpp": layout.vpp, "ep": layout.ep, "micro_batch": layout.micro_batch}
+    if layout.cp > 1:  # new dimensions: in the JSON rows when swept (results.csv: the key)
+        row["cp"] = layout.cp
+    if layout.zero:
+        row["zero"] = layout.zero
+    return row
 
 
 def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
@@ -79,7 +84,7 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
         bubble_fraction=rep["bubble_fraction"],
         ideal_bubble_fraction=rep["ideal_bubble_fraction"],
     )
-    for g in GROUPS:
+    for g in GROUPS + (("CP",) if par.cp > 1 else ()):
         out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
     out["events"] = done.result.events
     return out

@@ -1,19 +1,22 @@
-"""The layouts a sweep considers: every valid (TP, PP, DP, VPP, micro batch, EP) on N GPUs.
+"""The layouts a sweep considers: every valid (TP, PP, DP, VPP, micro batch, EP, CP, ZeRO
+stage, schedule) on N GPUs.
 
-A combination is *valid* when ``TP·PP·DP = N`` and Megatron can run it
+A combination is *valid* when ``TP·PP·DP·CP = N`` and Megatron can run it
 (:func:`sim.models.parallel.validate`: TP divides heads, KV heads and FFN; PP·VPP divides the
-layers; micro batch · DP divides the global batch; the interleaved schedule's constraints;
-EP divides DP and the experts). Invalid combinations are not simulated; they are returned with
-the reason so the CLI can say how many were skipped and why. Memory feasibility is decided
+layers; micro batch · DP divides the global batch; the interleaved and zero-bubble schedules'
+constraints; EP divides DP and the experts; CP and ZeRO as for a single run). Invalid
+combinations are not simulated; they are returned with the reason so the CLI can say how many
+were skipped and why. Memory feasibility is decided
 later, per layout (:mod:`sim.sweep.evaluate`), and recorded as a result.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import itertools
+from dataclasses import dataclass, replace
 
 from sim.errors import UsageError
-from sim.models.parallel import ParallelConfig, Training, validate
+from sim.models.parallel import ParallelConfig, Training, fields_of, validate
 from sim.models.spec import ModelSpec
 
 
@@ -28,19 +31,29 @@ class SweepPoint:
     vpp: int = 1
     micro_batch: int = 1
     ep: int = 1
+    cp: int = 1
+    zero: int = 0
+    schedule: str = ""  # "" = the default for vpp (interleaved if vpp > 1, else 1f1b)
 
     @property
     def key(self) -> str:
-        """Canonical string naming the point (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``."""
+        """Canonical string naming the point (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``
+        (``-ep``, ``-cp``, ``-zero`` and the schedule appended when not the default)."""
         return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}-vpp{self.vpp}-mb{self.micro_batch}"
-                + (f"-ep{self.ep}" if self.ep > 1 else ""))
+                + (f"-ep{self.ep}" if self.ep > 1 else "")
+                + (f"-cp{self.cp}" if self.cp > 1 else "")
+                + (f"-zero{self.zero}" if self.zero else "")
+                + (f"-{self.schedule}" if self.schedule else ""))
 
     def config(self, training: Training) -> ParallelConfig:
         """The :class:`ParallelConfig` of this point trained with ``training`` (its micro batch
         replaced by the point's; interleaved schedule when ``vpp > 1``, else 1F1B)."""
         return ParallelConfig(
-            tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep,
-            **asdict(replace(training, micro_batch=self.micro_batch)))
+            tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep, cp=self.cp,
+            zero=self.zero, schedule=self.schedule or None,
+            **fields_of(replace(training, micro_batch=self.micro_batch,
+                                distributed_optimizer=training.distributed_optimizer
+                                and not self.zero)))
 
 
 @dataclass
@@ -53,6 +66,9 @@ class Space:
     vpp: tuple[int, ...] = (1,)
     micro_batch: tuple[int, ...] = (1,)
     ep: tuple[int, ...] = (1,)
+    cp: tuple[int, ...] = (1,)
+    zero: tuple[int, ...] = (0,)
+    schedule: tuple[str, ...] = ("",)
 
 
 def divisors(n: int) -> list[int]:
@@ -75,22 +91,22 @@ def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
     tps, pps = candidates(model, space, gpus_per_node)
     ok: list[SweepPoint] = []
     skipped: list[tuple[str, str]] = []
-    for tp in tps:
-        for pp in pps:
-            if space.gpus % (tp * pp):
-                skipped.append((f"tp{tp}-pp{pp}", f"TP·PP = {tp * pp} does not divide "
-                                                  f"{space.gpus} GPUs"))
+    for tp, pp, cp in itertools.product(tps, pps, sorted(set(space.cp))):
+        if space.gpus % (tp * pp * cp):
+            what = f"tp{tp}-pp{pp}" + (f"-cp{cp}" if cp > 1 else "")
+            skipped.append((what, f"TP·PP{'·CP' if cp > 1 else ''} = {tp * pp * cp} does not "
+                                  f"divide {space.gpus} GPUs"))
+            continue
+        dp = space.gpus // (tp * pp * cp)
+        for vpp, mb, ep, zero, sched in itertools.product(
+                sorted(set(space.vpp)), sorted(set(space.micro_batch)), sorted(set(space.ep)),
+                sorted(set(space.zero)), sorted(set(space.schedule))):
+            lay = SweepPoint(tp, pp, dp, vpp, mb, ep, cp, zero, sched)
+            try:
+                validate(model, lay.config(training))
+            except UsageError as exc:
+                skipped.append((lay.key, exc.message))
                 continue
-            dp = space.gpus // (tp * pp)
-            for vpp in sorted(set(space.vpp)):
-                for mb in sorted(set(space.micro_batch)):
-                    for ep in sorted(set(space.ep)):
-                        lay = SweepPoint(tp, pp, dp, vpp, mb, ep)
-                        try:
-                            validate(model, lay.config(training))
-                        except UsageError as exc:
-                            skipped.append((lay.key, exc.message))
-                            continue
-                        ok.append(lay)
+            ok.append(lay)
     ok.sort(key=lambda x: x.key)
     return ok, skipped

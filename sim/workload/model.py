@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from sim.comm import Comm
+from sim.comm import Comm, GroupKind
 
 
 class PhaseKind(str, Enum):
@@ -23,10 +23,12 @@ class PhaseKind(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """Compute (ns) followed by an optional communication."""
+    """Compute (ns) followed by an optional communication. ``await_group``: first wait for the
+    oldest outstanding prefetched (``Comm.prefetch``) communication of that group."""
 
     compute_ns: int = 0
     comm: Comm | None = None
+    await_group: GroupKind | None = None
 
 
 NO_PHASE = Phase()

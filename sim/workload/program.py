@@ -61,6 +61,8 @@ class PipelineProgram:
 
     ``pp_bytes``: bytes of one activation message between adjacent (virtual) stages per
     microbatch; the gradient sent back has the same size.
+    ``dp``: ranks that hold the same model shard (DP×CP with context parallelism: gradients are
+    reduced over them); ``cp``: context-parallel ranks within them (``sim.placement``).
     ``microbatch_group_size``: Megatron's ``microbatch_group_size_per_vp_stage`` (interleaved
     only; ``None`` = pipeline size).
     """
@@ -77,6 +79,7 @@ class PipelineProgram:
     source: str = ""
     microbatch_group_size: int | None = None
     assumptions: list[str] = field(default_factory=list)
+    cp: int = 1
 
     @classmethod
     def of(cls, layout: Layout, **rest) -> PipelineProgram:

@@ -19,7 +19,7 @@ from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.inputs import INT64_MAX
 from sim.layout import Layout, require_gpus
-from sim.schedules import SCHEDULES, check_interleaved
+from sim.schedules import SCHEDULES, check_interleaved, check_zero_bubble
 from sim.workload.blocks import RowStructure, find_structure, layer_period
 from sim.workload.model import Layer, Phase, PhaseKind, Workload
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
@@ -248,7 +248,9 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
                          f"{sched} (virtual pipeline size {v})", field="--microbatch-group-size")
     if sched == "interleaved":
         check_interleaved(pp, m, v, opts.microbatch_group_size)
-    elif v > 1:
+    elif sched == "zb-h1":
+        check_zero_bubble(pp, m)
+    if sched != "interleaved" and v > 1:
         raise UsageError(f"the {sched} schedule runs one model chunk per stage; got a virtual "
                          f"pipeline size of {v} (use --schedule interleaved or --vpp 1)",
                          field="--schedule")

@@ -1,0 +1,122 @@
+"""How the transformer layers are split over pipeline stages (Megatron-Core's rules).
+
+Even split (the default): ``L / (p·v)`` layers per virtual stage. Megatron-Core also runs two
+kinds of uneven split (``get_num_layers_to_build`` / ``get_transformer_layer_offset`` in
+``megatron/core/transformer/transformer_block.py``):
+
+- ``--decoder-first-pipeline-num-layers N`` / ``--decoder-last-pipeline-num-layers N``: the
+  first / last pipeline stage holds ``N`` layers; the rest are divided evenly over the other
+  stages. With a virtual pipeline every stage's count must be divisible by ``v``.
+- ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``: the
+  embedding / the output layer and loss count as one layer each when dividing
+  ``L (+1) (+1)`` evenly over the ``p·v`` virtual stages, so the first / last virtual stage
+  runs one transformer layer fewer. BLOOM-176B's 70 layers on 12 stages (BigScience, BLOOM
+  paper arXiv:2211.05100 §3.4; docs/models.md) split this way as 5 + 10·6 + 5.
+
+Megatron-Core refuses to combine the two kinds ("Does not support standalone embedding stage
+and standalone loss stage with uneven pp"); so does simrun. Virtual stage ``c·p + r`` is chunk
+``c`` of stage ``r``; layers are numbered along virtual stages in that order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import UsageError
+
+FIRST = "--decoder-first-pipeline-num-layers"
+LAST = "--decoder-last-pipeline-num-layers"
+EMB = "--account-for-embedding-in-pipeline-split"
+LOSS = "--account-for-loss-in-pipeline-split"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSplit:
+    """Megatron-Core's uneven-split options (all off: the even split)."""
+
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
+
+    @property
+    def uneven(self) -> bool:
+        return (self.first_stage_layers is not None or self.last_stage_layers is not None
+                or self.account_for_embedding or self.account_for_loss)
+
+
+def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
+    """Transformer layers of each virtual stage ``c·p + r`` (a list of length ``p·v``).
+
+    Raises :class:`UsageError` naming the flag when Megatron-Core would refuse the split."""
+    first, last = split.first_stage_layers, split.last_stage_layers
+    if first is not None or last is not None:
+        if split.account_for_embedding or split.account_for_loss:
+            raise UsageError("cannot be combined with --decoder-first/last-pipeline-num-layers "
+                             "(Megatron-Core refuses standalone embedding/loss accounting with "
+                             "uneven stages)",
+                             field=EMB if split.account_for_embedding else LOSS)
+        per_stage = _first_last(layers, p, first, last)
+    elif split.account_for_embedding or split.account_for_loss:
+        return _accounted(layers, p, v, split)
+    else:
+        if layers % (p * v):
+            raise UsageError(f"{layers} layers cannot be split evenly into pp·vpp = {p}·{v} "
+                             f"model chunks (uneven splits: {FIRST}, {LAST}, {EMB})",
+                             field="--pp")
+        return [layers // (p * v)] * (p * v)
+    for r, n in enumerate(per_stage):
+        if n % v:
+            flag = FIRST if r == 0 and first is not None else (
+                LAST if r == p - 1 and last is not None else "--vpp")
+            raise UsageError(f"stage {r} has {n} layers, not divisible by the virtual pipeline "
+                             f"size {v}", field=flag)
+    return [per_stage[r] // v for c in range(v) for r in range(p)]
+
+
+def _first_last(layers: int, p: int, first: int | None, last: int | None) -> list[int]:
+    for flag, n in ((FIRST, first), (LAST, last)):
+        if n is not None and n < 1:
+            raise UsageError(f"must be ≥ 1, got {n}", field=flag)
+    if p < 2:
+        raise UsageError("uneven pipeline stages need ≥ 2 stages", field=FIRST if first else LAST)
+    if first is not None and last is not None and p == 2:
+        if first + last != layers:
+            raise UsageError(f"first + last = {first} + {last} must equal the {layers} layers "
+                             "with 2 stages", field=LAST)
+        return [first, last]
+    rest, stages = layers, p
+    for n in (first, last):
+        if n is not None:
+            rest -= n
+            stages -= 1
+    if rest < stages or rest % stages:
+        given = FIRST if first is not None else LAST
+        raise UsageError(f"the {rest} layers left for the {stages} other stages cannot be "
+                         f"split evenly (at least one each)", field=given)
+    mid = rest // stages
+    return [first if first is not None else mid] + [mid] * (p - 2) + [
+        last if last is not None else mid]
+
+
+def _accounted(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
+    total = layers + int(split.account_for_embedding) + int(split.account_for_loss)
+    flag = EMB if split.account_for_embedding else LOSS
+    if total % (p * v):
+        raise UsageError(f"{layers} layers + embedding/loss = {total} cannot be split evenly "
+                         f"into pp·vpp = {p}·{v} virtual stages", field=flag)
+    per = total // (p * v)
+    counts = [per] * (p * v)
+    if split.account_for_embedding:
+        counts[0] -= 1
+    if split.account_for_loss:
+        counts[-1] -= 1
+    if min(counts) < 1 and p * v > 1:
+        raise UsageError(f"a virtual stage would hold no transformer layer ({counts})",
+                         field=flag)
+    return counts
+
+
+def stage_layer_counts(per_virtual: list[int], p: int) -> list[int]:
+    """Layers per pipeline stage (summed over its chunks)."""
+    return [sum(per_virtual[r::p]) for r in range(p)]
