@@ -224,16 +224,16 @@ def table(rows: list[dict[str, Any]], stats: dict[str, float]) -> list[str]:
 
 
 def default_files() -> list[Path]:
-    """``workloads/validation/*.yaml`` under the current directory, else next to the package."""
-    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        files = sorted((root / "workloads" / "validation").glob("*.yaml"))
-        if files:
-            return files
-    return []
+    """The shipped validation files (:mod:`sim.catalog`: package data, or the checkout's
+    ``workloads/validation/``), whatever the current directory."""
+    from sim.catalog import shipped
+
+    return list(shipped("validation").values())
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun validate``; returns the exit code."""
+    from sim.catalog import resolve
     from sim.cli import Parser, positive_int
     from sim.outputs import check_output_paths, is_stdout, write_json
 
@@ -241,15 +241,16 @@ def main(argv: list[str] | None = None) -> int:
                 description="Predict published measured training iterations and print the "
                             "error (times in s per iteration).")
     ap.add_argument("files", nargs="*", metavar="FILE",
-                    help="validation files (default: workloads/validation/*.yaml)")
+                    help="validation files or names of shipped ones (default: every shipped "
+                         "file, see 'simrun list validation')")
     ap.add_argument("--json", metavar="PATH", help="write cases and summary as JSON")
     ap.add_argument("--workers", type=positive_int,
                     help="local worker processes (default: all cores)")
     ap.add_argument("--only", metavar="TEXT", help="run only cases whose name contains TEXT")
     args = ap.parse_args(argv)
-    files = [Path(f) for f in args.files] or default_files()
+    files = [Path(resolve("validation", f, "FILE")) for f in args.files] or default_files()
     if not files:
-        raise InputError("no validation files found (looked for workloads/validation/*.yaml)")
+        raise InputError("no validation files are installed (see 'simrun list validation')")
     check_output_paths({"--json": args.json}, {"FILE": files}, stdout_ok=("--json",))
     cases: list[Case] = []
     sources = []

@@ -41,9 +41,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     """Add ``--model``, ``--dp``, ``--micro-batch``, ``--global-batch`` and the training options
     (a "model-driven workload" group). ``required``: ``--model`` must be given."""
     g = parser.add_argument_group("model-driven workload (--model instead of --workload)")
-    g.add_argument("--model", metavar="PATH", required=required,
-                   help="model spec YAML (workloads/models/*.yaml): generate the workload for "
-                        "the layout given by --tp/--pp/--dp/--vpp/--ep")
+    g.add_argument("--model", metavar="PATH|NAME", required=required,
+                   help="model spec YAML, or the name of a shipped one ('simrun list models'): "
+                        "generate the workload for the layout given by --tp/--pp/--dp/--vpp/--ep")
     g.add_argument("--dp", type=_positive_int, metavar="N",
                    help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
                         "topology's)")
