@@ -87,8 +87,9 @@ def resolve(kind: str, value: str | Path, flag: str | None = None) -> str:
     if stem in files:
         return str(files[stem])
     names = ", ".join(files) or "none installed"
-    raise InputError(f"no file {text!r} and no shipped {KINDS[kind].what} of that name "
-                     f"(shipped: {names}; 'simrun list {kind}' describes them)", field=flag)
+    via = f" for {flag}" if flag else ""
+    raise InputError(f"no such file, and no shipped {KINDS[kind].what} of that name{via} "
+                     f"(shipped: {names}; 'simrun list {kind}' describes them)", file=text)
 
 
 def describe(kind: str, path: Path) -> str:

@@ -52,7 +52,8 @@ def test_an_existing_path_wins_over_a_name(tmp_path, monkeypatch):
 def test_unknown_name_is_one_line_naming_the_flag_and_the_shipped_names(capsys):
     with pytest.raises(InputError) as e:
         catalog.resolve("models", "llama9-1t", "--model")
-    assert e.value.field == "--model" and "gpt3-175b" in e.value.message
+    assert e.value.file == "llama9-1t" and "--model" in e.value.message
+    assert "gpt3-175b" in e.value.message
     assert main(["--model", "llama9-1t", "--topo", "tiny-2x2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "simrun list models" in err
