@@ -58,6 +58,21 @@ nonneg_int = _number(parse_int, lambda v: v >= 0, "an integer ≥ 0")
 positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
 
 
+def add_set_argument(g) -> None:
+    """``--set KEY=VALUE`` (repeatable): what-if overrides of topology fields."""
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one topology field, validated like the file (repeatable; "
+                        "units as in the file: e.g. fabric.link_bandwidth_gbps=800 in Gb/s, "
+                        "node.gpu.hbm_GBps=4800 in GB/s, fabric.levels[0].oversubscription=2); "
+                        "listed in the report's assumptions (default: none)")
+
+
+def warn_topology(topo) -> None:
+    """Print the topology's physical-consistency warnings to stderr (also in the report)."""
+    for w in topo.warnings:
+        print(f"simrun: warning: {w}", file=sys.stderr)
+
+
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     """Parallel-layout overrides shared by the run and other subcommands."""
     g = p.add_argument_group("parallel layout (override the workload header)")
@@ -114,6 +129,7 @@ def build_parser() -> Parser:
                         "('simrun list topologies')")
     g.add_argument("--nodes", type=positive_int,
                    help="number of nodes (default: the topology file's node count)")
+    add_set_argument(g)
     add_layout_arguments(p)
     from sim.models.cli_args import add_model_arguments
 
@@ -177,7 +193,8 @@ def run(argv: list[str]) -> int:
                         "--breakdown-plot": args.breakdown_plot},
                        {"--workload": args.workload, "--model": args.model, "--topo": args.topo},
                        stdout_ok=("--json",))
-    topo = load_topology(args.topo, nodes=args.nodes)
+    topo = load_topology(args.topo, nodes=args.nodes, overrides=args.set)
+    warn_topology(topo)
     model_run = None
     if args.model:  # model-driven workload: sim/models/cli_args.py
         from sim.models.cli_args import model_run_from_args

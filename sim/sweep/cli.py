@@ -23,7 +23,7 @@ from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sim.cli import Parser, positive_float, positive_int
+    from sim.cli import Parser, add_set_argument, positive_float, positive_int
     from sim.models.parallel import DTYPES, RECOMPUTE
     from sim.network import add_network_arguments
 
@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--model", metavar="PATH", required=True, help="model spec YAML")
     g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML")
     g.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
+    add_set_argument(g)
     g.add_argument("--gpus", type=positive_int,
                    help="GPUs every layout uses: TP·PP·DP = GPUS (default: all of the topology)")
     g = p.add_argument_group("layout space (comma-separated lists)")
@@ -97,7 +98,8 @@ def settings_of(args: argparse.Namespace, model, topo, gpus: int, training) -> d
         "schema": "simrun.sweep-settings/1",
         "files": {"model": args.model, "topology": args.topo},  # informative, not compared
         "model": asdict(model),
-        "topology": {"name": topo.name, "sha256": _sha256(args.topo), "nodes": topo.num_nodes},
+        "topology": {"name": topo.name, "sha256": _sha256(topo.path), "nodes": topo.num_nodes,
+                     **({"overrides": list(topo.overrides)} if topo.overrides else {})},
         "gpus": gpus,
         "training": asdict(training),
         "network": {"algorithm": args.algorithm, "routing": args.routing,
@@ -114,13 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     from sim.sweep.runner import run_tasks
     from sim.sweep.space import Space, Training, enumerate_layouts, parse_list
     from sim.sweep.store import ResultStore
+    from sim.cli import warn_topology
     from sim.topology import load_topology
 
     args = _parser().parse_args(argv)
     if args.resume and args.overwrite:
         raise UsageError("give --resume or --overwrite, not both", field="--resume")
     model = load_model(args.model)
-    topo = load_topology(args.topo, nodes=args.nodes)
+    topo = load_topology(args.topo, nodes=args.nodes, overrides=args.set)
+    warn_topology(topo)
     gpus = args.gpus or topo.num_gpus
     if gpus > topo.num_gpus:
         raise UsageError(f"{gpus} GPUs requested but {args.topo} has {topo.num_gpus}; use "
