@@ -77,8 +77,8 @@ def shipped(kind: str) -> dict[str, Path]:
 def resolve(kind: str, value: str | Path, flag: str | None = None) -> str:
     """The path a command-line ``value`` names: the file itself if it exists, else the shipped
     file of ``kind`` with that name (``dgx-a100-1024`` or ``dgx-a100-1024.yaml``). Returns the
-    value unchanged when it is neither a bare name nor found (the reader then says what is
-    wrong with the path); raises :class:`InputError` for an unknown bare name."""
+    value unchanged when it is a path or a file name that is not shipped (the reader then says
+    what is wrong with it); raises :class:`InputError` for an unknown name without extension."""
     text = os.fspath(value)
     if os.path.exists(text) or not text or os.sep in text or "/" in text:
         return text
@@ -86,6 +86,8 @@ def resolve(kind: str, value: str | Path, flag: str | None = None) -> str:
     stem = Path(text).stem if Path(text).suffix in KINDS[kind].suffixes else text
     if stem in files:
         return str(files[stem])
+    if stem != text:  # looks like a file name: the reader says "no such file" as for any path
+        return text
     names = ", ".join(files) or "none installed"
     via = f" for {flag}" if flag else ""
     raise InputError(f"no such file, and no shipped {KINDS[kind].what} of that name{via} "
