@@ -153,7 +153,10 @@ def build_parser() -> Parser:
     g = p.add_argument_group("outputs")
     g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
                                                   "docs/report-schema.md)")
-    g.add_argument("--quiet", action="store_true", help="do not print the report table")
+    g.add_argument("--quiet", action="store_true", help="do not print the report")
+    g.add_argument("--verbose", action="store_true",
+                   help="print every stage, per-layer totals and every assumption (default: a "
+                        "short summary with the three assumptions that matter most)")
     g.add_argument("--timing", action="store_true",
                    help="print wall times (s) and simulated events per second to stderr")
     from sim.viz.cli import add_output_arguments
@@ -180,6 +183,7 @@ def run(argv: list[str]) -> int:
     from sim.outputs import check_output_paths, is_stdout, write_json
     from sim.placement import Placement
     from sim.report import build_report, format_report
+    from sim.report.build import notable_ranks
     from sim.topology import load_topology
     from sim.viz import cli as viz
     from sim.watchdog import simulate_watched
@@ -242,7 +246,8 @@ def run(argv: list[str]) -> int:
     if args.json is not None:
         write_json(args.json, rep)
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
-        sys.stdout.write(format_report(rep))
+        notable = notable_ranks(result) if fault_report else []
+        sys.stdout.write(format_report(rep, verbose=args.verbose, notable=notable))
     viz.write_outputs(args, result, rep, placement=placement, gpus_per_node=topo.gpus_per_node)
     if args.timing:
         print(f"timing: simulate {t_sim:.3f} s, {result.events} events "

@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from sim.errors import SimrunError, UsageError
+from sim.words import plural
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     par = run.par
     print(f"wrote {rows} rows to {args.out}: {run.model.name}, TP {par.tp} x PP {par.pp} x DP "
-          f"{par.dp} (EP {par.ep}, VPP {par.vpp}), {par.microbatches} microbatches of "
+          f"{par.dp} (EP {par.ep}, VPP {par.vpp}), "
+          f"{plural(par.microbatches, 'microbatch', 'microbatches')} of "
           f"{par.micro_batch}; representative stage {args.stage}")
     print(f"memory: {run.memory.reason}")
     return 0

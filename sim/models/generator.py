@@ -21,6 +21,7 @@ from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
+from sim.words import plural
 from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
@@ -214,7 +215,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"(multiple of 128·tp), sequence {m.seq_len}"
         + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
         f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}, micro batch "
-        f"{par.micro_batch}, global batch {par.global_batch} → {par.microbatches} microbatches; "
+        f"{par.micro_batch}, global batch {par.global_batch} → "
+        f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
         f"schedule {par.schedule_name}; {m.layers // (par.pp * par.vpp)} layers per model chunk",
         f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
         f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",

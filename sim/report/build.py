@@ -15,7 +15,7 @@ from typing import Any
 
 from sim import __version__
 from sim.engine.critical import summarize
-from sim.engine.result import GROUPS, SimResult
+from sim.engine.result import GROUPS, RankStats, SimResult
 from sim.schedules import ideal_bubble_fraction
 
 NS = 1e-9
@@ -69,24 +69,38 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
 
 def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:
     """One row per stage (seconds) and each stage's bubble fraction."""
-    it = result.iteration_ns
-    stages = []
-    fractions = []
-    for st in result.stage_stats():
-        busy = it - st.bubble_ns
-        frac = st.bubble_ns / busy if busy > 0 else 0.0
-        fractions.append(frac)
-        stages.append({
-            "stage": st.stage,
-            "rank": st.rank,
-            "compute_s": _s(st.compute_ns),
-            "optimizer_s": _s(st.optimizer_ns),
-            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS},
-            "bubble_s": _s(st.bubble_ns),
-            "bubble_fraction": frac,
-            "finish_time_s": _s(st.end_ns),
-        })
-    return stages, fractions
+    stages = [rank_entry(st, result.iteration_ns) for st in result.stage_stats()]
+    return stages, [s["bubble_fraction"] for s in stages]
+
+
+def rank_entry(st: RankStats, iteration_ns: int) -> dict[str, Any]:
+    """One rank's breakdown in the shape of a ``stages`` entry (seconds)."""
+    busy = iteration_ns - st.bubble_ns
+    return {
+        "stage": st.stage,
+        "rank": st.rank,
+        "compute_s": _s(st.compute_ns),
+        "optimizer_s": _s(st.optimizer_ns),
+        "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS},
+        "bubble_s": _s(st.bubble_ns),
+        "bubble_fraction": st.bubble_ns / busy if busy > 0 else 0.0,
+        "finish_time_s": _s(st.end_ns),
+    }
+
+
+def notable_ranks(result: SimResult, limit: int = 3) -> list[dict[str, Any]]:
+    """Rows (:func:`rank_entry`) of simulated ranks that are not their stage's representative
+    but compute longer than it (a slow GPU) or carry the most work of the critical path; for
+    the text report of runs with faults (not part of the JSON)."""
+    reps = {s.stage: s for s in result.stage_stats()}
+    stage = {s.rank: s.stage for s in result.ranks}
+    top = summarize(result.critical_path, lambda r: stage.get(r, -1))["work_s_by_rank"]
+    top_rank = top[0]["rank"] if top else None
+    found = [s for s in result.ranks if s.rank != reps[s.stage].rank and (
+        s.compute_ns != reps[s.stage].compute_ns or s.rank == top_rank)]
+    found.sort(key=lambda s: (s.rank != top_rank, -(s.compute_ns - reps[s.stage].compute_ns),
+                              s.rank))
+    return [rank_entry(s, result.iteration_ns) for s in found[:limit]]
 
 
 def _layer_rows(result: SimResult) -> list[dict[str, Any]]:

@@ -110,14 +110,15 @@ def settings_of(args: argparse.Namespace, model, topo, gpus: int, training) -> d
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun sweep``; returns the exit code (errors raise to sim.cli)."""
+    from sim.cli import warn_topology
     from sim.models.spec import load_model
     from sim.sweep.evaluate import SweepContext
     from sim.sweep.output import ranked, table_lines, write_outputs
     from sim.sweep.runner import run_tasks
     from sim.sweep.space import Space, Training, enumerate_layouts, parse_list
     from sim.sweep.store import ResultStore
-    from sim.cli import warn_topology
     from sim.topology import load_topology
+    from sim.words import plural
 
     args = _parser().parse_args(argv)
     if args.resume and args.overwrite:
@@ -159,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = SweepContext(model, topo, training, algorithm=args.algorithm, routing=args.routing,
                        protocol=args.protocol, placement=args.placement)
     err = sys.stderr
-    print(f"sweep {model.name} on {gpus} GPUs of {topo.name}: {len(layouts)} valid layouts "
-          f"({len(skipped)} combinations skipped as invalid), {already} already done, "
+    print(f"sweep {model.name} on {gpus} GPUs of {topo.name}: "
+          f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
+          f"skipped as invalid), {already} already done, "
           f"{len(pending)} to run; results in {out}/", file=err)
     bar = _progress(len(layouts), already, disabled=args.no_progress)
     t0 = time.perf_counter()
@@ -205,11 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_outputs(out, rows, summary, plot=not args.no_plot)
     if not args.quiet:
         print(f"{model.name} on {gpus} GPUs, global batch {args.global_batch}: "
-              f"{len(ok)} feasible layouts ranked by iteration time "
+              f"{plural(len(ok), 'feasible layout')} ranked by iteration time "
               f"(exposed comm: mean over stages)")
         for line in table_lines(rows, top=args.top):
             print("  " + line)
-    print(f"ran {len(pending)} layouts in {wall:.1f} s on {backend}; "
+    print(f"ran {plural(len(pending), 'layout')} in {wall:.1f} s on {backend}; "
           f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
           f"wrote {', '.join(str(p) for p in paths)}", file=err)
     return 0

@@ -1,0 +1,154 @@
+"""The short summary a person reads first: headline numbers, the bottleneck in words, and the
+assumptions that matter most for this run.
+
+Everything here is derived from the report dict (docs/report-schema.md); nothing is added to the
+JSON. Shares are means over stages, as fractions of the iteration time, so compute + optimizer +
+exposed communication + bubble = 100% on every stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GROUP_ORDER = ("TP", "EP", "PP", "DP", "DP_EP")
+GROUP_WORDS = {"TP": "tensor-parallel", "EP": "expert-parallel", "PP": "pipeline send/recv",
+               "DP": "data-parallel gradient", "DP_EP": "expert data-parallel gradient"}
+# Which assumptions explain each part of the iteration: prefixes of the assumption lines
+# written by the workload readers, the model generator and the network model.
+EXPLAINS = {
+    "compute": ("compute model", "AICB units", "operator table", "compute"),
+    "TP": ("TP communication", "chosen: TP", "TP collectives"),
+    "EP": ("MoE", "chosen: EP", "EP "),
+    "PP": ("pipeline message", "chosen: PP"),
+    "DP": ("DP gradient", "data-parallel size", "chosen: DP"),
+    "DP_EP": ("chosen: DP_EP",),
+    "bubble": ("layout:", "schedule:"),
+    "optimizer": ("optimizer:",),
+}
+
+
+def ms(x_s: float) -> str:
+    return f"{x_s * 1e3:.3f}"
+
+
+def groups(rep: dict[str, Any]) -> list[str]:
+    """Groups with non-zero exposed time on some stage, in a fixed order."""
+    seen = {g for s in rep["stages"] for g, v in s["exposed_comm_s"].items() if v > 0}
+    return [g for g in GROUP_ORDER if g in seen] + sorted(seen - set(GROUP_ORDER))
+
+
+def shares(rep: dict[str, Any]) -> dict[str, float]:
+    """Mean over stages of each part of the iteration, as a fraction of the iteration time."""
+    it = rep["iteration_time_s"] or 1.0
+    st = rep["stages"]
+    n = max(len(st), 1)
+    out = {"compute": sum(s["compute_s"] for s in st) / n / it,
+           "optimizer": sum(s["optimizer_s"] for s in st) / n / it,
+           "bubble": sum(s["bubble_s"] for s in st) / n / it}
+    for g in groups(rep):
+        out[g] = sum(s["exposed_comm_s"].get(g, 0.0) for s in st) / n / it
+    return out
+
+
+def headline(rep: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(quantity, value with unit and note)`` lines of the summary."""
+    it = rep["iteration_time_s"]
+    out = [("iteration time", f"{ms(it)} ms")]
+    if "healthy_iteration_time_s" in rep:
+        slow = rep["fault_slowdown_s"]
+        healthy = rep["healthy_iteration_time_s"]
+        out[0] = ("iteration time", f"{ms(it)} ms, {ms(slow)} ms ({slow / healthy * 100:.1f}%) "
+                                    f"longer than the healthy {ms(healthy)} ms")
+    if "tokens_per_s" in rep:
+        out.append(("throughput", f"{rep['tokens_per_s']:.1f} tokens/s (whole cluster)"))
+    if "mfu" in rep:
+        hfu = f" / {rep['hfu'] * 100:.2f}%" if "hfu" in rep else ""
+        peak = f" of {rep['peak_tflops_per_gpu']:g} TFLOP/s peak" if "peak_tflops_per_gpu" in \
+            rep else ""
+        out.append(("MFU" + (" / HFU" if hfu else ""),
+                    f"{rep['mfu'] * 100:.2f}%{hfu}{peak} ({rep['tflops_per_gpu']:.2f} model "
+                    "TFLOP/s per GPU)"))
+    mem = rep.get("memory")
+    if mem and mem.get("peak_bytes"):
+        pk = mem["peak_bytes"]
+        parts = ", ".join(f"{k.removesuffix('_bytes').replace('grads', 'gradients')} "
+                          f"{v / 1e9:.1f}" for k, v in pk.items() if k != "total_bytes")
+        out.append(("memory per GPU",
+                    f"{pk['total_bytes'] / 1e9:.1f} of {mem['capacity_bytes'] / 1e9:.1f} GB "
+                    f"({pk['total_bytes'] / mem['capacity_bytes'] * 100:.0f}%) on stage "
+                    f"{mem['peak_stage']}: {parts} GB"))
+    v = rep["virtual_pipeline_size"]
+    sh = shares(rep)
+    out.append(("bubble", f"{sh['bubble'] * 100:.1f}% of the iteration; bubble / busy time "
+                          f"{rep['bubble_fraction']:.4f} (ideal "
+                          f"{rep['ideal_bubble_formula']} = {rep['ideal_bubble_fraction']:.4f}, "
+                          f"p = {rep['pipeline_stages']}, M = {rep['microbatches']}"
+                          + (f", v = {v})" if v > 1 else ")")))
+    comm = ", ".join(f"{g} {ms(sh[g] * it)} ms ({sh[g] * 100:.1f}%)" for g in
+                     sorted(groups(rep), key=lambda g: -sh[g]))
+    out.append(("exposed comm", (comm + ", mean over stages") if comm else "none"))
+    out.append(("bottleneck", bottleneck(rep)))
+    return out
+
+
+def bottleneck(rep: dict[str, Any]) -> str:
+    """Where the iteration's time goes, in words."""
+    sh = shares(rep)
+    losses = sorted((k for k in sh if k != "compute" and sh[k] > 0.0005), key=lambda k: -sh[k])
+
+    def name(k: str) -> str:
+        if k in ("bubble", "optimizer"):
+            return "the pipeline bubble" if k == "bubble" else "the optimizer step"
+        return f"exposed {GROUP_WORDS.get(k, k)} communication"
+
+    text = f"compute is {sh['compute'] * 100:.1f}% of the iteration"
+    if losses:
+        text += f"; the largest loss is {name(losses[0])} ({sh[losses[0]] * 100:.1f}%)"
+        if len(losses) > 1:
+            text += f", then {name(losses[1])} ({sh[losses[1]] * 100:.1f}%)"
+    return text
+
+
+def fault_story(rep: dict[str, Any], notable: list[dict[str, Any]]) -> list[str]:
+    """Plain words on what delayed a run with faults, and by how much."""
+    if "healthy_iteration_time_s" not in rep:
+        return []
+    slow = rep["fault_slowdown_s"]
+    out = [f"the faults ({'; '.join(rep.get('faults', []))}) delay the iteration by {ms(slow)} "
+           f"ms ({slow / rep['healthy_iteration_time_s'] * 100:.1f}%)."]
+    cp = rep.get("critical_path") or {}
+    if cp.get("ranks"):
+        top = cp["ranks"][0]
+        waits = ", ".join(f"{g} {ms(v)} ms" for g, v in cp["wait_s_by_group"].items() if v)
+        out.append(f"rank {top['rank']} (stage {top['stage']}) sets the pace: {ms(top['work_s'])} "
+                   f"ms of its own work lie on the critical path, and the ranks that exchange "
+                   f"with it wait" + (f" ({waits} of waits on the path)." if waits else "."))
+    for row in notable:
+        base = next((s for s in rep["stages"] if s["stage"] == row["stage"]), None)
+        if base is not None and row["compute_s"] != base["compute_s"]:
+            out.append(f"rank {row['rank']} computes {ms(row['compute_s'])} ms against "
+                       f"{ms(base['compute_s'])} ms on a healthy rank of stage {row['stage']} "
+                       f"(rank {base['rank']}).")
+    return out
+
+
+def top_assumptions(rep: dict[str, Any], k: int = 3) -> list[str]:
+    """The ``k`` assumptions behind the largest parts of the iteration (compute, the exposed
+    communication of each group, the bubble), largest part first; then the first listed."""
+    sh = shares(rep)
+    chosen: list[str] = []
+    for part in sorted(sh, key=lambda p: -sh[p]):
+        for prefix in EXPLAINS.get(part, ()):
+            a = next((a for a in rep["assumptions"] if a.startswith(prefix)
+                      and a not in chosen), None)
+            if a is not None:
+                chosen.append(a)
+                break
+        if len(chosen) == k:
+            return chosen
+    for a in rep["assumptions"]:
+        if len(chosen) == k:
+            break
+        if a not in chosen and not a.startswith(" "):
+            chosen.append(a)
+    return chosen
