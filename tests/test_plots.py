@@ -314,3 +314,22 @@ def test_spans_are_recorded_only_for_a_trace_or_timeline(extra, spans, tmp_path,
     assert seen == [spans]
     if extra:
         assert (tmp_path / extra[1]).stat().st_size > 0
+
+
+def test_timeline_rows_name_rank_and_stage(tmp_path, monkeypatch):
+    """A fault run simulates rank 300 and its stage's representative 260 individually: both
+    rows are stage 4, and their labels must tell them apart."""
+    import matplotlib.axes
+
+    labels = []
+    real = matplotlib.axes.Axes.set_yticklabels
+
+    def spy(self, ticklabels, *a, **kw):
+        labels.extend(ticklabels)
+        return real(self, ticklabels, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_yticklabels", spy)
+    assert main(["--workload", str(SEED_1024), "--topo", str(TOPOLOGIES / "dgx-a100-1024.yaml"),
+                 "--slow-gpu", "300:1.5", "--trace-ranks", "300,260,4", "--quiet",
+                 "--plot", str(tmp_path / "t.png")]) == 0
+    assert sorted(labels) == ["stage 0 · rank 4", "stage 4 · rank 260", "stage 4 · rank 300"]
