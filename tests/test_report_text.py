@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from conftest import SEED_1024, TOPOLOGIES
 

@@ -210,10 +210,11 @@ def model_run_from_args(args: argparse.Namespace, topology) -> ModelRun:
     notes = []
     if not mem.feasible:
         if not getattr(args, "ignore_memory", False):
-            raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; --recompute, "
-                             "--sequence-parallel, --distributed-optimizer or more pipeline "
-                             "stages reduce it (--ignore-memory simulates it anyway)",
-                             field="--model")
+            from sim.models.memory_advice import memory_advice
+
+            advice = memory_advice(model, par, gpu, mem.peak.total_bytes)
+            raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; {advice} "
+                             "(--ignore-memory simulates it anyway)", field="--model")
         notes.append("WARNING: simulated although the layout does not fit in GPU memory "
                      "(--ignore-memory)")
     program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({args.model})")
