@@ -182,6 +182,7 @@ def run(argv: list[str]) -> int:
     from sim.network import network_from_args
     from sim.outputs import check_output_paths, is_stdout, write_json
     from sim.placement import Placement
+    from sim.progress import Progress
     from sim.report import build_report, format_report
     from sim.report.build import notable_ranks
     from sim.topology import load_topology
@@ -224,16 +225,18 @@ def run(argv: list[str]) -> int:
     viz.check_output_arguments(args, placement, classes.label == "per-rank", classes.reps)
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
     t_sim = time.perf_counter()
-    result = simulate_watched(simulate, prog, net, max_sim_time_s=args.max_sim_time_s,
-                              placement=placement, classes=classes, compute_scale=scale,
-                              fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
+    with Progress(f"simulating {prog.world_size} GPUs"):
+        result = simulate_watched(simulate, prog, net, max_sim_time_s=args.max_sim_time_s,
+                                  placement=placement, classes=classes, compute_scale=scale,
+                                  fuse=not args.no_fuse, record_spans=viz.wants_spans(args))
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})"] + fault_notes
     fault_report = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_from_args(args, dataclasses.replace(topo, faults=Faults()))
-        healthy = simulate(prog, healthy_net, placement=placement, fuse=not args.no_fuse)
+        with Progress("simulating the healthy cluster for the comparison"):
+            healthy = simulate(prog, healthy_net, placement=placement, fuse=not args.no_fuse)
         fault_report = faults.report(result.iteration_ns, healthy.iteration_ns)
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")

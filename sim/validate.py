@@ -177,23 +177,35 @@ def run_case(case: Case) -> dict[str, Any]:
 
 
 def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, Any]]:
-    """All cases (in file order), on ``workers`` local processes (default: all cores)."""
+    """All cases (in file order), on ``workers`` local processes (default: all cores), with a
+    progress line on a terminal (sim/progress.py)."""
+    from concurrent.futures import as_completed
+
+    from sim.progress import Progress
     from sim.sweep.runner import default_workers, stop_pool, worker_pool
 
     n = min(workers or default_workers(), len(cases))
-    if n <= 1:
-        return [run_case(c) for c in cases]
-    pool = worker_pool(n)
-    try:
-        # biggest first for load balance; results keep file order
-        order = sorted(range(len(cases)), key=lambda i: -cases[i].tp * cases[i].pp * cases[i].dp)
-        futs = {i: pool.submit(run_case, cases[i]) for i in order}
-        rows = [futs[i].result() for i in range(len(cases))]
-    except BaseException:
-        stop_pool(pool)
-        raise
-    pool.shutdown()
-    return rows
+    with Progress("validate: cases done", total=len(cases)) as progress:
+        if n <= 1:
+            out = []
+            for c in cases:
+                out.append(run_case(c))
+                progress.advance()
+            return out
+        pool = worker_pool(n)
+        try:
+            # biggest first for load balance; results keep file order
+            order = sorted(range(len(cases)),
+                           key=lambda i: -cases[i].tp * cases[i].pp * cases[i].dp)
+            futs = {i: pool.submit(run_case, cases[i]) for i in order}
+            for _ in as_completed(futs.values()):
+                progress.advance()
+            rows = [futs[i].result() for i in range(len(cases))]
+        except BaseException:
+            stop_pool(pool)
+            raise
+        pool.shutdown()
+        return rows
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:

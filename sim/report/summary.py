@@ -8,8 +8,10 @@ exposed communication + bubble = 100% on every stage.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+_DEPARTURE = re.compile(r"\bWARNING\b|\bwarning:|\bcannot be\b|\bignored\b")
 GROUP_ORDER = ("TP", "EP", "PP", "DP", "DP_EP")
 GROUP_WORDS = {"TP": "tensor-parallel", "EP": "expert-parallel", "PP": "pipeline send/recv",
                "DP": "data-parallel gradient", "DP_EP": "expert data-parallel gradient"}
@@ -132,11 +134,20 @@ def fault_story(rep: dict[str, Any], notable: list[dict[str, Any]]) -> list[str]
     return out
 
 
+def departures(rep: dict[str, Any]) -> list[str]:
+    """Assumptions that say the run departs from its input or warn (a header value that cannot
+    be used, a physically doubtful topology, a layout simulated although it does not fit):
+    always shown, whatever their number."""
+    return [a.strip() for a in rep["assumptions"] if _DEPARTURE.search(a)]
+
+
 def top_assumptions(rep: dict[str, Any], k: int = 3) -> list[str]:
-    """The ``k`` assumptions behind the largest parts of the iteration (compute, the exposed
-    communication of each group, the bubble), largest part first; then the first listed."""
+    """Every :func:`departures` line, then the ``k`` assumptions behind the largest parts of the
+    iteration (compute, the exposed communication of each group, the bubble), largest part
+    first; then the first listed."""
     sh = shares(rep)
-    chosen: list[str] = []
+    chosen: list[str] = departures(rep)
+    k += len(chosen)
     for part in sorted(sh, key=lambda p: -sh[p]):
         for prefix in EXPLAINS.get(part, ()):
             a = next((a for a in rep["assumptions"] if a.startswith(prefix)

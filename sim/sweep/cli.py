@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="feasible layouts shown in the table (default: %(default)s; all are in "
                         "the CSV)")
     g.add_argument("--no-plot", action="store_true", help="do not write ranking.png/heatmap.png")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr when it is a terminal)")
     g.add_argument("--quiet", action="store_true", help="do not print the table")
     return p
 
@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
               "rerun with --resume to continue", file=err)
         raise
     finally:
+        bar.close()  # before any error message, so it is never drawn inside the bar
         _restore_sigterm(previous)
-    bar.close()
     store.close()
     wall = time.perf_counter() - t0
     rows = ranked(done[lay.key] for lay in layouts if lay.key in done)
@@ -242,5 +242,7 @@ def _restore_sigterm(previous) -> None:
 def _progress(total: int, initial: int, *, disabled: bool):
     from tqdm import tqdm
 
+    # a bar only on a terminal (never in pipes, files or CI logs), closed before any message
     return tqdm(total=total, initial=initial, desc="sweep", unit="layout", file=sys.stderr,
-                disable=disabled, mininterval=0.5, dynamic_ncols=True)
+                disable=disabled or not sys.stderr.isatty(), mininterval=0.5,
+                dynamic_ncols=True)
