@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="feasible layouts shown in the table (default: %(default)s; all are in "
                         "the CSV)")
     g.add_argument("--no-plot", action="store_true", help="do not write ranking.png/heatmap.png")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr when it is a terminal)")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (default: a bar on stderr when it is a terminal)")
     g.add_argument("--quiet", action="store_true", help="do not print the table")
     return p
 
