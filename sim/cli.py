@@ -223,6 +223,7 @@ def run(argv: list[str]) -> int:
     faults = faults_from_args(args, topo)
     classes, scale, fault_notes = simulation_plan(faults, topo, placement, args.per_rank)
     viz.check_output_arguments(args, placement, classes.label == "per-rank", classes.reps)
+    viz.check_trace_size(args, prog, placement, classes.label == "per-rank", classes.reps)
     net = network_from_args(args, dataclasses.replace(topo, faults=faults))
     t_sim = time.perf_counter()
     with Progress(f"simulating {prog.world_size} GPUs"):

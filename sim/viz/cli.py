@@ -31,6 +31,9 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         "the one in the report), 'all' (every simulated rank), or global ranks "
                         "like 0,8,16 or 0-7 (other than stage representatives need --per-rank) "
                         "(default: %(default)s)")
+    g.add_argument("--force", action="store_true",
+                   help="write a --trace estimated over 200 MB (refused by default; the "
+                        "estimate counts the events of the ranks shown)")
     g.add_argument("--plot", metavar="PATH",
                    help="draw the pipeline timeline (one row per stage, time in ms) to a .png, "
                         ".svg or .pdf file")
@@ -83,14 +86,25 @@ def wants_spans(args: argparse.Namespace) -> bool:
     return bool(args.trace or args.plot)
 
 
+def check_trace_size(args: argparse.Namespace, prog, placement: Placement, per_rank: bool,
+                     simulated: tuple[int, ...]) -> None:
+    """Refuse a ``--trace`` estimated over 200 MB without ``--force`` (before simulating)."""
+    if args.trace:
+        from sim.viz.select import parse_rank_spec
+        from sim.viz.trace_size import check_trace_size as check
+
+        check(prog, parse_rank_spec(args.trace_ranks), placement, per_rank, simulated,
+              args.force)
+
+
 def write_outputs(args: argparse.Namespace, result: SimResult, report: dict[str, Any], *,
                   placement: Placement | None = None, gpus_per_node: int | None = None) -> None:
     """Write every requested trace / figure (each atomically)."""
     if args.trace:
-        from sim.viz.trace import build_trace, write_trace
+        from sim.viz.trace import trace_chunks, write_trace
 
-        write_trace(args.trace, build_trace(result, ranks=args.trace_ranks, placement=placement,
-                                            gpus_per_node=gpus_per_node, report=report))
+        write_trace(args.trace, trace_chunks(result, ranks=args.trace_ranks, placement=placement,
+                                             gpus_per_node=gpus_per_node, report=report))
     if args.plot:
         from sim.viz.timeline import plot_timeline
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,14 +199,8 @@ class _Builder:
             tid = base + n_lanes - 1
 
 
-def build_trace(result: SimResult, *, ranks: str | Sequence[int] | None = None,
-                placement: Placement | None = None, gpus_per_node: int | None = None,
-                report: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The trace document (a JSON-ready dict) for the ranks chosen by ``ranks``.
-
-    ``ranks``: a ``--trace-ranks`` value (``'stage-reps'``, ``'all'``, ``'0,8,16'``) or a
-    sequence of ranks. Needs ``result`` from ``simulate(..., record_spans=True)``.
-    """
+def _prepare(result: SimResult, ranks: str | Sequence[int] | None,
+             placement: Placement | None):
     if not result.spans:
         raise ValueError("the result has no spans: simulate with record_spans=True")
     prog = result.program
@@ -214,7 +208,6 @@ def build_trace(result: SimResult, *, ranks: str | Sequence[int] | None = None,
         placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep)
     chosen = select_ranks(result, ranks if ranks is None or isinstance(ranks, str)
                           else tuple(ranks))
-    b = _Builder(result, placement, prog.vpp, gpus_per_node)
     spans_of: dict[int, list[Span]] = {r: [] for r in chosen}
     for s in result.spans:
         lst = spans_of.get(s.rank)
@@ -222,9 +215,14 @@ def build_trace(result: SimResult, *, ranks: str | Sequence[int] | None = None,
             lst.append(s)
     ops = [bx for bx in timeline_boxes(result, chosen)
            if bx.lane == "compute" and bx.microbatch >= 0]
-    for i, r in enumerate(chosen):
-        b.rank(r, i, spans_of[r], [bx for bx in ops if bx.row == i])
-    b.events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"], e["name"]))
+    ops_of: dict[int, list] = {i: [] for i in range(len(chosen))}
+    for bx in ops:
+        ops_of[bx.row].append(bx)
+    return placement, chosen, spans_of, ops_of
+
+
+def _other(result: SimResult, chosen: list[int], report: dict[str, Any] | None) -> dict:
+    prog = result.program
     other: dict[str, Any] = {
         "generator": f"simrun {__version__}",
         "time_unit": "ts and dur in microseconds (= simulated ns / 1000)",
@@ -238,21 +236,86 @@ def build_trace(result: SimResult, *, ranks: str | Sequence[int] | None = None,
     if report is not None:
         other["workload"] = report.get("workload", "")
         other["topology"] = report.get("topology", "")
-    return {"traceEvents": b.meta + b.events, "displayTimeUnit": "ms", "otherData": other}
+    return other
+
+
+def _sort_key(e: dict[str, Any]) -> tuple:
+    return (e["pid"], e["tid"], e["ts"], -e["dur"], e["name"])
+
+
+def build_trace(result: SimResult, *, ranks: str | Sequence[int] | None = None,
+                placement: Placement | None = None, gpus_per_node: int | None = None,
+                report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The trace document (a JSON-ready dict) for the ranks chosen by ``ranks``.
+
+    ``ranks``: a ``--trace-ranks`` value (``'stage-reps'``, ``'all'``, ``'0,8,16'``) or a
+    sequence of ranks. Needs ``result`` from ``simulate(..., record_spans=True)``. Holds every
+    event in memory; :func:`write_trace_streaming` writes the same text rank by rank.
+    """
+    placement, chosen, spans_of, ops_of = _prepare(result, ranks, placement)
+    b = _Builder(result, placement, result.program.vpp, gpus_per_node)
+    for i, r in enumerate(chosen):
+        b.rank(r, i, spans_of[r], ops_of[i])
+    b.events.sort(key=_sort_key)
+    return {"traceEvents": b.meta + b.events, "displayTimeUnit": "ms",
+            "otherData": _other(result, chosen, report)}
+
+
+def _dump(e: dict[str, Any]) -> str:
+    return json.dumps(e, ensure_ascii=False, separators=(",", ":"))
+
+
+def trace_chunks(result: SimResult, *, ranks: str | Sequence[int] | None = None,
+                 placement: Placement | None = None, gpus_per_node: int | None = None,
+                 report: dict[str, Any] | None = None) -> Iterator[str]:
+    """The text of :func:`trace_text` (of :func:`build_trace`) in pieces, one rank's events at
+    a time, so memory stays bounded by the largest rank: a first pass collects the metadata
+    (process and track names come first in the file), a second builds, sorts and yields each
+    rank's events (pids are ranks + 1, so sorting per rank is sorting the whole list)."""
+    placement, chosen, spans_of, ops_of = _prepare(result, ranks, placement)
+    vpp = result.program.vpp
+    meta = _Builder(result, placement, vpp, gpus_per_node)
+    for i, r in enumerate(chosen):
+        meta.rank(r, i, spans_of[r], ops_of[i])
+        meta.events.clear()
+    yield '{"traceEvents":[\n'
+    first = True
+    if meta.meta:
+        yield ",\n".join(map(_dump, meta.meta))
+        first = False
+    for i, r in enumerate(chosen):
+        b = _Builder(result, placement, vpp, gpus_per_node)
+        b.rank(r, i, spans_of[r], ops_of[i])
+        if b.events:
+            b.events.sort(key=_sort_key)
+            yield ("" if first else ",\n") + ",\n".join(map(_dump, b.events))
+            first = False
+    head = {"displayTimeUnit": "ms", "otherData": _other(result, chosen, report)}
+    yield "\n]," + json.dumps(head, ensure_ascii=False, separators=(",", ":"))[1:-1] + "}\n"
 
 
 def trace_text(trace: dict[str, Any]) -> str:
     """Serialise deterministically, one event per line (diffable, still valid JSON)."""
     head = {k: v for k, v in trace.items() if k != "traceEvents"}
-    events = ",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":"))
-                        for e in trace["traceEvents"])
+    events = ",\n".join(map(_dump, trace["traceEvents"]))
     rest = json.dumps(head, ensure_ascii=False, separators=(",", ":"))[1:-1]
     return '{"traceEvents":[\n' + events + "\n]," + rest + "}\n"
 
 
-def write_trace(path: str | Path, trace: dict[str, Any], *, flag: str = "--trace") -> None:
-    """Write atomically; ``.gz`` paths are gzip-compressed (with a fixed header time)."""
-    data = trace_text(trace).encode("utf-8")
-    if str(path).endswith(".gz"):
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    atomic_write(path, lambda f: f.write(data), binary=True, flag=flag)
+def write_trace(path: str | Path, trace: dict[str, Any] | Iterable[str], *,
+                flag: str = "--trace") -> None:
+    """Write atomically, from a trace dict or the pieces of :func:`trace_chunks` (streamed:
+    never the whole text in memory); ``.gz`` paths are gzip-compressed (fixed header time)."""
+    pieces = [trace_text(trace)] if isinstance(trace, dict) else trace
+
+    def write(f) -> None:
+        if str(path).endswith(".gz"):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=f, compresslevel=6,
+                               mtime=0) as z:
+                for piece in pieces:
+                    z.write(piece.encode("utf-8"))
+        else:
+            for piece in pieces:
+                f.write(piece.encode("utf-8"))
+
+    atomic_write(path, write, binary=True, flag=flag)
