@@ -128,7 +128,7 @@ def format_report(rep: dict[str, Any], *, verbose: bool = False,
     return "\n".join(lines) + "\n"
 
 
-def _clip(text: str, limit: int = 200) -> str:
+def _clip(text: str, limit: int = 196) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
