@@ -52,9 +52,30 @@ def test_gpus_not_a_multiple_of_tp_pp_names_where_the_count_came_from():
     assert e.value.field == "--gpus"
     assert "1000 GPUs (--gpus) is not a multiple of TP·PP = 8·16" in str(e.value)
     text = _aicb("model_parallel_NPU_group: 2 pp: 2 all_gpus: 6", ["a", "b"])
-    with pytest.raises(UsageError, match=r"6 GPUs \(header all_gpus\) is not a multiple of "
-                                         r"TP·PP = 2·2"):
+    with pytest.raises(InputError) as e:
         build_program(read_aicb(text, "g.txt"), LayoutOptions(default_gpus=8))
+    assert str(e.value) == ("g.txt:1: all_gpus: 6 GPUs is not a multiple of TP·PP = 2·2 "
+                            "(--gpus overrides)")
+
+
+def test_header_all_gpus_error_names_the_file_and_line(capsys, tmp_path):
+    w = tmp_path / "w.txt"
+    w.write_text(SEED_1024.read_text().replace("all_gpus: 1024", "all_gpus: 1000", 1))
+    rc, _, err = _cli(capsys, "--workload", str(w), "--topo", TOPO_1024)
+    assert rc == 2
+    assert _one_line_error(err) == (f"simrun: error: {w}:1: all_gpus: 1000 GPUs is not a "
+                                    "multiple of TP·PP = 8·16 (--gpus overrides)")
+
+
+def test_the_microbatch_blocks_read_from_ga_are_in_the_short_report(capsys, tmp_path):
+    """ga: 1 → 2 re-reads the one block as two microbatches of half the rows: the short report
+    shows how the rows were read, among the assumptions that matter most."""
+    w = tmp_path / "w.txt"
+    w.write_text(SEED_512.read_text().replace(" ga: 1 ", " ga: 2 ", 1))
+    for path, blocks in ((SEED_512, "ga = 1"), (w, "found 2 times = ga")):
+        rc, out, _ = _cli(capsys, "--workload", str(path), "--topo", TOPO_512)
+        top = out.split("assumptions that matter most", 1)[1]
+        assert rc == 0 and "per-microbatch block:" in top and blocks in top
 
 
 def test_layout_needing_more_gpus_than_the_topology(capsys):

@@ -18,7 +18,8 @@ GROUP_WORDS = {"TP": "tensor-parallel", "EP": "expert-parallel", "PP": "pipeline
 # Which assumptions explain each part of the iteration: prefixes of the assumption lines
 # written by the workload readers, the model generator and the network model.
 EXPLAINS = {
-    "compute": ("compute model", "AICB units", "operator table", "compute"),
+    # for workload files, how the rows were read into microbatches sets the compute per iteration
+    "compute": ("compute model", "per-microbatch block", "operator table", "compute"),
     "TP": ("TP communication", "chosen: TP", "TP collectives"),
     "EP": ("MoE", "chosen: EP", "EP "),
     "PP": ("pipeline message", "chosen: PP"),
