@@ -175,3 +175,16 @@ def test_local_process_pool_equals_in_process(tmp_path):
     a = json.loads((tmp_path / "a" / "results.json").read_text())
     b = json.loads((tmp_path / "b" / "results.json").read_text())
     assert a == b and a["ok"] >= 3
+
+
+def test_a_dask_scheduler_without_the_extra_names_the_extra(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed → ImportError
+    rc = main(["sweep", "--model", "gpt-22b", "--topo", "dgx-a100-1024", "--nodes", "2",
+               "--tp", "8", "--pp", "1,2", "--global-batch", "16", "--out",
+               str(tmp_path / "s"), "--scheduler", "tcp://127.0.0.1:1", "--no-plot"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "--scheduler" in err[0] and "pip install 'simrun[dask]'" in err[0]
+    assert not (tmp_path / "s").exists()  # refused before any work

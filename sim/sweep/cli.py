@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.resume and args.overwrite:
         raise UsageError("give --resume or --overwrite, not both", field="--resume")
+    if args.scheduler:  # the optional extra, checked before any work
+        from sim.sweep.runner import dask_client
+
+        dask_client()
     model = load_model(args.model)
     topo = load_topology(args.topo, nodes=args.nodes, overrides=args.set)
     warn_topology(topo)

@@ -150,16 +150,25 @@ def stop_pool(pool) -> None:
         p.join(timeout=5)
 
 
+def dask_client():
+    """``(distributed.Client, distributed.as_completed)``, or a :class:`UsageError` naming the
+    extra that provides them (Dask is optional: ``pip install 'simrun[dask]'``)."""
+    from sim.errors import UsageError
+
+    try:
+        from distributed import Client, as_completed  # optional heavy dependency
+    except ImportError:
+        raise UsageError("a Dask cluster needs the optional 'dask' extra, which is not "
+                         "installed: pip install 'simrun[dask]' (sweeps on local cores need "
+                         "nothing extra: leave out --scheduler)", field="--scheduler") from None
+    return Client, as_completed
+
+
 def _run_dask(ctx: SweepContext, layouts: Sequence[Layout], on_result: Callable[[Row], None],
               address: str, timeout_s: float) -> str:
-    try:
-        from distributed import Client, as_completed
-    except ImportError:  # pragma: no cover - dependency declared in pyproject.toml
-        from sim.errors import UsageError
-
-        raise UsageError("Dask is not installed (pip install 'distributed')",
-                         field="--scheduler") from None
     from sim.errors import UsageError
+
+    Client, as_completed = dask_client()
 
     try:
         client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
