@@ -318,3 +318,13 @@ def test_validation_files_get_the_same_treatment(data, needle, tmp_path):
     r = _proc("validate", str(path))
     assert r.returncode == 2 and r.stdout == ""
     assert f"{path}{needle}" in _one_line(r.stderr)
+
+
+def test_simrun_alone_prints_usage_and_the_subcommands(capsys):
+    from sim.cli import SUBCOMMANDS
+
+    assert main([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("usage: simrun (--workload PATH|NAME")
+    for name in SUBCOMMANDS:
+        assert f"  simrun {name} " in out.err
