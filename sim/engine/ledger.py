@@ -23,11 +23,17 @@ class Ledger:
         self.deps: dict[int, list[Wait]] = {r: [] for r in stats}
         self.waiting: dict[int, str] = {}
         self.spans: list[Span] | None = [] if record_spans else None
+        self.shared: dict = {}  # span labels and argument tuples, each stored once
 
-    def span(self, *args, **kw) -> None:
-        """Record a :class:`Span` (same arguments) if spans are recorded."""
+    def span(self, rank: int, stream: str, t0: int, t1: int, kind: str, label: str,
+             mb: int = -1, chunk: int = -1, args: tuple = ()) -> None:
+        """Record a :class:`Span` (its fields in order) if spans are recorded. Equal labels and
+        argument tuples are stored once: a trace of every rank of a 1024-GPU run holds millions
+        of spans (docs/visualisation.md)."""
         if self.spans is not None:
-            self.spans.append(Span(*args, **kw))
+            label = self.shared.setdefault(label, label)
+            args = self.shared.setdefault(args, args)
+            self.spans.append(Span(rank, stream, t0, t1, kind, label, mb, chunk, args))
 
     def wait(self, rank: int, start_ns: int, end_ns: int, group: str, cause_rank: int,
              cause_ns: int) -> None:
