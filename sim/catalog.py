@@ -43,6 +43,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("models", "workloads/models", (".yaml", ".yml"), "model spec"),
     Kind("workloads", "workloads", (".txt", ".tsv", ".csv"), "workload"),
     Kind("validation", "workloads/validation", (".yaml", ".yml"), "validation file"),
+    Kind("kernels", "kernels", (".csv",), "kernel table"),  # lives in sim/data/ itself
 )}
 
 
@@ -106,6 +107,11 @@ def describe(kind: str, path: Path) -> str:
             return line.split(":", 1)[1].strip()
     if kind == "workloads":
         return _workload_summary(lines)
+    if kind == "kernels":  # "# gpu: NAME" and "# date: DAY" (docs/kernel-tables.md)
+        tags = dict(ln.lstrip("# ").split(": ", 1) for ln in lines
+                    if ln.startswith("# ") and ": " in ln)
+        return (f"measured kernel times of {tags.get('gpu', '?')}"
+                + (f" ({tags['date']})" if "date" in tags else ""))
     if kind == "models":
         return _model_summary(path, _first_sentence(lines).split(" (")[0].rstrip(":"))
     return _first_sentence(lines)

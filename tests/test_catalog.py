@@ -104,4 +104,7 @@ def test_the_wheel_carries_the_shipped_inputs_as_package_data(tmp_path):
     expected = {f"sim/data/topologies/{p.name}" for p in TOPOLOGIES.glob("*.yaml")}
     expected |= {f"sim/data/workloads/{p.relative_to(WORKLOADS)}" for p in
                  WORKLOADS.rglob("*") if p.is_file()}
+    data = ROOT / "sim" / "data"  # package data that lives in the package (kernel tables, …)
+    expected |= {f"sim/data/{p.relative_to(data)}" for p in data.rglob("*") if p.is_file()}
+    assert any(n.startswith("sim/data/kernels/") for n in expected)
     assert expected <= names
