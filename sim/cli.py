@@ -177,6 +177,7 @@ def run(argv: list[str]) -> int:
     """The main job: workload + topology → simulated iteration → report."""
     import dataclasses
 
+    from sim import applicable
     from sim.engine import simulate
     from sim.faults import Faults, faults_from_args, simulation_plan
     from sim.network import network_from_args
@@ -194,6 +195,9 @@ def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if bool(args.workload) == bool(args.model):
         raise UsageError("give --workload PATH or --model PATH (exactly one)", field="--workload")
+    given = applicable.given_flags(build_parser(), argv)
+    if args.model:
+        applicable.check_model_input(given)
     check_output_paths({"--json": args.json, "--trace": args.trace, "--plot": args.plot,
                         "--breakdown-plot": args.breakdown_plot},
                        {"--workload": args.workload, "--model": args.model, "--topo": args.topo},
@@ -205,10 +209,15 @@ def run(argv: list[str]) -> int:
         from sim.models.cli_args import model_run_from_args
 
         model_run = model_run_from_args(args, topo)
+        applicable.check_model_effect(given, model_run.par.tp, model_run.par.dp,
+                                      model_run.memory.feasible)
         prog = model_run.program
     else:
         wl = read_workload(args.workload, args.format, bytes_per_element=args.bytes_per_element,
                            backward_ratio=args.missing_backward_ratio)
+        applicable.check_workload_input(given, wl)
+        if wl.format == "aicb":
+            applicable.check_file_layout(wl, args.tp, args.ep)
         prog = build_program(wl, LayoutOptions(
             tp=args.tp, pp=args.pp, ep=args.ep, vpp=args.vpp, microbatches=args.microbatches,
             all_gpus=args.gpus, schedule=args.schedule, pp_comm_bytes=args.pp_comm_bytes,
