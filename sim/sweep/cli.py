@@ -249,5 +249,5 @@ def _progress(total: int, initial: int, *, disabled: bool):
 
     # a bar only on a terminal (never in pipes, files or CI logs), closed before any message
     return tqdm(total=total, initial=initial, desc="sweep", unit="layout", file=sys.stderr,
-                disable=disabled or not sys.stderr.isatty(), mininterval=0.5,
-                dynamic_ncols=True)
+                disable=disabled or not sys.stderr.isatty(), mininterval=0.5, delay=2.0,
+                dynamic_ncols=True)  # shown once the sweep has taken 2 s (tqdm's delay)
