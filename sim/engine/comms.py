@@ -216,6 +216,7 @@ class PipeTransfers:
         ledger.wait(rank, t0, t1, "PP", sender, ts)
         bubble = min(max(ts - t0, 0), t1 - t0)
         st.bubble_ns += bubble
+        st.pipeline_wait_ns += bubble
         st.exposed_comm_ns[GroupKind.PP] += t1 - t0 - bubble
         if bubble:
             ledger.span(rank, "compute", t0, t0 + bubble, "bubble", "wait for other stage")

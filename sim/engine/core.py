@@ -227,6 +227,7 @@ class _Engine:
         last_vs = p * self.v - 1
         prog = self.prog.stages[stage]
         yield from self.tasks(rank, prog.prologue)
+        st.pipeline_start_ns = env.now
         for op in self.sched[stage]:
             mb, chunk = op.microbatch, op.chunk
             vs = chunk * p + stage
@@ -246,6 +247,7 @@ class _Engine:
                 if vs > 0:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs - 1) % p)
                     self.pipe.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
+        st.pipeline_end_ns = env.now
         yield from self.tasks(rank, prog.epilogue)
         yield from self.streams.drain(rank)
         st.end_ns = env.now
@@ -317,10 +319,15 @@ class _Engine:
                 continue
             if t.comm.blocking:
                 t0 = env.now
-                res, _ = yield from self.rdv.collective(rank, t.comm, t.label)
-                st.exposed_comm_ns[t.comm.group] += env.now - t0
-                ledger.span(rank, t.comm.group.value, t0, env.now, "comm", t.label, -1, -1,
-                            comm_args(t.comm, res.algorithm if res else ""))
+                res, (_, arrived) = yield from self.rdv.collective(rank, t.comm, t.label)
+                # waiting in the embedding group for the other end of the pipeline is idle
+                idle = arrived - t0 if t.comm.group is GroupKind.EMB else 0
+                st.bubble_ns += idle
+                if idle:
+                    ledger.span(rank, "compute", t0, arrived, "bubble", "wait for other stage")
+                st.exposed_comm_ns[t.comm.group] += env.now - t0 - idle
+                ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label, -1,
+                            -1, comm_args(t.comm, res.algorithm if res else ""))
             else:
                 self.streams.issue(rank, t.comm, t.label)
 
