@@ -9,7 +9,8 @@ Fixed top-level keys other tools rely on: ``iteration_time_s``, ``bubble_fractio
 pipeline busy time) over that busy time (its scheduled forwards and backwards and the
 communication exposed within them, i.e. its own schedule span less its waits for other
 stages), averaged over stages. The data-parallel gradient reduction and the optimizer after
-the schedule are not in it. ``ideal_bubble_fraction`` is ``(p−1)/M`` (GPipe, 1F1B) or ``(p−1)/(v·M)`` (interleaved).
+the schedule are not in it. ``ideal_bubble_fraction`` is ``(p−1)/M`` (GPipe, 1F1B) or
+``(p−1)/(v·M)`` (interleaved).
 ``idle_fraction`` is all idle time (the bubble plus the wait for the slowest stage at the end)
 over the iteration, averaged over stages.
 """
