@@ -126,14 +126,16 @@ class AsyncStreams:
         self._pending: dict[int, list[tuple[simpy.Process, GroupKind]]] = {
             r: [] for r in ledger.stats}
 
-    def issue(self, rank: int, comm: Comm, label: str) -> None:
-        """Queue ``comm`` on ``rank``'s stream of its group kind; the rank goes on."""
+    def issue(self, rank: int, comm: Comm, label: str) -> simpy.Process:
+        """Queue ``comm`` on ``rank``'s stream of its group kind; the rank goes on. Returns the
+        process that ends when ``comm`` has completed."""
         key = (rank, comm.group)
         prev = self._tail.get(key)
         proc = self.env.process(self._run(rank, comm, prev, label,
                                           self.rdv.next_seq(rank, comm.group)))
         self._tail[key] = proc
         self._pending[rank].append((proc, comm.group))
+        return proc
 
     def _run(self, rank: int, comm: Comm, prev: simpy.Process | None, label: str, seq: int):
         env = self.env
@@ -144,6 +146,20 @@ class AsyncStreams:
         self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
                          comm_args(comm, res.algorithm if res else ""))
         return cause
+
+    def wait_for(self, rank: int, proc: simpy.Process, group: GroupKind, what: str):
+        """Wait until the issued comm ``proc`` has completed (exposed comm time of ``group``)."""
+        if proc.processed:
+            return
+        env, ledger = self.env, self.ledger
+        t0 = env.now
+        ledger.waiting[rank] = what
+        yield proc
+        ledger.waiting.pop(rank, None)
+        ledger.stats[rank].exposed_comm_ns[group] += env.now - t0
+        ledger.wait(rank, t0, env.now, group.value, *proc.value)
+        ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
+                    args=(("group", group.value),))
 
     def drain(self, rank: int):
         """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""

@@ -26,6 +26,7 @@ from sim.engine.ledger import Groups, Ledger
 from sim.engine.result import LayerStats, RankStats, SimResult
 from sim.engine.segments import (
     AsyncIssue,
+    AwaitParams,
     Blocking,
     Compiled,
     Fused,
@@ -128,6 +129,8 @@ class _Engine:
         self.groups = Groups(pl, sim_set)
         self.rdv = Rendezvous(env, net, self.groups, self.ledger)
         self.streams = AsyncStreams(env, self.rdv, self.ledger)
+        # (rank, bucket) -> the issued parameter all-gather and its group
+        self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}
         self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes)
         self._iso: dict[tuple, tuple[int, str] | None] = {}
         self._compiled: dict[tuple, Compiled] = {}
@@ -153,6 +156,8 @@ class _Engine:
         return self._iso[key]
 
     def compiled(self, rank: int, stage: int, chunk: int, forward: bool, last: bool) -> Compiled:
+        """``last``: the backward of the last microbatch (issues the gradient reductions), or
+        the forward of the first (waits for the parameter all-gathers it uses first)."""
         key = (rank, chunk, forward, last)
         comp = self._compiled.get(key)
         if comp is None:
@@ -166,7 +171,7 @@ class _Engine:
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
                     layers, forward, last and not forward, lambda c: self.fused_cost(rank, c),
-                    scale)
+                    scale, await_params=last and forward)
             comp = Compiled(shared.steps, shared.layer_totals)
             tp_group = self.groups.of(GroupKind.TP, rank)
             if not self.lockstep and GroupKind.TP in comp.fused_groups() and \
@@ -234,7 +239,7 @@ class _Engine:
             if op.kind == "F":
                 if vs > 0:
                     yield from self.pipe.recv(rank, (rank, "F", mb, vs))
-                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, True, False),
+                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, True, mb == 0),
                                           mb, chunk)
                 if vs < last_vs:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs + 1) % p)
@@ -282,6 +287,11 @@ class _Engine:
                 ledger.span(rank, g.value, t0, env.now, "comm",
                             f"{step.layer}.{step.phase.value}", mb, chunk,
                             comm_args(step.comm, res.algorithm if res else ""))
+            elif type(step) is AwaitParams:
+                proc, group = self.param_gathers[rank, step.bucket]
+                yield from self.streams.wait_for(
+                    rank, proc, group,
+                    f"parameter all-gather bucket {step.bucket} (first use: {step.layer})")
             else:
                 assert type(step) is AsyncIssue
                 self.streams.issue(rank, step.comm, f"{step.layer}.{step.phase.value}")
@@ -329,7 +339,9 @@ class _Engine:
                 ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label, -1,
                             -1, comm_args(t.comm, res.algorithm if res else ""))
             else:
-                self.streams.issue(rank, t.comm, t.label)
+                proc = self.streams.issue(rank, t.comm, t.label)
+                if t.param_bucket >= 0:
+                    self.param_gathers[rank, t.param_bucket] = (proc, t.comm.group)
 
     def _layer_totals(self) -> None:
         for rank, comp in self._all_compiled:

@@ -54,7 +54,15 @@ class AsyncIssue:
     layer: str
 
 
-Step = Fused | Blocking | AsyncIssue
+@dataclass(frozen=True, slots=True)
+class AwaitParams:
+    """Wait for parameter all-gather bucket ``bucket`` (its first use in the iteration)."""
+
+    bucket: int
+    layer: str
+
+
+Step = Fused | Blocking | AsyncIssue | AwaitParams
 # (comm, phase) -> (duration_ns, algorithm) if fusable for this rank, else None
 CostFn = Callable[[Comm], "tuple[int, str] | None"]
 
@@ -91,9 +99,10 @@ def scaled(ns: int, factor: float) -> int:
 
 
 def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
-                 cost: CostFn, scale: float = 1.0) -> Compiled:
+                 cost: CostFn, scale: float = 1.0, await_params: bool = False) -> Compiled:
     """Compile one pass. ``issue_async``: include non-blocking (gradient) communications;
-    ``scale``: factor on compute times (a slow GPU)."""
+    ``scale``: factor on compute times (a slow GPU); ``await_params``: a layer that opens a
+    parameter all-gather bucket first waits for it (the first forward of the iteration)."""
     steps: list[Step] = []
     parts: list[Part] = []
     totals: dict[str, list] = {}
@@ -108,6 +117,9 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
             run[0], run[1], run[2] = 0, 0, {}
 
     for lay, kind, ph in phases(layers, forward):
+        if await_params and lay.param_buckets:
+            flush()
+            steps.extend(AwaitParams(b, lay.name) for b in lay.param_buckets)
         tot = totals.setdefault(lay.name, [0, 0, 0, {}, 0])
         if kind is PhaseKind.FORWARD:
             tot[4] += 1
