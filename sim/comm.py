@@ -32,6 +32,10 @@ class GroupKind(str, Enum):
     DP_EP = "DP_EP"
     PP = "PP"
     CP = "CP"  # context parallelism (Megatron-Core): the ring of ranks sharing a sequence
+    # Megatron's embedding group: the first and the last pipeline stage (same TP/DP position),
+    # where the tied input/output embedding's gradient is all-reduced (Megatron-LM
+    # parallel_state.get_embedding_group, _allreduce_embedding_grads)
+    EMB = "EMB"
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,8 @@ class Placement:
     def group(self, kind: GroupKind, rank: int) -> tuple[int, ...]:
         """Members (global ranks) of ``rank``'s group of ``kind``, in group-rank order.
 
-        For ``PP`` this is the pipeline of ``rank`` (stage 0 first).
+        For ``PP`` this is the pipeline of ``rank`` (stage 0 first); for ``EMB`` the first and
+        the last stage of that pipeline (only ranks of those stages are in one).
         """
         c = self.coord(rank)
         s = self._stride
@@ -117,6 +118,12 @@ class Placement:
         if kind is GroupKind.CP:
             base = (c.dp // self.cp) * self.cp
             return _progression(self.rank(c.tp, base, c.pp), s["dp"], self.cp)
+        if kind is GroupKind.EMB:
+            if self.pp == 1:
+                return (rank,)
+            if c.pp not in (0, self.pp - 1):
+                raise ValueError(f"rank {rank} (stage {c.pp}) is not in the embedding group")
+            return (self.rank(c.tp, c.dp, 0), self.rank(c.tp, c.dp, self.pp - 1))
         if kind is GroupKind.DP_EP:
             return _progression(self.rank(c.tp, c.dp % self.ep, c.pp), s["dp"] * self.ep,
                                 self.dp // self.ep)
@@ -126,6 +133,8 @@ class Placement:
         """Every group of ``kind``, each once, ordered by its first member."""
         seen: dict[int, tuple[int, ...]] = {}
         for r in range(self.world_size):
+            if kind is GroupKind.EMB and 0 < self.coord(r).pp < self.pp - 1:
+                continue  # middle stages are in no embedding group
             g = self.group(kind, r)
             seen.setdefault(g[0], g)
         return [seen[k] for k in sorted(seen)]

@@ -103,9 +103,17 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                         "(cuDNN through Transformer Engine), unfused (batched matmuls + "
                         "softmax), auto (what Megatron-Core picks: fused) (default: unfused, or "
                         "flash with --flash-attention)")
-    g.add_argument("--no-overlap-grad-reduce", action="store_true",
-                   help="one blocking DP gradient collective after the backward instead of "
-                        "per-bucket overlap")
+    ov = g.add_mutually_exclusive_group()
+    ov.add_argument("--overlap-grad-reduce", action="store_true",
+                    help="Megatron-Core: DP gradient collective per bucket as its gradients are "
+                         "ready in the last microbatch's backward (the default)")
+    ov.add_argument("--no-overlap-grad-reduce", action="store_true",
+                    help="one blocking DP gradient collective after the backward instead of "
+                         "per-bucket overlap")
+    g.add_argument("--overlap-param-gather", action="store_true",
+                   help="Megatron-Core, with --distributed-optimizer: each bucket's parameter "
+                        "all-gather runs beside the next iteration's forward; its first use "
+                        "waits for it (default: all-gathers after the optimizer step)")
     _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
@@ -159,7 +167,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                         getattr(args, "account_for_loss_in_pipeline_split", False)),
                     fsdp=getattr(args, "fsdp", False),
                     moe_load_imbalance=getattr(args, "moe_load_imbalance", 1.0),
-                    moe_capacity_factor=getattr(args, "moe_expert_capacity_factor", None))
+                    moe_capacity_factor=getattr(args, "moe_expert_capacity_factor", None),
+                    overlap_param_gather=getattr(args, "overlap_param_gather", False))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:

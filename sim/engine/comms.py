@@ -130,14 +130,16 @@ class AsyncStreams:
         self._overlap_tail: dict[tuple[int, GroupKind], simpy.Process] = {}
         self._overlapped: dict[tuple[int, GroupKind], list[simpy.Process]] = {}
 
-    def issue(self, rank: int, comm: Comm, label: str) -> None:
-        """Queue ``comm`` on ``rank``'s stream of its group kind; the rank goes on."""
+    def issue(self, rank: int, comm: Comm, label: str) -> simpy.Process:
+        """Queue ``comm`` on ``rank``'s stream of its group kind; the rank goes on. Returns the
+        process that ends when ``comm`` has completed."""
         key = (rank, comm.group)
         prev = self._tail.get(key)
         proc = self.env.process(self._run(rank, comm, prev, label,
                                           self.rdv.next_seq(rank, comm.group)))
         self._tail[key] = proc
         self._pending[rank].append((proc, comm.group))
+        return proc
 
     def issue_overlap(self, rank: int, comm: Comm, label: str) -> None:
         """Start ``comm`` on the group's overlap stream (FIFO, separate from the gradient
@@ -178,6 +180,20 @@ class AsyncStreams:
         self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
                          comm_args(comm, res.algorithm if res else ""))
         return cause
+
+    def wait_for(self, rank: int, proc: simpy.Process, group: GroupKind, what: str):
+        """Wait until the issued comm ``proc`` has completed (exposed comm time of ``group``)."""
+        if proc.processed:
+            return
+        env, ledger = self.env, self.ledger
+        t0 = env.now
+        ledger.waiting[rank] = what
+        yield proc
+        ledger.waiting.pop(rank, None)
+        ledger.stats[rank].exposed_comm_ns[group] += env.now - t0
+        ledger.wait(rank, t0, env.now, group.value, *proc.value)
+        ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
+                    args=(("group", group.value),))
 
     def drain(self, rank: int):
         """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""
@@ -250,6 +266,7 @@ class PipeTransfers:
         ledger.wait(rank, t0, t1, "PP", sender, ts)
         bubble = min(max(ts - t0, 0), t1 - t0)
         st.bubble_ns += bubble
+        st.pipeline_wait_ns += bubble
         st.exposed_comm_ns[GroupKind.PP] += t1 - t0 - bubble
         if bubble:
             ledger.span(rank, "compute", t0, t0 + bubble, "bubble", "wait for other stage")

@@ -28,6 +28,7 @@ from sim.engine.segments import (
     BACKWARD,
     AsyncIssue,
     Await,
+    AwaitParams,
     Blocking,
     Compiled,
     Fused,
@@ -132,6 +133,8 @@ class _Engine:
         self.groups = Groups(pl, sim_set)
         self.rdv = Rendezvous(env, net, self.groups, self.ledger)
         self.streams = AsyncStreams(env, self.rdv, self.ledger)
+        # (rank, bucket) -> the issued parameter all-gather and its group
+        self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}
         self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes)
         self._iso: dict[tuple, tuple[int, str] | None] = {}
         self._compiled: dict[tuple, Compiled] = {}
@@ -157,8 +160,9 @@ class _Engine:
         return self._iso[key]
 
     def compiled(self, rank: int, stage: int, chunk: int, kind: str, last: bool) -> Compiled:
-        """The compiled pass of op ``kind`` (``F``, ``B`` or ``W``) on ``chunk``; ``last``: the
-        last microbatch (its backward issues the gradient reductions)."""
+        """The compiled pass of op ``kind`` (``F``, ``B`` or ``W``) on ``chunk``; ``last``: for a
+        backward, the last microbatch (its backward issues the gradient reductions); for a
+        forward, the first microbatch (it waits for the parameter all-gathers it uses first)."""
         key = (rank, chunk, kind, last)
         comp = self._compiled.get(key)
         if comp is None:
@@ -180,7 +184,7 @@ class _Engine:
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
                     layers, forward, last and not forward, lambda c: self.fused_cost(rank, c),
-                    scale, passes)
+                    scale, passes, await_params=last and forward)
             comp = Compiled(shared.steps, shared.layer_totals)
             tp_group = self.groups.of(GroupKind.TP, rank)
             if not self.lockstep and GroupKind.TP in comp.fused_groups() and \
@@ -243,13 +247,14 @@ class _Engine:
         last_vs = p * self.v - 1
         prog = self.prog.stages[stage]
         yield from self.tasks(rank, prog.prologue)
+        st.pipeline_start_ns = env.now
         for op in self.sched[stage]:
             mb, chunk = op.microbatch, op.chunk
             vs = chunk * p + stage
             if op.kind == "F":
                 if vs > 0:
                     yield from self.pipe.recv(rank, (rank, "F", mb, vs))
-                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, "F", False),
+                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, "F", mb == 0),
                                           mb, chunk)
                 if vs < last_vs:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs + 1) % p)
@@ -265,6 +270,7 @@ class _Engine:
                 if vs > 0:
                     dst = self.pl.rank(c0.tp, c0.dp, (vs - 1) % p)
                     self.pipe.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
+        st.pipeline_end_ns = env.now
         yield from self.tasks(rank, prog.epilogue)
         yield from self.streams.drain(rank)
         st.end_ns = env.now
@@ -305,6 +311,11 @@ class _Engine:
                 ls = st.layers.setdefault(step.layer, LayerStats())
                 ls.comm_ns[step.group.value] = ls.comm_ns.get(step.group.value, 0) + (
                     env.now - t0)
+            elif type(step) is AwaitParams:
+                proc, group = self.param_gathers[rank, step.bucket]
+                yield from self.streams.wait_for(
+                    rank, proc, group,
+                    f"parameter all-gather bucket {step.bucket} (first use: {step.layer})")
             else:
                 assert type(step) is AsyncIssue
                 (self.streams.issue_overlap if step.overlap else self.streams.issue)(
@@ -343,12 +354,19 @@ class _Engine:
                 continue
             if t.comm.blocking:
                 t0 = env.now
-                res, _ = yield from self.rdv.collective(rank, t.comm, t.label)
-                st.exposed_comm_ns[t.comm.group] += env.now - t0
-                ledger.span(rank, t.comm.group.value, t0, env.now, "comm", t.label, -1, -1,
-                            comm_args(t.comm, res.algorithm if res else ""))
+                res, (_, arrived) = yield from self.rdv.collective(rank, t.comm, t.label)
+                # waiting in the embedding group for the other end of the pipeline is idle
+                idle = arrived - t0 if t.comm.group is GroupKind.EMB else 0
+                st.bubble_ns += idle
+                if idle:
+                    ledger.span(rank, "compute", t0, arrived, "bubble", "wait for other stage")
+                st.exposed_comm_ns[t.comm.group] += env.now - t0 - idle
+                ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label, -1,
+                            -1, comm_args(t.comm, res.algorithm if res else ""))
             else:
-                self.streams.issue(rank, t.comm, t.label)
+                proc = self.streams.issue(rank, t.comm, t.label)
+                if t.param_bucket >= 0:
+                    self.param_gathers[rank, t.param_bucket] = (proc, t.comm.group)
 
     def _layer_totals(self) -> None:
         for rank, comp in self._all_compiled:

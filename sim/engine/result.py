@@ -36,13 +36,21 @@ class RankStats:
     compute_ns: int = 0
     optimizer_ns: int = 0
     exposed_comm_ns: dict[GroupKind, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
-    bubble_ns: int = 0
+    bubble_ns: int = 0  # all idle time: pipeline bubble plus the wait after end_ns
     end_ns: int = 0  # when this rank's last work finished
+    pipeline_start_ns: int = 0  # when the schedule's first op began (after the prologue)
+    pipeline_end_ns: int = 0  # when the schedule's last op finished (before the epilogue)
+    pipeline_wait_ns: int = 0  # waits for another stage between those two times
     layers: dict[str, LayerStats] = field(default_factory=dict)
 
     @property
     def busy_ns(self) -> int:
         return self.compute_ns + self.optimizer_ns + sum(self.exposed_comm_ns.values())
+
+    @property
+    def pipeline_busy_ns(self) -> int:
+        """Time between the schedule's first and last op not spent waiting for another stage."""
+        return self.pipeline_end_ns - self.pipeline_start_ns - self.pipeline_wait_ns
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,15 @@ class Await:
     layer: str
 
 
-Step = Fused | Blocking | AsyncIssue | Await
+@dataclass(frozen=True, slots=True)
+class AwaitParams:
+    """Wait for parameter all-gather bucket ``bucket`` (its first use in the iteration)."""
+
+    bucket: int
+    layer: str
+
+
+Step = Fused | Blocking | AsyncIssue | Await | AwaitParams
 # (comm, phase) -> (duration_ns, algorithm) if fusable for this rank, else None
 CostFn = Callable[[Comm], "tuple[int, str] | None"]
 
@@ -110,11 +118,25 @@ def scaled(ns: int, factor: float) -> int:
     return ns if factor == 1.0 else int(round(ns * factor))
 
 
+def _waits_before(lay: Layer, kind: PhaseKind, ph, await_params: bool) -> list[Step]:
+    """The waits a phase starts with: the first use of its parameter all-gather buckets (when
+    ``await_params``), then an awaited overlapped group."""
+    out: list[Step] = []
+    if await_params and lay.param_buckets:
+        out.extend(AwaitParams(b, lay.name) for b in lay.param_buckets)
+    if ph.await_group is not None:
+        out.append(Await(ph.await_group, kind, lay.name))
+    return out
+
+
 def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
                  cost: CostFn, scale: float = 1.0,
-                 backward: tuple[PhaseKind, ...] = BACKWARD) -> Compiled:
+                 backward: tuple[PhaseKind, ...] = BACKWARD,
+                 await_params: bool = False) -> Compiled:
     """Compile one pass. ``issue_async``: include non-blocking (gradient) communications;
-    ``scale``: factor on compute times (a slow GPU); ``backward``: see :func:`phases`."""
+    ``scale``: factor on compute times (a slow GPU); ``backward``: see :func:`phases`;
+    ``await_params``: a layer that opens a parameter all-gather bucket first waits for it
+    (the first forward of the iteration)."""
     steps: list[Step] = []
     parts: list[Part] = []
     totals: dict[str, list] = {}
@@ -129,13 +151,14 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
             run[0], run[1], run[2] = 0, 0, {}
 
     for lay, kind, ph in phases(layers, forward, backward):
+        waits = _waits_before(lay, kind, ph, await_params)
+        if waits:
+            flush()
+            steps.extend(waits)
         tot = totals.setdefault(lay.name, [0, 0, 0, {}, 0])
         if kind is PhaseKind.FORWARD:
             tot[4] += 1
         c = ph.comm
-        if ph.await_group is not None:
-            flush()
-            steps.append(Await(ph.await_group, kind, lay.name))
         overlap = c is not None and (c.overlap or c.prefetch) and c.size_bytes > 0
         if overlap:
             flush()

@@ -8,6 +8,8 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe
@@ -96,12 +98,36 @@ def compute_notes(setup: ComputeSetup, timer: Timer) -> list[str]:
 def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                    optimizer: str | ShampooPlan) -> StageProgram:
     par = plan.par
-    chunks = [tuple(_layers(rows, par, timer)) for rows in st.chunks]
-    if par.zero >= 3:
-        chunks = [tuple(zero3_layers(list(c), rows, par))
-                  for c, rows in zip(chunks, st.chunks, strict=True)]
-    return StageProgram(stage=st.stage, chunks=chunks,
+    chunks, prologue = [], []
+    for rows in st.chunks:
+        layers = list(_layers(rows, par, timer))
+        if par.zero >= 3:
+            layers = list(zero3_layers(layers, rows, par))
+        elif par.overlap_param_gather:
+            _param_gathers(rows, par, layers, prologue)
+        chunks.append(tuple(layers))
+    return StageProgram(stage=st.stage, chunks=chunks, prologue=tuple(prologue),
                         epilogue=_epilogue(st, plan, timer, optimizer))
+
+
+def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer],
+                   prologue: list[Task]) -> None:
+    """Megatron-Core --overlap-param-gather: the distributed optimizer's parameter all-gather
+    per gradient bucket, issued (non-blocking, in forward order) when the iteration starts —
+    the steady state of all-gathers launched after the previous optimizer step — and waited
+    for by the bucket's first layer in the first forward. Appends to ``prologue`` and marks
+    ``layers`` in place."""
+    for first, params, expert in sorted(_buckets(rows, par)):
+        size = par.dp_cp // par.ep if expert else par.dp_cp
+        if size == 1:
+            continue
+        bucket = len(prologue)
+        comm = Comm(CollKind.ALLGATHER, GroupKind.DP_EP if expert else GroupKind.DP,
+                    params * PARAM_BYTES, blocking=False)
+        prologue.append(Task(f"param_allgather.bucket{bucket}", TaskKind.GRAD_SYNC, comm=comm,
+                             param_bucket=bucket))
+        lay = layers[first]
+        layers[first] = replace(lay, param_buckets=lay.param_buckets + (bucket,))
 
 
 def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> Comm | None:
@@ -126,6 +152,17 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
     out: dict[int, Comm] = {}
     if not par.overlap_grad_reduce or par.zero >= 3:  # ZeRO-3: per-unit reduce-scatter
         return out
+    for i, n, expert in _buckets(rows, par):
+        comm = _dp_comm(par, n, expert, blocking=False)
+        if comm is not None:
+            out[i] = comm
+    return out
+
+
+def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]]:
+    """(first row, parameters, expert?) of each gradient bucket, in the order they close in
+    backward (see :func:`_bucket_comms`)."""
+    out: list[tuple[int, int, bool]] = []
     limit = bucket_params(par.dp_cp)
     segments: list[list[int]] = []
     for i, r in enumerate(rows):
@@ -143,14 +180,10 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
                     continue
                 acc, last = acc + n, i
                 if acc >= limit:
-                    comm = _dp_comm(par, acc, expert, blocking=False)
-                    if comm is not None:
-                        out[i] = comm
+                    out.append((i, acc, expert))
                     acc = 0
             if acc:
-                comm = _dp_comm(par, acc, expert, blocking=False)
-                if comm is not None:
-                    out[last] = comm
+                out.append((last, acc, expert))
     return out
 
 
@@ -191,7 +224,7 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
         size = optimizer.root_bytes(layers, first)
         tasks.append(Task("shampoo_root_allgather", TaskKind.GRAD_SYNC,
                           comm=Comm(CollKind.ALLGATHER, GroupKind.DP, size, blocking=True)))
-    if par.shards_optimizer and par.zero < 3:
+    if par.shards_optimizer and par.zero < 3 and not par.overlap_param_gather:
         for n, is_expert, size in ((dense, False, par.dp_cp),
                                    (expert, True, par.dp_cp // par.ep)):
             if n and size > 1:
@@ -255,16 +288,24 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
     if par.dp_cp > 1 and not par.zero:
         kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
         if par.overlap_grad_reduce:
-            limit = bucket_params(par.dp_cp)
-            out.append(f"DP gradient {kind} per Megatron DDP bucket (≥ {limit:,} "
-                       "parameters, in backward order, per model chunk; embedding and output "
-                       "layer in buckets of their own), non-blocking, issued in the last "
+            out.append(f"--overlap-grad-reduce: DP gradient {kind} per Megatron DDP bucket "
+                       f"(≥ {bucket_params(par.dp_cp):,} parameters, in backward order, per model "
+                       "chunk; embedding and output layer in buckets of their own), "
+                       "non-blocking, issued in the last "
                        "microbatch's backward; the optimizer waits for them")
         else:
-            out.append(f"DP gradient {kind} after the backward, blocking")
-        if par.distributed_optimizer:
+            out.append(f"--no-overlap-grad-reduce: DP gradient {kind} after the backward, "
+                       "blocking")
+        if par.overlap_param_gather:
+            out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
+                       "(2 bytes/parameter) per gradient bucket, non-blocking and in forward "
+                       "order from the start of the iteration (the previous step's all-gathers "
+                       "overlapping this forward); the first forward use of a bucket waits for "
+                       "its all-gather")
+        elif par.distributed_optimizer:
             out.append("distributed optimizer: parameter all-gather (2 bytes/parameter) after "
-                       "the optimizer step, not overlapped with the next iteration")
+                       "the optimizer step, not overlapped with the next iteration "
+                       "(--overlap-param-gather overlaps it)")
     out.append("optimizer: Adam, memory-bound (30 bytes per updated parameter + gradient norm "
                "and buffer zeroing)" + ("; distributed over DP" if par.shards_optimizer
                                         else ""))

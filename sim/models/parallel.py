@@ -30,7 +30,9 @@ class Training:
     attention kernel, no s×s score matrix in memory; the calibration measurements, Korthikanti
     et al. 2022, used the unfused kernels), ``overlap_grad_reduce`` (data-parallel gradient
     collectives issued per layer during the last microbatch's backward, non-blocking; otherwise
-    one blocking collective after the backward). ``attention_backend``: Megatron-Core's
+    one blocking collective after the backward), ``overlap_param_gather`` (Megatron-Core, with the
+    distributed optimizer: each bucket's parameter all-gather runs beside the next iteration's
+    forward; a bucket's first use waits for it). ``attention_backend``: Megatron-Core's
     ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
     through Transformer Engine; ``unfused``: batched matmuls + softmax; ``auto`` = ``fused``);
     empty: ``flash`` with ``flash_attention``, else ``unfused``. ``global_batch`` ``None``: not
@@ -56,6 +58,7 @@ class Training:
     fsdp: bool = False
     moe_load_imbalance: float = 1.0
     moe_capacity_factor: float | None = None
+    overlap_param_gather: bool = False
 
     @property
     def backend(self) -> str:
@@ -111,7 +114,8 @@ class ParallelConfig:
                  overlap_grad_reduce: bool = True, attention_backend: str = "",
                  split: PipelineSplit = EVEN_SPLIT, cp: int = 1, zero: int = 0,
                  fsdp: bool = False, moe_load_imbalance: float = 1.0,
-                 moe_capacity_factor: float | None = None) -> None:
+                 moe_capacity_factor: float | None = None,
+                 overlap_param_gather: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -119,7 +123,8 @@ class ParallelConfig:
                             overlap_grad_reduce=overlap_grad_reduce,
                             attention_backend=attention_backend, split=split, fsdp=fsdp,
                             moe_load_imbalance=moe_load_imbalance,
-                            moe_capacity_factor=moe_capacity_factor)
+                            moe_capacity_factor=moe_capacity_factor,
+                            overlap_param_gather=overlap_param_gather)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
                         schedule=schedule, microbatch_group_size=microbatch_group_size)
@@ -160,6 +165,7 @@ class ParallelConfig:
     distributed_optimizer = _part("training", "distributed_optimizer")
     flash_attention = _part("training", "flash_attention")
     overlap_grad_reduce = _part("training", "overlap_grad_reduce")
+    overlap_param_gather = _part("training", "overlap_param_gather")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     fused_attention = _part("training", "fused_attention")
@@ -231,6 +237,10 @@ def _check_values(par: ParallelConfig) -> None:
         raise UsageError(f"must be one of {', '.join(RECOMPUTE)}, got {par.recompute!r}",
                          field="--recompute")
     _check_attention(par)
+    if par.overlap_param_gather and not (par.distributed_optimizer and par.overlap_grad_reduce):
+        # Megatron-LM's argument check refuses the same (megatron/training/arguments.py)
+        raise UsageError("needs --distributed-optimizer and --overlap-grad-reduce (as in "
+                         "Megatron-LM)", field="--overlap-param-gather")
     if par.dtype not in DTYPES:
         raise UsageError(f"must be one of {', '.join(DTYPES)}, got {par.dtype!r}", field="--dtype")
 

@@ -112,7 +112,7 @@ def _uses(net: FusionQuery, kind: GroupKind) -> tuple[frozenset[str], bool]:
 
 def is_fusable(net: FusionQuery, group: GroupKind) -> bool:
     """True if blocking collectives of ``group`` never share a link with other traffic."""
-    if group is GroupKind.PP:
+    if group in (GroupKind.PP, GroupKind.EMB):
         return False
     if net.symmetric:
         got = _local_symmetric_check(net, group)

@@ -81,7 +81,7 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
             return None
         base = (np.arange(pl.tp)[:, None] * st + np.arange(pl.dp)[None, :] * sd).reshape(-1)
         return np.stack([base + c0.pp * ss, base + c1.pp * ss], axis=1)
-    if group is GroupKind.PP or tuple(pl.group(group, ranks[0])) != tuple(ranks):
+    if group in (GroupKind.PP, GroupKind.EMB) or tuple(pl.group(group, ranks[0])) != tuple(ranks):
         return None
     s0 = c0.pp * ss
     t, d, ep = np.arange(pl.tp), np.arange(pl.dp), pl.ep

@@ -4,9 +4,15 @@ Fixed top-level keys other tools rely on: ``iteration_time_s``, ``bubble_fractio
 ``pipeline_stages``, ``microbatches``, ``stages`` (one entry per stage, seconds) and
 ``assumptions`` (strings). Every number carries its unit in its key.
 
-``bubble_fraction`` uses the same definition as the ideal formula: bubble time divided by the
-time the stage is not in a bubble, averaged over stages; ``ideal_bubble_fraction`` is
-``(p−1)/M`` (GPipe, 1F1B) or ``(p−1)/(v·M)`` (interleaved).
+``bubble_fraction`` is the same quantity as the ideal formula: per stage, the pipeline bubble
+(the pipeline's span — first scheduled op of any stage to last of any stage — minus the stage's
+pipeline busy time) over that busy time (its scheduled forwards and backwards and the
+communication exposed within them, i.e. its own schedule span less its waits for other
+stages), averaged over stages. The data-parallel gradient reduction and the optimizer after
+the schedule are not in it. ``ideal_bubble_fraction`` is ``(p−1)/M`` (GPipe, 1F1B) or
+``(p−1)/(v·M)`` (interleaved).
+``idle_fraction`` is all idle time (the bubble plus the wait for the slowest stage at the end)
+over the iteration, averaged over stages.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
     prog = result.program
     it = result.iteration_ns
     stages, fractions = _stage_rows(result)
+    idle = [s["idle_fraction"] for s in stages]
     ideal = ideal_bubble_fraction(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
     formula = {"interleaved": "(p-1)/(v*M)", "zb-h1": "(p-1)/(3M) if F=B=W"}.get(prog.schedule,
                                                                             "(p-1)/M")
@@ -49,6 +56,7 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         "iteration_time_s": _s(it),
         "bubble_fraction": sum(fractions) / len(fractions) if fractions else 0.0,
         "ideal_bubble_fraction": ideal,
+        "idle_fraction": sum(idle) / len(idle) if idle else 0.0,
         "ideal_bubble_formula": formula,
         "pipeline_stages": prog.pp,
         "microbatches": prog.microbatches,
@@ -74,9 +82,13 @@ def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:
     it = result.iteration_ns
     stages = []
     fractions = []
-    for st in result.stage_stats():
-        busy = it - st.bubble_ns
-        frac = st.bubble_ns / busy if busy > 0 else 0.0
+    stats = result.stage_stats()
+    span = (max(st.pipeline_end_ns for st in stats) - min(st.pipeline_start_ns for st in stats)
+            if stats else 0)
+    for st in stats:
+        busy = st.pipeline_busy_ns
+        bubble = span - busy
+        frac = bubble / busy if busy > 0 else 0.0
         fractions.append(frac)
         stages.append({
             "stage": st.stage,
@@ -86,7 +98,10 @@ def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:
             "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS
                                if g is not GroupKind.CP or result.program.cp > 1},
             "bubble_s": _s(st.bubble_ns),
+            "pipeline_bubble_s": _s(bubble),
+            "pipeline_busy_s": _s(busy),
             "bubble_fraction": frac,
+            "idle_fraction": st.bubble_ns / it if it > 0 else 0.0,
             "finish_time_s": _s(st.end_ns),
         })
     return stages, fractions

@@ -36,7 +36,10 @@ def summary_rows(rep: dict[str, Any]) -> list[list[str]]:
     if "mfu" in rep:
         rows.append(["MFU", f"{rep['mfu'] * 100:.2f}", "%", "model FLOPs / peak"])
     rows.append(["bubble fraction", f"{rep['bubble_fraction']:.4f}", "fraction",
-                 "mean over stages of bubble / (iteration - bubble)"])
+                 "mean over stages of pipeline bubble / pipeline busy time"])
+    if "idle_fraction" in rep:
+        rows.append(["idle fraction", f"{rep['idle_fraction']:.4f}", "fraction",
+                     "mean over stages of idle time / iteration"])
     rows.append(["ideal bubble fraction", f"{rep['ideal_bubble_fraction']:.4f}", "fraction",
                  f"{rep['ideal_bubble_formula']}, p = {rep['pipeline_stages']}, M = "
                  f"{rep['microbatches']}" + (f", v = {rep['virtual_pipeline_size']}"

@@ -30,7 +30,7 @@ from sim.engine.result import SimResult, Span
 
 PHASE_KINDS = ("forward", "input_grad", "weight_grad")
 LANES = ("compute", "comm")
-COMM_ORDER = ("TP", "EP", "PP", "DP", "DP_EP")
+COMM_ORDER = ("TP", "EP", "PP", "DP", "DP_EP", "EMB")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ the layer; DP and DP_EP comms are asynchronous gradient reductions. Zero-size co
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import InputError
@@ -174,6 +175,17 @@ def _phase(cols: list[str], start: int, default_group: GroupKind, process_ns: in
     kind, group = ctype
     blocking = group not in (GroupKind.DP, GroupKind.DP_EP)
     return Phase(compute, Comm(kind, group, size, blocking, process_ns))
+
+
+def in_embedding_group(lay: Layer) -> Layer:
+    """``embedding_grads`` with its all-reduce moved from the default TP group to Megatron's
+    embedding group (first and last pipeline stage: the tied input/output embedding's gradient,
+    Megatron-LM ``_allreduce_embedding_grads``). AICB writes it without a group suffix, which
+    reads as TP; any other row, or one whose collective is in another group, is unchanged."""
+    ph = lay.input_grad
+    if lay.name != "embedding_grads" or ph.comm is None or ph.comm.group is not GroupKind.TP:
+        return lay
+    return replace(lay, input_grad=Phase(ph.compute_ns, replace(ph.comm, group=GroupKind.EMB)))
 
 
 def read_aicb(text: str, file: str) -> Workload:

@@ -46,6 +46,9 @@ class Layer:
     input_grad: Phase = NO_PHASE
     weight_grad: Phase = NO_PHASE
     line: int = 0
+    # Megatron-Core --overlap-param-gather: the parameter all-gather buckets this layer opens
+    # (its first forward in the iteration waits for them)
+    param_buckets: tuple[int, ...] = ()
 
     def phase(self, kind: PhaseKind) -> Phase:
         if kind is PhaseKind.FORWARD:

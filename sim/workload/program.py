@@ -43,6 +43,7 @@ class Task:
     compute_ns: int = 0
     comm: Comm | None = None
     wait_async: bool = False
+    param_bucket: int = -1  # a non-blocking parameter all-gather: the bucket it fills
 
 
 @dataclass

@@ -20,6 +20,7 @@ from sim.errors import InputError, UsageError
 from sim.inputs import INT64_MAX
 from sim.layout import Layout, require_gpus
 from sim.schedules import SCHEDULES, check_interleaved, check_zero_bubble
+from sim.workload.aicb import in_embedding_group
 from sim.workload.blocks import RowStructure, find_structure, layer_period
 from sim.workload.model import Layer, Phase, PhaseKind, Workload
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
@@ -266,7 +267,7 @@ def _on_stage(rows: list[Layer], s: int, pp: int, placement: str) -> list[Layer]
             continue
         if LOSS_ROW.match(lay.name) and s != pp - 1:
             continue
-        out.append(lay)
+        out.append(in_embedding_group(lay))
     return out
 
 
@@ -320,7 +321,9 @@ def _describe_placement(notes: list[str], placement: str, first: list[Layer], la
         msg = "row placement 'megatron': "
         msg += (f"{', '.join(x.name for x in first)} on the first stage only; " if first else "")
         msg += (f"{', '.join(x.name for x in last)} on the last stage only; " if last else "")
-        msg += ("embedding_grads/embedding_norm on the first and last stage; cross_entropy/loss "
+        msg += ("embedding_grads/embedding_norm on the first and last stage (the embedding_grads "
+                "all-reduce in Megatron's embedding group of those two stages, EMB); "
+                "cross_entropy/loss "
                 "rows on the last stage; all other rows on every stage (--row-placement all "
                 "puts every row on every stage)")
         notes.append(msg)
