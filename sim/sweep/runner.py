@@ -149,7 +149,7 @@ def stop_pool(pool) -> None:
 def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               address: str, timeout_s: float) -> str:
     try:
-        # dask is imported only for sweeps on a cluster: it takes ~1 s to import
+        # dask is a heavy import, needed only for sweeps on a cluster
         from distributed import Client, as_completed
     except ImportError:  # pragma: no cover - dependency declared in pyproject.toml
         raise UsageError("Dask is not installed (pip install 'distributed')",
