@@ -158,18 +158,8 @@ class AsyncStreams:
         queue = self._overlapped.get((rank, group))
         if not queue:
             return
-        proc = queue.pop(0)
-        if proc.processed:
-            return
-        env, ledger = self.env, self.ledger
-        t0 = env.now
-        ledger.waiting[rank] = f"its overlapped {group.value} communication"
-        yield proc
-        ledger.waiting.pop(rank, None)
-        ledger.stats[rank].exposed_comm_ns[group] += env.now - t0
-        ledger.wait(rank, t0, env.now, group.value, *proc.value)
-        ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
-                    args=(("group", group.value),))
+        yield from self.wait_for(rank, queue.pop(0), group,
+                                 f"its overlapped {group.value} communication")
 
     def _run(self, rank: int, comm: Comm, prev: simpy.Process | None, label: str, seq: int):
         env = self.env
