@@ -115,7 +115,9 @@ def test_overlap_flags_are_printed_in_the_assumptions(tmp_path, flag):
 
 @pytest.mark.parametrize("flags", [["--overlap-param-gather"],
                                    ["--overlap-param-gather", "--distributed-optimizer",
-                                    "--no-overlap-grad-reduce"]])
+                                    "--no-overlap-grad-reduce"],
+                                   ["--overlap-param-gather", "--distributed-optimizer",
+                                    "--zero", "3"]])
 def test_param_gather_needs_distributed_optimizer_and_grad_overlap(capsys, flags):
     args = ["--model", ROOT / "workloads/models/gpt2-medium.yaml", "--topo",
             ROOT / "topologies/tiny-fattree-8.yaml", "--global-batch", "16", *flags]

@@ -241,6 +241,10 @@ def _check_values(par: ParallelConfig) -> None:
         # Megatron-LM's argument check refuses the same (megatron/training/arguments.py)
         raise UsageError("needs --distributed-optimizer and --overlap-grad-reduce (as in "
                          "Megatron-LM)", field="--overlap-param-gather")
+    if par.overlap_param_gather and par.zero >= 3:
+        raise UsageError("ZeRO-3 already gathers parameters per layer with prefetch; "
+                         "--overlap-param-gather would change nothing",
+                         field="--overlap-param-gather")
     if par.dtype not in DTYPES:
         raise UsageError(f"must be one of {', '.join(DTYPES)}, got {par.dtype!r}", field="--dtype")
 
