@@ -131,9 +131,12 @@ def test_dp_gradient_sync_covers_every_parameter_once(distributed):
         labels = [t.label for t in st.epilogue]
         opt = next(t for t in st.epilogue if t.kind is TaskKind.OPTIMIZER)
         assert opt.wait_async and opt.compute_ns > 0
+        if st.stage in (0, 7):  # tied embeddings: Megatron's embedding-group all-reduce first
+            assert labels[0] == "embedding_grads"
+            labels = labels[1:]
         if distributed:
             assert labels == ["optimizer", "param_allgather"]
-            ag = st.epilogue[1].comm
+            ag = st.epilogue[-1].comm
             assert (ag.kind, ag.group, ag.size_bytes) == (CollKind.ALLGATHER, GroupKind.DP,
                                                           2 * sp.params)
         else:

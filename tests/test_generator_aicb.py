@@ -47,6 +47,8 @@ def test_round_trip_through_the_aicb_reader(tmp_path, kw):
     got = [(t.compute_ns, t.comm.kind if t.comm else None) for t in back.stages[0].epilogue]
     want = [(t.compute_ns, t.comm.kind if t.comm else None) for t in prog.stages[0].epilogue]
     assert got == want
+    assert [t.comm.group for t in back.stages[0].epilogue if t.comm] == \
+        [t.comm.group for t in prog.stages[0].epilogue if t.comm]
     assert back.stages[0].epilogue[0].wait_async
     assert rows == int(path.read_text().splitlines()[1])
 
@@ -68,9 +70,12 @@ def test_file_layout_like_seed_002(tmp_path):
         assert len(cols) == 12 and cols[1] == "-1" and cols[11] == "0"
         assert all(cols[i].isdigit() for i in (2, 4, 5, 7, 8, 10))
     names = [ln.split("\t")[0] for ln in body]
-    block = len(names[:-1]) // 4  # 4 microbatches, then the optimizer row
-    assert names[:block] * 4 == names[:-1]
-    assert names[-1] == "optimizer1"
+    # 4 microbatches, then the tied embedding's all-reduce and the optimizer row
+    block = len(names[:-2]) // 4
+    assert names[:block] * 4 == names[:-2]
+    assert names[-2:] == ["embedding_grads", "optimizer1"]
+    emb = body[-2].split("\t")
+    assert emb[6:8] == ["ALLREDUCE", str(prog.stages[0].epilogue[0].comm.size_bytes)]
     assert names[0] == "embedding" and names[block - 1] == "output_cross_entropy3"
     # 12 layers per stage × 7 rows, names without layer indices
     assert names[2:9] == ["attn_norm", "attn_qkv", "attn_proj", "mlp_norm", "mlp_fc1",

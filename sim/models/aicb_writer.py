@@ -27,6 +27,7 @@ microbatch's backward (SimAI would issue them ``ga`` times).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from sim.comm import Comm, GroupKind
@@ -64,6 +65,11 @@ def format_row(name: str, layer: Layer, process_ns: int) -> str:
 
 def _task_layer(task: Task) -> Layer:
     comm = task.comm
+    if comm is not None and comm.group is GroupKind.EMB:
+        # AICB's own row for it: embedding_grads, all-reduce in the input-grad column (read
+        # back into Megatron's embedding group by the AICB reader)
+        return Layer("embedding_grads", forward=Phase(task.compute_ns),
+                     input_grad=Phase(0, replace(comm, group=GroupKind.TP)))
     if comm is not None and comm.group is GroupKind.TP:
         return Layer(task.label, forward=Phase(task.compute_ns, comm))
     return Layer(task.label, forward=Phase(task.compute_ns), weight_grad=Phase(0, comm))
@@ -93,7 +99,12 @@ def representative_rows(program: PipelineProgram, stage: int = 0) -> tuple[list,
     block += [(_LAYER_PREFIX.sub("", x.name), x) for x in body]
     block += [(x.name if re.match(r"^(final|output|lm_head)", x.name) else "output_" + x.name, x)
               for x in tail]
-    iteration = [(f"optimizer{i}", _task_layer(t)) for i, t in enumerate(st.epilogue, start=1)]
+    iteration, k = [], 0
+    for t in st.epilogue:
+        lay = _task_layer(t)
+        if lay.name != "embedding_grads":
+            k += 1
+        iteration.append((lay.name if lay.name == "embedding_grads" else f"optimizer{k}", lay))
     return block, iteration
 
 

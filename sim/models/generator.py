@@ -100,17 +100,17 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
     par = plan.par
     chunks, prologue = [], []
     for rows in st.chunks:
-        layers = list(_layers(rows, par, timer))
-        if par.zero >= 3:
+        layers, index = _layers(rows, par, timer)
+        if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
             layers = list(zero3_layers(layers, rows, par))
         elif par.overlap_param_gather:
-            _param_gathers(rows, par, layers, prologue)
+            _param_gathers(rows, par, layers, index, prologue)
         chunks.append(tuple(layers))
     return StageProgram(stage=st.stage, chunks=chunks, prologue=tuple(prologue),
                         epilogue=_epilogue(st, plan, timer, optimizer))
 
 
-def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer],
+def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], index: list[int],
                    prologue: list[Task]) -> None:
     """Megatron-Core --overlap-param-gather: the distributed optimizer's parameter all-gather
     per gradient bucket, issued (non-blocking, in forward order) when the iteration starts —
@@ -126,8 +126,8 @@ def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer],
                     params * PARAM_BYTES, blocking=False)
         prologue.append(Task(f"param_allgather.bucket{bucket}", TaskKind.GRAD_SYNC, comm=comm,
                              param_bucket=bucket))
-        lay = layers[first]
-        layers[first] = replace(lay, param_buckets=lay.param_buckets + (bucket,))
+        lay = layers[index[first]]
+        layers[index[first]] = replace(lay, param_buckets=lay.param_buckets + (bucket,))
 
 
 def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> Comm | None:
@@ -141,21 +141,22 @@ def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> 
                 per_microbatch=par.zero >= 2)
 
 
-def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, Comm]:
+def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, list[Comm]]:
     """Megatron DDP with overlapped gradient reduction: gradients fill buckets in backward order;
-    a bucket's collective starts after the weight-grad of the row that completes it.
+    a bucket's collective starts after the weight-grad of the row that completes it. A row
+    can complete a dense (DP) and an expert (DP_EP) bucket at once: both are kept, dense first.
 
     Buckets do not span the embedding / output rows and the transformer layers (Megatron's
     buckets do; the difference is a few bucket boundaries), so every stage with the same
     layers gets the same transformer-layer buckets (needed for a representative-stage file).
     """
-    out: dict[int, Comm] = {}
+    out: dict[int, list[Comm]] = {}
     if not par.overlap_grad_reduce or par.zero >= 3:  # ZeRO-3: per-unit reduce-scatter
         return out
     for i, n, expert in _buckets(rows, par):
         comm = _dp_comm(par, n, expert, blocking=False)
         if comm is not None:
-            out[i] = comm
+            out.setdefault(i, []).append(comm)
     return out
 
 
@@ -187,16 +188,40 @@ def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]
     return out
 
 
-def _layers(rows: list[Row], par: ParallelConfig, timer: Timer):
+def _layers(rows: list[Row], par: ParallelConfig, timer: Timer) -> tuple[list[Layer], list[int]]:
+    """The timed layers of ``rows`` and, per row, the index of its layer. A row that completes
+    two gradient buckets carries the first; the second goes on a comm-only layer placed just
+    before it (``<row>_grad_bucket``: walked right after the row in backward)."""
     dp_comms = _bucket_comms(rows, par)
     dtype, m = par.dtype, par.microbatches
+    layers: list[Layer] = []
+    index: list[int] = []
     for i, r in enumerate(rows):
-        yield Layer(
+        comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
+        for extra in comms[1:]:
+            layers.append(Layer(name=f"{r.name}_grad_bucket", weight_grad=Phase(0, extra)))
+        index.append(len(layers))
+        layers.append(Layer(
             name=r.name,
             forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm),
             input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm),
-            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), dp_comms.get(i, r.wg_comm)),
-        )
+            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None),
+        ))
+    return layers, index
+
+
+def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
+    """Megatron's all-reduce of the tied word embedding's gradient between the first and the
+    last pipeline stage (Megatron-Core ``finalize_model_grads`` → ``_allreduce_embedding_grads``
+    in ``parallel_state.get_embedding_group()``), after the data-parallel gradient sync and
+    before the optimizer step: the stage's ``V/t × h`` gradient (padded vocabulary), in the
+    gradient dtype; blocking. ``None`` when the embeddings are untied, ``pp == 1`` or the stage
+    is a middle one."""
+    m, par, dm = plan.model, plan.par, plan.dims
+    if not m.tied_embeddings or par.pp == 1 or stage not in (0, par.pp - 1):
+        return None
+    size = dm.v // dm.t * dm.h * grad_bytes(par.dtype)
+    return Comm(CollKind.ALLREDUCE, GroupKind.EMB, size, blocking=True)
 
 
 def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
@@ -210,6 +235,9 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
             if comm is not None:
                 tasks.append(Task("grad_reduce" + ("_experts" if is_expert else ""),
                                   TaskKind.GRAD_SYNC, comm=comm))
+    emb = embedding_grad_comm(plan, st.stage)
+    if emb is not None:
+        tasks.append(Task("embedding_grads", TaskKind.GRAD_SYNC, comm=emb, wait_async=True))
     ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, grad_bytes(par.dtype))
     if expert:
         ops += adam_ops(expert, par.dp_cp // par.ep, par.shards_optimizer,
@@ -316,8 +344,10 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                    "the owning DP rank (owner mod dp); the step waits for the busiest owner; "
                    "roots all-gathered in DP")
     if m.tied_embeddings and par.pp > 1:
-        out.append("tied embeddings: the first/last-stage embedding-gradient all-reduce is not "
-                   "modelled (no such process group in the engine)")
+        out.append(f"tied embeddings: the word-embedding gradient ({dm.v // dm.t * dm.h:,} "
+                   f"parameters per GPU, {grad_bytes(par.dtype)} bytes each) all-reduced "
+                   "between the first and the last stage (Megatron's embedding group) after the "
+                   "DP gradient sync, before the optimizer step; blocking")
     if m.moe is not None:
         me = m.moe
         load = moe_load_factor(par)

@@ -297,8 +297,11 @@ def _epilogue(lead: list[Layer], trail: list[Layer]) -> tuple[Task, ...]:
             t = _task(lay, kind, TaskKind.OPTIMIZER)
             if t is not None:
                 tasks.append(t)
-    for i, t in enumerate(tasks):  # the optimizer waits for outstanding gradient reductions
-        if t.kind is TaskKind.OPTIMIZER and t.compute_ns > 0:
+    # the optimizer (or, before it, Megatron's embedding-group all-reduce, which follows the
+    # DP gradient sync) waits for outstanding gradient reductions
+    for i, t in enumerate(tasks):
+        if (t.kind is TaskKind.OPTIMIZER and t.compute_ns > 0) or (
+                t.comm is not None and t.comm.group is GroupKind.EMB):
             tasks[i] = Task(t.label, t.kind, t.compute_ns, t.comm, wait_async=True)
             break
     return tuple(tasks)
