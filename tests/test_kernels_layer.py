@@ -1,9 +1,9 @@
 """A whole transformer layer's forward + backward compute on an H100, predicted with the
 shipped kernel table, against a layer composed from the measured H100 kernels (±7%).
 
-No measurement of a real fused H100 layer exists in the project's references and no GPU was
-available, so the reference layer is *composed* from the kernels measured on one H100 SXM on
-2026-11-22 (sim/data/kernels/h100-sxm.csv), independently of the simulator's lookup rules:
+The reference layer here is *composed* from the kernels measured on one H100 SXM on
+2026-11-22 (sim/data/kernels/h100-sxm.csv), independently of the simulator's lookup rules (the
+comparison with a real layer timed on an H100 is tests/test_kernels_layer_measured.py):
 
 * each linear layer runs three GEMMs over the same (tokens, in, out) triple (forward, input
   gradient, weight gradient); each takes the measured time of the measured GEMM whose sorted
