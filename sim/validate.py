@@ -1,14 +1,14 @@
 """Predicted vs measured iteration times of published training runs (``simrun validate``,
-flags in :mod:`sim.cli.validate`).
+flags and the printed table in :mod:`sim.cli.validate`).
 
-Runs every case of a validation file (default: ``workloads/validation/*.yaml``, the measured
-iterations of docs/calibration.md section B) through the scenario pipeline
-(:func:`sim.scenario.simulate_model`), as ``simrun --model``: model
-spec + layout → memory check → generated program → engine on the flow network of the shipped
-Selene-like topology (as many DGX A100 nodes as the case needs). Prints one row per case with
-the error in percent and the mean absolute error; ``--json`` writes the same. No per-case
-parameter is tuned: the cases only say what ran (model, layout, batch, recompute) and what was
-measured. See docs/validation.md for the numbers and what limits them.
+Runs every case of a validation file (default: ``workloads/validation/*.yaml``) through the
+scenario pipeline (:func:`sim.scenario.simulate_model`), as ``simrun --model``: model spec +
+layout → memory check → generated program → engine on the flow network of the file's topology
+(as many nodes as the case needs). No per-case parameter is tuned: a case only says what ran
+(model, layout, batch, the framework options of the run) and what was measured. Each case is
+either ``calibration`` (its measurement was used to set a physical parameter of the models;
+``calibrates`` says which) or ``evaluation`` (never used to set anything); the two groups are
+reported apart. See docs/validation.md.
 
 Validation file schema (unknown keys are rejected with file, line and key)::
 
@@ -16,19 +16,26 @@ Validation file schema (unknown keys are rejected with file, line and key)::
     topology: <path>                     # relative to the file
     defaults: {<case key>: value, ...}   # optional, applied to every case
     cases:
-      - name, model (path), tp, pp, dp, vpp, global_batch, micro_batch, recompute,
-        sequence_parallel, dtype, distributed_optimizer, flash_attention,
-        measured_s (s/iteration), measured_mfu (optional, fraction), source (optional)
+      - name, model (path), role (calibration | evaluation), calibrates (text, calibration
+        cases), source (citation: paper/page + table), url, published (the exact published
+        numbers the measurement is derived from), not_modelled (list: options the run used that
+        simrun does not model yet),
+        measured_s (s/iteration) or measured_tokens_per_s_per_gpu (then the iteration time is
+        global_batch · seq_len / (tokens/s/GPU · GPUs)), measured_mfu (optional, fraction),
+        and any option of :class:`sim.models.parallel.ParallelConfig` with a plain value
+        (tp, pp, dp, vpp, cp, global_batch, micro_batch, recompute, sequence_parallel, dtype,
+        distributed_optimizer, attention_backend, overlap_grad_reduce, overlap_param_gather, …)
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.errors import InputError
+from sim.errors import InputError, SimrunError
 from sim.inputs import read_text
 from sim.models.parallel import ParallelConfig
 from sim.models.spec import load_model
@@ -37,25 +44,45 @@ from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
 from sim.yaml_load import load_yaml_with_lines
 
-CASE_KEYS = {
-    "name": str, "model": str, "tp": int, "pp": int, "dp": int, "vpp": int,
-    "global_batch": int, "micro_batch": int, "recompute": str, "sequence_parallel": bool,
-    "dtype": str, "distributed_optimizer": bool, "flash_attention": bool,
-    "measured_s": float, "measured_mfu": float, "source": str,
+ROLES = ("calibration", "evaluation")
+#: keys of a case that are not layout/training options (their types; ``list`` = of strings)
+CASE_KEYS: dict[str, type] = {
+    "name": str, "model": str, "role": str, "calibrates": str, "source": str, "url": str,
+    "published": str, "not_modelled": list, "measured_s": float,
+    "measured_tokens_per_s_per_gpu": float, "measured_mfu": float,
 }
-REQUIRED = ("name", "model", "tp", "pp", "global_batch", "micro_batch", "measured_s")
-DEFAULTS: dict[str, Any] = {"dp": 1, "vpp": 1, "recompute": "none", "sequence_parallel": False,
-                            "dtype": "bf16", "distributed_optimizer": False,
-                            "flash_attention": False, "measured_mfu": None, "source": ""}
+REQUIRED = ("name", "model", "tp", "pp", "global_batch", "micro_batch")
+MEASURED = ("measured_s", "measured_tokens_per_s_per_gpu")
+DEFAULTS: dict[str, Any] = {"role": "evaluation", "calibrates": "", "source": "", "url": "",
+                            "published": "", "not_modelled": [], "measured_mfu": None}
 FILE_KEYS = ("source", "topology", "defaults", "cases")
-PAR_KEYS = ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "recompute",
-            "sequence_parallel", "dtype", "distributed_optimizer", "flash_attention")
+
+
+def _par_keys() -> dict[str, type]:
+    """The :class:`ParallelConfig` options a case may set, with their value types: every
+    constructor argument whose default is a plain bool, int, float or str (new options of the
+    framework model become case keys without a change here)."""
+    keys = {}
+    for p in inspect.signature(ParallelConfig.__init__).parameters.values():
+        d = p.default
+        if p.name == "self" or d is inspect.Parameter.empty:
+            continue
+        if isinstance(d, (bool, int, float, str)):
+            keys[p.name] = type(d)
+        elif d is None and "int" in str(p.annotation):
+            keys[p.name] = int
+        elif d is None and "float" in str(p.annotation):
+            keys[p.name] = float
+    return keys
+
+
+PAR_KEYS = _par_keys()
 
 
 @dataclass(frozen=True)
 class Case:
-    """One measured run (paths resolved): its layout and training (``par``) and what was
-    measured (``measured_s`` per iteration, ``measured_mfu`` as a fraction)."""
+    """One measured run (paths resolved): its layout and training (``par``), what was
+    measured (``measured_s`` per iteration, ``measured_mfu`` as a fraction) and where from."""
 
     name: str
     model_path: str
@@ -64,6 +91,11 @@ class Case:
     measured_s: float
     measured_mfu: float | None
     source: str
+    role: str = "evaluation"
+    calibrates: str = ""
+    url: str = ""
+    published: str = ""
+    not_modelled: tuple[str, ...] = ()
 
     def __getattr__(self, name: str):
         """The layout and training names (``tp``, ``recompute``, …) read through to ``par``."""
@@ -95,37 +127,65 @@ def load_cases(path: str | Path) -> tuple[str, list[Case]]:
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         fail("expected a mapping", ("defaults",), "defaults")
-    base = path.parent
-    topo = str(base / data["topology"])
-    cases = []
-    for i, raw in enumerate(data["cases"]):
-        at = ("cases", i)
-        if not isinstance(raw, dict):
-            fail("expected a mapping", at, f"cases[{i}]")
-        merged = {**DEFAULTS, **defaults, **raw}
-        for k, v in merged.items():
-            src = at + (k,) if k in raw else ("defaults", k)
-            if k not in CASE_KEYS:
-                fail(f"unknown key (allowed: {', '.join(CASE_KEYS)})", src, f"cases[{i}].{k}")
-            problem = _value_problem(k, v)
-            if problem:
-                fail(problem, src, f"cases[{i}].{k}")
-        for k in REQUIRED:
-            if k not in merged:
-                fail("required key is missing", at, f"cases[{i}].{k}")
-        par = ParallelConfig(**{k: merged[k] for k in PAR_KEYS})
-        cases.append(Case(
-            name=merged["name"], model_path=str(base / merged["model"]), topology_path=topo,
-            par=par, measured_s=float(merged["measured_s"]), measured_mfu=merged["measured_mfu"],
-            source=merged["source"] or data.get("source", "")))
+    topo = str(path.parent / data["topology"])
+    cases = [_checked_case(i, raw, defaults, fail, path.parent, topo, data.get("source", ""))
+             for i, raw in enumerate(data["cases"])]
     return str(data.get("source", "")), cases
+
+
+def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, topo: str,
+                  file_source: str) -> Case:
+    """Case ``i`` of a file, checked key by key (``fail(msg, at, key)`` raises)."""
+    at = ("cases", i)
+    if not isinstance(raw, dict):
+        fail("expected a mapping", at, f"cases[{i}]")
+    merged = {**DEFAULTS, **defaults, **raw}
+    for k, v in merged.items():
+        src = at + (k,) if k in raw else ("defaults", k)
+        problem = _value_problem(k, v)
+        if problem:
+            fail(problem, src, f"cases[{i}].{k}")
+    for k in REQUIRED:
+        if k not in merged:
+            fail("required key is missing", at, f"cases[{i}].{k}")
+    if len([k for k in MEASURED if k in merged]) != 1:
+        fail(f"give exactly one of {' or '.join(MEASURED)}", at, f"cases[{i}]")
+    try:
+        par = ParallelConfig(**{k: v for k, v in merged.items() if k in PAR_KEYS})
+    except SimrunError as e:  # a layout the framework would refuse
+        fail(getattr(e, "message", str(e)), at, f"cases[{i}]")
+    return _case(merged, par, base, topo, file_source)
+
+
+def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,
+          file_source: str) -> Case:
+    """The :class:`Case` of one checked, defaults-merged case mapping."""
+    model_path = str(base / merged["model"])
+    if "measured_s" in merged:
+        measured_s = float(merged["measured_s"])
+    else:  # tokens/s/GPU: one iteration processes global_batch · seq_len tokens on all GPUs
+        seq = load_model(model_path).seq_len
+        measured_s = (par.global_batch * seq
+                      / (merged["measured_tokens_per_s_per_gpu"] * par.world_size))
+    return Case(name=merged["name"], model_path=model_path, topology_path=topo, par=par,
+                measured_s=measured_s, measured_mfu=merged["measured_mfu"],
+                source=merged["source"] or file_source, role=merged["role"],
+                calibrates=merged["calibrates"], url=merged["url"],
+                published=merged["published"], not_modelled=tuple(merged["not_modelled"]))
 
 
 def _value_problem(key: str, v: Any) -> str | None:
     """Why ``v`` is not a valid value of case key ``key`` (``None`` if it is)."""
-    want = CASE_KEYS[key]
-    if v is None and key in DEFAULTS:
+    want = CASE_KEYS.get(key) or PAR_KEYS.get(key)
+    if want is None:
+        return f"unknown key (allowed: {', '.join([*CASE_KEYS, *PAR_KEYS])})"
+    if v is None and (key in DEFAULTS or key in PAR_KEYS):
         return None
+    if key == "role" and v not in ROLES:
+        return f"expected one of {', '.join(ROLES)}, got {v!r}"
+    if want is list:
+        ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        return None if ok else f"expected a list of strings, got {v!r}"
     ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
     if want is float:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
@@ -147,10 +207,12 @@ def run_case(case: Case) -> dict[str, Any]:
     rep, m, mem = done.report, done.metrics, done.memory
     pred = rep["iteration_time_s"]
     return {
-        "name": case.name, "model": model.name, "gpus": par.world_size,
-        "layout": f"TP{par.tp} PP{par.pp} DP{par.dp} VPP{par.vpp}",
+        "name": case.name, "role": case.role, "model": model.name, "gpus": par.world_size,
+        "gpu": topo.gpu.name,
+        "layout": f"TP{par.tp} PP{par.pp} DP{par.dp} VPP{par.vpp}"
+                  + (f" CP{par.cp}" if par.cp > 1 else ""),
         "global_batch": par.global_batch, "micro_batch": par.micro_batch,
-        "recompute": par.recompute, "sequence_parallel": par.sp,
+        "recompute": par.recompute, "sequence_parallel": par.sp, "dtype": par.dtype,
         "measured_s": case.measured_s, "predicted_s": pred,
         "error_pct": (pred - case.measured_s) / case.measured_s * 100,
         "measured_mfu": case.measured_mfu, "predicted_mfu": m["mfu"],
@@ -159,6 +221,8 @@ def run_case(case: Case) -> dict[str, Any]:
                            / len(rep["stages"]) for g in ("TP", "PP", "DP")},
         "memory_per_gpu_bytes": mem.peak.total_bytes, "memory_feasible": mem.feasible,
         "topology": f"{topo.name} with {nodes} nodes", "source": case.source,
+        "url": case.url, "published": case.published, "calibrates": case.calibrates,
+        "not_modelled": list(case.not_modelled),
     }
 
 
@@ -180,31 +244,21 @@ def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, A
     return rows
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
-    errs = [r["error_pct"] for r in rows]
-    return {"cases": len(rows),
-            "mean_abs_error_pct": sum(abs(e) for e in errs) / len(errs),
-            "mean_error_pct": sum(errs) / len(errs),
-            "max_abs_error_pct": max(abs(e) for e in errs)}
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Error statistics of all cases and of each role (``calibration``, ``evaluation``), in
+    percent of the measured time."""
 
+    def stats(group: list[dict[str, Any]]) -> dict[str, float]:
+        errs = [r["error_pct"] for r in group]
+        if not errs:
+            return {"cases": 0}
+        return {"cases": len(errs),
+                "mean_abs_error_pct": sum(abs(e) for e in errs) / len(errs),
+                "mean_error_pct": sum(errs) / len(errs),
+                "max_abs_error_pct": max(abs(e) for e in errs)}
 
-def table(rows: list[dict[str, Any]], stats: dict[str, float]) -> list[str]:
-    head = ["case", "GPUs", "layout", "measured_s", "predicted_s", "error_%", "MFU_meas_%",
-            "MFU_pred_%"]
-    body = [[r["name"], str(r["gpus"]), r["layout"], f"{r['measured_s']:.2f}",
-             f"{r['predicted_s']:.2f}", f"{r['error_pct']:+.1f}",
-             "–" if r["measured_mfu"] is None else f"{r['measured_mfu'] * 100:.1f}",
-             f"{r['predicted_mfu'] * 100:.1f}"] for r in rows]
-    w = [max([len(head[i])] + [len(b[i]) for b in body]) for i in range(len(head))]
-
-    def fmt(cells):
-        return "  ".join(c.ljust(w[i]) if i in (0, 2) else c.rjust(w[i])
-                         for i, c in enumerate(cells))
-
-    return [fmt(head)] + [fmt(b) for b in body] + [
-        f"mean absolute error {stats['mean_abs_error_pct']:.1f}% over {stats['cases']} cases "
-        f"(mean signed error {stats['mean_error_pct']:+.1f}%, max {stats['max_abs_error_pct']:.1f}"
-        "%)"]
+    return {**stats(rows), **{role: stats([r for r in rows if r["role"] == role])
+                              for role in ROLES}}
 
 
 def default_files() -> list[Path]:

@@ -1,19 +1,30 @@
-"""``simrun validate``: flags of the check against measured iterations (:mod:`sim.validate`)."""
+"""``simrun validate``: flags and printed table of the check against measured iterations
+(:mod:`sim.validate`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sim.cli.types import Parser, positive_int
 from sim.errors import InputError
 from sim.outputs import check_output_paths, is_stdout, write_json
-from sim.validate import Case, default_files, load_cases, run_cases, summary, table
+from sim.validate import ROLES, Case, default_files, load_cases, run_cases, summary
+
+HEAD = ["case", "GPU", "GPUs", "layout", "measured_s", "predicted_s", "error_%", "MFU_meas_%",
+        "MFU_pred_%"]
+GROUP_TITLE = {
+    "calibration": "calibration cases (their measurements set a physical parameter; see "
+                   "'calibrates' in the data file)",
+    "evaluation": "evaluation cases (never used to set a parameter)",
+}
 
 
 def build_parser() -> Parser:
     ap = Parser(prog="simrun validate",
                 description="Predict published measured training iterations and print the "
-                            "error (times in s per iteration).")
+                            "error (times in s per iteration), calibration and evaluation "
+                            "cases apart.")
     ap.add_argument("files", nargs="*", metavar="FILE",
                     help="validation files (default: workloads/validation/*.yaml)")
     ap.add_argument("--json", metavar="PATH", help="write cases and summary as JSON")
@@ -21,6 +32,41 @@ def build_parser() -> Parser:
                     help="local worker processes (default: all cores)")
     ap.add_argument("--only", metavar="TEXT", help="run only cases whose name contains TEXT")
     return ap
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    return [r["name"], r["gpu"].split("-")[0], str(r["gpus"]), r["layout"],
+            f"{r['measured_s']:.3g}" if r["measured_s"] < 1 else f"{r['measured_s']:.2f}",
+            f"{r['predicted_s']:.3g}" if r["predicted_s"] < 1 else f"{r['predicted_s']:.2f}",
+            f"{r['error_pct']:+.1f}",
+            "–" if r["measured_mfu"] is None else f"{r['measured_mfu'] * 100:.1f}",
+            f"{r['predicted_mfu'] * 100:.1f}"]
+
+
+def _stats_line(s: dict[str, Any]) -> str:
+    return (f"mean absolute error {s['mean_abs_error_pct']:.1f}% over {s['cases']} cases "
+            f"(mean signed error {s['mean_error_pct']:+.1f}%, max {s['max_abs_error_pct']:.1f}%)")
+
+
+def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
+    """The printed report: one block per role (its rows and error statistics), then all."""
+    body = [_row(r) for r in rows]
+    w = [max([len(HEAD[i])] + [len(b[i]) for b in body]) for i in range(len(HEAD))]
+
+    def fmt(cells):
+        return "  ".join(c.ljust(w[i]) if i in (0, 1, 3) else c.rjust(w[i])
+                         for i, c in enumerate(cells))
+
+    out = [fmt(HEAD)]
+    for role in ROLES:
+        group = [b for b, r in zip(body, rows, strict=True) if r["role"] == role]
+        if not group:
+            continue
+        out.append(f"{GROUP_TITLE[role]}:")
+        out += [fmt(b) for b in group]
+        out.append(f"{role}: {_stats_line(stats[role])}")
+    out.append(f"all: {_stats_line(stats)}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,11 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     text = ["predicted vs measured time per training iteration"]
     text += [f"source: {s}" for s in dict.fromkeys(sources)]
     text += ["  " + line for line in table(rows, stats)]
+    missing = sorted({o for r in rows for o in r["not_modelled"]})
+    if missing:
+        text.append("options of the measured runs not modelled yet (the prediction runs "
+                    f"without them): {', '.join(missing)}")
     text.append("no per-case tuning: one compute model per GPU family, the network model of "
                 "the topology file; see docs/validation.md")
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         print("\n".join(text))
     if args.json:
-        write_json(args.json, {"schema": "simrun.validate/1", "files": [str(f) for f in files],
+        write_json(args.json, {"schema": "simrun.validate/2", "files": [str(f) for f in files],
                                **stats, "cases": rows})
     return 0
