@@ -25,6 +25,9 @@ Validation file schema (unknown keys are rejected with file, line and key)::
         and any option of :class:`sim.models.parallel.ParallelConfig` with a plain value
         (tp, pp, dp, vpp, cp, global_batch, micro_batch, recompute, sequence_parallel, dtype,
         distributed_optimizer, attention_backend, overlap_grad_reduce, overlap_param_gather, …)
+        and Megatron-Core's pipeline-split flags (decoder_first_pipeline_num_layers,
+        decoder_last_pipeline_num_layers, account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split)
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from sim.errors import InputError, SimrunError
 from sim.inputs import read_text
 from sim.models.parallel import ParallelConfig
 from sim.models.spec import load_model
+from sim.models.split import PipelineSplit
 from sim.scenario import simulate_model
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
@@ -50,6 +54,13 @@ CASE_KEYS: dict[str, type] = {
     "name": str, "model": str, "role": str, "calibrates": str, "source": str, "url": str,
     "published": str, "not_modelled": list, "measured_s": float,
     "measured_tokens_per_s_per_gpu": float, "measured_mfu": float,
+}
+#: Megatron-Core's uneven pipeline-split flags (:class:`PipelineSplit` fields)
+SPLIT_KEYS: dict[str, tuple[str, type]] = {
+    "decoder_first_pipeline_num_layers": ("first_stage_layers", int),
+    "decoder_last_pipeline_num_layers": ("last_stage_layers", int),
+    "account_for_embedding_in_pipeline_split": ("account_for_embedding", bool),
+    "account_for_loss_in_pipeline_split": ("account_for_loss", bool),
 }
 REQUIRED = ("name", "model", "tp", "pp", "global_batch", "micro_batch")
 MEASURED = ("measured_s", "measured_tokens_per_s_per_gpu")
@@ -151,7 +162,10 @@ def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, 
     if len([k for k in MEASURED if k in merged]) != 1:
         fail(f"give exactly one of {' or '.join(MEASURED)}", at, f"cases[{i}]")
     try:
-        par = ParallelConfig(**{k: v for k, v in merged.items() if k in PAR_KEYS})
+        split = PipelineSplit(**{SPLIT_KEYS[k][0]: v for k, v in merged.items()
+                                 if k in SPLIT_KEYS})
+        par = ParallelConfig(split=split,
+                             **{k: v for k, v in merged.items() if k in PAR_KEYS})
     except SimrunError as e:  # a layout the framework would refuse
         fail(getattr(e, "message", str(e)), at, f"cases[{i}]")
     return _case(merged, par, base, topo, file_source)
@@ -176,9 +190,9 @@ def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,
 
 def _value_problem(key: str, v: Any) -> str | None:
     """Why ``v`` is not a valid value of case key ``key`` (``None`` if it is)."""
-    want = CASE_KEYS.get(key) or PAR_KEYS.get(key)
+    want = CASE_KEYS.get(key) or PAR_KEYS.get(key) or SPLIT_KEYS.get(key, (None, None))[1]
     if want is None:
-        return f"unknown key (allowed: {', '.join([*CASE_KEYS, *PAR_KEYS])})"
+        return f"unknown key (allowed: {', '.join([*CASE_KEYS, *PAR_KEYS, *SPLIT_KEYS])})"
     if v is None and (key in DEFAULTS or key in PAR_KEYS):
         return None
     if key == "role" and v not in ROLES:

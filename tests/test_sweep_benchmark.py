@@ -4,6 +4,7 @@ default). Budgets are for the project's 2-core machine."""
 from __future__ import annotations
 
 import json
+import resource
 import time
 
 import pytest
@@ -29,9 +30,13 @@ def test_sweep_of_28_layouts_of_175b_on_1024_gpus_within_30_s(tmp_path):
     assert wall < 30, f"{wall:.1f} s"
 
 
-def test_validate_within_30_s(tmp_path):
-    """8 measured cases (up to 512 GPUs, 260 k events) on 2 local workers: measured ~9 s."""
-    t0 = time.perf_counter()
+def test_validate_within_90_cpu_s(tmp_path):
+    """All shipped measured cases (23, up to 3360 GPUs) on 2 local workers: measured 43 CPU-s
+    in total (~22 s of wall time on 2 free cores). CPU time (this process and its workers) is
+    the bound, so the check holds on a loaded machine; 90 s leaves room for slower CI cores."""
+    before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     assert main(["validate", "--workers", "2", "--json", str(tmp_path / "v.json")]) == 0
-    wall = time.perf_counter() - t0
-    assert wall < 30, f"{wall:.1f} s"
+    after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime
+              for a, b in zip(after, before, strict=True))
+    assert cpu < 90, f"{cpu:.1f} CPU-s"

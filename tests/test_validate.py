@@ -131,3 +131,33 @@ def test_measured_throughput_becomes_the_iteration_time(tmp_path):
     assert (case.role, case.not_modelled) == ("calibration", ("tp_comm_overlap",))
     assert (case.par.backend, case.par.overlap_param_gather, case.par.dtype) == (
         "fused", True, "fp8")
+
+
+def test_every_shipped_case_matches_the_published_numbers_it_cites():
+    """Each case's layout, batch and measurement are the ones its ``published`` text quotes
+    from the source (the NeMo table rows: GPUs, GBS, MBS, TP/PP/CP/VP, tokens/s/GPU; MT-NLG:
+    servers, global batch, s/iteration), and every case names its source and role."""
+    files = sorted((WORKLOADS / "validation").glob("*.yaml"))
+    assert len(files) >= 3
+    n = 0
+    for f in files:
+        _, cases = load_cases(f)
+        for c in cases:
+            n += 1
+            assert c.role in ("calibration", "evaluation") and c.source and c.url, c.name
+            assert c.calibrates if c.role == "calibration" else not c.calibrates, c.name
+            text = c.published
+            if "tokens/s/GPU" in text:
+                tok = int(re.search(r"(\d+) tokens/s/GPU", text).group(1))
+                gpus = int(re.search(r"(\d+) GPUs", text).group(1))
+                assert gpus == c.par.world_size, c.name
+                assert f"GBS {c.global_batch}," in text and f"MBS {c.micro_batch}," in text
+                assert (f"TP{c.tp} PP{c.pp} CP{c.cp} VP{c.vpp}:" in text), c.name
+                seq = int(re.search(r"seq (\d+)", text).group(1))
+                assert c.measured_s == pytest.approx(c.global_batch * seq / (tok * gpus))
+            elif "servers" in text:
+                servers = int(re.search(r"(\d+) DGX A100 servers", text).group(1))
+                assert servers * 8 == c.par.world_size
+                assert f"{c.measured_s} s per iteration" in text
+                assert f"global batch {c.global_batch}" in text
+    assert n >= 20
