@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import SEED_1024
+from conftest import SEED_1024, TOPOLOGIES, WORKLOADS
 
+from sim.cli import main
 from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork
@@ -19,7 +20,8 @@ def stage(i, compute, tp, dp, bubble, it):
     busy = it - bubble
     return {"stage": i, "rank": 8 * i, "compute_s": compute, "optimizer_s": 0.01,
             "exposed_comm_s": {"TP": tp, "DP": dp, "EP": 0.0, "DP_EP": 0.0, "PP": 0.0},
-            "bubble_s": bubble, "bubble_fraction": bubble / busy, "finish_time_s": it - 0.1 * i}
+            "bubble_s": bubble, "bubble_fraction": bubble / busy, "idle_fraction": bubble / it,
+            "finish_time_s": it - 0.1 * i}
 
 
 def synthetic(**extra):
@@ -37,65 +39,162 @@ def synthetic(**extra):
 
 
 def row(text, name):
-    """The cells of the headline-table row whose quantity is ``name``."""
+    """The value of the headline line whose quantity is ``name``."""
     for line in text.splitlines():
         if line.startswith(f"  {name}  "):
-            return re.split(r"\s{2,}", line.strip())
-    raise AssertionError(f"no row {name!r} in\n{text}")
+            return line[len(name) + 2:].strip()
+    raise AssertionError(f"no line {name!r} in\n{text}")
 
 
-def test_headline_table_has_values_units_and_the_ideal():
-    text = format_report(synthetic(tokens_per_s=12345.67, mfu=0.4321, tflops_per_gpu=134.8))
-    assert row(text, "quantity") == ["quantity", "value", "unit", "note"]
-    assert row(text, "iteration time") == ["iteration time", "1500.000", "ms"]
-    assert row(text, "throughput")[1:3] == ["12345.7", "tokens/s"]
-    assert row(text, "MFU")[1:3] == ["43.21", "%"]
-    assert row(text, "model FLOP rate per GPU")[1:3] == ["134.80", "TFLOP/s"]
-    assert row(text, "bubble fraction")[1] == "0.1538"  # 0.2 / 1.3 on both stages
-    ideal = row(text, "ideal bubble fraction")
-    assert ideal[1] == "0.5000" and ideal[3].startswith("(p-1)/M, p = 2, M = 2")
-    tp = row(text, "exposed TP comm")
-    assert tp[1:3] == ["250.000", "ms"]  # mean of 0.2 s and 0.3 s
-    assert "16.7% of the iteration" in tp[3] and "max 300.000 ms on stage 1" in tp[3]
-    assert row(text, "exposed DP comm")[1] == "90.000"
-    assert "exposed EP comm" not in text and "exposed PP comm" not in text  # all zero
-    assert row(text, "busiest stage")[1] == "0"  # both busy 1.3 s: the lower stage
-    assert row(text, "last stage to finish")[1] == "0"
+def test_headline_has_values_units_and_the_ideal():
+    text = format_report(synthetic(tokens_per_s=12345.67, mfu=0.4321, hfu=0.45,
+                                   peak_tflops_per_gpu=312.0, tflops_per_gpu=134.8))
+    assert row(text, "iteration time") == "1500.000 ms"
+    assert row(text, "throughput") == "12345.7 tokens/s (whole cluster)"
+    assert row(text, "MFU / HFU") == ("43.21% / 45.00% of 312 TFLOP/s peak (134.80 model "
+                                      "TFLOP/s per GPU)")
+    # 0.2 / 1.3 on both stages; ideal (p-1)/M = 1/2; idle 0.2 / 1.5 = 13.3%
+    assert row(text, "bubble") == ("0.1538 of the busy time (ideal (p-1)/M = 0.5000, p = 2, "
+                                   "M = 2); idle 13.3% of the iteration")
+    # TP: mean of 0.2 s and 0.3 s = 250 ms = 16.7% of 1.5 s; DP 90 ms = 6.0%; largest first
+    assert row(text, "exposed comm") == ("TP 250.000 ms (16.7%), DP 90.000 ms (6.0%), mean "
+                                         "over stages")
+    # compute (1.0 + 0.9) / 2 / 1.5 = 63.3%; losses: TP 16.7%, idle 13.3%
+    assert row(text, "bottleneck") == (
+        "compute is 63.3% of the iteration; the largest loss is exposed tensor-parallel "
+        "communication (16.7%), then idle time waiting for other stages (13.3%)")
 
 
-def test_no_throughput_rows_without_model_numbers():
+def test_no_throughput_lines_without_model_numbers():
     text = format_report(synthetic())
-    assert "throughput" not in text and "MFU" not in text
+    assert "throughput" not in text and "MFU" not in text and "memory per GPU" not in text
+
+
+def test_memory_against_capacity():
+    mem = {"capacity_bytes": 80e9, "peak_stage": 1, "peak_bytes": {
+        "weights_bytes": 5e9, "grads_bytes": 10e9, "optimizer_bytes": 2e9,
+        "activations_bytes": 13e9, "reserved_bytes": 2e9, "total_bytes": 32e9}}
+    assert row(format_report(synthetic(memory=mem)), "memory per GPU") == (
+        "32.0 of 80.0 GB (40%) on stage 1: weights 5.0, gradients 10.0, optimizer 2.0, "
+        "activations 13.0, reserved 2.0 GB")
+
+
+def test_singular_microbatch():
+    assert "schedule 1f1b, 1 microbatch\n" in format_report(synthetic(microbatches=1))
+    assert "schedule 1f1b, 2 microbatches\n" in format_report(synthetic())
+
+
+def test_small_shares_keep_two_decimals():
+    rep = synthetic(healthy_iteration_time_s=1.4994, fault_slowdown_s=0.0006,
+                    faults=["failed NIC 1.0"])
+    # 0.6 ms of 1499.4 ms = 0.04%
+    assert row(format_report(rep), "iteration time") == (
+        "1500.000 ms, 0.600 ms (0.04%) longer than the healthy 1499.400 ms")
 
 
 def test_stage_table_headers_carry_units_and_rows_sum_to_the_iteration():
     text = format_report(synthetic())
     lines = text.splitlines()
-    i = lines.index("per stage (each row sums to the iteration time):")
+    i = lines.index("per stage (ms; each row sums to the iteration time):")
     head = lines[i + 1].split()
-    assert head == ["stage", "compute_ms", "optimizer_ms", "TP_exposed_ms", "DP_exposed_ms",
-                    "bubble_ms", "bubble_frac"]
+    assert head == ["stage", "rank", "compute_ms", "optimizer_ms", "TP_exposed_ms",
+                    "DP_exposed_ms", "idle_ms", "bubble_frac"]
     rows = [ln.split() for ln in lines[i + 2:i + 5]]
     assert [r[0] for r in rows] == ["0", "1", "mean"]
+    assert [r[1] for r in rows[:2]] == ["0", "8"]
     for r in rows[:2]:
-        assert sum(float(x) for x in r[1:6]) == pytest.approx(1500.0, abs=1e-6)
+        assert sum(float(x) for x in r[2:7]) == pytest.approx(1500.0, abs=1e-6)
     assert rows[2][1:4] == ["950.000", "10.000", "250.000"]
 
 
-def test_assumptions_are_listed_verbatim():
-    text = format_report(synthetic())
-    tail = text.split("assumptions:\n", 1)[1].splitlines()
-    assert tail == ["  - first assumption", "  - second (with units: ns)"]
+def test_default_lists_three_assumptions_verbose_all_verbatim():
+    rep = synthetic(assumptions=["schedule: 1f1b", "TP communication per Megatron", "x",
+                                 "y", "compute model (A100): roofline"])
+    short = format_report(rep).split("assumptions that matter most (3 of 5; --verbose lists "
+                                     "all):\n", 1)[1].splitlines()
+    # largest parts first: compute 63.3%, exposed TP 16.7%, idle 13.3%
+    assert short == ["  - compute model (A100): roofline", "  - TP communication per Megatron",
+                     "  - schedule: 1f1b"]
+    tail = format_report(rep, verbose=True).split("assumptions:\n", 1)[1].splitlines()
+    assert tail == [f"  - {a}" for a in rep["assumptions"]]
+
+
+def test_departures_from_the_input_are_always_listed():
+    rep = synthetic(assumptions=["schedule: 1f1b", "a", "header vpp: 8 cannot be a virtual "
+                                 "pipeline size here", "WARNING: NIC faster than its port",
+                                 "compute model (A100): roofline", "TP communication"])
+    short = format_report(rep).split("--verbose lists all):\n", 1)[1].splitlines()
+    assert short[:2] == ["  - header vpp: 8 cannot be a virtual pipeline size here",
+                         "  - WARNING: NIC faster than its port"]
+    assert len(short) == 5
+
+
+def test_many_stages_show_first_last_busiest_and_latest_by_default():
+    it = 1.5
+    stages = [stage(i, 1.0, 0.1, 0.09, 0.3, it) for i in range(8)]
+    stages[5] = stage(5, 1.2, 0.1, 0.09, 0.1, it)  # busiest
+    stages[3]["finish_time_s"] = it  # last to finish
+    stages[0]["finish_time_s"] = it - 0.2
+    rep = synthetic(stages=stages, pipeline_stages=8)
+    lines = format_report(rep).splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("per stage"))
+    assert "the busiest (5), the last to finish (3); --verbose lists all 8" in lines[i]
+    assert [ln.split()[0] for ln in lines[i + 2:i + 7]] == ["0", "3", "5", "7", "mean"]
+    verbose = format_report(rep, verbose=True).splitlines()
+    j = verbose.index("per stage (ms; each row sums to the iteration time):")
+    assert [ln.split()[0] for ln in verbose[j + 2:j + 11]] == [*map(str, range(8)), "mean"]
+
+
+def test_generated_model_layers_are_totals_per_operator_type():
+    def layer(name, f):
+        return {"name": name, "stages": "0", "count": 2, "forward_s": f, "input_grad_s": f,
+                "weight_grad_s": 0.0, "exposed_comm_s": {"TP": 0.001}}
+    layers = [layer("embedding", 0.01), layer("layer0_attn_qkv", 0.1),
+              layer("layer1_attn_qkv", 0.2), layer("layer0_mlp_fc1", 0.3)]
+    text = format_report(synthetic(layers=layers, model={"name": "m"}), verbose=True)
+    rows = {ln.split()[0]: ln.split() for ln in text.splitlines()[1:]
+            if ln.startswith("  ") and len(ln.split()) == 7}
+    assert rows["attn_qkv"][1:5] == ["2", "4", "300.000", "300.000"]
+    assert rows["mlp_fc1"][1:4] == ["1", "2", "300.000"]
+    assert "layer0_attn_qkv" not in text
+    by_name = format_report(synthetic(layers=layers), verbose=True)  # a workload file's layers
+    assert "per layer (" in by_name and "  layer0_attn_qkv  " in by_name
+    assert "per layer" not in format_report(synthetic(layers=layers))  # not by default
+
+
+def test_fault_run_shows_the_slow_ranks_row_and_says_what_delayed_it(capsys):
+    assert main(["--workload", str(SEED_1024), "--topo", str(TOPOLOGIES / "dgx-a100-1024.yaml"),
+                 "--slow-gpu", "300:1.5"]) == 0
+    text = capsys.readouterr().out
+    rep_it = row(text, "iteration time")
+    slow = float(rep_it.split(", ")[1].split(" ms")[0])
+    assert "longer than the healthy" in rep_it
+    assert (f"what delayed it: slow GPU 300: compute × 1.5; the iteration takes {slow:.3f} ms"
+            in text)
+    assert "rank 300 (stage 4) sets the pace" in text
+    assert "pipeline's bottleneck" not in text and "most work" not in text
+    lines = text.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("per stage"))
+    head = lines[i + 1].split()
+    own = next(ln.split() for ln in lines[i + 2:] if ln.split()[:2] == ["4", "300"])
+    rep4 = next(ln.split() for ln in lines[i + 2:] if ln.split()[:1] == ["4"]
+                and ln.split()[1] != "300")
+    compute = float(dict(zip(head, own, strict=True))["compute_ms"])
+    base = float(dict(zip(head, rep4, strict=True))["compute_ms"])
+    assert f"rank 300 (stage 4) computes {compute:.3f} ms against {base:.3f} ms" in text
+    # the slow GPU computes 1.5 × its healthy stage-mate (the factor applies to compute kernels)
+    assert compute == pytest.approx(1.5 * base, rel=1e-3)
+    assert len(lines) <= 30 and max(map(len, lines)) <= 200
 
 
 def test_seed_report_table_matches_the_report():
     prog = build_program(read_workload(SEED_1024), LayoutOptions())
     res = simulate(prog, AlphaBetaNetwork(1000, {g: 100.0 for g in GroupKind}))
     rep = build_report(res, workload=str(SEED_1024), topology="alpha-beta")
-    text = format_report(rep)
-    assert row(text, "iteration time")[1] == f"{rep['iteration_time_s'] * 1e3:.3f}"
+    assert row(format_report(rep), "iteration time") == f"{rep['iteration_time_s'] * 1e3:.3f} ms"
+    text = format_report(rep, verbose=True)
     lines = text.splitlines()
-    i = lines.index("per stage (each row sums to the iteration time):")
+    i = lines.index("per stage (ms; each row sums to the iteration time):")
     head = lines[i + 1].split()
     rows = [ln.split() for ln in lines[i + 2:i + 2 + 16]]
     assert [int(r[0]) for r in rows] == list(range(16))
@@ -107,3 +206,23 @@ def test_seed_report_table_matches_the_report():
             s["exposed_comm_s"]["TP"] * 1e3, abs=5e-4)
         ms = [float(cells[h]) for h in head if h.endswith("_ms")]
         assert sum(ms) == pytest.approx(it_ms, abs=5e-4 * len(ms))
+
+
+def test_readme_model_example_prints_a_short_summary_and_verbose_has_the_rest(capsys):
+    args = ["--model", str(WORKLOADS / "models" / "gpt3-175b.yaml"), "--topo",
+            str(TOPOLOGIES / "dgx-a100-1024.yaml"), "--tp", "8", "--pp", "8", "--vpp", "3",
+            "--global-batch", "1536", "--sequence-parallel", "--recompute", "selective",
+            "--distributed-optimizer"]
+    assert main(args) == 0
+    short = capsys.readouterr().out.splitlines()
+    assert len(short) <= 30 and max(map(len, short)) <= 200
+    for q in ("iteration time", "throughput", "MFU / HFU", "memory per GPU", "bubble",
+              "exposed comm", "bottleneck"):
+        assert any(ln.startswith(f"  {q}  ") for ln in short), q
+    assert main([*args, "--verbose"]) == 0
+    full = capsys.readouterr().out
+    assert "per operator type, summed over layers" in full and "  attn_qkv  " in full
+    assert "layer0_" not in full
+    assert full.count("\n  - ") > 30  # every assumption
+    stage_rows = [ln for ln in full.splitlines() if re.match(r"  [0-7] ", ln)]
+    assert len(stage_rows) == 8  # every stage

@@ -29,6 +29,7 @@ from sim.models.aicb_writer import write_aicb
 from sim.outputs import check_output_paths
 from sim.scenario import model_run
 from sim.topology import load_topology
+from sim.words import plural
 
 
 def build_parser() -> Parser:
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     par = run.par
     print(f"wrote {rows} rows to {args.out}: {run.model.name}, TP {par.tp} x PP {par.pp} x DP "
-          f"{par.dp} (EP {par.ep}, VPP {par.vpp}), {par.microbatches} microbatches of "
+          f"{par.dp} (EP {par.ep}, VPP {par.vpp}), "
+          f"{plural(par.microbatches, 'microbatch', 'microbatches')} of "
           f"{par.micro_batch}; representative stage {args.stage}")
     print(f"memory: {run.memory.reason}")
     return 0

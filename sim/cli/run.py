@@ -27,6 +27,7 @@ from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
 from sim.outputs import is_stdout
 from sim.report import format_report
+from sim.report.build import notable_ranks
 from sim.scenario import (
     Scenario,
     SimulationOptions,
@@ -78,7 +79,10 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     g = p.add_argument_group("outputs")
     g.add_argument("--json", metavar="PATH", help="write the report as JSON (schema: "
                                                   "docs/report-schema.md)")
-    g.add_argument("--quiet", action="store_true", help="do not print the report table")
+    g.add_argument("--quiet", action="store_true", help="do not print the report")
+    g.add_argument("--verbose", action="store_true",
+                   help="print every stage, per-layer totals and every assumption (default: a "
+                        "short summary with the assumptions that matter most)")
     g.add_argument("--timing", action="store_true",
                    help="print wall times (s) and simulated events per second to stderr")
     add_output_arguments(p)
@@ -114,7 +118,8 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> 
     res = run_scenario(scenario_of(args))
     write_report(res)
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
-        sys.stdout.write(format_report(res.report))
+        notable = notable_ranks(res.result) if "healthy_iteration_time_s" in res.report else []
+        sys.stdout.write(format_report(res.report, verbose=args.verbose, notable=notable))
     write_figures_of(res)
     if args.timing:
         result, t_sim = res.result, res.simulate_s

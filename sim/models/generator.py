@@ -26,6 +26,7 @@ from sim.models.spec import ModelSpec
 from sim.models.split import stage_layer_counts, virtual_stage_layers
 from sim.models.zero import BYTES_16, zero3_layers
 from sim.topology.gpu import GpuSpec
+from sim.words import plural
 from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
@@ -285,7 +286,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
         f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}"
         + (f" cp={par.cp}" if par.cp > 1 else "") + f", micro batch "
-        f"{par.micro_batch}, global batch {par.global_batch} → {par.microbatches} microbatches; "
+        f"{par.micro_batch}, global batch {par.global_batch} → "
+        f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
         f"schedule {par.schedule_name}; " + _split_note(m, par),
         f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
         f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",

@@ -22,7 +22,7 @@ from typing import Any
 from sim import __version__
 from sim.comm import GroupKind
 from sim.engine.critical import summarize
-from sim.engine.result import GROUPS, SimResult
+from sim.engine.result import GROUPS, RankStats, SimResult
 from sim.schedules import ideal_bubble_fraction
 
 NS = 1e-9
@@ -79,32 +79,56 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
 
 def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:
     """One row per stage (seconds) and each stage's bubble fraction."""
-    it = result.iteration_ns
-    stages = []
-    fractions = []
     stats = result.stage_stats()
-    span = (max(st.pipeline_end_ns for st in stats) - min(st.pipeline_start_ns for st in stats)
-            if stats else 0)
-    for st in stats:
-        busy = st.pipeline_busy_ns
-        bubble = span - busy
-        frac = bubble / busy if busy > 0 else 0.0
-        fractions.append(frac)
-        stages.append({
-            "stage": st.stage,
-            "rank": st.rank,
-            "compute_s": _s(st.compute_ns),
-            "optimizer_s": _s(st.optimizer_ns),
-            "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS
-                               if g is not GroupKind.CP or result.program.cp > 1},
-            "bubble_s": _s(st.bubble_ns),
-            "pipeline_bubble_s": _s(bubble),
-            "pipeline_busy_s": _s(busy),
-            "bubble_fraction": frac,
-            "idle_fraction": st.bubble_ns / it if it > 0 else 0.0,
-            "finish_time_s": _s(st.end_ns),
-        })
-    return stages, fractions
+    span = _pipeline_span(stats)
+    stages = [rank_entry(st, result, span) for st in stats]
+    return stages, [s["bubble_fraction"] for s in stages]
+
+
+def _pipeline_span(stats: list[RankStats]) -> int:
+    """The pipeline's span (ns): first scheduled op of any stage to the last of any stage."""
+    if not stats:
+        return 0
+    return max(st.pipeline_end_ns for st in stats) - min(st.pipeline_start_ns for st in stats)
+
+
+def rank_entry(st: RankStats, result: SimResult, span: int) -> dict[str, Any]:
+    """One rank's breakdown in the shape of a ``stages`` entry (seconds); ``span``: the
+    pipeline's span (ns, :func:`_pipeline_span` of the stage representatives)."""
+    it = result.iteration_ns
+    busy = st.pipeline_busy_ns
+    bubble = span - busy
+    return {
+        "stage": st.stage,
+        "rank": st.rank,
+        "compute_s": _s(st.compute_ns),
+        "optimizer_s": _s(st.optimizer_ns),
+        "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS
+                           if g is not GroupKind.CP or result.program.cp > 1},
+        "bubble_s": _s(st.bubble_ns),
+        "pipeline_bubble_s": _s(bubble),
+        "pipeline_busy_s": _s(busy),
+        "bubble_fraction": bubble / busy if busy > 0 else 0.0,
+        "idle_fraction": st.bubble_ns / it if it > 0 else 0.0,
+        "finish_time_s": _s(st.end_ns),
+    }
+
+
+def notable_ranks(result: SimResult, limit: int = 3) -> list[dict[str, Any]]:
+    """Rows (:func:`rank_entry`) of simulated ranks that are not their stage's representative
+    but compute longer or shorter than it (a slow GPU) or carry the most work of the critical
+    path, that one first; for the terminal report of runs with faults (not in the JSON)."""
+    stats = result.stage_stats()
+    reps = {s.stage: s for s in stats}
+    stage = {s.rank: s.stage for s in result.ranks}
+    top = summarize(result.critical_path, lambda r: stage.get(r, -1))["work_s_by_rank"]
+    top_rank = top[0]["rank"] if top else None
+    found = [s for s in result.ranks if s.rank != reps[s.stage].rank and (
+        s.compute_ns != reps[s.stage].compute_ns or s.rank == top_rank)]
+    found.sort(key=lambda s: (s.rank != top_rank,
+                              -abs(s.compute_ns - reps[s.stage].compute_ns), s.rank))
+    span = _pipeline_span(stats)
+    return [rank_entry(s, result, span) for s in found[:limit]]
 
 
 def _layer_rows(result: SimResult) -> list[dict[str, Any]]:

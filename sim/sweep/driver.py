@@ -29,6 +29,7 @@ from sim.sweep.runner import run_tasks
 from sim.sweep.space import Space, enumerate_layouts
 from sim.sweep.store import ResultStore
 from sim.topology import load_topology
+from sim.words import plural
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,11 @@ def run_sweep(opts: SweepOptions) -> int:
     paths = write_outputs(out, rows, summary, plot=opts.plot)
     if not opts.quiet:
         print(f"{model.name} on {gpus} GPUs, global batch {gb}: "
-              f"{len(ok)} feasible layouts ranked by iteration time "
+              f"{plural(len(ok), 'feasible layout')} ranked by iteration time "
               f"(exposed comm: mean over stages)")
         for line in table_lines(rows, top=opts.top):
             print("  " + line)
-    print(f"ran {ran} layouts in {wall:.1f} s on {backend}; "
+    print(f"ran {plural(ran, 'layout')} in {wall:.1f} s on {backend}; "
           f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
           f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     return 0
@@ -169,7 +170,8 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts, skip
         pending = pending[:opts.limit]
     err = sys.stderr
     print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
-          f"{len(layouts)} valid layouts ({skipped} combinations skipped as invalid), "
+          f"{plural(len(layouts), 'valid layout')} ({plural(skipped, 'combination')} skipped "
+          "as invalid), "
           f"{already} already done, {len(pending)} to run; results in {out}/", file=err)
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
                disable=not opts.progress, mininterval=0.5, dynamic_ncols=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from sim.outputs import atomic_write, write_json
 from sim.sweep.evaluate import GROUPS
+from sim.words import plural
 
 SCHEMA = "simrun.sweep/1"
 STATUS_ORDER = {"ok": 0, "infeasible": 1, "error": 2}
@@ -96,7 +97,7 @@ def table_lines(rows: list[dict[str, Any]], *, top: int | None = None) -> list[s
     lines += ["  ".join(c.ljust(w) if i == 1 else c.rjust(w)
                         for i, (c, w) in enumerate(zip(b, widths, strict=True))) for b in body]
     if top and len(ok) > top:
-        lines.append(f"… {len(ok) - top} more feasible layouts in results.csv")
+        lines.append(f"… {plural(len(ok) - top, 'more feasible layout')} in results.csv")
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"{r['status']:>10}  {r['layout']}: {r.get('reason', '')}")
