@@ -16,6 +16,7 @@ from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.flops import model_flops_per_iteration
 from sim.models.generator import generate
 from sim.models.memory import MemoryReport, check_memory
+from sim.models.memory_advice import memory_advice
 from sim.models.metrics import metrics
 from sim.models.parallel import ParallelConfig, Training, validate
 from sim.models.plan import build_model_plan
@@ -106,10 +107,9 @@ def model_run(path: str, request: LayoutRequest, training: Training, topology: T
     notes = []
     if not mem.feasible:
         if not ignore_memory:
-            raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; --recompute, "
-                             "--sequence-parallel, --distributed-optimizer or more pipeline "
-                             "stages reduce it (--ignore-memory simulates it anyway)",
-                             field="--model")
+            advice = memory_advice(model, par, gpu, mem.peak.total_bytes)
+            raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; {advice} "
+                             "(--ignore-memory simulates it anyway)", field="--model")
         notes.append("WARNING: simulated although the layout does not fit in GPU memory "
                      "(--ignore-memory)")
     setup = resolve_compute(gpu, compute, need=False)
