@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from sim.inputs import read_text
 from sim.models.parallel import ParallelConfig
 from sim.models.spec import load_model
 from sim.models.split import PipelineSplit
+from sim.progress import Progress
 from sim.scenario import simulate_model
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
@@ -241,21 +243,29 @@ def run_case(case: Case) -> dict[str, Any]:
 
 
 def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, Any]]:
-    """All cases (in file order), on ``workers`` local processes (default: all cores)."""
+    """All cases (in file order), on ``workers`` local processes (default: all cores), with a
+    progress line on a terminal (:mod:`sim.progress`)."""
     n = min(workers or default_workers(), len(cases))
-    if n <= 1:
-        return [run_case(c) for c in cases]
-    pool = worker_pool(n)
-    try:
-        # biggest first for load balance; results keep file order
-        order = sorted(range(len(cases)), key=lambda i: -cases[i].par.world_size)
-        futs = {i: pool.submit(run_case, cases[i]) for i in order}
-        rows = [futs[i].result() for i in range(len(cases))]
-    except BaseException:
-        stop_pool(pool)
-        raise
-    pool.shutdown()
-    return rows
+    with Progress("validate: cases done", total=len(cases)) as progress:
+        if n <= 1:
+            rows = []
+            for c in cases:
+                rows.append(run_case(c))
+                progress.advance()
+            return rows
+        pool = worker_pool(n)
+        try:
+            # biggest first for load balance; results keep file order
+            order = sorted(range(len(cases)), key=lambda i: -cases[i].par.world_size)
+            futs = {i: pool.submit(run_case, cases[i]) for i in order}
+            for _ in as_completed(futs.values()):
+                progress.advance()
+            rows = [futs[i].result() for i in range(len(cases))]
+        except BaseException:
+            stop_pool(pool)
+            raise
+        pool.shutdown()
+        return rows
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from sim.models.spec import ModelSpec
 from sim.network import build_network
 from sim.outputs import check_output_paths, write_json
 from sim.placement import DEFAULT_ORDER, Placement
+from sim.progress import Progress
 from sim.scenario.model_run import ModelRun, model_run
 from sim.scenario.options import (
     ModelInput,
@@ -142,17 +143,20 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     check_figure_outputs(s.outputs, placement, classes.label == "per-rank", classes.reps)
     net = network_of(dataclasses.replace(topo, faults=faults), s.network)
     t_sim = time.perf_counter()
-    result = simulate_watched(engine.simulate, prog, net,
-                              max_sim_time_s=sim_opts.max_sim_time_s, placement=placement,
-                              classes=classes, compute_scale=scale, fuse=sim_opts.fuse,
-                              record_spans=s.outputs.wants_spans)
+    with Progress(f"simulating {prog.world_size} GPUs"):
+        result = simulate_watched(engine.simulate, prog, net,
+                                  max_sim_time_s=sim_opts.max_sim_time_s, placement=placement,
+                                  classes=classes, compute_scale=scale, fuse=sim_opts.fuse,
+                                  record_spans=s.outputs.wants_spans)
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})"] + fault_notes
     fault_report = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), s.network)
-        healthy = engine.simulate(prog, healthy_net, placement=placement, fuse=sim_opts.fuse)
+        with Progress("simulating the healthy cluster for the comparison"):
+            healthy = engine.simulate(prog, healthy_net, placement=placement,
+                                      fuse=sim_opts.fuse)
         fault_report = faults.report(result.iteration_ns, healthy.iteration_ns)
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")

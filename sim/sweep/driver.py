@@ -17,6 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sim import progress
 from sim.errors import UsageError
 from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
 from sim.models.parallel import Training
@@ -173,8 +174,11 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts, skip
           f"{plural(len(layouts), 'valid layout')} ({plural(skipped, 'combination')} skipped "
           "as invalid), "
           f"{already} already done, {len(pending)} to run; results in {out}/", file=err)
+    # a bar only on a terminal (never in pipes, files or CI logs), after 2 s like the run's and
+    # validate's progress line (sim/progress.py), and closed before any message
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
-               disable=not opts.progress, mininterval=0.5, dynamic_ncols=True)
+               disable=not opts.progress or not err.isatty(), delay=progress.DELAY_S, leave=False,
+               mininterval=0.5, dynamic_ncols=True)
 
     def on_result(row: dict[str, Any]) -> None:
         store.append(row)
@@ -194,8 +198,8 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts, skip
               "rerun with --resume to continue", file=err)
         raise
     finally:
+        bar.close()  # before any error message, so it is never drawn inside the bar
         _restore_sigterm(previous)
-    bar.close()
     store.close()
     return backend, len(pending)
 
