@@ -297,6 +297,9 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         "the one in the report), 'all' (every simulated rank), or global ranks "
                         "like 0,8,16 or 0-7 (other than stage representatives need --per-rank) "
                         "(default: %(default)s)")
+    g.add_argument("--force", action="store_true",
+                   help="write a --trace estimated over 200 MB (refused by default; the "
+                        "estimate counts the events of the ranks shown)")
     g.add_argument("--plot", metavar="PATH",
                    help="draw the pipeline timeline (one row per stage, time in ms) to a .png, "
                         ".svg or .pdf file")
@@ -307,4 +310,4 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
 
 def output_options(args: argparse.Namespace) -> OutputOptions:
     return OutputOptions(json=args.json, trace=args.trace, trace_ranks=args.trace_ranks,
-                         plot=args.plot, breakdown_plot=args.breakdown_plot)
+                         plot=args.plot, breakdown_plot=args.breakdown_plot, force=args.force)

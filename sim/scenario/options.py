@@ -88,13 +88,15 @@ class SimulationOptions:
 class OutputOptions:
     """Files written after the run (each atomically; paths checked before simulating):
     ``json`` report, Chrome ``trace``, timeline ``plot``, ``breakdown_plot``; ``trace_ranks``
-    picks the ranks shown by the trace and the timeline."""
+    picks the ranks shown by the trace and the timeline; ``force``: write a trace estimated
+    over :data:`sim.viz.trace_size.LIMIT_BYTES` (refused otherwise)."""
 
     json: str | None = None
     trace: str | None = None
     trace_ranks: str = "stage-reps"
     plot: str | None = None
     breakdown_plot: str | None = None
+    force: bool = False
 
     @property
     def wants_spans(self) -> bool:

@@ -8,6 +8,7 @@ result and report.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ from sim.scenario.options import (
 from sim.topology import load_topology
 from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs, write_figures
+from sim.viz.select import parse_rank_spec
+from sim.viz.trace_size import check_trace_size
 from sim.watchdog import simulate_watched
 from sim.workload import stages
 from sim.workload.deepspeed import read_as_zero
@@ -141,6 +144,11 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                          s.faults.degraded_links, s.faults.failed_nics)
     classes, scale, fault_notes = simulation_plan(faults, topo, placement, sim_opts.per_rank)
     check_figure_outputs(s.outputs, placement, classes.label == "per-rank", classes.reps)
+    if s.outputs.trace:  # before simulating: a trace too big to write is refused now
+        note = check_trace_size(prog, parse_rank_spec(s.outputs.trace_ranks), placement,
+                                classes.label == "per-rank", classes.reps, s.outputs.force)
+        if note:
+            print(f"simrun: warning: --trace: {note}", file=sys.stderr)
     net = network_of(dataclasses.replace(topo, faults=faults), s.network)
     t_sim = time.perf_counter()
     with Progress(f"simulating {prog.world_size} GPUs"):
