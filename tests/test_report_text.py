@@ -226,3 +226,15 @@ def test_readme_model_example_prints_a_short_summary_and_verbose_has_the_rest(ca
     assert full.count("\n  - ") > 30  # every assumption
     stage_rows = [ln for ln in full.splitlines() if re.match(r"  [0-7] ", ln)]
     assert len(stage_rows) == 8  # every stage
+
+
+def test_long_departures_are_wrapped_not_cut():
+    long = "WARNING: " + " ".join(f"word{i}" for i in range(60))  # about 420 characters
+    rep = synthetic(assumptions=[long, "schedule: 1f1b", "compute model: x" + "y" * 300])
+    lines = format_report(rep).splitlines()
+    assert max(map(len, lines)) <= 200
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("  - WARNING: word0 "))
+    assert lines[i + 1].startswith("    word") and lines[i + 2].startswith("    word")
+    kept = " ".join(ln.strip() for ln in lines[i:i + 3])
+    assert kept == "- " + long
+    assert any(ln.endswith("…") and ln.startswith("  - compute model: x") for ln in lines)

@@ -15,9 +15,10 @@ every assumption. The JSON report (:mod:`sim.report.build`) is the same either w
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any
 
-from sim.report.summary import fault_story, groups, headline, ms, top_assumptions
+from sim.report.summary import departures, fault_story, groups, headline, ms, top_assumptions
 from sim.words import plural
 
 FEW_STAGES = 4  # up to this many stages the default table lists them all
@@ -142,7 +143,13 @@ def format_report(rep: dict[str, Any], *, verbose: bool = False,
     else:
         top = top_assumptions(rep)
         lines += ["", f"assumptions that matter most ({len(top)} of {n}; --verbose lists all):"]
-        lines += [f"  - {_clip(a, MAX_LINE - 4)}" for a in top]
+        keep = set(departures(rep))  # wrapped, never cut: they say what the run changed
+        for a in top:
+            if a in keep:
+                lines += textwrap.wrap(a, MAX_LINE, initial_indent="  - ",
+                                       subsequent_indent="    ")
+            else:
+                lines.append(f"  - {_clip(a, MAX_LINE - 4)}")
     return "\n".join(lines) + "\n"
 
 
