@@ -4,6 +4,7 @@ anything else is printed (also when the work fails)."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 import time
 
@@ -97,3 +98,19 @@ def test_unreachable_dask_scheduler_error_is_not_drawn_inside_the_bar(terminal, 
     last = text.rsplit("\r", 1)[1]
     assert last.startswith("simrun: error: --scheduler: cannot connect to the Dask scheduler")
     assert text.rsplit("\r", 2)[1].strip() == ""
+
+
+def test_validate_counts_the_cases_done(terminal, monkeypatch):
+    import sim.validate
+
+    def slow_case(case):
+        time.sleep(1.0)  # twice the redraw interval (0.5 s)
+        return {"case": case}
+
+    monkeypatch.setattr(sim.validate, "run_case", slow_case)
+    err = terminal()
+    assert sim.validate.run_cases(["a", "b", "c"], workers=1) == [{"case": c} for c in "abc"]
+    text = err.getvalue()
+    assert CLEAR + "simrun: validate: cases done 0/3 … " in text
+    assert re.search(re.escape(CLEAR) + r"simrun: validate: cases done [12]/3 … ", text)
+    assert text.endswith(CLEAR) and "\n" not in text
