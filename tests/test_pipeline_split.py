@@ -70,7 +70,7 @@ def test_bloom_layout_simulates_with_the_split_printed(tmp_path):
            "--topo", "topologies/dgx-a100-512.yaml", "--nodes", "48", "--tp", "4", "--pp",
            "12", "--dp", "8", "--micro-batch", "2", "--global-batch", "192", "--recompute",
            "full", "--distributed-optimizer", "--account-for-embedding-in-pipeline-split",
-           "--account-for-loss-in-pipeline-split", "--json", str(out)]
+           "--account-for-loss-in-pipeline-split", "--json", str(out), "--verbose"]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "transformer layers per stage 5/6/6/6/6/6/6/6/6/6/6/5" in res.stdout
