@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.catalog import shipped
 from sim.errors import InputError, SimrunError
 from sim.inputs import read_text
 from sim.models.parallel import ParallelConfig
@@ -286,9 +287,6 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def default_files() -> list[Path]:
-    """``workloads/validation/*.yaml`` under the current directory, else next to the package."""
-    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        files = sorted((root / "workloads" / "validation").glob("*.yaml"))
-        if files:
-            return files
-    return []
+    """The shipped validation files (:mod:`sim.catalog`: package data, or the checkout's
+    ``workloads/validation/``), whatever the current directory."""
+    return list(shipped("validation").values())

@@ -74,9 +74,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     """Add ``--model``, ``--dp``, ``--micro-batch``, ``--global-batch`` and the training options
     (a "model-driven workload" group). ``required``: ``--model`` must be given."""
     g = parser.add_argument_group("model-driven workload (--model instead of --workload)")
-    g.add_argument("--model", metavar="PATH", required=required,
-                   help="model spec YAML (workloads/models/*.yaml): generate the workload for "
-                        "the layout given by --tp/--pp/--dp/--vpp/--ep")
+    g.add_argument("--model", metavar="PATH|NAME", required=required,
+                   help="model spec YAML, or the name of a shipped one ('simrun list models'): "
+                        "generate the workload for the layout given by --tp/--pp/--dp/--vpp/--ep")
     g.add_argument("--dp", type=positive_int, metavar="N",
                    help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
                         "topology's)")
@@ -209,9 +209,10 @@ def model_input(args: argparse.Namespace) -> ModelInput:
 def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the compute-model flags (docs/kernel-tables.md)."""
     g = parser.add_argument_group("compute model (docs/kernel-tables.md)")
-    g.add_argument("--kernel-table", metavar="FILE",
-                   help="measured kernel times (CSV, e.g. from simrun profile) to time operators "
-                        "by; 'none': roofline only (default: the topology GPU's shipped table, "
+    g.add_argument("--kernel-table", metavar="FILE|NAME",
+                   help="measured kernel times (CSV, e.g. from simrun profile, or a shipped "
+                        "table's name: 'simrun list kernels') to time operators by; 'none': "
+                        "roofline only (default: the topology GPU's shipped table, "
                         "if any)")
     g.add_argument("--compute-efficiency", type=fraction, metavar="FRACTION",
                    help="large-GEMM fraction of the GPU's dense peak for the roofline (needed "

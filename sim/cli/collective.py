@@ -18,7 +18,9 @@ def build_parser() -> Parser:
                description="Predict nccl-tests-style time, algbw and busbw of one collective "
                            "on a topology (times in µs on screen, s in JSON; bandwidths in "
                            "GB/s = 1e9 bytes/s).")
-    p.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
+    p.add_argument("--topo", metavar="PATH|NAME", required=True,
+                   help="cluster topology YAML file, or the name of a shipped one "
+                        "('simrun list topologies')")
     p.add_argument("--nodes", type=positive_int, help="override the topology's node count")
     p.add_argument("--op", choices=tuple(OPS), default="allreduce",
                    help="collective (default: %(default)s)")

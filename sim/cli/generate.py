@@ -36,8 +36,9 @@ def build_parser() -> Parser:
     p = Parser(prog="simrun generate",
                description="Write the workload generated for a model spec and parallel layout in "
                            "SimAI/AICB text format (times in ns, sizes in bytes).")
-    p.add_argument("--topo", metavar="PATH", required=True,
-                   help="cluster topology YAML (its GPU sets the compute times)")
+    p.add_argument("--topo", metavar="PATH|NAME", required=True,
+                   help="cluster topology YAML or the name of a shipped one (its GPU sets the "
+                        "compute times)")
     p.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
     p.add_argument("--out", metavar="PATH", required=True, help="AICB text file to write")
     p.add_argument("--stage", type=nonneg_int, default=0,

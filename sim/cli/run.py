@@ -52,10 +52,14 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     )
     p.add_argument("--version", action="version", version=f"simrun {__version__}")
     g = p.add_argument_group("inputs")
-    g.add_argument("--workload", metavar="PATH", help="workload file (AICB text or operator table)")
+    g.add_argument("--workload", metavar="PATH|NAME",
+                   help="workload file (AICB text or operator table), or the name of a shipped "
+                        "example ('simrun list workloads')")
     g.add_argument("--format", choices=("aicb", "optable"),
                    help="force a workload reader (default: detected from the content)")
-    g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML file")
+    g.add_argument("--topo", metavar="PATH|NAME", required=True,
+                   help="cluster topology YAML file, or the name of a shipped one "
+                        "('simrun list topologies')")
     g.add_argument("--nodes", type=positive_int,
                    help="number of nodes (default: the topology file's node count)")
     add_layout_arguments(p)

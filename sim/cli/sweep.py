@@ -26,8 +26,11 @@ def build_parser() -> Parser:
                            "their memory, simulate each and rank them (times in s, memory in GB "
                            "= 1e9 bytes).")
     g = p.add_argument_group("inputs")
-    g.add_argument("--model", metavar="PATH", required=True, help="model spec YAML")
-    g.add_argument("--topo", metavar="PATH", required=True, help="cluster topology YAML")
+    g.add_argument("--model", metavar="PATH|NAME", required=True,
+                   help="model spec YAML, or the name of a shipped one ('simrun list models')")
+    g.add_argument("--topo", metavar="PATH|NAME", required=True,
+                   help="cluster topology YAML file, or the name of a shipped one "
+                        "('simrun list topologies')")
     g.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
     g.add_argument("--gpus", type=positive_int,
                    help="GPUs every layout uses: TP·PP·DP·CP = GPUS (default: all of the topology)")

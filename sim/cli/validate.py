@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sim.catalog import resolve
 from sim.cli.types import Parser, positive_int
 from sim.errors import InputError
 from sim.outputs import check_output_paths, is_stdout, write_json
@@ -26,7 +27,8 @@ def build_parser() -> Parser:
                             "error (times in s per iteration), calibration and evaluation "
                             "cases apart.")
     ap.add_argument("files", nargs="*", metavar="FILE",
-                    help="validation files (default: workloads/validation/*.yaml)")
+                    help="validation files or names of shipped ones (default: every shipped "
+                         "file, see 'simrun list validation')")
     ap.add_argument("--json", metavar="PATH", help="write cases and summary as JSON")
     ap.add_argument("--workers", type=positive_int,
                     help="local worker processes (default: all cores)")
@@ -72,9 +74,9 @@ def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun validate``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    files = [Path(f) for f in args.files] or default_files()
+    files = [Path(resolve("validation", f, "FILE")) for f in args.files] or default_files()
     if not files:
-        raise InputError("no validation files found (looked for workloads/validation/*.yaml)")
+        raise InputError("no validation files are installed (see 'simrun list validation')")
     check_output_paths({"--json": args.json}, {"FILE": files}, stdout_ok=("--json",))
     cases: list[Case] = []
     sources = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from sim.catalog import resolve
 from sim.errors import InputError
 from sim.inputs import decode_text, read_bytes, split_lines
 from sim.outputs import atomic_write
@@ -150,6 +151,7 @@ def _row(header: list[str], no: int, raw: str, file: str) -> KernelRow:
 
 def read_table(path: str | Path, flag: str = "--kernel-table") -> KernelTable:
     """Read a kernel table file; raises :class:`InputError` naming file, line and field."""
+    path = resolve("kernels", path, flag)  # a shipped table's name works too (sim.catalog)
     data = read_bytes(path, what="kernel table", flag=flag)
     return parse_table(decode_text(data, str(path)), str(path))
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from sim.catalog import resolve
 from sim.errors import InputError
 from sim.inputs import read_text, show
 from sim.limits import MAX_LAYERS
@@ -171,8 +172,9 @@ def _flags_and_choices(data: dict, file: str) -> dict[str, Any]:
 
 
 def load_model(path: str | Path) -> ModelSpec:
-    """Load a model spec YAML file (``yaml.safe_load``); errors name the file and key."""
-    p = str(path)
+    """Load a model spec YAML file (``yaml.safe_load``), or the shipped spec of that name
+    (:mod:`sim.catalog`); errors name the file and key."""
+    p = resolve("models", path, "--model")
     data, lines = load_yaml_with_lines(read_text(p, what="model spec"), p)
     try:
         return model_from_dict(data, file=p)

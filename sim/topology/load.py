@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from sim.catalog import resolve
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
 from sim.inputs import read_text, show
@@ -317,5 +318,7 @@ def _faults(s: Section, topo: Topology) -> Faults:
 
 
 def load_topology(path: str, nodes: int | None = None) -> Topology:
-    """Read and validate the topology file at ``path``; ``nodes`` overrides its node count."""
+    """Read and validate the topology file at ``path`` (or the shipped topology of that name,
+    :mod:`sim.catalog`); ``nodes`` overrides its node count."""
+    path = resolve("topologies", path, "--topo")
     return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim import inputs
+from sim.catalog import resolve
 from sim.errors import InputError
 from sim.workload import aicb, optable
 from sim.workload.model import Workload
@@ -37,6 +38,7 @@ def read_text(path: str | Path) -> str:
 def read_workload(path: str | Path, fmt: str | None = None, **options) -> Workload:
     """Parse a workload file with the reader ``fmt`` or, if ``None``, the one whose sniffer
     accepts the content. ``options`` go to readers that take them (e.g. ``bytes_per_element``)."""
+    path = resolve("workloads", path, "--workload")
     text = read_text(path)
     if fmt is not None:
         if fmt not in READERS:

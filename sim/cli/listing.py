@@ -1,0 +1,55 @@
+"""``simrun list [KIND]``: the shipped inputs usable by name (:mod:`sim.catalog`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from sim.catalog import KINDS, describe, first_sentence, head_lines, shipped
+from sim.cli.types import Parser
+from sim.errors import InputError
+from sim.models.spec import load_model
+
+
+def build_parser() -> Parser:
+    ap = Parser(prog="simrun list",
+                description="List the shipped inputs that every flag taking such a file also "
+                            "accepts by name (e.g. --topo dgx-a100-1024, --model gpt3-175b).")
+    ap.add_argument("kind", nargs="?", choices=tuple(KINDS),
+                    help="which kind to list (default: every kind)")
+    ap.add_argument("--paths", action="store_true",
+                    help="also print the installed path of each file (default: off)")
+    return ap
+
+
+def model_summary(path: Path) -> str:
+    """A model spec's title (first comment sentence) and its shape."""
+    title = first_sentence(head_lines(path)).split(" (")[0].rstrip(":.")
+    try:
+        m = load_model(path)
+    except InputError as e:
+        return f"(invalid: {e})"
+    moe = f", {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""
+    return (f"{title}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
+            f"sequence {m.seq_len}{moe}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``simrun list``; returns the exit code."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    kinds = [args.kind] if args.kind else list(KINDS)
+    out = []
+    for k in kinds:
+        files = shipped(k)
+        if len(kinds) > 1:
+            out.append(f"{k}:")
+        width = max((len(n) for n in files), default=0)
+        for name, path in files.items():
+            text = model_summary(path) if k == "models" else describe(k, path)
+            out.append(f"  {name:<{width}}  {text}")
+            if args.paths:
+                out.append(f"  {'':<{width}}  {path}")
+        if not files:
+            out.append("  (none installed)")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
