@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from sim import __version__
+from sim import __version__, applicable
 from sim.cli.args import (
     add_compute_arguments,
     add_fault_arguments,
@@ -93,11 +93,15 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     return p
 
 
-def scenario_of(args: argparse.Namespace) -> Scenario:
-    """The :class:`Scenario` the parsed arguments describe (usage errors name the flag)."""
+def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scenario:
+    """The :class:`Scenario` the parsed arguments describe (usage errors name the flag);
+    ``given``: the flags on the command line (:func:`sim.applicable.given_flags`), refused
+    where they do not apply to the input."""
+    given = set() if given is None else given
     if bool(args.workload) == bool(args.model):
         raise UsageError("give --workload PATH or --model PATH (exactly one)", field="--workload")
     if args.model:
+        applicable.check_given(given, "model")
         workload = model_input(args)
     else:
         check_model_only_flags(args)
@@ -105,7 +109,8 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
                                  bytes_per_element=args.bytes_per_element,
                                  missing_backward_ratio=args.missing_backward_ratio,
                                  pp_comm_bytes=args.pp_comm_bytes,
-                                 row_placement=args.row_placement)
+                                 row_placement=args.row_placement,
+                                 given_flags=frozenset(given))
     return Scenario(
         workload=workload, topology=args.topo, layout=layout_request(args), nodes=args.nodes,
         network=network_options(args), faults=fault_options(args),
@@ -119,7 +124,9 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> 
     """The main job: workload + topology → simulated iteration → report. ``t0``: process
     start (perf_counter), for ``--timing``."""
     args = build_parser(subcommands).parse_args(argv)
-    res = run_scenario(scenario_of(args))
+    given = applicable.given_flags(build_parser(subcommands), argv)
+    res = run_scenario(scenario_of(args, given))
+    applicable.check_effect(given, res.report["assumptions"], res.model_run)
     write_report(res)
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         notable = notable_ranks(res.result) if "healthy_iteration_time_s" in res.report else []

@@ -28,6 +28,8 @@ class WorkloadInput:
     backward = ratio × forward when a file has no backward times. ``pp_comm_bytes``: bytes sent
     between adjacent stages per microbatch (``None``: header ``pp_comm``, else derived).
     ``row_placement``: ``megatron`` or ``all`` (which rows run on which stage).
+    ``given_flags``: the command-line flags given, those that do not apply to this file are
+    refused once it is read (:func:`sim.applicable.check_workload`).
     """
 
     path: str
@@ -36,6 +38,7 @@ class WorkloadInput:
     missing_backward_ratio: float = 2.0
     pp_comm_bytes: int | None = None
     row_placement: str = "megatron"
+    given_flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 # engine.simulate, report.build_report and stages.build_program are looked up per call (a test
 # may stand in for them)
-from sim import engine, report
+from sim import applicable, engine, report
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
@@ -91,6 +91,8 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
                          field="--context-parallel-size")
     w = read_workload(wl.path, wl.format, bytes_per_element=wl.bytes_per_element,
                       backward_ratio=wl.missing_backward_ratio)
+    applicable.check_workload(wl.given_flags, w, request.tp, request.ep, request.pp,
+                              wl.row_placement)
     w = _on_topology_gpu(w, topology, compute or ComputeOptions())
     prog = stages.build_program(w, stages.LayoutOptions(
         tp=request.tp, pp=request.pp, ep=request.ep, vpp=request.vpp,

@@ -206,6 +206,19 @@ def _stage(s: int, layout: Layout, chunk_rows: list[list[Layer]], first: list[La
     return StageProgram(s, chunks, _prologue(lead), _epilogue(lead, trail))
 
 
+def _check_groups(group: int | None, sched: str, pp: int, m: int, v: int,
+                  notes: list[str]) -> None:
+    """The interleaved schedule's microbatch groups (``--microbatch-group-size``)."""
+    if group is not None and sched != "interleaved":
+        raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
+                         f"{sched} (virtual pipeline size {v})", field="--microbatch-group-size")
+    if sched == "interleaved":
+        check_interleaved(pp, m, v, group)
+        if group is not None:
+            notes.append(f"interleaved schedule: microbatches in groups of {group} "
+                         f"(--microbatch-group-size; Megatron's default is PP = {pp})")
+
+
 def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n_layers: int,
                  notes: list[str]) -> tuple[int, str]:
     sched = opts.schedule
@@ -244,12 +257,8 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
     if sched is None:
         sched = "interleaved" if v > 1 else "1f1b"
         notes.append(f"schedule: {sched} (default for virtual pipeline size {v}; --schedule)")
-    if opts.microbatch_group_size is not None and sched != "interleaved":
-        raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
-                         f"{sched} (virtual pipeline size {v})", field="--microbatch-group-size")
-    if sched == "interleaved":
-        check_interleaved(pp, m, v, opts.microbatch_group_size)
-    elif sched == "zb-h1":
+    _check_groups(opts.microbatch_group_size, sched, pp, m, v, notes)
+    if sched == "zb-h1":
         check_zero_bubble(pp, m)
     if sched != "interleaved" and v > 1:
         raise UsageError(f"the {sched} schedule runs one model chunk per stage; got a virtual "
