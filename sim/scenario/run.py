@@ -91,14 +91,15 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
                          field="--context-parallel-size")
     w = read_workload(wl.path, wl.format, bytes_per_element=wl.bytes_per_element,
                       backward_ratio=wl.missing_backward_ratio)
-    applicable.check_workload(wl.given_flags, w, request.tp, request.ep, request.pp,
-                              wl.row_placement)
     w = _on_topology_gpu(w, topology, compute or ComputeOptions())
     prog = stages.build_program(w, stages.LayoutOptions(
         tp=request.tp, pp=request.pp, ep=request.ep, vpp=request.vpp,
         microbatches=request.microbatches, all_gpus=request.gpus, schedule=request.schedule,
         pp_comm_bytes=wl.pp_comm_bytes, row_placement=wl.row_placement,
         microbatch_group_size=request.microbatch_group_size, default_gpus=topology.num_gpus))
+    # flags that do not apply to this file, after the layout's own checks
+    applicable.check_workload(wl.given_flags, w, request.tp, request.ep, request.pp,
+                              wl.row_placement)
     if request.zero:  # a DeepSpeed ZeRO file's collectives read as ZeRO's (sim.workload.deepspeed)
         prog = read_as_zero(prog, request.zero)
     return prog
