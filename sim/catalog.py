@@ -71,7 +71,15 @@ def shipped(kind: str) -> dict[str, Path]:
         return {}
     suffixes = KINDS[kind].suffixes
     files = [p for p in d.iterdir() if p.is_file() and p.suffix in suffixes]
+    if kind == "kernels":  # other measurements live there too (e.g. whole layers)
+        files = [p for p in files if _is_kernel_table(p)]
     return {p.stem: p for p in sorted(files, key=lambda p: p.stem)}
+
+
+def _is_kernel_table(path: Path) -> bool:
+    """Whether ``path``'s header row is a kernel table's (``kind,time_ms,...``)."""
+    row = next((ln for ln in head_lines(path) if ln and not ln.startswith("#")), "")
+    return row.startswith("kind,time_ms")
 
 
 def resolve(kind: str, value: str | Path, flag: str | None = None) -> str:
@@ -127,7 +135,8 @@ def describe(kind: str, path: Path) -> str:
     if kind == "kernels":  # "# gpu: NAME" and "# date: DAY" (docs/kernel-tables.md)
         tags = dict(ln.lstrip("# ").split(": ", 1) for ln in lines
                     if ln.startswith("# ") and ": " in ln)
-        return (f"measured kernel times of {tags.get('gpu', '?')}"
+        gpu = tags.get("gpu", "?").split(" (")[0]
+        return (f"measured kernel times of {gpu}"
                 + (f" ({tags['date']})" if "date" in tags else ""))
     return first_sentence(lines)
 
