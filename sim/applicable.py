@@ -171,7 +171,7 @@ TABLE: dict[str, dict[str, Verdict]] = {
        for f in ("--slow-gpu", "--slow-node", "--degrade-link", "--fail-nic")},
     **{f: _all("output", "what is written or printed")
        for f in ("--json", "--quiet", "--timing", "--trace", "--trace-ranks", "--plot",
-                 "--breakdown-plot", "--help", "--version")},
+                 "--breakdown-plot", "--help", "--version", "--verbose", "--force")},
 }
 
 

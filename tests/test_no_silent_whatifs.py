@@ -72,6 +72,7 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--plot": {"*": ["--plot", "{tmp}/p.svg"]},
     "--breakdown-plot": {"*": ["--breakdown-plot", "{tmp}/b.svg"]},
     "--help": {"*": ["--help"]}, "--version": {"*": ["--version"]},
+    "--verbose": {"*": ["--verbose"]}, "--force": {"*": ["--trace", "{tmp}/t.json", "--force"]},
     # workload-file flags
     "--tp": {"aicb": (["--tp", "4"], None), "*": ["--tp", "2"], "model": ["--tp", "1"]},
     "--ep": {"aicb": (["--ep", "2"], None), "optable": (["--ep", "2"], None),
