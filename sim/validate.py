@@ -233,6 +233,8 @@ def run_case(case: Case) -> dict[str, Any]:
         "measured_s": case.measured_s, "predicted_s": pred,
         "error_pct": (pred - case.measured_s) / case.measured_s * 100,
         "measured_mfu": case.measured_mfu, "predicted_mfu": m["mfu"],
+        # simrun's model FLOPs over the measured time: the measured MFU under one FLOP count
+        "mfu_at_measured_s": m["mfu"] * pred / case.measured_s,
         "bubble_fraction": rep["bubble_fraction"],
         "exposed_comm_s": {g: sum(s["exposed_comm_s"][g] for s in rep["stages"])
                            / len(rep["stages"]) for g in ("TP", "PP", "DP")},

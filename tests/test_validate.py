@@ -71,6 +71,12 @@ def test_simrun_validate_prints_the_error_table(tmp_path, capsys):
         assert case["error_pct"] == pytest.approx(
             (case["predicted_s"] - case["measured_s"]) / case["measured_s"] * 100)
         assert case["memory_feasible"]  # every measured run fits in the memory model
+        # MFU_meas: simrun's model FLOPs over the measured time, which is the paper's MFU where
+        # it gives one (same FLOP formula; tests/test_models_flops.py)
+        assert case["mfu_at_measured_s"] == pytest.approx(
+            case["predicted_mfu"] * case["predicted_s"] / case["measured_s"])
+        if case["measured_mfu"]:
+            assert case["mfu_at_measured_s"] == pytest.approx(case["measured_mfu"], abs=0.006)
         assert abs(case["error_pct"]) < CASE_ERROR_BOUND_PCT, case["name"]
     for role, n in (("calibration", 2), ("evaluation", 6)):
         errs = [abs(c["error_pct"]) for c in ordered if c["role"] == role]
