@@ -43,6 +43,7 @@ from sim.catalog import shipped
 from sim.errors import InputError, SimrunError
 from sim.inputs import read_text
 from sim.models.parallel import ParallelConfig
+from sim.models.parallel import validate as check_parallel
 from sim.models.spec import load_model
 from sim.models.split import PipelineSplit
 from sim.progress import Progress
@@ -171,7 +172,14 @@ def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, 
                              **{k: v for k, v in merged.items() if k in PAR_KEYS})
     except SimrunError as e:  # a layout the framework would refuse
         fail(getattr(e, "message", str(e)), at, f"cases[{i}]")
-    return _case(merged, par, base, topo, file_source)
+    case = _case(merged, par, base, topo, file_source)  # the model file names its own errors
+    try:  # what Megatron would refuse for this model, named here and not mid-run
+        check_parallel(load_model(case.model_path), par)
+    except SimrunError as e:
+        field = getattr(e, "field", None)
+        fail(getattr(e, "message", str(e)) + (f" ({field})" if field else ""), at,
+             f"cases[{i}]")
+    return case
 
 
 def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,

@@ -174,3 +174,15 @@ def test_every_shipped_case_matches_the_published_numbers_it_cites():
                 assert f"{c.measured_s} s per iteration" in text
                 assert f"global batch {c.global_batch}" in text
     assert n >= 20
+
+
+def test_a_layout_megatron_refuses_is_named_at_load_time(tmp_path):
+    """A case Megatron would refuse (here: 4 layers on PP 3) fails when the file is read, with
+    the file, the case's line and the flag, not in the middle of a run."""
+    (tmp_path / "m.yaml").write_text(
+        "name: m\nlayers: 4\nhidden: 256\nheads: 4\nvocab: 1000\nseq_len: 128\n")
+    v = tmp_path / "v.yaml"
+    v.write_text("topology: t.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 1, pp: 3,\n"
+                 "     global_batch: 6, micro_batch: 1, measured_s: 1.0}\n")
+    with pytest.raises(InputError, match=r"v.yaml:3: cases\[0\]: .*\(--pp\)"):
+        load_cases(v)
