@@ -102,6 +102,12 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                   "an error)"),
                        ("states", "forces the reader it detects"), ("refused", _GENERATED)),
     "--topo": _all("changes", "the cluster (report header, network assumptions)"),
+    "--set": _kinds(*[("refused-if", "a topology field (assumption 'topology override (--set): "
+                                     "KEY = VALUE (file: OLD)'; doubtful combinations as WARNING "
+                                     "lines); node.gpu.* refused where the file's compute times "
+                                     "are used as written")] * 2,
+                    ("changes", "a topology field (assumption 'topology override (--set): KEY = "
+                                "VALUE (file: OLD)'; doubtful combinations as WARNING lines)")),
     "--nodes": _all("changes", "the cluster's node count (report header); an AICB header's "
                                "all_gpus keeps the job's size (the report says how many GPUs it "
                                "uses)"),
@@ -249,18 +255,23 @@ def _placed_rows(wl: Workload) -> bool:
     return any(p.search(lay.name) for lay in wl.layers for p in pats)
 
 
-def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = None) -> None:
+def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = None,
+                 overrides: Iterable[str] = ()) -> None:
     """The ``refused-if`` checks that need the run: called after simulating, before anything
     is written. ``model_run``: the :class:`~sim.scenario.model_run.ModelRun` of a model run,
-    ``None`` for a workload file."""
+    ``None`` for a workload file; ``overrides``: the ``--set KEY=VALUE`` texts."""
     given = set(given)
     if model_run is None:
         scaled = any(a.startswith("compute times measured on") and " scaled by " in a
                      for a in assumptions)
+        unused = ("the file's compute times are used as written (not scaled from another GPU), "
+                  "so it would change nothing")
         for flag in ("--kernel-table", "--compute-efficiency", "--source-gpu"):
-            _refuse_if(given, flag, not scaled,
-                       "the file's compute times are used as written (not scaled from another "
-                       "GPU), so it would change nothing")
+            _refuse_if(given, flag, not scaled, unused)
+        for text in overrides:
+            key = text.partition("=")[0].strip()
+            if key.startswith("node.gpu.") and not scaled:
+                raise UsageError(f"{unused}; leave it out", field=f"--set {key}")
         return
     par, fits = model_run.par, model_run.memory.feasible
     tp, dp = par.layout.tp, par.dp_cp  # Megatron shards over the DP group with CP

@@ -8,6 +8,7 @@ next to its group here and into the option dataclass its converter fills.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -22,6 +23,21 @@ from sim.schedules import SCHEDULES
 from sim.topology.spec import PROTOCOLS
 from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
 from sim.watchdog import FLAG as WATCHDOG_FLAG
+
+
+def add_set_argument(g: argparse._ActionsContainer) -> None:
+    """``--set KEY=VALUE`` (repeatable): what-if overrides of topology fields."""
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one topology field, validated like the file (repeatable; "
+                        "units as in the file: e.g. fabric.link_bandwidth_gbps=800 in Gb/s, "
+                        "node.gpu.hbm_GBps=4800 in GB/s, fabric.levels[0].oversubscription=3); "
+                        "listed in the report's assumptions (default: none)")
+
+
+def warn_topology(topo) -> None:
+    """Print the topology's physical-consistency warnings to stderr (also in the report)."""
+    for w in topo.warnings:
+        print(f"simrun: warning: {w}", file=sys.stderr)
 
 
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from sim.cli.args import (
     add_model_arguments,
     add_network_arguments,
     add_output_arguments,
+    add_set_argument,
     add_watchdog_argument,
     check_model_only_flags,
     compute_options,
@@ -22,6 +23,7 @@ from sim.cli.args import (
     model_input,
     network_options,
     output_options,
+    warn_topology,
 )
 from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
@@ -62,6 +64,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                         "('simrun list topologies')")
     g.add_argument("--nodes", type=positive_int,
                    help="number of nodes (default: the topology file's node count)")
+    add_set_argument(g)
     add_layout_arguments(p)
     add_model_arguments(p)
     g = p.add_argument_group("operator-table workloads")
@@ -117,7 +120,8 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
         simulation=SimulationOptions(per_rank=args.per_rank, fuse=not args.no_fuse,
                                      max_sim_time_s=args.max_sim_time_s,
                                      placement=args.placement),
-        outputs=output_options(args), compute=compute_options(args))
+        outputs=output_options(args), compute=compute_options(args),
+        topology_overrides=tuple(args.set))
 
 
 def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> int:
@@ -126,7 +130,8 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> 
     args = build_parser(subcommands).parse_args(argv)
     given = applicable.given_flags(build_parser(subcommands), argv)
     res = run_scenario(scenario_of(args, given))
-    applicable.check_effect(given, res.report["assumptions"], res.model_run)
+    applicable.check_effect(given, res.report["assumptions"], res.model_run, args.set)
+    warn_topology(res.topology)
     write_report(res)
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         notable = notable_ranks(res.result) if "healthy_iteration_time_s" in res.report else []

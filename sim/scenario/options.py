@@ -110,7 +110,8 @@ class OutputOptions:
 @dataclass(frozen=True)
 class Scenario:
     """One run: a workload file or a model, a topology file (``nodes``: override its node
-    count), the requested layout and the options."""
+    count; ``topology_overrides``: ``--set KEY=VALUE`` what-ifs of its fields,
+    :mod:`sim.topology.overrides`), the requested layout and the options."""
 
     workload: WorkloadInput | ModelInput
     topology: str
@@ -121,3 +122,4 @@ class Scenario:
     simulation: SimulationOptions = field(default_factory=SimulationOptions)
     outputs: OutputOptions = field(default_factory=OutputOptions)
     compute: ComputeOptions = field(default_factory=ComputeOptions)
+    topology_overrides: tuple[str, ...] = ()

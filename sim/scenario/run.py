@@ -133,7 +133,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                         "--breakdown-plot": out.breakdown_plot},
                        {input_flag(s.workload): s.workload.path, "--topo": s.topology},
                        stdout_ok=("--json",))
-    topo = load_topology(s.topology, nodes=s.nodes)
+    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides)
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.path, s.layout, s.workload.training, topo,

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 
 from sim.catalog import resolve
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
 from sim.inputs import read_text, show
+from sim.topology.consistency import physical_warnings
 from sim.topology.gpu import GpuSpec
+from sim.topology.overrides import Override, apply_overrides, parse_override
 from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
     ALGORITHMS,
@@ -223,12 +226,17 @@ def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, 
     return n_leaves, max_leaves
 
 
-def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
-    """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count."""
+def parse_topology(text: str, path: str, nodes: int | None = None,
+                   overrides: Sequence[str] = ()) -> Topology:
+    """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count,
+    ``overrides`` are ``--set KEY=VALUE`` texts (:mod:`sim.topology.overrides`)."""
     data, lines = load_yaml_with_lines(text, path)
-    r = Reader(path, lines)
     if data is None:
         raise InputError("empty topology file (no YAML content)", file=path, line=1)
+    done: list[Override] = []
+    if overrides and isinstance(data, dict):
+        data, done = apply_overrides(data, [parse_override(t) for t in overrides])
+    r = Reader(path, lines, tuple(done))
     top = Section(r, data, ())
     stem = os.path.splitext(os.path.basename(path))[0]
     name = top.str("name", default=stem)
@@ -262,7 +270,9 @@ def parse_topology(text: str, path: str, nodes: int | None = None) -> Topology:
                    f"{len(fabric.levels)}-level fat tree of these radixes joins at most "
                    f"{max_leaves}" + (" (node count from --nodes)" if nodes is not None else ""))
     topo = Topology(name=name, path=path, description=description, num_nodes=num_nodes,
-                    node=node, fabric=fabric, collectives=coll)
+                    node=node, fabric=fabric, collectives=coll,
+                    overrides=tuple(ov.describe() for ov in done))
+    topo = dataclasses.replace(topo, warnings=physical_warnings(topo))
     if fsec is not None:
         topo = dataclasses.replace(topo, faults=_faults(fsec, topo))
     return topo
@@ -317,8 +327,10 @@ def _faults(s: Section, topo: Topology) -> Faults:
     return faults
 
 
-def load_topology(path: str, nodes: int | None = None) -> Topology:
+def load_topology(path: str, nodes: int | None = None, overrides: Sequence[str] = ()) -> Topology:
     """Read and validate the topology file at ``path`` (or the shipped topology of that name,
-    :mod:`sim.catalog`); ``nodes`` overrides its node count."""
+    :mod:`sim.catalog`); ``nodes`` overrides its node count, ``overrides`` are ``--set
+    KEY=VALUE`` what-ifs (:mod:`sim.topology.overrides`)."""
     path = resolve("topologies", path, "--topo")
-    return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes)
+    return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes,
+                          overrides)

@@ -118,14 +118,20 @@ class Section:
 class Reader:
     """The file being read and the line of every key path; raises the errors."""
 
-    def __init__(self, path: str, lines: dict[tuple, int]):
+    def __init__(self, path: str, lines: dict[tuple, int], overrides: tuple = ()):
         self.file = path
         self.lines = lines
+        self.overrides = overrides  # sim.topology.overrides.Override: values from --set
 
     def fail(self, path: tuple, message: str, at: tuple | None = None) -> None:
-        line = self._line(path) or self._line(at if at is not None else path[:-1])
         dotted = ".".join(str(p)[:60] if not isinstance(p, int) else f"[{p}]" for p in path)
-        raise InputError(message, file=self.file, line=line, field=dotted.replace(".[", "["))
+        dotted = dotted.replace(".[", "[")
+        if any(path[:len(ov.path)] == ov.path for ov in self.overrides):
+            raise InputError(message, field=f"--set {dotted}")  # the value came from --set
+        if self.overrides:
+            message += f" (with --set {', '.join(ov.text for ov in self.overrides)})"
+        line = self._line(path) or self._line(at if at is not None else path[:-1])
+        raise InputError(message, file=self.file, line=line, field=dotted)
 
     def _line(self, path: tuple) -> int | None:
         try:

@@ -168,6 +168,8 @@ class Topology:
     fabric: FabricSpec | None
     collectives: CollectiveSpec = field(default_factory=CollectiveSpec)
     faults: Faults = field(default_factory=Faults)
+    overrides: tuple[str, ...] = ()  # "KEY = VALUE (file: OLD)", one per --set
+    warnings: tuple[str, ...] = ()  # physically doubtful combinations (sim.topology.consistency)
 
     @property
     def gpus_per_node(self) -> int:
@@ -208,4 +210,6 @@ class Topology:
             out.append(f"fabric: {len(f.levels)}-level fat tree"
                        f"{', rail-optimised' if f.rail_optimized else ''}, links "
                        f"{f.link_bandwidth_gbps:g} Gb/s × {f.efficiency:g}; {lv}")
+        out += [f"topology override (--set): {o}" for o in self.overrides]
+        out += [f"WARNING: {w}" for w in self.warnings]
         return out
