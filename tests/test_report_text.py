@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -185,6 +186,27 @@ def test_fault_run_shows_the_slow_ranks_row_and_says_what_delayed_it(capsys):
     # the slow GPU computes 1.5 × its healthy stage-mate (the factor applies to compute kernels)
     assert compute == pytest.approx(1.5 * base, rel=1e-3)
     assert len(lines) <= 30 and max(map(len, lines)) <= 200
+
+
+def test_fault_run_says_where_the_time_went_against_the_healthy_run(capsys, tmp_path):
+    base = ["--workload", str(SEED_1024), "--topo", str(TOPOLOGIES / "dgx-a100-1024.yaml")]
+    assert main([*base, "--json", str(tmp_path / "healthy.json"), "--quiet"]) == 0
+    assert main([*base, "--slow-gpu", "300:1.5", "--json", str(tmp_path / "slow.json")]) == 0
+    text = capsys.readouterr().out
+    healthy, slow = (json.loads((tmp_path / f).read_text()) for f in ("healthy.json",
+                                                                       "slow.json"))
+
+    def mean_ms(rep, key):
+        return sum(key(s) for s in rep["stages"]) / len(rep["stages"]) * 1e3
+
+    def dp(s):
+        return s["exposed_comm_s"]["DP"]
+
+    line = next(ln for ln in text.splitlines() if "against the healthy run" in ln)
+    # the other ranks of rank 300's DP groups wait for it in the gradient reduction
+    got = float(re.search(r"exposed DP \+([\d.]+) ms", line)[1])
+    assert got == pytest.approx(mean_ms(slow, dp) - mean_ms(healthy, dp), abs=2e-3)
+    assert got > 0.5 * (slow["iteration_time_s"] - healthy["iteration_time_s"]) * 1e3
 
 
 def test_seed_report_table_matches_the_report():

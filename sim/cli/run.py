@@ -29,7 +29,7 @@ from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
 from sim.outputs import is_stdout
 from sim.report import format_report
-from sim.report.build import notable_ranks
+from sim.report.build import fault_context
 from sim.scenario import (
     Scenario,
     SimulationOptions,
@@ -134,8 +134,8 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> 
     warn_topology(res.topology)
     write_report(res)
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
-        notable = notable_ranks(res.result) if "healthy_iteration_time_s" in res.report else []
-        sys.stdout.write(format_report(res.report, verbose=args.verbose, notable=notable))
+        sys.stdout.write(format_report(res.report, verbose=args.verbose,
+                                       **fault_context(res.result, res.healthy)))
     write_figures_of(res)
     if args.timing:
         result, t_sim = res.result, res.simulate_s

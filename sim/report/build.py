@@ -131,6 +131,15 @@ def notable_ranks(result: SimResult, limit: int = 3) -> list[dict[str, Any]]:
     return [rank_entry(s, result, span) for s in found[:limit]]
 
 
+def fault_context(result: SimResult, healthy: SimResult | None) -> dict[str, Any]:
+    """For the terminal report of a run with faults (``healthy``: the same run on a healthy
+    cluster): ``notable`` ranks (:func:`notable_ranks`) and the ``healthy`` run's report, to
+    say what changed; empty without faults."""
+    if healthy is None:
+        return {}
+    return {"notable": notable_ranks(result), "healthy": build_report(healthy)}
+
+
 def _layer_rows(result: SimResult) -> list[dict[str, Any]]:
     """One row per layer name, summed over the stages that run it (seconds), in first-seen
     order."""

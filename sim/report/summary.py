@@ -136,14 +136,37 @@ def bottleneck(rep: dict[str, Any]) -> str:
     return text
 
 
-def fault_story(rep: dict[str, Any], notable: list[dict[str, Any]]) -> list[str]:
-    """Plain words on what delayed a run with faults, by how much, and through which rank."""
+def changes(rep: dict[str, Any], healthy: dict[str, Any], k: int = 3) -> list[tuple[str, float]]:
+    """The ``k`` parts of the iteration (compute, optimizer, idle, each group's exposed
+    communication; means over stages) that changed most against the ``healthy`` run, as
+    ``(part, change in seconds)``, largest change first; changes under 0.05% of the
+    iteration are left out."""
+    now, before = shares(rep), shares(healthy)
+    it, it0 = rep["iteration_time_s"], healthy["iteration_time_s"]
+    delta = {p: now.get(p, 0.0) * it - before.get(p, 0.0) * it0 for p in {*now, *before}}
+    big = [p for p in delta if abs(delta[p]) >= 0.0005 * it]
+    return [(p, delta[p]) for p in sorted(big, key=lambda p: (-abs(delta[p]), p))[:k]]
+
+
+def _change_words(part: str, d_s: float) -> str:
+    name = part if part in ("compute", "optimizer", "idle") else f"exposed {part}"
+    return f"{name} {'+' if d_s >= 0 else '−'}{ms(abs(d_s))} ms"
+
+
+def fault_story(rep: dict[str, Any], notable: list[dict[str, Any]],
+                healthy: dict[str, Any] | None = None) -> list[str]:
+    """Plain words on what delayed a run with faults, by how much, where the time went
+    compared with the ``healthy`` run's report, and through which rank."""
     if "healthy_iteration_time_s" not in rep:
         return []
     slow = rep["fault_slowdown_s"]
     out = [f"what delayed it: {'; '.join(rep.get('faults', [])) or 'the faults'}; the "
            f"iteration takes {ms(slow)} ms ({pct(slow, rep['healthy_iteration_time_s'])}) "
            "longer."]
+    moved = changes(rep, healthy) if healthy else []
+    if moved:
+        out.append("against the healthy run (means over stages): "
+                   + ", ".join(_change_words(p, d) for p, d in moved) + ".")
     for row in notable:
         base = next((s for s in rep["stages"] if s["stage"] == row["stage"]), None)
         if base is not None and row["compute_s"] != base["compute_s"]:

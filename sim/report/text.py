@@ -116,17 +116,19 @@ def _layout_line(rep: dict[str, Any]) -> str:
 
 
 def format_report(rep: dict[str, Any], *, verbose: bool = False,
-                  notable: list[dict[str, Any]] | None = None) -> str:
+                  notable: list[dict[str, Any]] | None = None,
+                  healthy: dict[str, Any] | None = None) -> str:
     """Render the report dict as text: the short summary, or everything with ``verbose``.
     ``notable``: rows (stage-entry shape, :func:`sim.report.build.notable_ranks`) of ranks that
-    differ from their stage's representative, e.g. a slow GPU, shown with their own rank."""
+    differ from their stage's representative, e.g. a slow GPU, shown with their own rank.
+    ``healthy``: the report of the same run without its faults, to say what changed."""
     notable = notable or []
     lines = [f"simrun {rep['simrun_version']}: {rep['workload']} on {rep['topology']}",
              _layout_line(rep), ""]
     head = headline(rep)
     w = max(len(q) for q, _ in head)
     lines += [f"  {q.ljust(w)}  {val}" for q, val in head]
-    lines += [f"  {line}" for line in fault_story(rep, notable)]
+    lines += [f"  {line}" for line in fault_story(rep, notable, healthy)]
     picked, why = (rep["stages"], "") if verbose else pick_stages(rep, notable)
     title = "per stage (ms; each row sums to the iteration time"
     if why:

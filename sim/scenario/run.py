@@ -67,6 +67,7 @@ class ScenarioResult:
     report: dict[str, Any]
     simulate_s: float
     model_run: ModelRun | None = None
+    healthy: SimResult | None = None  # with faults: the same run on a healthy cluster
 
 
 def network_of(topology: Topology, opts: NetworkOptions):
@@ -162,7 +163,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})"] + fault_notes
-    fault_report = None
+    fault_report = healthy = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), s.network)
         with Progress("simulating the healthy cluster for the comparison"):
@@ -177,7 +178,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     report_extra.update(fault_report or {})
     rep = report.build_report(result, workload=s.workload.path, topology=s.topology,
                        extra_assumptions=extra, extra=report_extra or None)
-    return ScenarioResult(s, topo, prog, placement, result, rep, t_sim, run)
+    return ScenarioResult(s, topo, prog, placement, result, rep, t_sim, run, healthy)
 
 
 def write_report(res: ScenarioResult) -> None:
