@@ -250,6 +250,14 @@ def test_readme_model_example_prints_a_short_summary_and_verbose_has_the_rest(ca
     assert len(stage_rows) == 8  # every stage
 
 
+def test_set_overrides_are_always_in_the_short_report(capsys):
+    assert main(["--workload", str(SEED_1024), "--topo", str(TOPOLOGIES / "dgx-a100-1024.yaml"),
+                 "--set", "fabric.link_bandwidth_gbps=400"]) == 0
+    text = capsys.readouterr().out
+    assert "  - topology override (--set): fabric.link_bandwidth_gbps = 400 (file: 200)" in text
+    assert len(text.splitlines()) <= 30
+
+
 def test_long_departures_are_wrapped_not_cut():
     long = "WARNING: " + " ".join(f"word{i}" for i in range(60))  # about 420 characters
     rep = synthetic(assumptions=[long, "schedule: 1f1b", "compute model: x" + "y" * 300])

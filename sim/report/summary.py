@@ -30,8 +30,9 @@ EXPLAINS = {
     "idle": ("layout:", "schedule:"),
     "optimizer": ("optimizer:",),
 }
-# assumption lines that say the run departs from its input or warns: always shown
-_DEPARTURE = re.compile(r"\bWARNING\b|\bwarning:|\bcannot be\b|\bignored\b")
+# assumption lines that say the run departs from its input (a value that cannot be used, a
+# topology field overridden with --set) or warns: always shown
+_DEPARTURE = re.compile(r"\bWARNING\b|\bwarning:|\bcannot be\b|\bignored\b|\(--set\)")
 
 
 def ms(x_s: float) -> str:
@@ -186,8 +187,8 @@ def fault_story(rep: dict[str, Any], notable: list[dict[str, Any]],
 
 def departures(rep: dict[str, Any]) -> list[str]:
     """Assumptions that say the run departs from its input or warn (a header value that cannot
-    be used, a physically doubtful topology, a layout simulated although it does not fit):
-    always shown, whatever their number."""
+    be used, a topology field overridden with ``--set``, a physically doubtful topology, a
+    layout simulated although it does not fit): always shown, whatever their number."""
     return [a.strip() for a in rep["assumptions"] if _DEPARTURE.search(a)]
 
 
