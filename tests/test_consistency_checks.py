@@ -52,9 +52,10 @@ def test_gpus_not_a_multiple_of_tp_pp_names_where_the_count_came_from():
     assert e.value.field == "--gpus"
     assert "1000 GPUs (--gpus) is not a multiple of TP·PP = 8·16" in str(e.value)
     text = _aicb("model_parallel_NPU_group: 2 pp: 2 all_gpus: 6", ["a", "b"])
-    with pytest.raises(UsageError, match=r"6 GPUs \(header all_gpus\) is not a multiple of "
-                                         r"TP·PP = 2·2"):
+    with pytest.raises(InputError) as e:  # the file's value: file, line and field
         build_program(read_aicb(text, "g.txt"), LayoutOptions(default_gpus=8))
+    assert (e.value.file, e.value.line, e.value.field) == ("g.txt", 1, "all_gpus")
+    assert e.value.message == "6 GPUs is not a multiple of TP·PP = 2·2 (--gpus overrides)"
 
 
 def test_layout_needing_more_gpus_than_the_topology(capsys):

@@ -62,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     (``argv`` None), signals after the command end it quietly (:mod:`sim.process`)."""
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # nothing to run: say how to run something (a usage error, exit 2)
+        sys.stderr.write(
+            "usage: simrun (--workload PATH|NAME | --model PATH|NAME) --topo PATH|NAME "
+            "[options]\n       simrun <subcommand> [options]\n\n" + build_parser().epilog
+            + "\n\nexample: simrun --workload aicb-gpt-h16384-tp8-pp16-dp8-1024gpu --topo "
+            "dgx-a100-1024\nrun 'simrun --help' for every flag, with its unit and default\n")
+        return 2
     restore = terminate_as_interrupt()
     try:
         if argv and argv[0] in SUBCOMMANDS:

@@ -9,15 +9,26 @@ from sim.errors import SimrunError
 from sim.models.inspect import Sizes, describe
 
 SIZE_FLAGS = ("hidden", "heads", "ffn-hidden", "vocab", "seq-len", "layers", "kv-heads", "pp")
+SIZE_HELP = {
+    "hidden": "hidden size (elements per token)", "heads": "attention heads",
+    "ffn-hidden": "MLP hidden size (elements per token)", "vocab": "vocabulary size (tokens)",
+    "seq-len": "sequence length (tokens)", "layers": "transformer layers in the model",
+    "kv-heads": "key/value heads (grouped-query attention)",
+    "pp": "pipeline stages the file describes one of",
+}
 
 
 def build_parser() -> Parser:
     ap = Parser(prog="simrun inspect",
                 description="Print what simrun infers from a model description.")
-    ap.add_argument("file")
+    ap.add_argument("file", help="a per-rank parameter table or a Megatron-Core module tree "
+                                 "(text)")
     for flag in SIZE_FLAGS:
-        ap.add_argument(f"--{flag}", type=positive_int, default=None)
-    ap.add_argument("--name", default=None, help="model name for the summary")
+        ap.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N",
+                        help=f"{SIZE_HELP[flag]}, where the file does not say it (default: "
+                             "inferred from the file)")
+    ap.add_argument("--name", default=None,
+                    help="model name for the summary (default: the file's name)")
     return ap
 
 

@@ -10,6 +10,7 @@ See docs/sweeps.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 from sim.cli.args import add_network_arguments, network_options, training_of
 from sim.cli.types import Parser, positive_float, positive_int
@@ -18,6 +19,7 @@ from sim.limits import parse_int
 from sim.models.parallel import DTYPES, RECOMPUTE
 from sim.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
+from sim.sweep.runner import DASK_MISSING
 
 
 def build_parser() -> Parser:
@@ -58,12 +60,20 @@ def build_parser() -> Parser:
     g = p.add_argument_group("training (shared by every layout)")
     g.add_argument("--global-batch", type=positive_int, required=True,
                    help="sequences per iteration")
-    g.add_argument("--sequence-parallel", action="store_true")
-    g.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    g.add_argument("--dtype", choices=DTYPES, default="bf16")
-    g.add_argument("--distributed-optimizer", action="store_true")
-    g.add_argument("--flash-attention", action="store_true")
-    g.add_argument("--no-overlap-grad-reduce", action="store_true")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron sequence parallelism in every layout with TP > 1 (default: off)")
+    g.add_argument("--recompute", choices=RECOMPUTE, default="none",
+                   help="activation recomputation (default: %(default)s)")
+    g.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="training dtype; its dense peak is the MFU reference (default: "
+                        "%(default)s)")
+    g.add_argument("--distributed-optimizer", action="store_true",
+                   help="shard the optimizer state over DP (default: off)")
+    g.add_argument("--flash-attention", action="store_true",
+                   help="fused attention kernel (default: off, unfused)")
+    g.add_argument("--no-overlap-grad-reduce", action="store_true",
+                   help="one blocking DP gradient collective after the backward (default: off, "
+                        "overlapped per bucket)")
     g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
                    help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
     add_network_arguments(p)
@@ -149,6 +159,14 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet)
 
 
+def dask_installed() -> bool:
+    """Whether the optional 'dask' extra (dask.distributed) is installed (not imported)."""
+    return importlib.util.find_spec("distributed") is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun sweep``; returns the exit code (errors raise to sim.cli)."""
-    return run_sweep(sweep_options(build_parser().parse_args(argv)))
+    args = build_parser().parse_args(argv)
+    if args.scheduler and not dask_installed():  # refused before any work
+        raise UsageError(DASK_MISSING, field="--scheduler")
+    return run_sweep(sweep_options(args))

@@ -146,14 +146,18 @@ def stop_pool(pool) -> None:
         p.join(timeout=5)
 
 
+DASK_MISSING = ("a Dask cluster needs the optional 'dask' extra, which is not installed: pip "
+                "install 'simrun[dask]' (sweeps on local cores need nothing extra: leave out "
+                "--scheduler)")
+
+
 def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               address: str, timeout_s: float) -> str:
     try:
         # dask is a heavy import, needed only for sweeps on a cluster
         from distributed import Client, as_completed
-    except ImportError:  # pragma: no cover - dependency declared in pyproject.toml
-        raise UsageError("Dask is not installed (pip install 'distributed')",
-                         field="--scheduler") from None
+    except ImportError:  # the optional extra (simrun sweep checks it before any work)
+        raise UsageError(DASK_MISSING, field="--scheduler") from None
     try:
         client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:

@@ -146,12 +146,15 @@ def _resolve_dp(w: Workload, opts: LayoutOptions, tp: int, pp: int, ep: int,
                  if h.all_gpus is not None else "the topology")
     if opts.default_gpus is not None:
         require_gpus(all_gpus, opts.default_gpus, gpus_from, "the topology")
-    if tp * pp > all_gpus:
-        raise UsageError(f"one pipeline replica needs TP·PP = {tp}·{pp} = {tp * pp} GPUs, more "
-                         f"than the {all_gpus} GPUs available ({gpus_from})", field="--gpus")
-    if all_gpus % (tp * pp):
-        raise UsageError(f"{all_gpus} GPUs ({gpus_from}) is not a multiple of TP·PP = {tp}·{pp}",
-                         field="--gpus")
+    if tp * pp > all_gpus or all_gpus % (tp * pp):
+        src = "" if gpus_from == "header all_gpus" else f" ({gpus_from})"
+        problem = (f"one pipeline replica needs TP·PP = {tp}·{pp} = {tp * pp} GPUs, more than "
+                   f"the {all_gpus} GPUs available{src}" if tp * pp > all_gpus else
+                   f"{all_gpus} GPUs{src} is not a multiple of TP·PP = {tp}·{pp}")
+        if not src:  # the file's value: name the file, line and field, like any input error
+            raise InputError(f"{problem} (--gpus overrides)", file=w.path, line=1,
+                             field="all_gpus")
+        raise UsageError(problem, field="--gpus")
     dp = all_gpus // (tp * pp)
     if dp % ep:
         if opts.ep is None and h.ep is not None:
