@@ -295,3 +295,12 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_generate_refuses_training_options_without_effect(tmp_path, capsys):
+    base = ["generate", "--model", "gpt2-medium", "--topo", "tiny-2x2", "--global-batch", "8",
+            "--out", str(tmp_path / "w.txt")]
+    assert main([*base, "--tp", "1", "--sequence-parallel"]) == 2
+    err = capsys.readouterr().err
+    assert "--sequence-parallel: needs TP > 1" in err and not (tmp_path / "w.txt").exists()
+    assert main([*base, "--tp", "2", "--sequence-parallel"]) == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 
+from sim import applicable
 from sim.cli.args import (
     add_layout_arguments,
     add_model_arguments,
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths({"--out": args.out}, {"--model": args.model, "--topo": args.topo})
         topo = load_topology(args.topo, nodes=args.nodes)
         run = _model_run(args, topo)
+        # training options without effect on this layout are refused (sim/applicable.py)
+        given = applicable.given_flags(build_parser(), list(argv or []))
+        applicable.check_effect(given, [], run)
         prog = run.program
         if args.stage >= prog.pp:
             raise UsageError(f"stage {args.stage} outside 0..{prog.pp - 1}", field="--stage")
