@@ -1,7 +1,12 @@
 """Hand-worked α–β cases for every collective and algorithm on tiny topologies.
 
 The tiny topologies have round numbers, no physical latencies and no launch overhead, so each
-time is exactly NCCL's latency term (docs/collectives.md, µs) + bytes / the bandwidth the flows get.
+time is exactly NCCL's latency term (docs/collectives.md, µs) + the step overhead (1.04 µs per
+ring or tree step, calibrated: sim/network/nccl.py) + bytes / the bandwidth the flows get + for
+NCCL's ring and tree the pipeline ramp, (min(d, 8) − 1) chunk times for a pipeline of d hops,
+chunks of at most NCCL's chunk size (ring Simple 2 MiB, broadcast and tree Simple 512 KiB, LL
+32 KiB, LL128 576,000 B) or the channel's share of one step, at one channel's payload rate
+(ring bus bandwidth / channels × protocol efficiency; channels = bus bandwidth / one link's).
 Expected values are computed here by hand from those formulas, not by the model.
 
 tiny-nvlink-4: 1 node, 4 GPUs, NVSwitch 100 GB/s per GPU.
@@ -38,25 +43,36 @@ def us(x: float) -> int:
     return round(x * 1000)
 
 
+STEP = 1.04  # µs per ring/tree step (sim/network/nccl.py STEP_OVERHEAD_US, calibrated)
+MiB = 1 << 20
+
+
+def ramp(depth: int, chunk: float, rate: float) -> int:
+    """(min(d, 8) − 1) chunk times, ns; rate in bytes/ns."""
+    return round((min(depth, 8) - 1) * chunk / rate)
+
+
 # ---- one NVSwitch node: 4 GPUs, 100 GB/s each ---------------------------------------------
 
 def test_ring_allreduce_nvswitch():
-    # 2(n−1)/n · S / B = 1.5e8 / 100 ns; latency base 8.4 + 2(n−1) · 3.4 µs (ring, NVLink)
+    # 2(n−1)/n · S / B = 1.5e8 / 100 ns; latency base 8.4 + 2(n−1) · (3.4 + STEP) µs (ring,
+    # NVLink). Ramp: 4 channels of 25 GB/s (100 / one 25 GB/s link), depth 6, 2 MiB chunks
+    # (S / (4 channels · 4 ranks) = 6.25 MB is more)
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), algorithm="ring") == (
-        1_500_000 + us(8.4 + 6 * 3.4), "ring/Simple")
+        1_500_000 + us(8.4 + 6 * (3.4 + STEP)) + ramp(6, 2 * MiB, 25), "ring/Simple")
 
 
 @pytest.mark.parametrize("kind", [AG, RS])
 def test_ring_allgather_reducescatter_nvswitch(kind):
-    # (n−1)/n · S / B; latency 8.4 + (n−1) · 3.4 µs
-    assert t_ns("tiny-nvlink-4.yaml", kind, range(4)) == (750_000 + us(8.4 + 3 * 3.4),
-                                                          "ring/Simple")
+    # (n−1)/n · S / B; latency 8.4 + (n−1) · (3.4 + STEP) µs; ramp depth 3, 2 MiB chunks
+    assert t_ns("tiny-nvlink-4.yaml", kind, range(4)) == (
+        750_000 + us(8.4 + 3 * (3.4 + STEP)) + ramp(3, 2 * MiB, 25), "ring/Simple")
 
 
 def test_broadcast_chain_nvswitch():
-    # pipelined chain: S / B; latency 8.4 + (n−1) · 3.4 µs
-    assert t_ns("tiny-nvlink-4.yaml", BC, range(4)) == (1_000_000 + us(8.4 + 3 * 3.4),
-                                                        "ring/Simple")
+    # pipelined chain: S / B; latency 8.4 + (n−1) · (3.4 + STEP) µs; ramp depth 3, 512 KiB
+    assert t_ns("tiny-nvlink-4.yaml", BC, range(4)) == (
+        1_000_000 + us(8.4 + 3 * (3.4 + STEP)) + ramp(3, MiB // 2, 25), "ring/Simple")
 
 
 def test_alltoall_direct_nvswitch():
@@ -73,25 +89,29 @@ def test_sendrecv_nvswitch():
 def test_tree_allreduce_single_node_is_a_chain_at_half_bus_bandwidth():
     # two chains 0-1-2-3 each carrying S/2 up and down; a middle GPU sends 2 edges per chain:
     # 4 edges share its 100 GB/s port → 25 GB/s per edge = NCCL's 0.5 · busBw / (2 trees).
-    # tree Simple efficiency 0.92: wire bytes (S/2) / 0.92. Latency 8.4 + 2 · 3 · 4.0 µs.
+    # tree Simple efficiency 0.92: wire bytes (S/2) / 0.92. Latency 8.4 + 2 · 3 · (4.0 + STEP)
+    # µs. Ramp: depth 6, 512 KiB chunks at one channel's 25 · 0.92 GB/s.
     transfer = math.ceil((S / 2 / 0.92) / 25)
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), algorithm="tree") == (
-        transfer + us(8.4 + 2 * 3 * 4.0), "tree/Simple")
+        transfer + us(8.4 + 2 * 3 * (4.0 + STEP)) + ramp(6, MiB // 2, 25 * 0.92), "tree/Simple")
 
 
-@pytest.mark.parametrize("protocol, eff, base, hop", [("LL", 0.5, 6.6, 0.6),
-                                                      ("LL128", 0.92, 14.0, 1.9)])
-def test_protocols_scale_wire_bytes_and_latency(protocol, eff, base, hop):
+@pytest.mark.parametrize("protocol, eff, base, hop, chunk", [("LL", 0.5, 6.6, 0.6, 32768),
+                                                             ("LL128", 0.92, 14.0, 1.9, 62500)])
+def test_protocols_scale_wire_bytes_and_latency(protocol, eff, base, hop, chunk):
+    # chunks: LL at most 32 KiB; LL128 the channel's share of a step, 1e6 / (4 · 4) = 62,500
     size = 1_000_000
     got = t_ns("tiny-nvlink-4.yaml", AR, range(4), size, algorithm="ring", protocol=protocol)
-    assert got == (math.ceil(1.5 * size / eff / 100 - 1e-6) + us(base + 6 * hop),
-                   f"ring/{protocol}")
+    assert got == (math.ceil(1.5 * size / eff / 100 - 1e-6) + us(base + 6 * (hop + STEP))
+                   + ramp(6, chunk, 25 * eff), f"ring/{protocol}")
 
 
 def test_auto_picks_least_time_ll_for_tiny_messages_simple_for_large():
-    # 8 bytes: ring LL 6.6 + 6·0.6 = 10.2 µs beats tree LL 6.8 + 2·3·0.6 = 10.4 µs and the rest
+    # 8 bytes: ring LL 6.6 + 6·(0.6 + STEP) µs beats tree LL 6.8 + 2·3·(0.6 + STEP) and the
+    # rest. One channel (NCCL: 8 B < 512 threads · 8 · 4 ranks): 25 GB/s moves the 24 wire
+    # bytes in 1 ns; ramp 5 chunks of 8 / 4 = 2 bytes at 12.5 GB/s: 0.8 → 1 ns
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), 8, protocol="auto") == (
-        us(6.6 + 6 * 0.6) + 1, "ring/LL")
+        us(6.6 + 6 * (0.6 + STEP)) + 1 + 1, "ring/LL")
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), 1 << 30, protocol="auto")[1] == "ring/Simple"
 
 
@@ -99,9 +119,10 @@ def test_auto_picks_least_time_ll_for_tiny_messages_simple_for_large():
 
 def test_ring_allreduce_pcie_tree_is_bound_by_the_cpu_link():
     # ring 0→1→2→3→0: 1→2 and 3→0 cross the sockets (one edge per direction): 10 GB/s.
-    # latency: PCI hop 5.7 µs: 8.4 + 6 · 5.7
+    # latency: PCI hop 5.7 µs: 8.4 + 6 · (5.7 + STEP). One channel (10 GB/s is less than one
+    # 20 GB/s PCIe link): ramp 5 chunks of 2 MiB at 10 GB/s
     assert t_ns("tiny-pcie-4.yaml", AR, range(4), algorithm="ring") == (
-        15_000_000 + us(8.4 + 6 * 5.7), "ring/Simple")
+        15_000_000 + us(8.4 + 6 * (5.7 + STEP)) + ramp(6, 2 * MiB, 10), "ring/Simple")
 
 
 def test_sendrecv_pcie_same_switch_vs_across_sockets():
@@ -115,24 +136,26 @@ def test_ring_allreduce_two_nodes_two_rails():
     # 2 channels (one per NIC); each channel's ring crosses each node's NIC once per direction;
     # each edge carries 2(n−1)/n · S / 2 = 0.75 S at 10 GB/s → 7.5e6 ns (busbw = 2 × 10).
     # latency: nsteps 2(n−1) = 6, nInter 2(N−1) = 2: (8.4 + 4·3.4 + 2·14) · 1.4 (multi-node
-    # ring Simple all-reduce)
+    # ring Simple all-reduce) + 6 · STEP. Ramp: 2 channels of 10 GB/s (one NIC each), 2 MiB
     assert t_ns("tiny-2x2.yaml", AR, range(4), algorithm="ring") == (
-        7_500_000 + us((8.4 + 4 * 3.4 + 2 * 14) * 1.4), "ring/Simple")
+        7_500_000 + us((8.4 + 4 * 3.4 + 2 * 14) * 1.4 + 6 * STEP) + ramp(6, 2 * MiB, 10),
+        "ring/Simple")
 
 
 @pytest.mark.parametrize("kind", [AG, RS])
 def test_ring_allgather_reducescatter_two_nodes(kind):
     # 0.375 S per edge at 10 GB/s; nsteps n−1 = 3, nInter N−1 = 1, no 1.4 factor
     assert t_ns("tiny-2x2.yaml", kind, range(4), algorithm="ring") == (
-        3_750_000 + us(8.4 + 2 * 3.4 + 14), "ring/Simple")
+        3_750_000 + us(8.4 + 2 * 3.4 + 14 + 3 * STEP) + ramp(3, 2 * MiB, 10), "ring/Simple")
 
 
 def test_hierarchical_allreduce_two_nodes():
     # 1) intra-node reduce-scatter, ring of 2 over NVLink: (g−1)/g · S / 100 = 5e5 ns,
     #    latency 8.4 + 3.4; 2) two inter-node rings (GPU j of each node, own NIC) all-reduce
     #    S/g: 2(N−1)/N · S/2 / 10 = 5e6 ns, latency (8.4 + 2·14) · 1.4; 3) all-gather as 1).
-    intra = 500_000 + us(8.4 + 3.4)
-    inter = 5_000_000 + us((8.4 + 2 * 14) * 1.4)
+    # (hierarchical is not an NCCL algorithm: step overheads, no NCCL ramp)
+    intra = 500_000 + us(8.4 + 3.4 + STEP)
+    inter = 5_000_000 + us((8.4 + 2 * 14) * 1.4 + 2 * STEP)
     assert t_ns("tiny-2x2.yaml", AR, range(4), algorithm="hierarchical") == (
         intra + inter + intra, "hierarchical/Simple")
 
@@ -140,7 +163,7 @@ def test_hierarchical_allreduce_two_nodes():
 def test_hierarchical_allgather_and_reducescatter_two_nodes():
     # all-gather: inter-node (N−1)/N · S/g / 10 = 2.5e6 (latency 8.4 + 14), then intra-node
     # (g−1)/g · S / 100 = 5e5 (latency 8.4 + 3.4); reduce-scatter: the same phases reversed
-    want = 2_500_000 + us(8.4 + 14) + 500_000 + us(8.4 + 3.4)
+    want = 2_500_000 + us(8.4 + 14 + STEP) + 500_000 + us(8.4 + 3.4 + STEP)
     assert t_ns("tiny-2x2.yaml", AG, range(4), algorithm="hierarchical")[0] == want
     assert t_ns("tiny-2x2.yaml", RS, range(4), algorithm="hierarchical")[0] == want
 
@@ -148,10 +171,11 @@ def test_hierarchical_allgather_and_reducescatter_two_nodes():
 def test_tree_allreduce_two_nodes_runs_at_nccls_tree_rate():
     # ring busBw = 2 NICs × 10 = 20 GB/s; NCCL's tree: algbw = 0.5 · busBw · 0.92 (Simple)
     # → S / 9.2 ns. (The links would allow 5 GB/s per tree edge; the NCCL cap is 2.5.)
-    # latency: 8.4 + 2 · ((ppn−1) · 4.0 + log2(2) · 14)
+    # latency: 8.4 + 2 · ((ppn−1) · 4.0 + log2(2) · 14) + 4 steps · STEP; ramp depth 4,
+    # 512 KiB chunks at one channel's 10 · 0.92 GB/s
     transfer = math.ceil((S / 4 / 0.92) / 2.5)
     assert t_ns("tiny-2x2.yaml", AR, range(4), algorithm="tree") == (
-        transfer + us(8.4 + 2 * (4.0 + 14)), "tree/Simple")
+        transfer + us(8.4 + 2 * (4.0 + 14) + 4 * STEP) + ramp(4, MiB // 2, 9.2), "tree/Simple")
 
 
 def test_sendrecv_across_nodes_uses_the_destination_rail():
@@ -169,8 +193,8 @@ def test_alltoall_two_nodes():
 
 def test_broadcast_two_nodes():
     # two chains (one per rail) each carrying S/2 at 10 GB/s; nsteps n−1 = 3, nInter N−1 = 1
-    assert t_ns("tiny-2x2.yaml", BC, range(4)) == (5_000_000 + us(8.4 + 2 * 3.4 + 14),
-                                                   "ring/Simple")
+    assert t_ns("tiny-2x2.yaml", BC, range(4)) == (
+        5_000_000 + us(8.4 + 2 * 3.4 + 14 + 3 * STEP) + ramp(3, MiB // 2, 10), "ring/Simple")
 
 
 @pytest.mark.parametrize("kind", list(CollKind))
@@ -188,4 +212,5 @@ def test_launch_overhead_and_physical_latency_add(tmp_path):
     p.write_text(text)
     net = build_network(load_topology(str(p)), algorithm="ring", protocol="Simple")
     got = net.isolated(CommRequest(AR, GroupKind.TP, (0, 1, 2, 3), S)).duration_ns
-    assert got == 1_500_000 + us(8.4 + 6 * 3.4) + 6 * 300 + 5000
+    assert got == 1_500_000 + us(8.4 + 6 * (3.4 + STEP)) + 6 * 300 + 5000 + \
+        ramp(6, 2 * MiB, 25)

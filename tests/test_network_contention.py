@@ -18,7 +18,10 @@ from sim.placement import Placement
 from sim.topology import load_topology, parse_topology
 
 P2P_LAT = 22_400
-AR2_LAT = 50_960
+# 2-rank ring all-reduce across nodes, 1e8 bytes: NCCL latency + physical 50,960 ns, two step
+# overheads of 1.04 µs, and the pipeline ramp of NCCL's ring (depth 2 → one chunk of 2 MiB at
+# one channel's 10 GB/s: 209,715 ns; sim/network/nccl.py)
+AR2_LAT = 50_960 + 2 * 1040 + round((1 << 21) / 10)
 
 
 def run(net, placement, jobs, symmetric=False):

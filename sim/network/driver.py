@@ -15,6 +15,7 @@ overlap, kernel interference with compute, …) belong here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import simpy
@@ -65,11 +66,12 @@ class Transfer:
     latencies, and progress. ``bneck``: the link that limited the flow that finished last."""
 
     __slots__ = ("req", "plan", "proto", "loads", "lats", "event", "t0", "phase", "pending",
-                 "iso", "bneck")
+                 "iso", "bneck", "cap", "ramp")
 
     def __init__(self, req: CommRequest, plan: Plan, proto: str, flows: tuple,
-                 event: Completion, t0: int, iso: int):
+                 event: Completion, t0: int, iso: int, terms: tuple = (math.inf, ())):
         self.req, self.plan, self.proto = req, plan, proto
+        self.cap, self.ramp = terms  # NCCL's size terms (Tuner.size_terms)
         self.loads, self.lats = flows
         self.event, self.t0, self.iso = event, t0, iso
         self.phase = 0
@@ -96,20 +98,22 @@ class FlowDriver:
         self.chosen: dict[tuple, int] = {}
         self.ops_started = 0
 
-    def start(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int
-              ) -> Completion:
+    def start(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int,
+              terms: tuple = (math.inf, ())) -> Completion:
         """Start ``req`` on ``plan`` with ``proto``; ``flows``: (per-phase coflow loads,
         per-phase latencies) from :class:`~sim.network.copies.CopyLoads`; ``iso_ns``: its
-        isolated duration (for the contention statistics)."""
+        isolated duration (for the contention statistics); ``terms``: NCCL's rate cap per
+        coflow and pipeline ramp per phase at this size (:meth:`Tuner.size_terms`)."""
         env = self.env
-        op = Transfer(req, plan, proto, flows, Completion(env), env.now, iso_ns)
+        op = Transfer(req, plan, proto, flows, Completion(env), env.now, iso_ns, terms)
         self.ops_started += 1
         self._start_phase(op)
         return op.event
 
     def _start_phase(self, op: Transfer) -> None:
         wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
-        flows = [Flow(it[0], it[1], it[2] * wire, op, it[3], *it[4:])
+        cap = op.cap
+        flows = [Flow(it[0], it[1], it[2] * wire, op, min(it[3], cap), *it[4:])
                  for it in op.loads[op.phase]]
         if isinstance(op.plan, alltoall.ClassPlan):
             self.solver.strict_flows = True
@@ -140,7 +144,7 @@ class FlowDriver:
         self._schedule_wake()
 
     def _phase_done(self, op: Transfer, now: int) -> None:
-        lat = op.lats[op.phase][op.proto]
+        lat = op.lats[op.phase][op.proto] + (op.ramp[op.phase] if op.ramp else 0)
         op.phase += 1
         if op.phase < len(op.plan.phases):
             self.env.timeout(lat).callbacks.append(lambda _ev, op=op: self._start_phase(op))

@@ -143,7 +143,8 @@ class FlowNetwork(Network):
             return env.timeout(0, value=_NONE)
         plan, proto, iso = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
         flows = self.copies.flows(plan, req.kind, req.group, req.ranks)
-        return self.driver.start(req, plan, proto, flows, iso)
+        terms = self.tuner.size_terms(plan, proto, req.size_bytes)
+        return self.driver.start(req, plan, proto, flows, iso, terms)
 
     # ---- event economy -------------------------------------------------------------------
     def fusable(self, group: GroupKind) -> bool:

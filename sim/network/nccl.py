@@ -1,23 +1,42 @@
-"""NCCL's latency and protocol model (src/graph/tuning.cc, v2.30; docs/collectives.md).
+"""NCCL's tuning model and the size-dependent behaviour of its kernels (docs/collectives.md).
 
-Latencies here are in microseconds as in NCCL's source and converted to integer ns by callers.
+Sources (NVIDIA/nccl at v2.30.7): ``src/graph/tuning.cc`` (latencies, protocol bandwidth
+factors: lines 148-176, 324-336), ``src/enqueue.cc`` (channel count by size in
+``topoGetAlgoInfo``, chunk sizes in ``calcCollChunking``), ``src/include/device.h``,
+``comm.h``, ``collectives.h`` and ``src/init.cc`` (buffer sizes, thread counts and thresholds,
+chunk steps). Latencies here are in microseconds as in NCCL's source and converted to integer
+ns by callers.
+
 Link types: ``"nvlink"`` (NVSwitch), ``"pci"`` (PCIe tree), ``"net"`` (between nodes).
 Protocols: LL (8-byte lines: 4 data + 4 flag bytes), LL128 (128-byte lines, 8 flag bytes),
 Simple. Their *efficiency* is the fraction of a link's bandwidth that carries payload; the
 network model sends ``bytes / efficiency`` on the wire.
+
+Size-dependent mechanisms (each used by :class:`~sim.network.tuner.Tuner`):
+
+- **channels by size** (enqueue.cc ``topoGetAlgoInfo``): NCCL drops channels while
+  ``nBytes < nc · nThreads · threadThreshold`` — few channels (and so little bandwidth) for
+  small messages;
+- **pipeline ramp**: a channel moves its data in chunks (at most NCCL's chunk size; smaller
+  when the message is small); the pipeline of ``d`` hops reaches its rate only after its
+  first chunk has crossed it, ``(min(d, NCCL_STEPS) − 1)`` chunk times (the textbook
+  ``(d + k − 1)`` chunk times of a pipeline of depth d with k chunks; a connection buffers at
+  most NCCL_STEPS = 8 steps, device.h:26, so no more than that many chunks are in flight);
+- **step overhead** (not an NCCL constant; a stated physical property, calibrated): the time
+  a GPU needs per algorithm step to see the previous rank's flag and start the next step.
 """
 
 from __future__ import annotations
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 
-# Base latency per (algorithm family, protocol), µs.
+# Base latency per (algorithm family, protocol), µs (tuning.cc:151).
 BASE_LAT_US = {
     "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
     "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
 }
 
-# Hardware latency per hop, µs: (family, link type) → protocol → µs.
+# Hardware latency per hop, µs: (family, link type) → protocol → µs (tuning.cc:159-174).
 HW_LAT_US = {
     ("tree", "nvlink"): {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
     ("tree", "pci"): {"LL": 1.0, "LL128": 1.9, "Simple": 4.0},
@@ -27,15 +46,37 @@ HW_LAT_US = {
     ("ring", "net"): {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
 }
 
-# Payload fraction of the bandwidth per (family, protocol). Ring: LL 0.5, LL128 0.92, Simple 1.
-# Tree: LL 1/3.8, and NCCL caps tree bus bandwidth at 0.92 of the links' for LL128 and Simple.
+# Payload fraction of the bandwidth per (family, protocol) (tuning.cc:327-335). Ring: LL 0.5,
+# LL128 0.92, Simple 1. Tree: LL 1/3.8, and NCCL caps tree bus bandwidth at 0.92 of the
+# links' for LL128 and Simple.
 EFFICIENCY = {
     "ring": {"LL": 0.5, "LL128": 0.92, "Simple": 1.0},
     "tree": {"LL": 1.0 / 3.8, "LL128": 0.92, "Simple": 0.92},
 }
 
-# Multi-node ring AllReduce with the Simple protocol: latency × 1.4 on Ampere and newer.
+# Multi-node ring AllReduce with the Simple protocol: latency × 1.4 on Ampere and newer
+# (tuning.cc:647-649).
 MULTINODE_RING_SIMPLE_FACTOR = 1.4
+
+# Steps a connection's buffer holds (device.h:26).
+NCCL_STEPS = 8
+# Buffer bytes per protocol (init.cc:810-813): LL = 8 lines × 512 threads × 8 steps × 16 B;
+# LL128 = 120 elements × 640 threads × 8 steps × 8 B; Simple 4 MiB.
+BUFF_BYTES = {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8,
+              "Simple": 1 << 22}
+# Ring Simple moves NCCL_STEPS/2 steps per chunk (collectives.h:20-26); everything else one.
+RING_SIMPLE_CHUNK_STEPS = NCCL_STEPS // 2
+# Threads per channel (device.h:95-114) and bytes per thread before NCCL adds a channel
+# (comm.h:49-51; the ring LL threshold is multiplied by the number of ranks, tuning.cc:593).
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+
+# Per-step overhead, µs, on every ring or tree step, on top of NCCL's per-hop latency and the
+# links' physical latency: the time a GPU needs to observe the previous rank's flag and start
+# the next step. Not an NCCL constant: calibrated on one measurement only, the 8-byte
+# all-reduce on one DGX A100 (8 GPUs, ring/LL: 33.7 µs, docs/calibration.md §A):
+# (33.7 − 6.6 − 14 · (0.6 + 0.3)) / 14 = 1.04 µs. Evaluated on the others (§A2).
+STEP_OVERHEAD_US = 1.04
 
 
 def family(algorithm: str) -> str:
@@ -49,18 +90,62 @@ def efficiency(algorithm: str, protocol: str) -> float:
 
 def ring_latency_us(protocol: str, steps: int, inter_steps: int, intra_type: str,
                     allreduce_multinode: bool = False) -> float:
-    """``base + (steps − inter)·intraLat + inter·netLat`` (µs), NCCL's ring latency."""
+    """``base + (steps − inter)·intraLat + inter·netLat`` (µs), NCCL's ring latency
+    (tuning.cc:393-413), plus the step overhead of every step."""
     lat = (BASE_LAT_US["ring"][protocol]
            + (steps - inter_steps) * HW_LAT_US[("ring", intra_type)][protocol]
            + inter_steps * HW_LAT_US[("ring", "net")][protocol])
     if allreduce_multinode and protocol == "Simple":
         lat *= MULTINODE_RING_SIMPLE_FACTOR
-    return lat
+    return lat + steps * STEP_OVERHEAD_US
 
 
 def tree_latency_us(protocol: str, ppn: int, nodes: int, intra_type: str) -> float:
-    """``base + 2·((ppn − 1)·intraLat + log2i(nodes)·netLat)`` (µs), NCCL's tree AllReduce."""
+    """``base + 2·((ppn − 1)·intraLat + log2i(nodes)·netLat)`` (µs), NCCL's tree AllReduce
+    (tuning.cc:414-417), plus the step overhead of its ``tree_depth`` steps."""
     log2i = max(nodes, 1).bit_length() - 1
     return BASE_LAT_US["tree"][protocol] + 2 * (
         (ppn - 1) * HW_LAT_US[("tree", intra_type)][protocol]
-        + log2i * HW_LAT_US[("tree", "net")][protocol])
+        + log2i * HW_LAT_US[("tree", "net")][protocol]) + \
+        tree_depth(ppn, nodes) * STEP_OVERHEAD_US
+
+
+def tree_depth(ppn: int, nodes: int) -> int:
+    """Hops a chunk crosses in a tree all-reduce: up and down the chain of ``ppn`` ranks per
+    node and the ``log2i(nodes)`` levels of the tree over nodes."""
+    return 2 * ((ppn - 1) + (max(nodes, 1).bit_length() - 1))
+
+
+def max_chunk_bytes(algorithm: str, protocol: str, broadcast: bool = False) -> int:
+    """Payload bytes of one chunk at most (enqueue.cc ``calcCollChunking``): a step of the
+    protocol's buffer (BUFF_BYTES / NCCL_STEPS), times the chunk steps for ring Simple
+    (NCCL_STEPS/2; broadcast 1); LL carries 4 data bytes per 8, LL128 15 data words per 16."""
+    step = BUFF_BYTES[protocol] // NCCL_STEPS
+    if protocol == "Simple":
+        ring = algorithm == "ring" and not broadcast
+        return step * (RING_SIMPLE_CHUNK_STEPS if ring else 1)
+    if protocol == "LL":
+        return step // 2
+    return step // 16 * 15
+
+
+def channels_for(size_bytes: int, max_channels: int, algorithm: str, protocol: str,
+                 nranks: int, pci_only: bool = False) -> int:
+    """Channels NCCL runs a ring or tree collective of ``size_bytes`` on (enqueue.cc
+    ``topoGetAlgoInfo``: fewer while ``nBytes < nc · nThreads · threshold``). Ring Simple uses
+    256 threads where the ring's bandwidth is within PCI_BW (tuning.cc:244-247)."""
+    nt = MAX_THREADS[protocol]
+    if pci_only and algorithm == "ring" and protocol == "Simple":
+        nt = 256
+    thr = THREAD_THRESHOLD[protocol] * (nranks if algorithm == "ring" and protocol == "LL"
+                                        else 1)
+    return max(1, min(max_channels, size_bytes // (nt * thr)))
+
+
+def ramp_ns(depth: int, chunk_bytes: float, channel_rate: float) -> int:
+    """Time (ns) to fill a pipeline of ``depth`` hops with chunks of ``chunk_bytes`` payload at
+    ``channel_rate`` payload bytes/ns: ``(min(depth, NCCL_STEPS) − 1)`` chunk times."""
+    hops = min(depth, NCCL_STEPS) - 1
+    if hops <= 0 or channel_rate <= 0:
+        return 0
+    return round(hops * chunk_bytes / channel_rate)

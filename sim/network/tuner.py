@@ -9,6 +9,11 @@ keeps the cheapest, unless the configuration fixes the algorithm or protocol. Ev
 cached: plans per (kind, algorithm, ranks), single-group link loads per plan, choices per
 request shape. Times are integer nanoseconds, sizes bytes, rates bytes/ns (= GB/s).
 
+NCCL's size-dependent behaviour lives here too (:mod:`sim.network.nccl`): for its own
+algorithms (ring, tree) the number of channels NCCL runs at a message size caps the rate
+(:meth:`Tuner.size_terms`), and the pipeline ramp adds the time to fill the pipeline with
+chunks. Both are memoised per (plan, protocol, size).
+
 New mechanisms that change *which* algorithm or protocol runs, or what one costs alone
 (size-dependent tuning, all-to-all costing), belong here.
 """
@@ -20,7 +25,7 @@ import math
 from sim.comm import CollKind
 from sim.network import alltoall, nccl
 from sim.network.fluid import Flow, run_alone
-from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan
+from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan, node_groups
 from sim.network.representative import representative_plan
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
@@ -30,6 +35,12 @@ from sim.topology.spec import Topology
 CoflowLoads = tuple[tuple[int, ...], tuple[tuple[int, int], ...], float, float]
 # Per phase, per coflow.
 PhaseLoads = tuple[tuple[CoflowLoads, ...], ...]
+# What a message size adds to a plan × protocol: a rate cap per coflow (bytes/ns; inf: none)
+# and the pipeline ramp per phase (ns).
+SizeTerms = tuple[float, tuple[int, ...]]
+_NO_TERMS: SizeTerms = (math.inf, ())
+# NCCL's PCI_BW (src/graph/topo.h:25, GB/s): rings no faster than this run Simple on 256 threads.
+PCI_BW_GBPS = 12.0
 
 
 def algorithm_table(topology: Topology, algorithm: str | dict[str, str] | None
@@ -73,6 +84,7 @@ class Tuner:
         self.a2a_classes = True
         self._cplans: dict[tuple, alltoall.ClassPlan | None] = {}
         self._classes_ok = True  # unbound (isolated costs) or symmetric simulation
+        self._terms: dict[tuple, SizeTerms] = {}
 
     def pin(self, nodes: frozenset[int] | None, symmetric: bool) -> None:
         """Bound to a simulation: ``nodes`` of the simulated ranks in symmetric simulation,
@@ -155,17 +167,70 @@ class Tuner:
     def alone_ns(self, plan: Plan, proto: str, size_bytes: int,
                  flags: list[int] | None = None) -> int:
         """Duration (ns) of ``plan`` with protocol ``proto`` moving ``size_bytes`` alone,
-        latencies and launch overhead included. ``flags``: see
+        latencies, pipeline ramp and launch overhead included. ``flags``: see
         :func:`~sim.network.fluid.run_alone` (class flows limited inexactly)."""
         eff = nccl.efficiency(plan.algorithm, proto)
+        cap, ramp = self.size_terms(plan, proto, size_bytes)
         total = self.launch_ns
         for p_idx, ph in enumerate(self.single_flows(plan)):
-            flows = [Flow(it[0], it[1], it[2] * size_bytes / eff, None, it[3], *it[4:])
-                     for it in ph]
-            memo = self._memo.setdefault((id(plan), p_idx), {})
+            flows = [Flow(it[0], it[1], it[2] * size_bytes / eff, None, min(it[3], cap),
+                          *it[4:]) for it in ph]
+            memo = self._memo.setdefault((id(plan), p_idx, cap), {})
             total += run_alone(flows, self.cluster.cap, memo, flags) + \
-                plan.phases[p_idx].latency_ns[proto]
+                plan.phases[p_idx].latency_ns[proto] + (ramp[p_idx] if ramp else 0)
         return total
+
+    # ---- NCCL's size-dependent behaviour -------------------------------------------------
+    def channel_GBps(self, ranks: tuple[int, ...]) -> float:
+        """NCCL's bandwidth per channel (GB/s) for a group: one NVLink (or PCIe link) inside a
+        node, one NIC across nodes; the links' rates × efficiency from the topology (NCCL:
+        SM80_NVLINK_BW 20, SM90_NVLINK_BW 20.6, NIC line rate; src/graph/topo.h)."""
+        node = self.cluster.topo.node
+        if len(node_groups(self.cluster, ranks)) > 1:
+            return node.nics.bandwidth_gbps / 8 * node.nics.efficiency
+        if node.nvlink is not None:
+            return node.nvlink.link_bandwidth_GBps * node.nvlink.efficiency
+        return node.pcie.bandwidth_GBps * node.pcie.efficiency
+
+    def size_terms(self, plan: Plan, proto: str, size_bytes: int) -> SizeTerms:
+        """(rate cap per coflow in bytes/ns, pipeline ramp per phase in ns) of NCCL's ring and
+        tree at ``size_bytes`` (other algorithms: none). NCCL's channels: C = ring busBw / the
+        bandwidth of one channel; at the size, ``nc`` of them run (:func:`nccl.channels_for`),
+        so the coflows together move at most nc/C of the ring's bus bandwidth. The ramp:
+        :func:`nccl.ramp_ns` with chunks of at most NCCL's chunk size."""
+        if plan.algorithm not in ("ring", "tree"):
+            return _NO_TERMS
+        ncf = len(plan.phases[0].coflows)
+        key = (plan.kind, plan.algorithm, plan.ranks, ncf, proto, size_bytes)
+        got = self._terms.get(key)
+        if got is not None:
+            return got
+        ranks = plan.ranks
+        n = len(ranks)
+        busbw = self.ring_busbw_GBps(ranks)  # wire bytes/ns
+        ch_bw = self.channel_GBps(ranks)
+        c_max = max(1, round(busbw / ch_bw))
+        nc = nccl.channels_for(size_bytes, c_max, plan.algorithm, proto, n,
+                               pci_only=busbw <= PCI_BW_GBPS)
+        cap = math.inf
+        if nc < c_max:
+            share = 2 * ncf if plan.algorithm == "tree" else ncf
+            cap = nc / c_max * busbw / share
+        eff = nccl.efficiency(plan.algorithm, proto)
+        rate = busbw / c_max * eff  # one channel's payload bytes/ns
+        if plan.algorithm == "tree":
+            nodes = node_groups(self.cluster, ranks)
+            depth = nccl.tree_depth(max(len(g) for g in nodes), len(nodes))
+            per_channel = size_bytes / (2 * nc)
+        elif plan.kind is CollKind.BROADCAST:
+            depth, per_channel = n - 1, size_bytes / nc
+        else:
+            depth = (2 if plan.kind is CollKind.ALLREDUCE else 1) * (n - 1)
+            per_channel = size_bytes / (nc * n)
+        bcast = plan.kind is CollKind.BROADCAST
+        chunk = min(nccl.max_chunk_bytes(plan.algorithm, proto, bcast), per_channel)
+        got = self._terms[key] = (cap, (nccl.ramp_ns(depth, chunk, rate),))
+        return got
 
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
