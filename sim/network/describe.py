@@ -62,7 +62,12 @@ def _model_lines(tuner: Tuner) -> list[str]:
     out.append("latency: NCCL 2.30 tuning model (base + per-step hop latency by protocol and "
                "link type; multi-node ring/Simple all-reduce × 1.4, Ampere and newer) + the "
                "physical latency of each step's path from the topology + "
-               f"{tuner.launch_ns / 1000:g} µs launch overhead per collective")
+               f"{tuner.launch_ns / 1000:g} µs launch overhead per collective + "
+               f"{nccl.STEP_OVERHEAD_US:g} µs step overhead per ring/tree step (calibrated on "
+               "the 8-GPU DGX A100 8-byte all-reduce)")
+    out.append("by message size (NCCL 2.30 enqueue.cc): ring/tree run on the channels NCCL "
+               "uses at that size (fewer for small messages: less bandwidth) and pay the "
+               "pipeline ramp, (min(hops, 8) − 1) chunk times of NCCL's chunk size")
     out.append(f"protocol payload efficiency: ring LL {e['ring']['LL']:g}, LL128 "
                f"{e['ring']['LL128']:g}, Simple {e['ring']['Simple']:g}; tree LL 1/3.8, LL128 "
                f"{e['tree']['LL128']:g}, Simple {e['tree']['Simple']:g}")
