@@ -67,6 +67,7 @@ POINTS = [
     ("2 HGX A100 (4 HDR each), 8 GB", hgx_4nic, 16, 8 * GiB, "allreduce", {}, 86, 91, "busbw"),
     ("HDR NIC through NCCL (send/recv)", dgx_a100, 16, 4 * GiB, "sendrecv", {}, 24, 24, "busbw"),
     ("NDR NIC through NCCL (send/recv)", h100, 16, 4 * GiB, "sendrecv", {}, 48, 49, "busbw"),
+    ("8 x H100 NVLS (auto), 4 GB", h100, 8, 4 * GiB, "allreduce", {}, 480, 480, "busbw"),
 ]
 PEAK_A100_GBPS = 232.5  # measured peak of one DGX A100, 4-8 GB (§A)
 

@@ -253,12 +253,17 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--algorithm", metavar="NAME",
                    help="collective algorithm: auto (least predicted time over algorithms and "
                         "protocols, like NCCL), ring, tree (double binary tree, all-reduce), "
+                        "nvls (NVLink SHARP all-reduce in one node), "
                         "hierarchical (2-D: intra-node, inter-node, intra-node), direct; or "
                         "per operation, e.g. 'allreduce=tree,allgather=ring' (default: the "
                         "topology file's collectives.algorithm, else auto)")
     g.add_argument("--protocol", choices=PROTOCOLS,
                    help="NCCL protocol: auto, LL, LL128 or Simple (default: the topology "
                         "file's, else auto)")
+    g.add_argument("--nccl-nvls-enable", type=int, choices=(0, 1), default=1, metavar="0|1",
+                   help="NCCL_NVLS_ENABLE: 1 lets auto choose NVLS (NVLink SHARP) all-reduce "
+                        "where the topology's NVSwitches declare nvls: true, 0 never "
+                        "(default: %(default)s)")
     g.add_argument("--routing", choices=ROUTINGS, default="ecmp",
                    help="fat-tree routing: ecmp (static per-flow hashing onto equal-cost paths) "
                         "or adaptive (ideal spreading over all up-links) (default: %(default)s)")
@@ -266,7 +271,7 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
 
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(algorithm=args.algorithm, routing=args.routing or "ecmp",
-                          protocol=args.protocol)
+                          protocol=args.protocol, nvls_enable=bool(args.nccl_nvls_enable))
 
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:

@@ -68,6 +68,11 @@ def _model_lines(tuner: Tuner) -> list[str]:
     out.append("by message size (NCCL 2.30 enqueue.cc): ring/tree run on the channels NCCL "
                "uses at that size (fewer for small messages: less bandwidth) and pay the "
                "pipeline ramp, (min(hops, 8) − 1) chunk times of NCCL's chunk size")
+    nv = tuner.cluster.topo.node.nvlink
+    if nv is not None and nv.nvls:
+        out.append("NVLS (NVLink SHARP) all-reduce inside a node: "
+                   + ("a candidate of auto (NCCL_NVLS_ENABLE=1; efficiency 0.85, latency "
+                      "25 µs)" if tuner.nvls_enable else "off (--nccl-nvls-enable 0)"))
     out.append(f"protocol payload efficiency: ring LL {e['ring']['LL']:g}, LL128 "
                f"{e['ring']['LL128']:g}, Simple {e['ring']['Simple']:g}; tree LL 1/3.8, LL128 "
                f"{e['tree']['LL128']:g}, Simple {e['tree']['Simple']:g}")

@@ -40,7 +40,8 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
 
 
 def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = None,
-                  routing: str = "ecmp", protocol: str | None = None) -> FlowNetwork:
+                  routing: str = "ecmp", protocol: str | None = None,
+                  nvls_enable: bool = True) -> FlowNetwork:
     """The contention-aware network model of ``topology``.
 
     ``algorithm``: ``auto`` (least predicted time, like NCCL), a name (``ring``, ``tree``,
@@ -48,7 +49,9 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     ``{op: name}`` (op in lower case, e.g. ``allreduce``), or ``None`` (default) for the
     topology file's ``collectives.algorithm`` (itself ``auto`` unless the file says
     otherwise). ``routing``: ``ecmp`` or ``adaptive``. ``protocol``: ``auto``, ``LL``,
-    ``LL128``, ``Simple`` or ``None`` for the topology file's choice.
+    ``LL128``, ``Simple`` or ``None`` for the topology file's choice. ``nvls_enable``: NCCL's
+    NCCL_NVLS_ENABLE — NVLS all-reduce is a candidate where the node's NVSwitches declare
+    ``nvls: true`` (False: never chosen by ``auto``; ``--algorithm nvls`` still runs it).
     """
     if routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
@@ -58,4 +61,5 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
                          field="--protocol")
     if isinstance(algorithm, str):
         algorithm = parse_algorithm(algorithm)
-    return FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol)
+    return FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol,
+                       nvls_enable=nvls_enable)

@@ -56,14 +56,14 @@ class FlowNetwork(Network):
     """Max-min fair flow-level network on a topology (see module docstring)."""
 
     def __init__(self, topology: Topology, *, algorithm: str | dict[str, str] | None = None,
-                 routing: str = "ecmp", protocol: str | None = None):
+                 routing: str = "ecmp", protocol: str | None = None, nvls_enable: bool = True):
         self.topology = topology
         self.cluster = Cluster(topology, routing)
         self.perturbed = self.cluster.perturbed
         coll = topology.collectives
         self.tuner = Tuner(self.cluster, algorithm_table(topology, algorithm),
                            protocol if protocol is not None else coll.protocol,
-                           coll.launch_overhead_ns)
+                           coll.launch_overhead_ns, nvls_enable)
         self.copies = CopyLoads(self.tuner)
         self.placement: Placement | None = None
         self.symmetric = False

@@ -55,7 +55,7 @@ class FusionQuery:
 
 
 _COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP, GroupKind.CP)
-_RING_FAMILY = ("ring", "tree", "hierarchical")
+_RING_FAMILY = ("ring", "tree", "hierarchical", "nvls")
 _A2A = (CollKind.ALLTOALL, "direct")
 
 

@@ -54,6 +54,16 @@ EFFICIENCY = {
     "tree": {"LL": 1.0 / 3.8, "LL128": 0.92, "Simple": 0.92},
 }
 
+# NVLS (NVLink SHARP, single node): NCCL's bandwidth factor on Hopper (nvlsEfficiency,
+# tuning.cc:139-144; Blackwell 0.74 is not used: no shipped topology has it), its latency
+# (base 0 + NVLink hwLat 25 µs, tuning.cc:153, 161, 424-425), channels (NVLS_NCHANNELS_SM90 16,
+# src/transport/nvls.cc:155) and chunk size (NCCL_NVLS_CHUNKSIZE 128 KiB, nvls.cc:160).
+NVLS_EFFICIENCY = 0.85
+NVLS_LAT_US = 25.0
+NVLS_CHANNELS = 16
+NVLS_CHUNK_BYTES = 128 * 1024
+EFFICIENCY["nvls"] = {"Simple": NVLS_EFFICIENCY}
+
 # Multi-node ring AllReduce with the Simple protocol: latency × 1.4 on Ampere and newer
 # (tuning.cc:647-649).
 MULTINODE_RING_SIMPLE_FACTOR = 1.4
@@ -80,8 +90,9 @@ STEP_OVERHEAD_US = 1.04
 
 
 def family(algorithm: str) -> str:
-    """NCCL table row used for an algorithm: tree for the double binary tree, ring otherwise."""
-    return "tree" if algorithm == "tree" else "ring"
+    """NCCL table row used for an algorithm: tree for the double binary tree, nvls for NVLink
+    SHARP, ring otherwise."""
+    return algorithm if algorithm in ("tree", "nvls") else "ring"
 
 
 def efficiency(algorithm: str, protocol: str) -> float:

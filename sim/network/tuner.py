@@ -63,12 +63,14 @@ class Tuner:
     """Plans, isolated costs and the algorithm / protocol choice of collectives on a cluster.
 
     ``algorithm``: per kind, a fixed algorithm or ``"auto"``; ``protocol``: a fixed NCCL
-    protocol or ``"auto"``; ``launch_ns``: overhead added once per collective.
+    protocol or ``"auto"``; ``launch_ns``: overhead added once per collective;
+    ``nvls_enable``: NCCL_NVLS_ENABLE (False: NVLS is never chosen by ``auto``).
     """
 
     def __init__(self, cluster: Cluster, algorithm: dict[CollKind, str], protocol: str,
-                 launch_ns: int):
+                 launch_ns: int, nvls_enable: bool = True):
         self.cluster = cluster
+        self.nvls_enable = nvls_enable
         self.algorithm = algorithm
         self.protocol = protocol
         self.launch_ns = launch_ns
@@ -198,6 +200,8 @@ class Tuner:
         bandwidth of one channel; at the size, ``nc`` of them run (:func:`nccl.channels_for`),
         so the coflows together move at most nc/C of the ring's bus bandwidth. The ramp:
         :func:`nccl.ramp_ns` with chunks of at most NCCL's chunk size."""
+        if plan.algorithm == "nvls":
+            return self._nvls_terms(plan, size_bytes)
         if plan.algorithm not in ("ring", "tree"):
             return _NO_TERMS
         ncf = len(plan.phases[0].coflows)
@@ -232,6 +236,17 @@ class Tuner:
         got = self._terms[key] = (cap, (nccl.ramp_ns(depth, chunk, rate),))
         return got
 
+    def _nvls_terms(self, plan: Plan, size_bytes: int) -> SizeTerms:
+        """NVLS: NCCL's 16 channels at every size (enqueue.cc), so no cap; the ramp of a
+        two-hop pipeline (load-reduce, multicast store) with chunks of at most 128 KiB, one
+        channel's payload rate being a GPU's NVLink rate × 0.85 / 16."""
+        nv = self.cluster.topo.node.nvlink
+        assert nv is not None
+        n = len(plan.ranks)
+        rate = nv.gpu_bandwidth_GBps * nccl.NVLS_EFFICIENCY / nccl.NVLS_CHANNELS
+        chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * n))
+        return (math.inf, (nccl.ramp_ns(2, chunk, rate),))
+
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
         key = ("busbw", ranks, self._pinned)
@@ -254,7 +269,8 @@ class Tuner:
         if fixed != "auto" and fixed in ALGORITHMS_FOR[kind] and \
                 self.rep_plan(kind, fixed, ranks) is not None:
             return (fixed,)
-        return tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS)
+        return tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS
+                     and (a != "nvls" or self.nvls_enable))
 
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
                ) -> tuple[Plan, str, int]:

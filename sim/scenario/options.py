@@ -61,6 +61,7 @@ class NetworkOptions:
     algorithm: str | None = None
     routing: str = "ecmp"
     protocol: str | None = None
+    nvls_enable: bool = True  # NCCL_NVLS_ENABLE (--nccl-nvls-enable)
 
 
 @dataclass(frozen=True)

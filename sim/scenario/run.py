@@ -73,7 +73,7 @@ class ScenarioResult:
 def network_of(topology: Topology, opts: NetworkOptions):
     """The network model of ``topology`` selected by ``opts``."""
     return build_network(topology, algorithm=opts.algorithm, routing=opts.routing or "ecmp",
-                         protocol=opts.protocol)
+                         protocol=opts.protocol, nvls_enable=opts.nvls_enable)
 
 
 def placement_of(program: PipelineProgram, order: str) -> Placement:

@@ -72,7 +72,8 @@ def _node(s: Section) -> NodeSpec:
     if nv is not None:
         nvlink = NvlinkSpec(links_per_gpu=nv.int("links_per_gpu", maximum=MAX_PER_NODE),
                             link_bandwidth_GBps=nv.rate("link_bandwidth_GBps"),
-                            efficiency=nv.eff(), latency_ns=nv.ns("latency_ns"))
+                            efficiency=nv.eff(), latency_ns=nv.ns("latency_ns"),
+                            nvls=nv.bool("nvls", False))
         nv.done()
     ps = s.sub("pcie")
     assert ps is not None

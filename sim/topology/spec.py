@@ -23,6 +23,9 @@ class NvlinkSpec:
     link_bandwidth_GBps: float
     efficiency: float
     latency_ns: int
+    # the NVSwitches reduce and multicast (NVLink SHARP, NVSwitch gen3 on H100 and newer):
+    # NCCL's NVLS all-reduce runs on them
+    nvls: bool = False
 
     @property
     def gpu_bandwidth_GBps(self) -> float:
@@ -141,7 +144,7 @@ class FabricSpec:
         return nic * per_rail + node // d1
 
 
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct", "nvls")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 
 
