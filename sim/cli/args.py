@@ -264,6 +264,13 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                    help="NCCL_NVLS_ENABLE: 1 lets auto choose NVLS (NVLink SHARP) all-reduce "
                         "where the topology's NVSwitches declare nvls: true, 0 never "
                         "(default: %(default)s)")
+    g.add_argument("--nccl-algo", metavar="LIST",
+                   help="NCCL_ALGO in NCCL's syntax: what auto may choose, e.g. 'ring,tree', "
+                        "'^nvls', 'allreduce:tree;allgather:ring' (names: Ring, Tree, NVLS; "
+                        "NCCL's others are not modelled) (default: all)")
+    g.add_argument("--nccl-proto", metavar="LIST",
+                   help="NCCL_PROTO in NCCL's syntax: the protocols auto may choose, e.g. "
+                        "'LL,Simple', '^LL128', 'allreduce:Simple' (default: all)")
     g.add_argument("--routing", choices=ROUTINGS, default="ecmp",
                    help="fat-tree routing: ecmp (static per-flow hashing onto equal-cost paths) "
                         "or adaptive (ideal spreading over all up-links) (default: %(default)s)")
@@ -271,7 +278,8 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
 
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(algorithm=args.algorithm, routing=args.routing or "ecmp",
-                          protocol=args.protocol, nvls_enable=bool(args.nccl_nvls_enable))
+                          protocol=args.protocol, nvls_enable=bool(args.nccl_nvls_enable),
+                          nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto)
 
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sim.errors import UsageError
 from sim.network.flow import FlowNetwork
+from sim.network.nccl_env import parse_nccl_algo, parse_nccl_proto
 from sim.topology.spec import ALGORITHMS, PROTOCOLS
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
 
 def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = None,
                   routing: str = "ecmp", protocol: str | None = None,
-                  nvls_enable: bool = True) -> FlowNetwork:
+                  nvls_enable: bool = True, nccl_algo: str | None = None,
+                  nccl_proto: str | None = None) -> FlowNetwork:
     """The contention-aware network model of ``topology``.
 
     ``algorithm``: ``auto`` (least predicted time, like NCCL), a name (``ring``, ``tree``,
@@ -52,6 +54,8 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     ``LL128``, ``Simple`` or ``None`` for the topology file's choice. ``nvls_enable``: NCCL's
     NCCL_NVLS_ENABLE — NVLS all-reduce is a candidate where the node's NVSwitches declare
     ``nvls: true`` (False: never chosen by ``auto``; ``--algorithm nvls`` still runs it).
+    ``nccl_algo`` / ``nccl_proto``: NCCL_ALGO / NCCL_PROTO strings in NCCL's syntax
+    (:mod:`sim.network.nccl_env`): what ``auto`` may choose per collective.
     """
     if routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
@@ -61,5 +65,8 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
                          field="--protocol")
     if isinstance(algorithm, str):
         algorithm = parse_algorithm(algorithm)
-    return FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol,
-                       nvls_enable=nvls_enable)
+    net = FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol,
+                      nvls_enable=nvls_enable)
+    net.tuner.nccl_algo = parse_nccl_algo(nccl_algo)
+    net.tuner.nccl_proto = parse_nccl_proto(nccl_proto)
+    return net

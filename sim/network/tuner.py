@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from sim.comm import CollKind
+from sim.errors import UsageError
 from sim.network import alltoall, nccl
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan, node_groups
@@ -64,13 +65,17 @@ class Tuner:
 
     ``algorithm``: per kind, a fixed algorithm or ``"auto"``; ``protocol``: a fixed NCCL
     protocol or ``"auto"``; ``launch_ns``: overhead added once per collective;
-    ``nvls_enable``: NCCL_NVLS_ENABLE (False: NVLS is never chosen by ``auto``).
+    ``nvls_enable``: NCCL_NVLS_ENABLE (False: NVLS is never chosen by ``auto``);
+    ``nccl_algo`` / ``nccl_proto``: NCCL_ALGO / NCCL_PROTO, per collective what ``auto`` may
+    choose (:mod:`sim.network.nccl_env`; None: everything).
     """
 
     def __init__(self, cluster: Cluster, algorithm: dict[CollKind, str], protocol: str,
                  launch_ns: int, nvls_enable: bool = True):
         self.cluster = cluster
         self.nvls_enable = nvls_enable
+        self.nccl_algo: dict[CollKind, frozenset[str]] | None = None
+        self.nccl_proto: dict[CollKind, frozenset[str]] | None = None
         self.algorithm = algorithm
         self.protocol = protocol
         self.launch_ns = launch_ns
@@ -269,8 +274,10 @@ class Tuner:
         if fixed != "auto" and fixed in ALGORITHMS_FOR[kind] and \
                 self.rep_plan(kind, fixed, ranks) is not None:
             return (fixed,)
+        allowed = self.nccl_algo.get(kind) if self.nccl_algo is not None else None
         return tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS
-                     and (a != "nvls" or self.nvls_enable))
+                     and (a != "nvls" or self.nvls_enable)
+                     and (allowed is None or a in allowed))
 
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
                ) -> tuple[Plan, str, int]:
@@ -287,6 +294,8 @@ class Tuner:
             protos = plan.protocols
             if self.protocol != "auto" and self.protocol in protos:
                 protos = (self.protocol,)
+            elif self.nccl_proto is not None and kind in self.nccl_proto:
+                protos = tuple(p for p in protos if p in self.nccl_proto[kind])
             for p in protos:
                 flags: list[int] = []
                 t = self.alone_ns(plan, p, size_bytes, flags)
@@ -296,6 +305,8 @@ class Tuner:
                     t = self.alone_ns(plan, p, size_bytes)
                 if best is None or t < best[2]:
                     best = (plan, p, t)
-        assert best is not None
+        if best is None:  # NCCL: "No algorithm/protocol available"
+            raise UsageError(f"no enabled algorithm and protocol runs {kind.value.lower()} over "
+                             f"{len(ranks)} ranks", field="--nccl-algo/--nccl-proto")
         self._choice[key] = best
         return best

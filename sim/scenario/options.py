@@ -62,6 +62,8 @@ class NetworkOptions:
     routing: str = "ecmp"
     protocol: str | None = None
     nvls_enable: bool = True  # NCCL_NVLS_ENABLE (--nccl-nvls-enable)
+    nccl_algo: str | None = None  # NCCL_ALGO (--nccl-algo), NCCL's syntax
+    nccl_proto: str | None = None  # NCCL_PROTO (--nccl-proto), NCCL's syntax
 
 
 @dataclass(frozen=True)
