@@ -68,6 +68,11 @@ def _model_lines(tuner: Tuner) -> list[str]:
     out.append("by message size (NCCL 2.30 enqueue.cc): ring/tree run on the channels NCCL "
                "uses at that size (fewer for small messages: less bandwidth) and pay the "
                "pipeline ramp, (min(hops, 8) − 1) chunk times of NCCL's chunk size")
+    for name, got in (("NCCL_ALGO", tuner.nccl_algo), ("NCCL_PROTO", tuner.nccl_proto)):
+        if got is not None:
+            out.append(f"{name} (--{name.lower().replace('_', '-')}): auto chooses among "
+                       + "; ".join(f"{k.value.lower()}: {', '.join(sorted(v))}"
+                                   for k, v in got.items()))
     nv = tuner.cluster.topo.node.nvlink
     if nv is not None and nv.nvls:
         out.append("NVLS (NVLink SHARP) all-reduce inside a node: "
