@@ -264,10 +264,15 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                    help="NCCL_NVLS_ENABLE: 1 lets auto choose NVLS (NVLink SHARP) all-reduce "
                         "where the topology's NVSwitches declare nvls: true, 0 never "
                         "(default: %(default)s)")
+    g.add_argument("--nccl-collnet-enable", type=int, choices=(0, 1), default=0,
+                   metavar="0|1",
+                   help="NCCL_COLLNET_ENABLE: 1 lets auto choose SHARP (CollNet) all-reduce "
+                        "across nodes where the topology's fabric declares sharp: true "
+                        "(default: %(default)s, as NCCL)")
     g.add_argument("--nccl-algo", metavar="LIST",
                    help="NCCL_ALGO in NCCL's syntax: what auto may choose, e.g. 'ring,tree', "
-                        "'^nvls', 'allreduce:tree;allgather:ring' (names: Ring, Tree, NVLS; "
-                        "NCCL's others are not modelled) (default: all)")
+                        "'^nvls', 'allreduce:tree;allgather:ring' (names: Ring, Tree, NVLS, "
+                        "CollNetDirect; NCCL's others are not modelled) (default: all)")
     g.add_argument("--nccl-proto", metavar="LIST",
                    help="NCCL_PROTO in NCCL's syntax: the protocols auto may choose, e.g. "
                         "'LL,Simple', '^LL128', 'allreduce:Simple' (default: all)")
@@ -279,7 +284,8 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(algorithm=args.algorithm, routing=args.routing or "ecmp",
                           protocol=args.protocol, nvls_enable=bool(args.nccl_nvls_enable),
-                          nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto)
+                          nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto,
+                          collnet_enable=bool(args.nccl_collnet_enable))
 
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:

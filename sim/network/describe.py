@@ -73,6 +73,11 @@ def _model_lines(tuner: Tuner) -> list[str]:
             out.append(f"{name} (--{name.lower().replace('_', '-')}): auto chooses among "
                        + "; ".join(f"{k.value.lower()}: {', '.join(sorted(v))}"
                                    for k, v in got.items()))
+    f = tuner.cluster.topo.fabric
+    if f is not None and f.sharp:
+        out.append("SHARP (CollNet) all-reduce across nodes: "
+                   + ("a candidate of auto (NCCL_COLLNET_ENABLE=1)" if tuner.collnet_enable
+                      else "off (NCCL_COLLNET_ENABLE=0, NCCL's default; --nccl-collnet-enable 1)"))
     nv = tuner.cluster.topo.node.nvlink
     if nv is not None and nv.nvls:
         out.append("NVLS (NVLink SHARP) all-reduce inside a node: "

@@ -43,7 +43,7 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
 def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = None,
                   routing: str = "ecmp", protocol: str | None = None,
                   nvls_enable: bool = True, nccl_algo: str | None = None,
-                  nccl_proto: str | None = None) -> FlowNetwork:
+                  nccl_proto: str | None = None, collnet_enable: bool = False) -> FlowNetwork:
     """The contention-aware network model of ``topology``.
 
     ``algorithm``: ``auto`` (least predicted time, like NCCL), a name (``ring``, ``tree``,
@@ -56,6 +56,8 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     ``nvls: true`` (False: never chosen by ``auto``; ``--algorithm nvls`` still runs it).
     ``nccl_algo`` / ``nccl_proto``: NCCL_ALGO / NCCL_PROTO strings in NCCL's syntax
     (:mod:`sim.network.nccl_env`): what ``auto`` may choose per collective.
+    ``collnet_enable``: NCCL_COLLNET_ENABLE — SHARP / CollNet all-reduce where the fabric
+    declares ``sharp: true`` (NCCL's default: off).
     """
     if routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
@@ -69,4 +71,5 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
                       nvls_enable=nvls_enable)
     net.tuner.nccl_algo = parse_nccl_algo(nccl_algo)
     net.tuner.nccl_proto = parse_nccl_proto(nccl_proto)
+    net.tuner.collnet_enable = collnet_enable
     return net

@@ -63,6 +63,13 @@ NVLS_LAT_US = 25.0
 NVLS_CHANNELS = 16
 NVLS_CHUNK_BYTES = 128 * 1024
 EFFICIENCY["nvls"] = {"Simple": NVLS_EFFICIENCY}
+# CollNet Direct (SHARP): hardware latency of its Simple protocol per link type, µs
+# (tuning.cc:160, 166, 172), the 0.4 µs arity serialisation per local rank (tuning.cc:420);
+# payload efficiency 1 (its Hopper 0.85 bandwidth factor, tuning.cc:348, is not applied: no
+# shipped topology declares SHARP on Hopper).
+COLLNET_HW_LAT_US = {"nvlink": 3.7, "pci": 3.7, "net": 31.0}
+COLLNET_ARITY_US = 0.4
+EFFICIENCY["collnet"] = {"Simple": 1.0}
 
 # Multi-node ring AllReduce with the Simple protocol: latency × 1.4 on Ampere and newer
 # (tuning.cc:647-649).
@@ -91,8 +98,8 @@ STEP_OVERHEAD_US = 1.04
 
 def family(algorithm: str) -> str:
     """NCCL table row used for an algorithm: tree for the double binary tree, nvls for NVLink
-    SHARP, ring otherwise."""
-    return algorithm if algorithm in ("tree", "nvls") else "ring"
+    SHARP, collnet for SHARP in the fabric, ring otherwise."""
+    return algorithm if algorithm in ("tree", "nvls", "collnet") else "ring"
 
 
 def efficiency(algorithm: str, protocol: str) -> float:

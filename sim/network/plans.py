@@ -17,7 +17,8 @@ Algorithms (n ranks on N nodes, g ranks per node, C channels = distinct NICs of 
   ReduceScatter, then g parallel inter-node rings of ``S/g`` (GPU j of every node, over its own
   NIC), then intra-node AllGather; the phases run one after another.
 - ``ring`` for Broadcast: the ring as a chain from the root, every edge carries ``S/C``.
-- ``nvls`` (AllReduce inside one node whose NVSwitches declare ``nvls: true``): NVLink SHARP.
+- ``nvls`` (AllReduce inside one node whose NVSwitches declare ``nvls: true``; built in
+  :mod:`sim.network.innet`): NVLink SHARP.
   Each GPU reduces its 1/n of the buffer with a multimem load-reduce (the switch reads the
   n GPUs' S/n and adds them) and multicasts the result with a multimem store: every GPU sends
   S + S/n and receives S/n + S. As flows: one coflow over the ranks in a cycle whose edges carry
@@ -45,7 +46,7 @@ from sim.topology.cluster import Cluster
 Edge = tuple[int, int, int]  # (src GPU, dst GPU, rail: NIC index for inter-node, -1 = dst's)
 
 ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
-    CollKind.ALLREDUCE: ("ring", "tree", "hierarchical", "nvls"),
+    CollKind.ALLREDUCE: ("ring", "tree", "hierarchical", "nvls", "collnet"),
     CollKind.ALLGATHER: ("ring", "hierarchical"),
     CollKind.REDUCESCATTER: ("ring", "hierarchical"),
     CollKind.BROADCAST: ("ring",),
@@ -55,7 +56,7 @@ ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
 PROTOCOLS_FOR_DIRECT = ("LL", "Simple")
 # What ``auto`` chooses among: the algorithms NCCL itself runs (hierarchical is not one of
 # them; it is used only when asked for).
-AUTO_ALGORITHMS = ("ring", "tree", "direct", "nvls")
+AUTO_ALGORITHMS = ("ring", "tree", "direct", "nvls", "collnet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +100,8 @@ class Plan:
     @property
     def protocols(self) -> tuple[str, ...]:
         direct = self.algorithm == "direct" or self.kind is CollKind.ALLTOALL
-        if self.algorithm == "nvls":
-            return ("Simple",)  # NVLS runs Simple only (tuning.cc:301)
+        if self.algorithm in ("nvls", "collnet"):
+            return ("Simple",)  # NVLS and CollNet run Simple only (tuning.cc:301, 338-339)
         return PROTOCOLS_FOR_DIRECT if direct else nccl.PROTOCOLS
 
 
@@ -344,26 +345,6 @@ def hierarchical_alltoall_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) 
         _direct_phase(cl, CollKind.ALLTOALL, cols, 1.0 / n_nodes, intra)))
 
 
-def nvls_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
-    """NVLink SHARP all-reduce (module docstring); None unless the ranks share one node whose
-    NVSwitches declare ``nvls``."""
-    nv = cl.topo.node.nvlink
-    if nv is None or not nv.nvls or len(ranks) < 2 or len(node_groups(cl, ranks)) > 1:
-        return None
-    n = len(ranks)
-    cf = Coflow(tuple((ranks[i], ranks[(i + 1) % n], -1) for i in range(n)), (n + 1) / n, 0)
-
-    def latency(cfs) -> dict[str, int]:
-        lat = _Lat(cl, "nvlink")
-        for c in cfs:
-            lat.add(c.edges, c.channel)
-        # two steps (load-reduce, multicast store), each with the calibrated step overhead
-        return {"Simple": round((nccl.NVLS_LAT_US + 2 * nccl.STEP_OVERHEAD_US) * 1000)
-                + 2 * lat.intra_ns}
-
-    return Plan(CollKind.ALLREDUCE, "nvls", ranks, (PlanPhase((cf,), latency),))
-
-
 def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
     """The plan of ``kind`` with ``algorithm`` over ``ranks`` (None if not applicable)."""
     if algorithm not in ALGORITHMS_FOR[kind]:
@@ -373,8 +354,6 @@ def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ..
         return ring_plan(cl, kind, ranks, intra)
     if algorithm == "tree":
         return tree_plan(cl, ranks, intra)
-    if algorithm == "nvls":
-        return nvls_plan(cl, ranks)
     if algorithm == "hierarchical":
         if kind is CollKind.ALLTOALL:
             return hierarchical_alltoall_plan(cl, ranks, intra)

@@ -24,9 +24,9 @@ import math
 
 from sim.comm import CollKind
 from sim.errors import UsageError
-from sim.network import alltoall, nccl
+from sim.network import alltoall, innet, nccl
 from sim.network.fluid import Flow, run_alone
-from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, build_plan, node_groups
+from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
@@ -74,6 +74,7 @@ class Tuner:
                  launch_ns: int, nvls_enable: bool = True):
         self.cluster = cluster
         self.nvls_enable = nvls_enable
+        self.collnet_enable = False  # NCCL_COLLNET_ENABLE (NCCL's default: 0)
         self.nccl_algo: dict[CollKind, frozenset[str]] | None = None
         self.nccl_proto: dict[CollKind, frozenset[str]] | None = None
         self.algorithm = algorithm
@@ -121,7 +122,7 @@ class Tuner:
         """The full plan of ``algorithm`` for ``kind`` over ``ranks`` (None: not applicable)."""
         key = (kind, algorithm, ranks)
         if key not in self._plans:
-            self._plans[key] = build_plan(self.cluster, kind, algorithm, ranks)
+            self._plans[key] = innet.build(self.cluster, kind, algorithm, ranks)
         return self._plans[key]
 
     def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
@@ -277,6 +278,7 @@ class Tuner:
         allowed = self.nccl_algo.get(kind) if self.nccl_algo is not None else None
         return tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS
                      and (a != "nvls" or self.nvls_enable)
+                     and (a != "collnet" or self.collnet_enable)
                      and (allowed is None or a in allowed))
 
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int

@@ -64,6 +64,7 @@ class NetworkOptions:
     nvls_enable: bool = True  # NCCL_NVLS_ENABLE (--nccl-nvls-enable)
     nccl_algo: str | None = None  # NCCL_ALGO (--nccl-algo), NCCL's syntax
     nccl_proto: str | None = None  # NCCL_PROTO (--nccl-proto), NCCL's syntax
+    collnet_enable: bool = False  # NCCL_COLLNET_ENABLE (--nccl-collnet-enable)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,7 @@ def _fabric(s: Section, nics_per_node: int) -> FabricSpec:
     bw = s.rate("link_bandwidth_gbps")
     eff = s.eff()
     link_lat = s.ns("link_latency_ns")
+    sharp = s.bool("sharp", False)
     raw = s.raw("levels")
     if not isinstance(raw, list) or not raw:
         s.r.fail(s.path + ("levels",), "expected a non-empty list of switch levels")
@@ -180,7 +181,7 @@ def _fabric(s: Section, nics_per_node: int) -> FabricSpec:
                  f"({nics_per_node} NICs each) unless rail_optimized is true")
     s.done()
     return FabricSpec(type=ftype, rail_optimized=rail, link_bandwidth_gbps=bw, efficiency=eff,
-                      link_latency_ns=link_lat, levels=tuple(levels))
+                      link_latency_ns=link_lat, levels=tuple(levels), sharp=sharp)
 
 
 def _collectives(s: Section | None) -> CollectiveSpec:

@@ -119,6 +119,8 @@ class FabricSpec:
     efficiency: float
     link_latency_ns: int
     levels: tuple[FabricLevel, ...]
+    # the switches reduce in the network (SHARP): NCCL's CollNet all-reduce can run on them
+    sharp: bool = False
 
     @property
     def link_bandwidth_GBps(self) -> float:
@@ -144,7 +146,7 @@ class FabricSpec:
         return nic * per_rail + node // d1
 
 
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct", "nvls")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct", "nvls", "collnet")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 
 
