@@ -165,6 +165,16 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--algorithm": _all("changes", "collective algorithm (network assumptions)"),
     "--protocol": _all("changes", "NCCL protocol (network assumptions)"),
     "--routing": _all("changes", "fat-tree routing (network assumptions)"),
+    "--nccl-algo": _all("changes", "NCCL_ALGO: the algorithms auto chooses among (network "
+                                   "assumptions)"),
+    "--nccl-proto": _all("changes", "NCCL_PROTO: the protocols auto chooses among (network "
+                                    "assumptions)"),
+    "--nccl-nvls-enable": _all("changes", "NCCL_NVLS_ENABLE: NVLS all-reduce on or off (network "
+                                          "assumptions); refused where the topology's "
+                                          "NVSwitches do not declare nvls: true"),
+    "--nccl-collnet-enable": _all("changes", "NCCL_COLLNET_ENABLE: SHARP all-reduce on or off "
+                                             "(network assumptions); refused where the "
+                                             "topology's fabric does not declare sharp: true"),
     "--kernel-table": _kinds(_SCALED, _SCALED, ("changes", "operator times (compute note)")),
     "--compute-efficiency": _kinds(_SCALED, _SCALED, ("changes", "roofline GEMM efficiency")),
     "--source-gpu": _kinds(_SCALED, _SCALED, ("refused", "applies to workload files (their "

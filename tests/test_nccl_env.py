@@ -64,3 +64,8 @@ def test_cli_flags_change_the_result_or_exit_2(capsys):
         assert "nvls/Simple" not in capsys.readouterr().out
     assert simrun(["collective", "--topo", topo, "--sizes", "1G", "--nccl-algo", "pat"]) == 2
     assert "--nccl-algo" in capsys.readouterr().err
+    # a switch that would change nothing on the topology: refused (no silent what-if)
+    a100 = str(TOPOLOGIES / "dgx-a100-1024.yaml")
+    for flag in ("--nccl-nvls-enable", "--nccl-collnet-enable"):
+        assert simrun(["collective", "--topo", a100, "--sizes", "1G", flag, "1"]) == 2
+        assert flag in capsys.readouterr().err

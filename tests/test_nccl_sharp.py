@@ -11,9 +11,11 @@ The ring all-reduce moves 2(n−1)/n · S / 2 rails = 0.75 S per NIC instead of 
 
 from __future__ import annotations
 
+import pytest
 from conftest import TOPOLOGIES
 
 from sim.comm import CollKind, GroupKind
+from sim.errors import UsageError
 from sim.network import build_network
 from sim.network.base import CommRequest
 from sim.topology import parse_topology
@@ -46,9 +48,11 @@ def test_collnet_is_chosen_only_when_enabled_and_declared():
     assert build_network(sharp_topology()).isolated(allreduce()).algorithm.startswith("ring/")
     on = build_network(sharp_topology(), collnet_enable=True)
     assert on.isolated(allreduce()).algorithm == "collnet/Simple"
-    # a fabric without SHARP: never
-    off = build_network(sharp_topology(False), collnet_enable=True)
+    # a fabric without SHARP: never; the switch would change nothing there and is refused
+    off = build_network(sharp_topology(False))
     assert not off.isolated(allreduce()).algorithm.startswith("collnet")
+    with pytest.raises(UsageError, match="sharp: true"):
+        build_network(sharp_topology(False), collnet_enable=True)
     # inside one node it does not apply
     assert not on.isolated(CommRequest(CollKind.ALLREDUCE, GroupKind.TP, (0, 1), S)
                            ).algorithm.startswith("collnet")

@@ -52,6 +52,10 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--max-sim-time-s": {"*": ["--max-sim-time-s", "1000"]},
     "--algorithm": {"*": ["--algorithm", "tree"]}, "--protocol": {"*": ["--protocol", "LL"]},
     "--routing": {"*": ["--routing", "adaptive"]},
+    "--nccl-algo": {"*": ["--nccl-algo", "allreduce:tree"]},
+    "--nccl-proto": {"*": ["--nccl-proto", "LL"]},
+    "--nccl-nvls-enable": {"*": ["--nccl-nvls-enable", "0"]},
+    "--nccl-collnet-enable": {"*": ["--nccl-collnet-enable", "1"]},
     "--kernel-table": {"aicb": (["--kernel-table", "h100-sxm"], ["--kernel-table", "h100-sxm",
                                                                  "--topo", "dgx-h100-1024"]),
                        "optable": (["--kernel-table", "h100-sxm"], None),
@@ -140,6 +144,13 @@ CONTEXT: dict[tuple[str, str], list[str]] = {
     ("optable", "--routing"): ["--topo", "dgx-a100-1024-oversub4"],
     ("model", "--routing"): ["--topo", "dgx-a100-1024-oversub4", "--global-batch", "512"],
     ("aicb", "--routing"): ["--topo", "dgx-a100-1024-oversub4"],
+    # NVLS needs NVSwitches that declare it (the DGX H100 topology does); SHARP a fabric that
+    # declares it (set here)
+    ("aicb", "--nccl-nvls-enable"): ["--topo", "dgx-h100-1024"],
+    ("optable", "--nccl-nvls-enable"): ["--topo", "dgx-h100-1024", "--tp", "4"],
+    ("aicb", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
+    ("optable", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
+    ("model", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
     ("model", "--vpp"): [*PP_MODEL], ("model", "--schedule"): [*PP_MODEL],
     ("model", "--microbatch-group-size"): [*PP_MODEL, "--vpp", "2"],
     ("model", "--decoder-first-pipeline-num-layers"): [*PP_MODEL],
@@ -159,12 +170,19 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--microbatches"): ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2",
                                   "--microbatches", "4"],
     ("model", "--dtype"): H100_MODEL, ("model", "--kernel-table"): H100_MODEL,
+    ("model", "--nccl-nvls-enable"): H100_MODEL,
 }
 STATED_ONLY = {  # the report states the change; the result is the same by construction
     ("aicb", "--nodes"),  # the header's all_gpus fixes the job: 256 GPUs on 32 or 64 nodes
     # the same time here: under ECMP no two flows of this run share an up-link of the 4:1
     # oversubscribed leaves (the optable and AICB runs show adaptive routing's effect)
     ("model", "--routing"),
+    # the table's only all-reduces are its asynchronous gradient all-reduces, hidden behind
+    # the backward pass whether NVLS runs them or not
+    ("optable", "--nccl-nvls-enable"),
+    # the file's DP collectives are reduce-scatter / all-gather (distributed optimizer): the
+    # model's SHARP runs all-reduce only
+    ("aicb", "--nccl-collnet-enable"),
 }
 # where the verdict "changes" does not hold for this example, and what holds instead
 REFUSED_HERE = {  # the example is refused by another check (reason in the comment)

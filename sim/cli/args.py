@@ -260,15 +260,14 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--protocol", choices=PROTOCOLS,
                    help="NCCL protocol: auto, LL, LL128 or Simple (default: the topology "
                         "file's, else auto)")
-    g.add_argument("--nccl-nvls-enable", type=int, choices=(0, 1), default=1, metavar="0|1",
-                   help="NCCL_NVLS_ENABLE: 1 lets auto choose NVLS (NVLink SHARP) all-reduce "
-                        "where the topology's NVSwitches declare nvls: true, 0 never "
-                        "(default: %(default)s)")
-    g.add_argument("--nccl-collnet-enable", type=int, choices=(0, 1), default=0,
-                   metavar="0|1",
+    g.add_argument("--nccl-nvls-enable", type=int, choices=(0, 1), metavar="0|1",
+                   help="NCCL_NVLS_ENABLE: 1 lets auto choose NVLS (NVLink SHARP) all-reduce, "
+                        "0 never; only where the topology's NVSwitches declare nvls: true "
+                        "(default: 1 there, as NCCL)")
+    g.add_argument("--nccl-collnet-enable", type=int, choices=(0, 1), metavar="0|1",
                    help="NCCL_COLLNET_ENABLE: 1 lets auto choose SHARP (CollNet) all-reduce "
-                        "across nodes where the topology's fabric declares sharp: true "
-                        "(default: %(default)s, as NCCL)")
+                        "across nodes; only where the topology's fabric declares sharp: true "
+                        "(default: 0, as NCCL)")
     g.add_argument("--nccl-algo", metavar="LIST",
                    help="NCCL_ALGO in NCCL's syntax: what auto may choose, e.g. 'ring,tree', "
                         "'^nvls', 'allreduce:tree;allgather:ring' (names: Ring, Tree, NVLS, "
@@ -283,9 +282,14 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
 
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(algorithm=args.algorithm, routing=args.routing or "ecmp",
-                          protocol=args.protocol, nvls_enable=bool(args.nccl_nvls_enable),
+                          protocol=args.protocol, nvls_enable=_given(args.nccl_nvls_enable),
                           nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto,
-                          collnet_enable=bool(args.nccl_collnet_enable))
+                          collnet_enable=_given(args.nccl_collnet_enable))
+
+
+def _given(flag: int | None) -> bool | None:
+    """A 0|1 switch as given (None: not given)."""
+    return None if flag is None else bool(flag)
 
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:

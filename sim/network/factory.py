@@ -42,8 +42,9 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
 
 def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = None,
                   routing: str = "ecmp", protocol: str | None = None,
-                  nvls_enable: bool = True, nccl_algo: str | None = None,
-                  nccl_proto: str | None = None, collnet_enable: bool = False) -> FlowNetwork:
+                  nvls_enable: bool | None = None, nccl_algo: str | None = None,
+                  nccl_proto: str | None = None,
+                  collnet_enable: bool | None = None) -> FlowNetwork:
     """The contention-aware network model of ``topology``.
 
     ``algorithm``: ``auto`` (least predicted time, like NCCL), a name (``ring``, ``tree``,
@@ -57,8 +58,18 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     ``nccl_algo`` / ``nccl_proto``: NCCL_ALGO / NCCL_PROTO strings in NCCL's syntax
     (:mod:`sim.network.nccl_env`): what ``auto`` may choose per collective.
     ``collnet_enable``: NCCL_COLLNET_ENABLE — SHARP / CollNet all-reduce where the fabric
-    declares ``sharp: true`` (NCCL's default: off).
+    declares ``sharp: true`` (NCCL's default: off). Either switch given (not None) on a
+    topology without the capability would change nothing and is refused (exit 2).
     """
+    nv = topology.node.nvlink
+    if nvls_enable is not None and (nv is None or not nv.nvls):
+        raise UsageError("the topology's NVSwitches do not declare nvls: true, so NVLS never "
+                         "runs and the switch would change nothing; leave it out",
+                         field="--nccl-nvls-enable")
+    if collnet_enable is not None and (topology.fabric is None or not topology.fabric.sharp):
+        raise UsageError("the topology's fabric does not declare sharp: true, so SHARP never "
+                         "runs and the switch would change nothing; leave it out",
+                         field="--nccl-collnet-enable")
     if routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
                          field="--routing")
@@ -68,8 +79,8 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     if isinstance(algorithm, str):
         algorithm = parse_algorithm(algorithm)
     net = FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol,
-                      nvls_enable=nvls_enable)
+                      nvls_enable=nvls_enable is not False)
     net.tuner.nccl_algo = parse_nccl_algo(nccl_algo)
     net.tuner.nccl_proto = parse_nccl_proto(nccl_proto)
-    net.tuner.collnet_enable = collnet_enable
+    net.tuner.collnet_enable = bool(collnet_enable)
     return net

@@ -61,10 +61,10 @@ class NetworkOptions:
     algorithm: str | None = None
     routing: str = "ecmp"
     protocol: str | None = None
-    nvls_enable: bool = True  # NCCL_NVLS_ENABLE (--nccl-nvls-enable)
+    nvls_enable: bool | None = None  # NCCL_NVLS_ENABLE (--nccl-nvls-enable); None: not given
     nccl_algo: str | None = None  # NCCL_ALGO (--nccl-algo), NCCL's syntax
     nccl_proto: str | None = None  # NCCL_PROTO (--nccl-proto), NCCL's syntax
-    collnet_enable: bool = False  # NCCL_COLLNET_ENABLE (--nccl-collnet-enable)
+    collnet_enable: bool | None = None  # NCCL_COLLNET_ENABLE (--nccl-collnet-enable)
 
 
 @dataclass(frozen=True)
