@@ -14,10 +14,34 @@ from dataclasses import dataclass
 from sim.errors import UsageError
 from sim.limits import MAX_WORK
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
-SPLIT_BACKWARD = frozenset({"zb-h1"})
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+SPLIT_BACKWARD = frozenset({"zb-h1", "zb-v"})
 """Schedules whose ``B`` op is the input-gradient pass only, with a separate ``W`` op for the
 weight-gradient pass (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024)."""
+V_SHAPE = frozenset({"zb-v"})
+"""Schedules with two chunks per stage in V placement: chunk 0 of stage ``r`` is virtual stage
+``r``, chunk 1 is virtual stage ``2p−1−r`` (elsewhere chunk ``c`` is virtual stage ``c·p+r``)."""
+
+
+def virtual_stage(name: str, p: int, stage: int, chunk: int) -> int:
+    """The virtual stage (0 = the first layers) that ``chunk`` of pipeline ``stage`` runs under
+    schedule ``name``: ``c·p + r`` (interleaved placement) or, for :data:`V_SHAPE`, ``r`` and
+    ``2p−1−r``."""
+    if name in V_SHAPE and chunk == 1:
+        return 2 * p - 1 - stage
+    return chunk * p + stage
+
+
+def default_vpp(name: str | None) -> int:
+    """Model chunks per stage when the user gives none: 2 for :data:`V_SHAPE`, else 1."""
+    return 2 if name in V_SHAPE else 1
+
+
+def stage_chunk(name: str, p: int, vs: int) -> tuple[int, int]:
+    """``(stage, chunk)`` running virtual stage ``vs`` (inverse of :func:`virtual_stage`)."""
+    if name in V_SHAPE and vs >= p:
+        return 2 * p - 1 - vs, 1
+    return vs % p, vs // p
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +118,53 @@ def zb_h1(p: int, r: int, m: int) -> list[ScheduleOp]:
     return ops
 
 
+def check_zb_v(p: int, m: int, v: int) -> None:
+    """ZB-V's constraints: exactly two chunks per stage (V placement) and ``M ≥ 2p−1``
+    microbatches (stage 0's warm-up runs ``2p−1`` chunk-0 forwards before its first chunk-1
+    forward). Raises :class:`UsageError`."""
+    if v != 2:
+        raise UsageError(f"the zb-v schedule runs two model chunks per stage in V placement; "
+                         f"got a virtual pipeline size of {v} (use --vpp 2)", field="--vpp")
+    if m < 2 * p - 1:
+        raise UsageError(f"the zb-v schedule needs at least 2p−1 = {2 * p - 1} microbatches "
+                         f"(got {m}); use --schedule zb-h1 or 1f1b", field="--microbatches")
+
+
+def zb_v(p: int, r: int, m: int) -> list[ScheduleOp]:
+    """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", arXiv:2401.10241, the handcrafted
+    V schedule of sail-sg/zero-bubble-pipeline-parallelism): two chunks per stage in V
+    placement (:data:`V_SHAPE`). Warm-up: ``2(p−r)−1`` chunk-0 forwards, ``r`` pairs
+    (chunk-1 forward, chunk-0 forward), ``p−r`` triples (F, B, W of chunk 1). Steady: chunk-0
+    F (while any are left), B, W, then chunk-1 F, B, W. Cool-down: ``r`` pairs (B of chunk 0,
+    B of chunk 1), ``p−r`` pairs (B, W of chunk 0), then the deferred W of chunk 1, then of
+    chunk 0. ``W`` always takes the chunk's oldest pending microbatch. Needs ``M ≥ 2p−1``."""
+    _check(p, r, m)
+    check_zb_v(p, m, 2)
+    nxt = {(k, c): 0 for k in "FBW" for c in (0, 1)}
+    ops: list[ScheduleOp] = []
+
+    def put(*items: tuple[str, int]) -> None:
+        for kind, chunk in items:
+            ops.append(ScheduleOp(kind, nxt[kind, chunk], chunk))
+            nxt[kind, chunk] += 1
+
+    put(*[("F", 0)] * (2 * (p - r) - 1))
+    for _ in range(r):
+        put(("F", 1), ("F", 0))
+    for _ in range(p - r):
+        put(("F", 1), ("B", 1), ("W", 1))
+    while nxt["F", 1] < m:
+        if nxt["F", 0] < m:
+            put(("F", 0))
+        put(("B", 0), ("W", 0), ("F", 1), ("B", 1), ("W", 1))
+    for _ in range(r):
+        put(("B", 0), ("B", 1))
+    for _ in range(p - r):
+        put(("B", 0), ("W", 0))
+    put(*[("W", 1)] * (m - nxt["W", 1]), *[("W", 0)] * (m - nxt["W", 0]))
+    return ops
+
+
 def check_interleaved(p: int, m: int, v: int, n: int | None = None) -> int:
     """Megatron's constraints on the interleaved schedule; returns the group size N.
 
@@ -167,6 +238,30 @@ stay far below (p=128, v=8, M=4096 is 8.4 M). More is a mistyped ``--microbatche
 ``--global-batch``, refused instead of exhausting memory."""
 
 
+def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None) -> None:
+    """Every constraint schedule ``name`` puts on the layout (pipeline size ``p``, ``m``
+    microbatches, ``v`` chunks per stage, interleaved group size ``n``); the one check that
+    single runs, workload files and sweeps share. Raises :class:`UsageError`."""
+    if name not in SCHEDULES:
+        raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}",
+                         field="--schedule")
+    if name == "interleaved":
+        check_interleaved(p, m, v, n)
+        return
+    if n is not None:
+        raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
+                         f"{name} (virtual pipeline size {v})", field="--microbatch-group-size")
+    if name in V_SHAPE:
+        check_zb_v(p, m, v)
+        return
+    if v != 1:
+        hint = "--vpp 1" if name == "zb-h1" else "--schedule interleaved or --vpp 1"
+        raise UsageError(f"the {name} schedule runs one model chunk per stage; got a virtual "
+                         f"pipeline size of {v} (use {hint})", field="--schedule")
+    if name == "zb-h1":
+        check_zero_bubble(p, m)
+
+
 def schedule_table(
     name: str, p: int, m: int, v: int = 1, n: int | None = None
 ) -> list[list[ScheduleOp]]:
@@ -177,25 +272,17 @@ def schedule_table(
                          f"forward/backward ops per iteration; simrun simulates at most "
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
                          field="--microbatches")
-    if name == "gpipe" or name == "1f1b":
-        if v != 1:
-            raise UsageError(
-                f"the {name} schedule runs one model chunk per stage; got a virtual pipeline "
-                f"size of {v} (use --schedule interleaved or --vpp 1)",
-                field="--schedule",
-            )
-        fn = gpipe if name == "gpipe" else one_f_one_b
-        return [fn(p, r, m) for r in range(p)]
+    check_schedule(name, p, m, v, n)
     if name == "interleaved":
         return [interleaved(p, r, m, v, n) for r in range(p)]
-    if name == "zb-h1":
-        if v != 1:
-            raise UsageError(f"the zb-h1 schedule runs one model chunk per stage; got a virtual "
-                             f"pipeline size of {v} (use --vpp 1)", field="--schedule")
-        check_zero_bubble(p, m)
-        return [zb_h1(p, r, m) for r in range(p)]
-    raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}",
-                     field="--schedule")
+    fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-v": zb_v}[name]
+    return [fn(p, r, m) for r in range(p)]
+
+
+def ideal_bubble_formula(name: str) -> str:
+    """:func:`ideal_bubble_fraction` of schedule ``name`` as a formula (for reports)."""
+    return {"interleaved": "(p-1)/(v*M)", "zb-h1": "(p-1)/(3M) if F=B=W",
+            "zb-v": "(p-1)/(6M) if F=B=W"}.get(name, "(p-1)/M")
 
 
 def ideal_bubble_fraction(name: str, p: int, m: int, v: int = 1) -> float:
@@ -203,8 +290,11 @@ def ideal_bubble_fraction(name: str, p: int, m: int, v: int = 1) -> float:
 
     GPipe and 1F1B: ``(p−1)/M``; interleaved: ``(p−1)/(v·M)``; ZB-H1 with the paper's
     equal forward, input-gradient and weight-gradient times: ``(p−1)/(3M)`` (its bubble
-    ``(p−1)(F+B−W)`` against ``M(F+B+W)``; docs/schedules.md).
+    ``(p−1)(F+B−W)`` against ``M(F+B+W)``; docs/schedules.md); ZB-V with equal per-chunk
+    times: ``(p−1)/(6M)`` (the fill ``(p−1)F`` of one chunk against ``2M(F+B+W)``).
     """
     if name == "zb-h1":
         return (p - 1) / (3 * m)
+    if name == "zb-v":
+        return (p - 1) / (6 * m)
     return (p - 1) / (m * (v if name == "interleaved" else 1))

@@ -40,7 +40,7 @@ from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
-from sim.schedules import SPLIT_BACKWARD, schedule_table
+from sim.schedules import SPLIT_BACKWARD, schedule_table, stage_chunk, virtual_stage
 from sim.workload.model import PhaseKind
 from sim.workload.program import PipelineProgram, Task, TaskKind
 
@@ -246,29 +246,32 @@ class _Engine:
         c0 = self.pl.coord(rank)
         last_vs = p * self.v - 1
         prog = self.prog.stages[stage]
+        name = self.prog.schedule
         yield from self.tasks(rank, prog.prologue)
         st.pipeline_start_ns = env.now
         for op in self.sched[stage]:
             mb, chunk = op.microbatch, op.chunk
-            vs = chunk * p + stage
+            vs = virtual_stage(name, p, stage, chunk)
             if op.kind == "F":
-                if vs > 0:
+                # the neighbouring virtual stage on this same stage (the turn of a V) hands
+                # its activation over in memory: no transfer
+                if vs > 0 and stage_chunk(name, p, vs - 1)[0] != stage:
                     yield from self.pipe.recv(rank, (rank, "F", mb, vs))
                 yield from self.run_steps(rank, self.compiled(rank, stage, chunk, "F", mb == 0),
                                           mb, chunk)
-                if vs < last_vs:
-                    dst = self.pl.rank(c0.tp, c0.dp, (vs + 1) % p)
+                if vs < last_vs and (nxt := stage_chunk(name, p, vs + 1)[0]) != stage:
+                    dst = self.pl.rank(c0.tp, c0.dp, nxt)
                     self.pipe.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
             elif op.kind == "W":
                 comp = self.compiled(rank, stage, chunk, "W", mb == self.m - 1)
                 yield from self.run_steps(rank, comp, mb, chunk)
             else:
-                if vs < last_vs:
+                if vs < last_vs and stage_chunk(name, p, vs + 1)[0] != stage:
                     yield from self.pipe.recv(rank, (rank, "B", mb, vs))
                 comp = self.compiled(rank, stage, chunk, "B", mb == self.m - 1)
                 yield from self.run_steps(rank, comp, mb, chunk)
-                if vs > 0:
-                    dst = self.pl.rank(c0.tp, c0.dp, (vs - 1) % p)
+                if vs > 0 and (prv := stage_chunk(name, p, vs - 1)[0]) != stage:
+                    dst = self.pl.rank(c0.tp, c0.dp, prv)
                     self.pipe.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
         st.pipeline_end_ns = env.now
         yield from self.tasks(rank, prog.epilogue)

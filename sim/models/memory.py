@@ -37,7 +37,7 @@ from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.spec import ModelSpec
 from sim.models.zero import units as zero_units
 from sim.models.zero import zero_state_bytes
-from sim.schedules import schedule_table
+from sim.schedules import schedule_table, virtual_stage
 from sim.topology.gpu import GpuSpec
 
 RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -128,7 +128,7 @@ def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], 
     p, v = par.pp, par.vpp
     units = []
     for c, ids in enumerate(st.layers):
-        vs = c * p + st.stage
+        vs = virtual_stage(par.schedule_name, p, st.stage, c)
         u = len(ids) * per_layer
         if vs == 0:
             u += s * b * h // div  # embedding dropout mask

@@ -8,7 +8,7 @@ from sim.errors import UsageError
 from sim.layout import Layout
 from sim.models.spec import ModelSpec
 from sim.models.split import PipelineSplit, virtual_stage_layers
-from sim.schedules import SCHEDULES, check_interleaved, check_zero_bubble
+from sim.schedules import V_SHAPE, check_schedule
 
 RECOMPUTE = ("none", "selective", "full")
 #: Megatron-Core's ``--attention-backend`` values; ``auto`` is what Megatron-Core picks on
@@ -214,17 +214,12 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
 
 
 def _check_schedule(par: ParallelConfig) -> None:
-    schedule = par.schedule_name
-    if schedule not in SCHEDULES:
-        raise UsageError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}",
-                         field="--schedule")
-    if schedule == "zb-h1":
-        check_zero_bubble(par.pp, par.microbatches)
-    if schedule == "interleaved":
-        check_interleaved(par.pp, par.microbatches, par.vpp, par.microbatch_group_size)
-    elif par.vpp != 1:
-        raise UsageError(f"the {schedule} schedule runs one model chunk per stage; got vpp="
-                         f"{par.vpp}", field="--vpp")
+    if par.schedule_name in V_SHAPE and par.split.uneven:
+        raise UsageError(f"uneven pipeline splits are not modelled with the {par.schedule_name} "
+                         "schedule (its V placement puts the first and the last layers on "
+                         "stage 0)", field="--schedule")
+    check_schedule(par.schedule_name, par.pp, par.microbatches, par.vpp,
+                   par.microbatch_group_size)
 
 
 def _check_values(par: ParallelConfig) -> None:

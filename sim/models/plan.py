@@ -19,6 +19,7 @@ from sim.models.parallel import ParallelConfig, validate
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.models.split import virtual_stage_layers
+from sim.schedules import virtual_stage
 
 
 @dataclass
@@ -72,7 +73,7 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
         raise UsageError("mixture-of-experts models with tp > 1 need --sequence-parallel "
                          "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
     dm = Dims.of(model, par)
-    p, v = par.pp, par.vpp
+    p, v, name = par.pp, par.vpp, par.schedule_name
     counts = virtual_stage_layers(model.layers, p, v, par.split)
     starts = [sum(counts[:i]) for i in range(p * v)]
     stages = []
@@ -80,7 +81,7 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
         chunks: list[list[Row]] = []
         layer_ids: list[list[int]] = []
         for c in range(v):
-            vs = c * p + r
+            vs = virtual_stage(name, p, r, c)
             ids = list(range(starts[vs], starts[vs] + counts[vs]))
             rows: list[Row] = []
             if vs == 0:
@@ -88,9 +89,10 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
             for i in ids:
                 rows += transformer_layer_rows(model, par, dm, i)
             if vs == p * v - 1:
-                # The last stage holds the output weight: its own (untied) or, with pp > 1, a
-                # copy of the tied word embedding (Megatron); with pp == 1 it is shared.
-                holds = (not model.tied_embeddings) or p > 1
+                # The last stage holds the output weight: its own (untied) or, when another
+                # stage holds the input embedding (pp > 1, not the V placement, where both ends
+                # are on stage 0), a copy of the tied word embedding (Megatron); else shared.
+                holds = (not model.tied_embeddings) or r != 0
                 rows += output_rows(model, dm, holds_output_weight=holds)
             chunks.append(rows)
             layer_ids.append(ids)

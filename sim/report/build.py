@@ -23,7 +23,7 @@ from sim import __version__
 from sim.comm import GroupKind
 from sim.engine.critical import summarize
 from sim.engine.result import GROUPS, RankStats, SimResult
-from sim.schedules import ideal_bubble_fraction
+from sim.schedules import ideal_bubble_formula, ideal_bubble_fraction
 
 NS = 1e-9
 
@@ -41,8 +41,7 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
     stages, fractions = _stage_rows(result)
     idle = [s["idle_fraction"] for s in stages]
     ideal = ideal_bubble_fraction(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
-    formula = {"interleaved": "(p-1)/(v*M)", "zb-h1": "(p-1)/(3M) if F=B=W"}.get(prog.schedule,
-                                                                            "(p-1)/M")
+    formula = ideal_bubble_formula(prog.schedule)
     layer_list = _layer_rows(result)
     assumptions = list(prog.assumptions) + list(result.network_notes) + list(
         extra_assumptions or [])

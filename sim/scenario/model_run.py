@@ -21,6 +21,7 @@ from sim.models.metrics import metrics
 from sim.models.parallel import ParallelConfig, Training, validate
 from sim.models.plan import build_model_plan
 from sim.models.spec import ModelSpec, load_model
+from sim.schedules import default_vpp
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
 from sim.workload.program import PipelineProgram
@@ -82,8 +83,9 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
         raise UsageError(f"{m} microbatches × micro batch {b} × DP {dp} = {m * b * dp} "
                          f"sequences, but --global-batch is {gb}", field="--microbatches")
     zero = request.zero or (3 if training.fsdp else 0)  # FSDP FULL_SHARD: ZeRO-3 semantics
-    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=request.vpp or 1, cp=cp,
-                    zero=zero, microbatches=gb // (b * dp), schedule=request.schedule,
+    vpp = request.vpp or default_vpp(request.schedule)  # zb-v: two chunks per stage
+    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=vpp, cp=cp, zero=zero,
+                     microbatches=gb // (b * dp), schedule=request.schedule,
                     microbatch_group_size=request.microbatch_group_size)
     par = ParallelConfig.of(layout, replace(training, global_batch=gb))
     validate(model, par)

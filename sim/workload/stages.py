@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.inputs import INT64_MAX
 from sim.layout import Layout, require_gpus
-from sim.schedules import SCHEDULES, check_interleaved, check_zero_bubble
+from sim.schedules import (
+    SCHEDULES,
+    V_SHAPE,
+    check_interleaved,
+    check_schedule,
+    stage_chunk,
+    virtual_stage,
+)
 from sim.workload.aicb import in_embedding_group
 from sim.workload.blocks import RowStructure, find_structure, layer_period
 from sim.workload.model import Layer, Phase, PhaseKind, Workload
@@ -131,6 +138,10 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
     stages = [_stage(s, layout, chunk_rows, first, last, structure, opts.row_placement)
               for s in range(pp)]
     _describe_placement(notes, opts.row_placement, first, last, structure)
+    if schedule in V_SHAPE and opts.row_placement == "megatron":
+        notes.append(f"{schedule} (V placement): the last virtual stage is chunk 1 of stage 0, so "
+                     "the output and loss rows run there; both tied embedding copies are on "
+                     "stage 0 and its embedding_grads all-reduce is dropped (nothing to reduce)")
     return PipelineProgram.of(layout, pp_bytes=pp_bytes, stages=stages, source=w.path,
                               assumptions=notes)
 
@@ -195,17 +206,18 @@ def _stage(s: int, layout: Layout, chunk_rows: list[list[Layer]], first: list[La
            last: list[Layer], structure: RowStructure, placement: str) -> StageProgram:
     """Stage ``s``'s program: its chunks' rows (embedding rows on the first, output rows on
     the last stage unless ``placement`` is ``all``), prologue and epilogue."""
-    pp, v = layout.pp, layout.vpp
+    pp, v, name = layout.pp, layout.vpp, layout.schedule_name
     chunks = []
     for c in range(v):
         rows = list(chunk_rows[c])
         if placement == "all" or (s == 0 and c == 0):
             rows = first + rows
-        if placement == "all" or (s == pp - 1 and c == v - 1):
+        if placement == "all" or virtual_stage(name, pp, s, c) == pp * v - 1:
             rows = rows + last
         chunks.append(tuple(rows))
-    lead = _on_stage(structure.leading, s, pp, placement)
-    trail = _on_stage(structure.trailing, s, pp, placement)
+    last_stage = stage_chunk(name, pp, pp * v - 1)[0]
+    lead = _on_stage(structure.leading, s, last_stage, placement)
+    trail = _on_stage(structure.trailing, s, last_stage, placement)
     return StageProgram(s, chunks, _prologue(lead), _epilogue(lead, trail))
 
 
@@ -250,6 +262,10 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
             notes.append(f"header vpp = {header_vpp} cannot be a virtual pipeline size here "
                          f"({reason}); read as AICB's layers-per-stage field and not used for "
                          "scheduling (--vpp overrides)")
+    elif sched in V_SHAPE:
+        v = 2
+        notes.append(f"virtual pipeline size 2: the {sched} schedule's two chunks per stage in "
+                     "V placement (--vpp)")
     else:
         v = 1
         if header_vpp and header_vpp > 1:
@@ -261,24 +277,24 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
         sched = "interleaved" if v > 1 else "1f1b"
         notes.append(f"schedule: {sched} (default for virtual pipeline size {v}; --schedule)")
     _check_groups(opts.microbatch_group_size, sched, pp, m, v, notes)
-    if sched == "zb-h1":
-        check_zero_bubble(pp, m)
-    if sched != "interleaved" and v > 1:
-        raise UsageError(f"the {sched} schedule runs one model chunk per stage; got a virtual "
-                         f"pipeline size of {v} (use --schedule interleaved or --vpp 1)",
-                         field="--schedule")
+    check_schedule(sched, pp, m, v, opts.microbatch_group_size)
     return v, sched
 
 
-def _on_stage(rows: list[Layer], s: int, pp: int, placement: str) -> list[Layer]:
+def _on_stage(rows: list[Layer], s: int, last_stage: int, placement: str) -> list[Layer]:
+    """The iteration-level ``rows`` stage ``s`` runs; ``last_stage``: the stage holding the
+    output layer (the last, or 0 in V placement, where both tied embedding copies are on stage
+    0 and there is nothing to all-reduce between them)."""
     if placement == "all":
         return list(rows)
     out = []
     for lay in rows:
-        if TIED_EMBEDDING_ROW.match(lay.name) and s not in (0, pp - 1):
+        if TIED_EMBEDDING_ROW.match(lay.name) and s not in (0, last_stage):
             continue
-        if LOSS_ROW.match(lay.name) and s != pp - 1:
+        if LOSS_ROW.match(lay.name) and s != last_stage:
             continue
+        if last_stage == 0 and lay.name == "embedding_grads":
+            lay = replace(lay, input_grad=Phase(lay.input_grad.compute_ns))
         out.append(in_embedding_group(lay))
     return out
 
