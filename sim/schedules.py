@@ -238,10 +238,12 @@ stay far below (p=128, v=8, M=4096 is 8.4 M). More is a mistyped ``--microbatche
 ``--global-batch``, refused instead of exhausting memory."""
 
 
-def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None) -> None:
+def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, *,
+                   vpp_field: str = "--schedule") -> None:
     """Every constraint schedule ``name`` puts on the layout (pipeline size ``p``, ``m``
     microbatches, ``v`` chunks per stage, interleaved group size ``n``); the one check that
-    single runs, workload files and sweeps share. Raises :class:`UsageError`."""
+    single runs, workload files and sweeps share. Raises :class:`UsageError` (``vpp_field``:
+    the flag named when a one-chunk schedule gets ``v > 1``)."""
     if name not in SCHEDULES:
         raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}",
                          field="--schedule")
@@ -257,7 +259,7 @@ def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None) 
     if v != 1:
         hint = "--vpp 1" if name == "zb-h1" else "--schedule interleaved or --vpp 1"
         raise UsageError(f"the {name} schedule runs one model chunk per stage; got a virtual "
-                         f"pipeline size of {v} (use {hint})", field="--schedule")
+                         f"pipeline size of {v} (use {hint})", field=vpp_field)
     if name == "zb-h1":
         check_zero_bubble(p, m)
 

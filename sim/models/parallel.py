@@ -219,7 +219,7 @@ def _check_schedule(par: ParallelConfig) -> None:
                          "schedule (its V placement puts the first and the last layers on "
                          "stage 0)", field="--schedule")
     check_schedule(par.schedule_name, par.pp, par.microbatches, par.vpp,
-                   par.microbatch_group_size)
+                   par.microbatch_group_size, vpp_field="--vpp")
 
 
 def _check_values(par: ParallelConfig) -> None:
