@@ -7,7 +7,9 @@ in ~25 000 slivers. Each stage row therefore gets two lanes:
   - pipeline op: every compute span of one (microbatch, chunk, direction) on the rank, from the
     op's first to its last span, *including* the blocking (TP/EP) collectives inside it. Kind
     ``forward``; ``backward`` (input-grad, with the weight-grad the engine runs right after each
-    layer's input-grad); ``weight_grad`` (an op with weight-grad compute only);
+    layer's input-grad; in the split-backward schedules, :data:`~sim.schedules.SPLIT_BACKWARD`,
+    the input-grad ``B`` op only); ``weight_grad`` (the separate ``W`` op of a split-backward
+    schedule, or an op with weight-grad compute only);
   - ``compute`` (iteration-level rows: embedding grads, loss, …) and ``optimizer``;
   - ``bubble`` (waiting for another stage, or idle after finishing);
   - ``exposed_<G>``: the compute stream blocked on group ``G`` outside any op (waiting for a
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.engine.result import SimResult, Span
+from sim.schedules import SPLIT_BACKWARD
 
 PHASE_KINDS = ("forward", "input_grad", "weight_grad")
 LANES = ("compute", "comm")
@@ -75,8 +78,9 @@ def is_blocking(span: Span) -> bool:
     return span.kind == "comm" and span.stream != "PP" and bool(arg(span, "blocking", False))
 
 
-def op_key(span: Span) -> tuple[int, int, str] | None:
-    """``(microbatch, chunk, 'F'|'B')`` for compute/blocking-comm spans of a pipeline op."""
+def op_key(span: Span, split: bool = False) -> tuple[int, int, str] | None:
+    """``(microbatch, chunk, 'F'|'B'|'W')`` for compute/blocking-comm spans of a pipeline op;
+    ``split``: the schedule runs the weight-gradient phases as separate ``W`` ops."""
     if span.microbatch < 0:
         return None
     if span.stream == "compute":
@@ -84,7 +88,10 @@ def op_key(span: Span) -> tuple[int, int, str] | None:
             return None
     elif not is_blocking(span):
         return None
-    return span.microbatch, span.chunk, "F" if span_phase(span) == "forward" else "B"
+    phase = span_phase(span)
+    if phase == "forward":
+        return span.microbatch, span.chunk, "F"
+    return span.microbatch, span.chunk, "W" if split and phase == "weight_grad" else "B"
 
 
 def compute_lane_kind(span: Span) -> str | None:
@@ -105,13 +112,14 @@ def compute_lane_kind(span: Span) -> str | None:
 def timeline_boxes(result: SimResult, ranks: Sequence[int]) -> list[Box]:
     """Boxes for ``ranks`` (row ``i`` = ``ranks[i]``), sorted by (row, lane, start, end)."""
     row_of = {r: i for i, r in enumerate(ranks)}
+    split = result.program.schedule in SPLIT_BACKWARD
     ops: dict[tuple, list] = {}  # (row, mb, chunk, dir) -> [start, end, has_ig, has_wg, has_f]
     singles: list[Box] = []
     for s in result.spans:
         row = row_of.get(s.rank)
         if row is None:
             continue
-        key = op_key(s)
+        key = op_key(s, split)
         if key is not None:
             e = ops.get((row,) + key)
             if e is None:
@@ -132,7 +140,8 @@ def timeline_boxes(result: SimResult, ranks: Sequence[int]) -> list[Box]:
     boxes = [_merge_touching(singles)]
     op_boxes = []
     for (row, mb, chunk, d), (t0, t1, ig, wg) in ops.items():
-        kind = "forward" if d == "F" else ("backward" if ig or not wg else "weight_grad")
+        kind = "forward" if d == "F" else (
+            "backward" if d == "B" and (ig or not wg) else "weight_grad")
         if t1 > t0:
             op_boxes.append(Box(row, "compute", t0, t1, kind, mb, chunk))
     boxes.append(op_boxes)

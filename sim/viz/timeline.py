@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.engine.result import SimResult
+from sim.schedules import SPLIT_BACKWARD
 from sim.viz.boxes import Box, timeline_boxes
 from sim.viz.mpl import DPI, hex_rgb, lighten, luminance, render
 from sim.viz.select import select_ranks
@@ -34,6 +35,8 @@ LEGEND = [
     ("EP", "EP comm"), ("PP", "PP comm"), ("DP", "DP comm"), ("DP_EP", "DP_EP comm"),
 ]
 OP_KINDS = ("forward", "backward", "weight_grad")
+SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (separate pass)"}
+"""Legend of the split-backward schedules (zb-h1, zb-v), whose W passes are their own boxes."""
 
 # geometry (pixels)
 LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 96, 24, 64, 116
@@ -89,7 +92,7 @@ def label_plan(boxes: Sequence[Box], iteration_ns: int, axes_width_px: float, wi
     for b in boxes:
         if b.lane != "compute" or b.kind not in OP_KINDS:
             continue
-        text = b.label(with_chunk)
+        text = ("W" if b.kind == "weight_grad" else "") + b.label(with_chunk)
         w_px = b.duration_ns / iteration_ns * axes_width_px
         x = (b.start_ns + b.end_ns) / 2
         for pt in (LABEL_PT, 6.0, MIN_LABEL_PT):
@@ -177,8 +180,10 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
         ax.set_axisbelow(True)
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
+        split = prog.schedule in SPLIT_BACKWARD
         handles = [Patch(facecolor=COLORS[k], edgecolor="#a0a0a0" if k == "bubble" else "none",
-                         hatch="///" if k == "bubble" else None, label=text)
+                         hatch="///" if k == "bubble" else None,
+                         label=SPLIT_LEGEND.get(k, text) if split else text)
                    for k, text in LEGEND if k in present]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -46 / (h - TOP_PX
                   - BOTTOM_PX)), ncol=min(len(handles), 6), frameon=False)
@@ -218,6 +223,8 @@ def _subtitle(result: SimResult, report: dict[str, Any] | None) -> str:
 def _lanes_note(result: SimResult) -> str:
     note = "upper lane: compute stream — op boxes labelled with the microbatch"
     note += (".chunk (later chunks lighter)" if result.program.vpp > 1 else "")
+    if result.program.schedule in SPLIT_BACKWARD:
+        note += ", weight-grad passes W<microbatch> in their own colour"
     note += "; a communication colour there = the stream waits for it (exposed). "
     return note + "Thin lane: communication on the wire (blocking TP/EP, pipeline sends, " \
                   "asynchronous DP reductions)."
