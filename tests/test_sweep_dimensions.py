@@ -1,11 +1,15 @@
 """Sweeps over the new dimensions: context parallelism, ZeRO stage and schedule, with the same
 feasibility rules as a single run."""
 
+import csv
+import io
+
 from conftest import ROOT
 
 from sim.cli.sweep import parse_schedules
 from sim.models.parallel import Training
 from sim.models.spec import load_model
+from sim.sweep.output import csv_text, ranked
 from sim.sweep.space import Space, SweepPoint, enumerate_layouts
 
 MODEL = load_model(ROOT / "workloads/models/llama3-8b.yaml")
@@ -38,3 +42,39 @@ def test_default_keys_unchanged():
     assert SweepPoint(8, 8, 16, 3, 1).key == "tp8-pp8-dp16-vpp3-mb1"
     assert SweepPoint(1, 2, 4, cp=2, zero=1, schedule="zb-h1").key == (
         "tp1-pp2-dp4-vpp1-mb1-cp2-zero1-zb-h1")
+
+
+def test_zb_v_in_a_sweep_gets_its_two_chunks_unless_vpp_is_given():
+    # as in a single run: --schedule zb-v alone runs vpp 2; an explicit vpp 1 is refused
+    train = Training(global_batch=32, flash_attention=True)
+    ok, _ = enumerate_layouts(MODEL, Space(gpus=16, tp=(2,), pp=(2, 4),
+                                           schedule=parse_schedules("1f1b,zb-v")), train, 8)
+    assert sorted(lay.key for lay in ok) == [
+        "tp2-pp2-dp4-vpp1-mb1-1f1b", "tp2-pp2-dp4-vpp2-mb1-zb-v",
+        "tp2-pp4-dp2-vpp1-mb1-1f1b", "tp2-pp4-dp2-vpp2-mb1-zb-v"]
+    ok, skipped = enumerate_layouts(MODEL, Space(gpus=16, tp=(2,), pp=(4,), vpp=(1,),
+                                                 schedule=("zb-v",)), train, 8)
+    assert ok == [] and "two model chunks per stage" in dict(skipped)[
+        "tp2-pp4-dp2-vpp1-mb1-zb-v"]
+    # micro batch 1: pp 4 (dp 4) M = 8 ≥ 2p-1 = 7, pp 8 (dp 2) M = 16 ≥ 15; micro batch 2
+    # halves M below 2p-1: refused with the single run's reason
+    ok, skipped = enumerate_layouts(MODEL, Space(gpus=16, tp=(1,), pp=(4, 8), micro_batch=(1, 2),
+                                                 schedule=("zb-v",)), train, 8)
+    assert [lay.key for lay in ok] == ["tp1-pp4-dp4-vpp2-mb1-zb-v", "tp1-pp8-dp2-vpp2-mb1-zb-v"]
+    reasons = dict(skipped)
+    assert "at least 2p−1 = 15 microbatches (got 8)" in reasons["tp1-pp8-dp2-vpp2-mb2-zb-v"]
+    assert "at least 2p−1 = 7 microbatches (got 4)" in reasons["tp1-pp4-dp4-vpp2-mb2-zb-v"]
+
+
+def test_results_csv_has_cp_and_zero_columns():
+    rows = ranked([
+        {"layout": "tp2-pp1-dp4-vpp1-mb1-cp2-zero3-zb-h1", "status": "ok", "tp": 2, "pp": 1,
+         "dp": 4, "vpp": 1, "ep": 1, "cp": 2, "zero": 3, "micro_batch": 1,
+         "schedule": "zb-h1", "iteration_time_s": 2.0},
+        {"layout": "tp2-pp1-dp8-vpp1-mb1", "status": "ok", "tp": 2, "pp": 1, "dp": 8,
+         "vpp": 1, "ep": 1, "micro_batch": 1, "schedule": "1f1b", "iteration_time_s": 1.0}])
+    lines = list(csv.DictReader(io.StringIO(csv_text(rows))))
+    assert [(r["layout"], r["cp"], r["zero"], r["schedule"]) for r in lines] == [
+        ("tp2-pp1-dp8-vpp1-mb1", "1", "0", "1f1b"),
+        ("tp2-pp1-dp4-vpp1-mb1-cp2-zero3-zb-h1", "2", "3", "zb-h1")]
+    assert "cp" not in rows[0] and rows[1]["cp"] == 2  # results.json rows: as before

@@ -20,6 +20,7 @@ from sim.models.parallel import DTYPES, RECOMPUTE
 from sim.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
 from sim.sweep.runner import DASK_MISSING
+from sim.sweep.space import Space
 
 
 def build_parser() -> Parser:
@@ -41,9 +42,9 @@ def build_parser() -> Parser:
                                                 "GPUs of one node)")
     g.add_argument("--pp", metavar="LIST", help="PP sizes (default: divisors of the layer "
                                                 "count)")
-    g.add_argument("--vpp", metavar="LIST", default="1",
+    g.add_argument("--vpp", metavar="LIST",
                    help="model chunks per stage; > 1 uses the interleaved schedule (default: "
-                        "%(default)s)")
+                        "each schedule's own: 2 for zb-v, else 1)")
     g.add_argument("--micro-batch", metavar="LIST", default="1",
                    help="micro batch sizes (default: %(default)s)")
     g.add_argument("--ep", metavar="LIST", default="1",
@@ -55,7 +56,7 @@ def build_parser() -> Parser:
                    help="ZeRO stages among 0,1,2,3 (default: %(default)s; 0 = Megatron DDP / "
                         "--distributed-optimizer)")
     g.add_argument("--schedule", metavar="LIST", default="",
-                   help="pipeline schedules among gpipe,1f1b,interleaved,zb-h1 (default: "
+                   help=f"pipeline schedules among {','.join(SCHEDULES)} (default: "
                         "interleaved if vpp > 1, else 1f1b)")
     g = p.add_argument_group("training (shared by every layout)")
     g.add_argument("--global-batch", type=positive_int, required=True,
@@ -144,14 +145,15 @@ def parse_schedules(text: str) -> tuple[str, ...]:
 
 def sweep_options(args: argparse.Namespace) -> SweepOptions:
     """The sweep the parsed arguments describe."""
-    return SweepOptions(
-        model=args.model, topology=args.topo, training=training_of(args), gpus=args.gpus,
-        tp=parse_list(args.tp, "--tp") if args.tp else None,
+    space = Space(
+        gpus=args.gpus, tp=parse_list(args.tp, "--tp") if args.tp else None,
         pp=parse_list(args.pp, "--pp") if args.pp else None,
-        vpp=parse_list(args.vpp, "--vpp"),
+        vpp=parse_list(args.vpp, "--vpp") if args.vpp is not None else (),
         micro_batch=parse_list(args.micro_batch, "--micro-batch"),
         ep=parse_list(args.ep, "--ep"), cp=parse_list(args.cp, "--cp"),
-        zero=parse_stages(args.zero), schedule=parse_schedules(args.schedule),
+        zero=parse_stages(args.zero), schedule=parse_schedules(args.schedule))
+    return SweepOptions(
+        model=args.model, topology=args.topo, training=training_of(args), space=space,
         nodes=args.nodes, network=network_options(args),
         placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,
         workers=args.workers, scheduler=args.scheduler,

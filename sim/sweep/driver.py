@@ -11,7 +11,7 @@ import hashlib
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,9 @@ from sim.words import plural
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """A whole sweep. ``gpus`` every layout uses (``None``: all of the topology); ``tp`` …
-    ``ep``: candidate values per dimension (:class:`~sim.sweep.space.Space`; ``None``: the
-    default set); ``training`` shared by every layout (its micro batch is each layout's); ``out``
+    """A whole sweep. ``space``: the candidate values per dimension and the GPUs every layout
+    uses (:class:`~sim.sweep.space.Space`; its ``gpus`` ``None``: all of the topology);
+    ``training`` shared by every layout (its micro batch is each layout's); ``out``
     results directory (``None``: ``sweep-<model>-<GPUS>gpu``); ``resume`` / ``overwrite``
     what to do with earlier results there; ``workers`` local processes, ``scheduler`` a Dask
     address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now; ``top``
@@ -46,15 +46,7 @@ class SweepOptions:
     model: str
     topology: str
     training: Training
-    gpus: int | None = None
-    tp: tuple[int, ...] | None = None
-    pp: tuple[int, ...] | None = None
-    vpp: tuple[int, ...] = (1,)
-    micro_batch: tuple[int, ...] = (1,)
-    ep: tuple[int, ...] = (1,)
-    cp: tuple[int, ...] = (1,)
-    zero: tuple[int, ...] = (0,)
-    schedule: tuple[str, ...] = ("",)
+    space: Space = field(default_factory=Space)
     nodes: int | None = None
     network: NetworkOptions = field(default_factory=NetworkOptions)
     placement: str = "tp-dp-pp"
@@ -107,13 +99,11 @@ def run_sweep(opts: SweepOptions) -> int:
         raise UsageError("give --resume or --overwrite, not both", field="--resume")
     model = load_model(opts.model)
     topo = load_topology(opts.topology, nodes=opts.nodes)
-    gpus = opts.gpus or topo.num_gpus
+    gpus = opts.space.gpus or topo.num_gpus
     if gpus > topo.num_gpus:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
                          "--nodes", field="--gpus")
-    space = Space(gpus=gpus, tp=opts.tp, pp=opts.pp, vpp=opts.vpp,
-                  micro_batch=opts.micro_batch, ep=opts.ep, cp=opts.cp, zero=opts.zero,
-                  schedule=opts.schedule)
+    space = replace(opts.space, gpus=gpus)
     layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node)
     if not layouts:
         why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])

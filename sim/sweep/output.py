@@ -27,6 +27,11 @@ COLUMNS = ("rank", "layout", "status", "tp", "pp", "dp", "vpp", "ep", "micro_bat
            "ideal_bubble_fraction") + tuple(f"exposed_{g}_s" for g in GROUPS) + (
            "events", "reason")
 VOLATILE = ("elapsed_s",)  # in results.jsonl only
+CSV_DEFAULTS = {"cp": 1, "zero": 0}
+"""Dimensions in the JSON rows only when not the default (the layout key likewise), but a
+column of results.csv always, with their default value where the row has none."""
+CSV_COLUMNS = COLUMNS[:COLUMNS.index("micro_batch")] + tuple(CSV_DEFAULTS) + COLUMNS[
+    COLUMNS.index("micro_batch"):]
 
 
 def ranked(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -47,10 +52,11 @@ def ranked(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def csv_text(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    w.writerow(CSV_COLUMNS)
     for r in rows:
+        r = CSV_DEFAULTS | r
         w.writerow(["" if r.get(c) is None else repr(r[c]) if isinstance(r[c], float)
-                    else r[c] for c in COLUMNS])
+                    else r[c] for c in CSV_COLUMNS])
     return buf.getvalue()
 
 

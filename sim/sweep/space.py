@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from sim.errors import UsageError
 from sim.models.parallel import ParallelConfig, Training, fields_of, validate
 from sim.models.spec import ModelSpec
+from sim.schedules import default_vpp
 
 
 @dataclass(frozen=True, order=True)
@@ -56,14 +57,16 @@ class SweepPoint:
                                 and not self.zero)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Space:
-    """Candidate values per dimension; ``None`` means the default set (see :func:`candidates`)."""
+    """Candidate values per dimension; ``None`` means the default set (see :func:`candidates`);
+    ``vpp`` empty: each schedule's default (2 for zb-v, else 1). ``gpus``: GPUs every layout
+    uses (``None`` until the sweep resolves it: all of the topology)."""
 
-    gpus: int
+    gpus: int | None = None
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
-    vpp: tuple[int, ...] = (1,)
+    vpp: tuple[int, ...] = ()
     micro_batch: tuple[int, ...] = (1,)
     ep: tuple[int, ...] = (1,)
     cp: tuple[int, ...] = (1,)
@@ -85,9 +88,23 @@ def candidates(model: ModelSpec, space: Space, gpus_per_node: int) -> tuple[list
     return sorted(set(tps)), sorted(set(pps))
 
 
+def _points(space: Space):
+    """(vpp, micro batch, ep, zero, schedule) combinations, vpp outermost; an empty vpp list
+    gives each schedule its default (:func:`~sim.schedules.default_vpp`)."""
+    scheds = sorted(set(space.schedule))
+    vpps = sorted(set(space.vpp) or {default_vpp(s or None) for s in scheds})
+    for vpp, mb, ep, zero, sched in itertools.product(
+            vpps, sorted(set(space.micro_batch)), sorted(set(space.ep)),
+            sorted(set(space.zero)), scheds):
+        if space.vpp or vpp == default_vpp(sched or None):
+            yield vpp, mb, ep, zero, sched
+
+
 def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
                       gpus_per_node: int) -> tuple[list[SweepPoint], list[tuple[str, str]]]:
     """Valid layouts (sorted by key) and the skipped combinations as ``(description, reason)``."""
+    if space.gpus is None:
+        raise ValueError("the sweep space's GPU count is not resolved")
     tps, pps = candidates(model, space, gpus_per_node)
     ok: list[SweepPoint] = []
     skipped: list[tuple[str, str]] = []
@@ -98,9 +115,7 @@ def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
                                   f"divide {space.gpus} GPUs"))
             continue
         dp = space.gpus // (tp * pp * cp)
-        for vpp, mb, ep, zero, sched in itertools.product(
-                sorted(set(space.vpp)), sorted(set(space.micro_batch)), sorted(set(space.ep)),
-                sorted(set(space.zero)), sorted(set(space.schedule))):
+        for vpp, mb, ep, zero, sched in _points(space):
             lay = SweepPoint(tp, pp, dp, vpp, mb, ep, cp, zero, sched)
             try:
                 validate(model, lay.config(training))
