@@ -211,7 +211,9 @@ def _title(result: SimResult, report: dict[str, Any] | None) -> str:
 
 def _subtitle(result: SimResult, report: dict[str, Any] | None) -> str:
     prog = result.program
-    parts = [f"TP {prog.tp} × PP {prog.pp} × DP {prog.dp} = {prog.world_size} GPUs"]
+    lay = prog.layout  # the real DP and CP (prog.dp is DP×CP)
+    cp = f" × CP {lay.cp}" if lay.cp > 1 else ""
+    parts = [f"TP {lay.tp} × PP {lay.pp} × DP {lay.dp}{cp} = {prog.world_size} GPUs"]
     if report:
         if report.get("topology"):
             parts.append(Path(str(report["topology"])).name)

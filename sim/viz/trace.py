@@ -229,7 +229,7 @@ def _other(result: SimResult, chosen: list[int], report: dict[str, Any] | None) 
         "iteration_time_s": result.iteration_ns * 1e-9,
         "schedule": prog.schedule, "pipeline_stages": prog.pp,
         "microbatches": prog.microbatches, "virtual_pipeline_size": prog.vpp,
-        "parallelism": f"TP {prog.tp} x PP {prog.pp} x DP {prog.dp} (EP {prog.ep})",
+        "parallelism": f"{prog.layout.describe()} (EP {prog.ep})",
         "simulation_mode": "per-rank" if result.per_rank else "symmetric",
         "ranks_shown": rank_list(chosen),
     }

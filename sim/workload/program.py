@@ -85,17 +85,19 @@ class PipelineProgram:
     @classmethod
     def of(cls, layout: Layout, **rest) -> PipelineProgram:
         """The program of ``layout`` (``rest``: ``pp_bytes``, ``stages`` and the optional
-        fields)."""
-        return cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep, vpp=layout.vpp,
-                   microbatches=layout.microbatches, schedule=layout.schedule_name,
+        fields); its ``dp`` is the layout's DP×CP."""
+        return cls(tp=layout.tp, pp=layout.pp, dp=layout.dp * layout.cp, ep=layout.ep,
+                   vpp=layout.vpp, microbatches=layout.microbatches,
+                   schedule=layout.schedule_name, cp=layout.cp,
                    microbatch_group_size=layout.microbatch_group_size, **rest)
 
     @property
     def layout(self) -> Layout:
-        """The program's parallel layout."""
-        return Layout(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, vpp=self.vpp,
+        """The program's parallel layout, with the real data- and context-parallel sizes
+        (``dp`` here is DP×CP)."""
+        return Layout(tp=self.tp, pp=self.pp, dp=self.dp // self.cp, ep=self.ep, vpp=self.vpp,
                       microbatches=self.microbatches, schedule=self.schedule,
-                      microbatch_group_size=self.microbatch_group_size)
+                      microbatch_group_size=self.microbatch_group_size, cp=self.cp)
 
     @property
     def world_size(self) -> int:
