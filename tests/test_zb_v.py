@@ -10,10 +10,11 @@ from conftest import ROOT
 
 from sim.engine import simulate
 from sim.errors import UsageError
+from sim.models.generator import embedding_grad_comm
 from sim.models.memory import inflight_activation_bytes
 from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
+from sim.models.spec import ModelSpec, load_model
 from sim.network.simple import FreeNetwork
 from sim.report import build_report
 from sim.schedules import schedule_table, stage_chunk, virtual_stage, zb_v
@@ -220,3 +221,19 @@ def test_zb_v_model_plan_places_chunks_in_a_v():
     with pytest.raises(UsageError, match="at least 2p−1 = 7"):
         build_model_plan(model, ParallelConfig(tp=1, pp=4, dp=1, vpp=2, global_batch=6,
                                                micro_batch=1, schedule="zb-v"))
+
+
+def test_zb_v_tied_embeddings_need_no_embedding_group_allreduce():
+    # V placement: the input embedding (virtual stage 0) and the output layer (virtual stage
+    # 2p-1) are both on stage 0, so Megatron's first/last-stage embedding group has nothing to
+    # reduce; stage 0 holds one copy of the tied weight (1F1B: stages 0 and p-1 hold one each)
+    tiny = ModelSpec("tiny", layers=8, hidden=256, heads=4, vocab=1000, seq_len=128)
+    for sched, v, emb_stages in (("1f1b", 1, [0, 3]), ("zb-v", 2, [])):
+        par = ParallelConfig(tp=1, pp=4, dp=1, vpp=v, global_batch=8, schedule=sched)
+        plan = build_model_plan(tiny, par)
+        assert [s for s in range(4) if embedding_grad_comm(plan, s) is not None] == emb_stages
+    par = ParallelConfig(tp=1, pp=4, dp=1, vpp=2, global_batch=8, schedule="zb-v")
+    v1f1b = ParallelConfig(tp=1, pp=4, dp=1, global_batch=8)
+    zbv_params = [st.params for st in build_model_plan(tiny, par).stages]
+    one_params = [st.params for st in build_model_plan(tiny, v1f1b).stages]
+    assert sum(one_params) - sum(zbv_params) == 1024 * 256  # one tied copy fewer (padded V)

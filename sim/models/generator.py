@@ -25,6 +25,7 @@ from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.models.split import stage_layer_counts, virtual_stage_layers
 from sim.models.zero import BYTES_16, zero3_layers
+from sim.schedules import stage_chunk
 from sim.topology.gpu import GpuSpec
 from sim.words import plural
 from sim.workload.model import Layer, Phase
@@ -216,10 +217,11 @@ def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
     last pipeline stage (Megatron-Core ``finalize_model_grads`` → ``_allreduce_embedding_grads``
     in ``parallel_state.get_embedding_group()``), after the data-parallel gradient sync and
     before the optimizer step: the stage's ``V/t × h`` gradient (padded vocabulary), in the
-    gradient dtype; blocking. ``None`` when the embeddings are untied, ``pp == 1`` or the stage
-    is a middle one."""
+    gradient dtype; blocking. ``None`` when the embeddings are untied, ``pp == 1``, the stage
+    is a middle one, or the schedule places the output layer on stage 0 too (V placement)."""
     m, par, dm = plan.model, plan.par, plan.dims
-    if not m.tied_embeddings or par.pp == 1 or stage not in (0, par.pp - 1):
+    last = stage_chunk(par.schedule_name, par.pp, par.pp * par.vpp - 1)[0]
+    if not m.tied_embeddings or last == 0 or stage not in (0, last):
         return None
     size = dm.v // dm.t * dm.h * grad_bytes(par.dtype)
     return Comm(CollKind.ALLREDUCE, GroupKind.EMB, size, blocking=True)
