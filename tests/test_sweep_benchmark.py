@@ -32,8 +32,9 @@ def test_sweep_of_28_layouts_of_175b_on_1024_gpus_within_30_s(tmp_path):
 
 def test_validate_within_90_cpu_s(tmp_path):
     """All shipped measured cases (29, up to 3360 GPUs) on 2 local workers: measured 60 CPU-s
-    in total on main 4039e3e (~30 s of wall time on 2 free cores). CPU time (this process and its workers) is
-    the bound, so the check holds on a loaded machine; 90 s leaves room for slower CI cores."""
+    in total on main 4039e3e (~30 s of wall time on 2 free cores). CPU time (this process and
+    its workers) is the bound, so the check holds on a loaded machine; 90 s leaves room for
+    slower CI cores."""
     before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     assert main(["validate", "--workers", "2", "--json", str(tmp_path / "v.json")]) == 0
     after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
