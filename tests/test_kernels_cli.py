@@ -92,11 +92,28 @@ def test_other_gpu_on_an_unknown_topology_gpu_warns(tmp_path, capsys):
 def test_compute_efficiency_for_an_unknown_gpu(tmp_path, capsys):
     args = ["--model", str(WORKLOADS / "models" / "gpt2-medium.yaml"), "--topo",
             str(TOPOLOGIES / "tiny-2x2.yaml"), "--tp", "2", "--global-batch", "2"]
-    default = _report(tmp_path, capsys, *args)
-    assert any(a.startswith("WARNING: GPU test-gpu is not in the GPU catalogue")
-               for a in default["assumptions"])
+    default = _report(tmp_path, capsys, *args)  # tiny-2x2 declares compute_efficiency 0.75
+    assert any(a.startswith("GPU test-gpu is not in the GPU catalogue: declared in the topology")
+               and "compute_efficiency 0.75" in a for a in default["assumptions"])
     slower = _report(tmp_path, capsys, *args, "--compute-efficiency", "0.3")
-    assert any("--compute-efficiency 0.3" in a for a in slower["assumptions"])
+    assert any(a.startswith("WARNING: GPU test-gpu is not in the GPU catalogue")
+               and "--compute-efficiency 0.3" in a for a in slower["assumptions"])
     assert slower["iteration_time_s"] > default["iteration_time_s"]
     assert main([*args, "--compute-efficiency", "1.5"]) == 2
     assert main([*args, "--attention-backend", "cudnn"]) == 2
+
+
+def test_an_undeclared_unknown_gpu_is_refused_naming_the_known_ones(tmp_path, capsys):
+    text = (TOPOLOGIES / "tiny-2x2.yaml").read_text()
+    topo = tmp_path / "undeclared.yaml"
+    topo.write_text(text.replace(", compute_efficiency: 0.75}", "}"))
+    assert "compute_efficiency: 0.75" not in topo.read_text()
+    args = ["--model", str(WORKLOADS / "models" / "gpt2-medium.yaml"), "--topo", str(topo),
+            "--tp", "2", "--global-batch", "2", "--json", str(tmp_path / "r.json")]
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'test-gpu'" in err and "H100-SXM5-80GB" in err
+    assert "--compute-efficiency" in err and "node.gpu.compute_efficiency" in err
+    assert not (tmp_path / "r.json").exists()
+    assert main([*args, "--compute-efficiency", "0.75"]) == 0

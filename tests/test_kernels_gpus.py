@@ -1,11 +1,13 @@
 """GPU families: the catalogue, how a topology's GPU resolves to a compute model (measured
 table, datasheet-only, unknown), and what model-driven reports say about it."""
 
+from dataclasses import replace
+
 import pytest
 from conftest import WORKLOADS
 
 from sim.errors import UsageError
-from sim.kernels.gpus import catalog, find
+from sim.kernels.gpus import catalog, describe, find
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import A100, GENERIC, H100
 from sim.models.compute_setup import ComputeOptions, resolve_compute
@@ -51,8 +53,20 @@ def test_unknown_gpu_is_refused_or_needs_compute_efficiency():
     assert s.notes[0].startswith("WARNING: GPU test-gpu is not in the GPU catalogue")
     with pytest.raises(UsageError, match="fraction"):
         resolve_compute(UNKNOWN, ComputeOptions(compute_efficiency=1.5))
-    lenient = resolve_compute(UNKNOWN, need=False)
-    assert lenient.cm is GENERIC and lenient.notes[0].startswith("WARNING")
+
+
+def test_a_gpu_declared_in_its_topology_uses_the_declared_efficiency():
+    declared = resolve_compute(replace(UNKNOWN, compute_efficiency=0.75))
+    assert replace(declared.cm, family="x") == replace(GENERIC, family="x")
+    assert "test-gpu" in declared.cm.family and "not measured" in declared.cm.family
+    assert declared.notes[0].startswith("GPU test-gpu is not in the GPU catalogue: declared in "
+                                        "the topology")
+    half = resolve_compute(replace(UNKNOWN, compute_efficiency=0.375))
+    assert half.cm.gemm_efficiency == 0.375
+    assert half.cm.flash_bwd_efficiency == pytest.approx(GENERIC.flash_bwd_efficiency / 2)
+    flag = resolve_compute(replace(UNKNOWN, compute_efficiency=0.75),
+                           ComputeOptions(compute_efficiency=0.5))
+    assert flag.cm.gemm_efficiency == 0.5 and flag.notes[0].startswith("WARNING")
 
 
 def _program(gpu):
@@ -63,12 +77,28 @@ def _program(gpu):
 
 def test_h100_report_says_measured_and_how_much_came_from_the_table():
     text = "\n".join(_program(H100_SXM).assumptions)
-    assert "GPU H100-SXM5-80GB (measured)" in text
+    assert "GPU H100-SXM5-80GB (measured: kernel table sim/data/kernels/h100-sxm.csv" in text
     assert "kernel table sim/data/kernels/h100-sxm.csv: 181 kernels" in text
     share = [a for a in _program(H100_SXM).assumptions if a.startswith("compute time per")]
     assert len(share) == 1 and "from the kernel table" in share[0] and "roofline" in share[0]
 
 
-def test_a100_report_is_unchanged_by_the_catalogue():
-    text = "\n".join(_program(A100_80).assumptions)
-    assert "kernel table" not in text and "catalogue" not in text
+def test_a100_report_says_datasheet_only_and_roofline_only():
+    notes = _program(A100_80).assumptions
+    gpu = [a for a in notes if a.startswith("GPU A100-SXM4-80GB")]
+    assert len(gpu) == 1 and gpu[0].startswith("GPU A100-SXM4-80GB (datasheet-only: no kernel "
+                                               "table measured on it")
+    assert "peaks from vendor datasheet" in gpu[0]
+    assert "compute time: all from the roofline" in "\n".join(notes)
+    assert not any(a.startswith("compute time per iteration") for a in notes)
+
+
+def test_every_family_says_measured_or_datasheet_only_and_what_its_peaks_rest_on():
+    for g in catalog():
+        line = describe(g)
+        assert line.startswith(f"GPU {g.name} ({g.status}:")
+        assert g.peaks_from in line
+    for name in ("B200", "GB200", "MI300X"):
+        g = find(name)
+        assert g.peaks_from == "third-party summary (vendor datasheet not found)"
+        assert g.source.startswith("VENDOR DATASHEET NOT FOUND")

@@ -26,7 +26,10 @@ def test_a100_file_on_h100_is_scaled_by_the_reference_gemm_ratio():
 
 
 def test_same_gpu_or_unnamed_keeps_the_times():
-    assert source_compute_scale("A100-SXM4-80GB", A100_80) == (1.0, None)
+    f, note = source_compute_scale("A100-SXM4-80GB", A100_80)
+    assert f == 1.0 and note == ("compute times as in the workload file, measured on "
+                                 "A100-SXM4-80GB (the file's gpu header field), the topology's "
+                                 "GPU")
     f, note = source_compute_scale(None, H100_SXM)
     assert f == 1.0 and "does not name the GPU" in note and "--source-gpu" in note
     assert source_compute_scale(None, UNKNOWN) == (1.0, None)

@@ -7,16 +7,16 @@ import pytest
 from conftest import WORKLOADS
 
 from sim.comm import CollKind
+from sim.errors import UsageError
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import (
     A100,
-    GENERIC,
     H100,
-    compute_model_for,
     gemm_efficiency,
     op_time_ns,
     ops_time_ns,
 )
+from sim.models.compute_setup import resolve_compute
 from sim.models.layers import Dims, transformer_layer_rows
 from sim.models.ops import Op, OpKind, gemm
 from sim.topology.gpu import GpuSpec
@@ -112,8 +112,9 @@ def test_h100_is_faster_but_not_by_the_full_peak_ratio():
 
 
 def test_family_lookup():
-    assert compute_model_for(A100_80) is A100
-    assert compute_model_for(H100_80) is H100
-    assert compute_model_for(GpuSpec("MI300X", {"bf16": 1300.0}, 192, 5300)).family.startswith(
+    assert resolve_compute(A100_80).cm is A100
+    assert resolve_compute(H100_80).cm is H100
+    assert resolve_compute(GpuSpec("MI300X", {"bf16": 1300.0}, 192, 5300)).cm.family.startswith(
         "MI300X: generic")
-    assert compute_model_for(GpuSpec("test-gpu", {"bf16": 100.0}, 16, 1000)) is GENERIC
+    with pytest.raises(UsageError, match="not in the GPU catalogue"):
+        resolve_compute(GpuSpec("test-gpu", {"bf16": 100.0}, 16, 1000))

@@ -33,6 +33,7 @@ class CatalogGpu:
     sms: int | None
     nvlink: str
     kernel_table: str
+    peaks_from: str  # "vendor datasheet", or what else they rest on (see sim/data/gpus.csv)
     source: str
 
 
@@ -53,7 +54,7 @@ def catalog() -> tuple[CatalogGpu, ...]:
             family=r["family"], status=r["status"], peak_tflops=peaks,
             hbm_GB=float(r["hbm_GB"]), hbm_GBps=float(r["hbm_GBps"]),
             sms=int(r["sms"]) if r["sms"] else None, nvlink=r["nvlink"],
-            kernel_table=r["kernel_table"], source=r["source"]))
+            kernel_table=r["kernel_table"], peaks_from=r["peaks_from"], source=r["source"]))
     return tuple(out)
 
 
@@ -71,7 +72,14 @@ def find(name: str) -> CatalogGpu | None:
 
 
 def describe(g: CatalogGpu) -> str:
-    """One line for the report: the GPU, its datasheet numbers and whether it was measured."""
+    """One line for the report: the GPU, whether simrun has measured kernels of it, its
+    datasheet numbers and what they rest on."""
     peaks = ", ".join(f"{d} {v:g}" for d, v in g.peak_tflops.items())
-    return (f"GPU {g.name} ({g.status}): dense peaks TFLOP/s {peaks}; HBM {g.hbm_GB:g} GB at "
-            f"{g.hbm_GBps:g} GB/s; {g.sms or 'unknown'} SMs; {g.nvlink}; source: {g.source}")
+    if g.status == "measured":
+        status = f"measured: kernel table sim/data/kernels/{g.kernel_table} measured on it"
+    else:
+        status = ("datasheet-only: no kernel table measured on it; simrun's compute model "
+                  "for it is a roofline on these peaks")
+    return (f"GPU {g.name} ({status}): dense peaks TFLOP/s {peaks}; HBM {g.hbm_GB:g} GB at "
+            f"{g.hbm_GBps:g} GB/s; {g.sms or 'unknown'} SMs; {g.nvlink}; peaks from "
+            f"{g.peaks_from}; source: {g.source}")

@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 from sim.kernels.attention import AttnShape
-from sim.kernels.gpus import find
 from sim.kernels.lookup import EXACT, Hit, TableLookup
 from sim.models.ops import Op, OpKind
 from sim.topology.gpu import GpuSpec
@@ -90,14 +89,6 @@ def family_model(family: str) -> ComputeModel:
     if family in _FAMILIES:
         return _FAMILIES[family]
     return replace(GENERIC, family=f"{family}: generic, not measured")
-
-
-def compute_model_for(gpu: GpuSpec) -> ComputeModel:
-    """The efficiency set for ``gpu`` (catalogue family of ``gpu.name``; GENERIC for a GPU the
-    catalogue does not know — callers that time operators go through
-    :func:`sim.kernels.gpus.resolve_compute`, which refuses unknown GPUs)."""
-    entry = find(gpu.name)
-    return family_model(entry.family) if entry else GENERIC
 
 
 def peak_flops(gpu: GpuSpec, dtype: str) -> float:

@@ -37,19 +37,20 @@ class ComputeSetup:
     entry: CatalogGpu | None
 
 
-def resolve_compute(gpu, opts: ComputeOptions | None = None, *, need: bool = True
-                    ) -> ComputeSetup:
+def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     """The compute model for topology GPU ``gpu`` (a :class:`~sim.topology.gpu.GpuSpec`).
 
     Known GPU: its family's roofline efficiencies, plus its shipped kernel table (when it has
-    one) or ``--kernel-table``. Unknown GPU: :class:`UsageError` naming the known ones, unless
-    ``--compute-efficiency`` is given (then the generic efficiency set scaled to it, with a
-    warning). ``need=False``: an unknown GPU gets the generic set and a WARNING note (used where
-    no command-line choice reaches, e.g. the shipped test topologies' made-up ``test-gpu``).
+    one) or ``--kernel-table``. A GPU the catalogue does not know needs an explicit large-GEMM
+    efficiency: ``--compute-efficiency`` (a WARNING in the report) or the topology's
+    ``node.gpu.compute_efficiency`` (a GPU declared in its topology file, like the test
+    topologies' ``test-gpu``); the generic efficiency set is scaled to it. Neither: a
+    :class:`UsageError` naming the known GPUs — never a silent generic fallback.
     """
     opts = opts or ComputeOptions()
     entry = find(gpu.name)
     notes: list[str] = []
+    declared = gpu.compute_efficiency
     if opts.compute_efficiency is not None:
         cm = scaled_generic(opts.compute_efficiency)
         if entry is None:
@@ -60,16 +61,18 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None, *, need: bool = Tru
                          f"{entry.family} roofline efficiencies")
     elif entry is not None:
         cm = family_model(entry.family)
-    elif need:
-        raise UsageError(f"GPU {gpu.name!r} of the topology is not in the GPU catalogue "
-                         f"(known: {known_names()}); name one of them in node.gpu.name or give "
-                         "--compute-efficiency FRACTION", field="--compute-efficiency")
+    elif declared is not None:
+        cm = replace(scaled_generic(declared, field="node.gpu.compute_efficiency"),
+                     family=f"{gpu.name}: generic scaled to {declared:g}, not measured")
+        notes.append(f"GPU {gpu.name} is not in the GPU catalogue: declared in the topology, "
+                     f"its operators are timed by the roofline at its node.gpu."
+                     f"compute_efficiency {declared:g} of the dense peak for large GEMMs (the "
+                     "generic efficiency set scaled to it; not measured)")
     else:
-        cm = GENERIC
-        notes.append(f"WARNING: GPU {gpu.name} is not in the GPU catalogue (known: "
-                     f"{known_names()}); its operators are timed by the roofline with the "
-                     f"generic efficiencies ({GENERIC.gemm_efficiency:.0%} of its peak for "
-                     "large GEMMs); --compute-efficiency sets them")
+        raise UsageError(f"GPU {gpu.name!r} of the topology is not in the GPU catalogue "
+                         f"(known: {known_names()}); name one of them in node.gpu.name, declare "
+                         "node.gpu.compute_efficiency in the topology or give "
+                         "--compute-efficiency FRACTION", field="--compute-efficiency")
     table = None
     if opts.kernel_table not in (None, "none"):
         table = read_table(opts.kernel_table)
@@ -94,12 +97,12 @@ def _slots(table, entry: CatalogGpu | None) -> tuple[int, str]:
     return 132, "assumed: neither the table nor the catalogue gives the SM count"
 
 
-def scaled_generic(eff: float):
+def scaled_generic(eff: float, field: str = "--compute-efficiency"):
     """The generic efficiency set with its large-GEMM efficiency set to ``eff`` and the other
-    matrix efficiencies scaled in proportion (memory efficiency and overheads unchanged)."""
+    matrix efficiencies scaled in proportion (memory efficiency and overheads unchanged);
+    ``field`` names where ``eff`` came from in the error for a value outside (0, 1]."""
     if not 0 < eff <= 1:
-        raise UsageError(f"must be a fraction in (0, 1], got {eff:g}",
-                         field="--compute-efficiency")
+        raise UsageError(f"must be a fraction in (0, 1], got {eff:g}", field=field)
     f = eff / GENERIC.gemm_efficiency
     return replace(GENERIC, family=f"given ({eff:g} of peak)", gemm_efficiency=eff,
                    bmm_efficiency=GENERIC.bmm_efficiency * f,
@@ -124,8 +127,8 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
                          compute_scale: float | None = None,
                          topo_setup: ComputeSetup | None = None) -> tuple[float, str | None]:
     """Factor for the compute times of a workload file measured on another GPU, and the
-    report line saying what was done (``None``: nothing to say, the file's GPU is the
-    topology's).
+    report line saying what was done (``None``: nothing to say: the file names no GPU and the
+    topology's is not in the catalogue).
 
     The file's GPU is ``--source-gpu`` or the file's own ``gpu`` header field. When it differs
     from the topology's GPU, every compute time is multiplied by the compute models' time ratio
@@ -154,8 +157,10 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     if src is None:
         raise UsageError(f"GPU {name!r} is not in the GPU catalogue (known: {known_names()})",
                          field="--source-gpu")
+    origin = "--source-gpu" if source_gpu else "the file's gpu header field"
     if src is topo_entry:
-        return 1.0, None
+        return 1.0, (f"compute times as in the workload file, measured on {src.name} "
+                     f"({origin}), the topology's GPU")
     if topo_entry is None:
         return 1.0, (f"WARNING: compute times measured on {src.name} used as they are: the "
                      f"topology's GPU {topo_gpu.name!r} is not in the GPU catalogue, so no "
@@ -164,7 +169,6 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     t_src = _reference_ns(src_gpu, resolve_compute(src_gpu))
     t_dst = _reference_ns(topo_gpu, topo_setup or resolve_compute(topo_gpu))
     f = t_dst / t_src
-    origin = "--source-gpu" if source_gpu else "the file's gpu header field"
     return f, (f"compute times measured on {src.name} ({origin}) scaled by {f:.4f} to the "
                f"topology's {topo_entry.name}: the ratio of a {'x'.join(map(str, REFERENCE_GEMM))}"
                f" bf16 GEMM's time on {topo_entry.name} ({t_dst / 1e6:.3f} ms) to that on "

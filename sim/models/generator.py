@@ -54,8 +54,8 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
 
     ``optimizer``: ``"adam"`` or a :class:`ShampooPlan` (Adam state plus Shampoo work on the
     owning DP ranks). ``compute``: the compute setup (default: :func:`resolve_compute` for
-    ``gpu`` — its family's roofline plus its shipped kernel table; an unknown GPU gets the
-    generic efficiencies and a WARNING in the assumptions);
+    ``gpu`` — its family's roofline plus its shipped kernel table; a GPU the catalogue does not
+    know needs its topology's ``compute_efficiency``, else it is refused);
     ``compute_model`` replaces its roofline efficiencies. ``plan``: a prebuilt
     :func:`build_model_plan` result for ``(model, par)``.
     Raises :class:`~sim.errors.UsageError` for layouts Megatron cannot run.
@@ -64,7 +64,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
-    setup = compute or resolve_compute(gpu, need=False)
+    setup = compute or resolve_compute(gpu)
     timer = timer_for(gpu, setup, par.backend)
     if compute_model is not None:
         timer.cm = compute_model
@@ -86,14 +86,15 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
 
 
 def compute_notes(setup: ComputeSetup, timer: Timer) -> list[str]:
-    """Report lines on where compute times came from: the GPU's catalogue entry, the kernel
-    table and the share of compute time it timed (only when a table or a non-default choice is
-    in play, so runs timed purely by a family roofline keep their report)."""
-    if timer.lookup is None and not setup.notes:
-        return []
+    """Report lines on where compute times came from: the GPU's catalogue entry (measured or
+    datasheet-only), the compute-model choices, and the share of compute time the kernel
+    table timed — or that the roofline timed all of it."""
     out = ([describe(setup.entry)] if setup.entry else []) + list(setup.notes)
     if timer.lookup is not None:
         out.append(timer.summary())
+    else:
+        out.append("compute time: all from the roofline (the compute model above, on the "
+                   "GPU's dense peaks); no measured kernel table is used")
     return out
 
 

@@ -114,7 +114,7 @@ def model_run(path: str, request: LayoutRequest, training: Training, topology: T
                              "(--ignore-memory simulates it anyway)", field="--model")
         notes.append("WARNING: simulated although the layout does not fit in GPU memory "
                      "(--ignore-memory)")
-    setup = resolve_compute(gpu, compute, need=False)
+    setup = resolve_compute(gpu, compute)
     program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})",
                        compute=setup)
     return ModelRun(path, model, par, gpu, mem, program, notes)

@@ -19,6 +19,7 @@ from sim import applicable, engine, report
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
+from sim.kernels.gpus import describe, find
 from sim.layout import LayoutRequest
 from sim.models.compute_setup import (
     ComputeOptions,
@@ -111,15 +112,15 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
 def _on_topology_gpu(w, topology: Topology, opts: ComputeOptions):
     """``w`` with its compute times scaled to the topology's GPU, the rule in its assumptions."""
     if opts.kernel_table is not None or opts.compute_efficiency is not None:
-        setup = resolve_compute(topology.gpu, opts, need=False)
+        setup = resolve_compute(topology.gpu, opts)
     else:
         setup = None
     factor, note = source_compute_scale(w.header.extra.get("gpu"), topology.gpu,
                                         source_gpu=opts.source_gpu,
                                         compute_scale=opts.compute_scale, topo_setup=setup)
     w = scale_workload(w, factor)
-    if note:
-        w.assumptions.append(note)
+    entry = find(topology.gpu.name)
+    w.assumptions += ([describe(entry)] if entry else []) + ([note] if note else [])
     return w
 
 

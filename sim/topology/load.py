@@ -55,8 +55,11 @@ def _gpu(s: Section) -> GpuSpec:
     if not peaks:
         s.r.fail(pk.path, "needs at least one dtype (e.g. bf16: 312)")
     pk.done()
+    eff = None
+    if s.has("compute_efficiency"):  # a GPU the catalogue does not know: its GEMM efficiency
+        eff = s.num("compute_efficiency", maximum=1.0)
     spec = GpuSpec(name=name, peak_tflops=peaks, hbm_GB=s.num("hbm_GB"),
-                   hbm_GBps=s.rate("hbm_GBps"))
+                   hbm_GBps=s.rate("hbm_GBps"), compute_efficiency=eff)
     s.done()
     return spec
 
