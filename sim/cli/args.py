@@ -166,6 +166,15 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--moe-expert-capacity-factor", type=float, metavar="C",
                    help="MoE: Megatron's expert capacity factor, tokens beyond it dropped "
                         "(default: dropless)")
+    g.add_argument("--moe-token-dispatcher-type", choices=("alltoall", "flex"),
+                   default="alltoall",
+                   help="MoE: Megatron-Core's token dispatcher: alltoall (NCCL all-to-all of "
+                        "every token copy) or flex (DeepEP: one copy per destination node, "
+                        "hierarchical NVLink/RDMA all-to-all when EP spans nodes) (default: "
+                        "%(default)s)")
+    g.add_argument("--moe-shared-expert-intermediate-size", type=positive_int, metavar="N",
+                   help="MoE: width of the shared-expert MLP (Megatron-Core; replaces the "
+                        "model spec's shared experts)")
 
 
 def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
@@ -185,7 +194,10 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     fsdp=getattr(args, "fsdp", False),
                     moe_load_imbalance=getattr(args, "moe_load_imbalance", 1.0),
                     moe_capacity_factor=getattr(args, "moe_expert_capacity_factor", None),
-                    overlap_param_gather=getattr(args, "overlap_param_gather", False))
+                    overlap_param_gather=getattr(args, "overlap_param_gather", False),
+                    moe_token_dispatcher=getattr(args, "moe_token_dispatcher_type", "alltoall"),
+                    moe_shared_expert_intermediate_size=getattr(
+                        args, "moe_shared_expert_intermediate_size", None))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:
@@ -197,7 +209,9 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
                         "--account-for-embedding-in-pipeline-split"),
                        ("account_for_loss_in_pipeline_split",
                         "--account-for-loss-in-pipeline-split"),
-                       ("moe_expert_capacity_factor", "--moe-expert-capacity-factor")):
+                       ("moe_expert_capacity_factor", "--moe-expert-capacity-factor"),
+                       ("moe_shared_expert_intermediate_size",
+                        "--moe-shared-expert-intermediate-size")):
         value = getattr(args, dest, None)
         if value not in (None, False, 1):
             raise UsageError("applies to --model runs (a workload file fixes its rows)",
@@ -205,6 +219,9 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
     if getattr(args, "moe_load_imbalance", 1.0) != 1.0:
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
                          field="--moe-load-imbalance")
+    if getattr(args, "moe_token_dispatcher_type", "alltoall") != "alltoall":
+        raise UsageError("applies to --model runs (a workload file fixes its rows)",
+                         field="--moe-token-dispatcher-type")
     if getattr(args, "fsdp", False) and getattr(args, "zero", 0) not in (0, 3):
         raise UsageError("FSDP FULL_SHARD is ZeRO stage 3; do not combine with another --zero",
                          field="--fsdp")

@@ -41,10 +41,16 @@ def ring_attention_blocks(dm: Dims) -> list[Block]:
     sq = dm.s // dm.cp
     d = dm.d
     qkvo = A * dm.n * (2 * dm.h + 2 * dm.kvh) // dm.t  # Q, O and one KV block
-    fwd = (Op("flash_attn_cp", OpKind.FLASH_FWD, 4 * hb * sq * sq * d, qkvo),)
-    ig = (Op("flash_attn_cp_grad", OpKind.FLASH_BWD, 8 * hb * sq * sq * d, 2 * qkvo),
+    # A kernel table times each step as the causal attention kernel of the rank's s/N tokens:
+    # exactly step 0 (the rank's two chunks against themselves) and the same executed work as
+    # every later step (a non-causal half block, sq × sq/2).
+    shape = (dm.b, dm.a // dm.t, max(1, dm.kvh // d // dm.t), sq, d, 1)
+    fwd = (Op("flash_attn_cp", OpKind.FLASH_FWD, 4 * hb * sq * sq * d, qkvo, kernel="attn_fwd",
+              shape=shape),)
+    ig = (Op("flash_attn_cp_grad", OpKind.FLASH_BWD, 8 * hb * sq * sq * d, 2 * qkvo,
+             kernel="attn_bwd", shape=shape),
           Op("flash_attn_cp_grad_recompute_qk", OpKind.FLASH_BWD, 2 * hb * sq * sq * d, 0,
-             recompute=True))
+             recompute=True, kernel="attn_bwd_part", shape=shape))
     return [Block(f"attn_cp{k}", fwd=fwd, ig=ig) for k in range(dm.cp)]
 
 

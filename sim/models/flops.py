@@ -39,8 +39,9 @@ def layer_params(model: ModelSpec, moe: bool = True) -> int:
     norms = 2 * (2 if model.norm == "layernorm" else 1) * h
     if model.moe is not None and moe:
         me = model.moe
-        experts = (me.experts + me.shared_experts) * _mlp_params(model, me.expert_ffn_hidden)
-        return attn + experts + h * me.experts + norms
+        experts = me.experts * _mlp_params(model, me.expert_ffn_hidden)
+        shared = _mlp_params(model, me.shared_ffn_hidden) if me.shared_ffn_hidden else 0
+        return attn + experts + shared + h * me.experts + norms
     return attn + _mlp_params(model, model.ffn_hidden) + norms
 
 
@@ -76,7 +77,8 @@ def _layer_forward_flops_per_token(model: ModelSpec) -> tuple[int, int]:
     total = dense * (linear + _mlp_flops(model, model.ffn_hidden))
     if model.moe is not None:
         me = model.moe
-        moe = (me.top_k + me.shared_experts) * _mlp_flops(model, me.expert_ffn_hidden)
+        moe = me.top_k * _mlp_flops(model, me.expert_ffn_hidden) + (
+            _mlp_flops(model, me.shared_ffn_hidden) if me.shared_ffn_hidden else 0)
         total += (model.layers - dense) * (linear + moe + 2 * h * me.experts)
     return total, 4 * s * h
 

@@ -16,7 +16,7 @@ from sim.kernels.gpus import describe
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.flops import model_flops_per_iteration
-from sim.models.moe import moe_load_factor
+from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops
 from sim.models.parallel import ParallelConfig
@@ -363,19 +363,41 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                       if par.moe_capacity_factor is not None else "") + ")")
         out.append(
             f"MoE ({me.experts} experts of {me.expert_ffn_hidden}, top-{me.top_k}"
-            + (f", {me.shared_experts} shared" if me.shared_experts else "")
+            + (f", shared-expert MLP of {me.shared_ffn_hidden}" if me.shared_ffn_hidden else "")
             + (f", first {me.dense_layers} layers dense" if me.dense_layers else "")
             + f"): {routing}; "
             + ("dropless" if par.moe_capacity_factor is None else "tokens beyond capacity "
                "dropped")
-            + "; experts TP-sharded (expert tensor parallelism = TP); dispatch and combine "
-            "all-to-alls of n·top_k·h·2 bytes (× the load factor) in the EP group, flat (no "
-            "hierarchical NVLink/RDMA split); expert gradients synced in DP_EP")
+            + "; experts TP-sharded (expert tensor parallelism = TP); " + _dispatch_note(plan)
+            + "; expert gradients synced in DP_EP")
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
                "bytes), CPU launch overheads, memory allocator effects")
     mf = model_flops_per_iteration(m, par.global_batch)
     out.append(f"model FLOPs per iteration (for MFU): {mf:.4e} (vocab {m.vocab}, unpadded)")
     return out
+
+
+def _dispatch_note(plan: ModelPlan) -> str:
+    """How the MoE dispatch/combine all-to-alls are sized and run (--moe-token-dispatcher-type)."""
+    m, par = plan.model, plan.par
+    assert m.moe is not None
+    nodes = dispatch_nodes(par)
+    if par.ep == 1:
+        return "EP 1: no dispatch all-to-all"
+    if nodes == 1:
+        where = (f"the EP group spans {par.ep_nodes} node(s)" if par.moe_token_dispatcher == "flex"
+                 else "--moe-token-dispatcher-type alltoall")
+        return (f"dispatch and combine all-to-alls of n·top_k·h·2 bytes (× the load factor) "
+                f"in the EP group, direct ({where})")
+    d = distinct_nodes(m.moe.experts, m.moe.top_k, nodes)
+    return (f"--moe-token-dispatcher-type flex (Megatron-Core MoEFlexTokenDispatcher, DeepEP): "
+            f"the EP group spans {nodes} nodes; each token sent once per destination node, "
+            f"{d:.3f} of {nodes} on average (top-{m.moe.top_k} of {m.moe.experts} experts, "
+            "uniform routing; node-limited routing not modelled), so the dispatch and combine "
+            f"all-to-alls carry n·{d:.3f}·h·2 bytes (× the load factor) instead of "
+            f"n·{m.moe.top_k}·h·2; run as the network's hierarchical all-to-all (NVLink inside "
+            "a node, then RDMA among GPUs of the same local index; DeepEP overlaps the two, "
+            "here they run one after the other; bf16, not DeepEP's FP8 dispatch)")
 
 
 def _split_note(m: ModelSpec, par: ParallelConfig) -> str:

@@ -22,7 +22,7 @@ from sim.models.dims import (
     tp_enter,
     tp_exit,
 )
-from sim.models.moe import moe_load_factor, moe_mlp_items
+from sim.models.moe import dispatch_nodes, moe_load_factor, moe_mlp_items
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import MASK_BYTES as K
 from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
@@ -128,11 +128,11 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     if model.moe is None or index < model.moe.dense_layers:
         items += _dense_mlp(model, dm)
     else:
-        if model.moe.shared_experts:  # Megatron-Core SharedExpertMLP: a TP-split dense MLP
-            fs = model.moe.shared_experts * model.moe.expert_ffn_hidden
+        fs = model.moe.shared_ffn_hidden
+        if fs:  # Megatron-Core SharedExpertMLP: a TP-split dense MLP
             sdm = replace(dm, f=fs, f1=2 * fs if model.gated_mlp else fs)
             items += _dense_mlp(model, sdm, "shared_")
-        items += moe_mlp_items(model, dm, moe_load_factor(par))
+        items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     rows = rows_from_items(items)
     if dm.cp > 1:

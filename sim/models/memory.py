@@ -111,7 +111,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
         # (n·top_k·load); shared experts as a dense MLP of shared·fe
         replicated = 8 * sbh + math.ceil(2 * k * load * sbh)
         split += math.ceil(k * load * sb * (2 * fe1 + 2 * fe))
-        fs = me.shared_experts * fe
+        fs = me.shared_ffn_hidden
         split += sb * (2 * (2 * fs if model.gated_mlp else fs) + 2 * fs)
     total = replicated // (t if sp else 1) + split // t
     if rc != "selective" and not par.fused_attention:

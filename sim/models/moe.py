@@ -12,7 +12,14 @@ experts/ep`` local experts:
 
 - router: GEMM ``nt × h × experts``; top-k softmax (fp32, reads and writes nt·experts: 8 bytes);
   permute (reads and writes nt·top_k·h: 2A)
-- dispatch all-to-all in the EP group (``nt·top_k·h·A`` bytes) forward and backward (ep > 1)
+- dispatch all-to-all in the EP group (``nt·top_k·h·A`` bytes) forward and backward (ep > 1);
+  with Megatron-Core's flex dispatcher (``--moe-token-dispatcher-type flex``, DeepEP) and an EP
+  group spanning ``N`` nodes, ``nt·D·h·A`` bytes, ``D`` = the expected number of distinct nodes
+  a token's ``top_k`` experts live on (:func:`distinct_nodes`): DeepEP sends a token once per
+  destination node over RDMA and fans it out inside the node over NVLink. The scenario runs
+  these all-to-alls with the network's hierarchical algorithm (intra-node, then inter-node
+  among GPUs of the same local index), so the inter-node phase carries exactly the
+  deduplicated ``nt·D·h·A·(N−1)/N`` bytes per GPU
 - tokens enter the expert MLP through Megatron's ``f``/``ḡ`` operator in the TP group, sized
   ``n·top_k·h·A``; expert fc1/fc2 as grouped GEMMs over ``n·top_k`` tokens
 - combine all-to-all (same size) and unpermute (reads nt·top_k·h, writes nt·h)
@@ -52,9 +59,29 @@ def moe_load_factor(par: ParallelConfig) -> float:
     return f
 
 
-def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0) -> list[Block | Conj]:
+def distinct_nodes(experts: int, top_k: int, nodes: int) -> float:
+    """Expected number of distinct nodes holding a token's ``top_k`` experts when the experts
+    are spread evenly over ``nodes`` nodes and routing is uniform (balanced):
+    ``N · (1 − C(E − E/N, k) / C(E, k))`` — each node is missed with the probability that all
+    ``k`` experts fall elsewhere. 256 experts, top-8, 2 nodes: 1.993; 8 nodes: 5.295."""
+    if nodes <= 1:
+        return 1.0
+    miss = math.comb(experts - experts // nodes, top_k) / math.comb(experts, top_k)
+    return nodes * (1.0 - miss)
+
+
+def dispatch_nodes(par: ParallelConfig) -> int:
+    """Nodes whose duplicate token copies the dispatcher merges: the nodes one EP group spans
+    with the flex dispatcher (DeepEP), 1 otherwise (no deduplication)."""
+    if par.moe_token_dispatcher == "flex" and par.ep > 1:
+        return par.ep_nodes
+    return 1
+
+
+def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
+                  nodes: int = 1) -> list[Block | Conj]:
     """Blocks and operators of an MoE MLP (see the module docstring); ``load``:
-    :func:`moe_load_factor`."""
+    :func:`moe_load_factor`; ``nodes``: :func:`dispatch_nodes`."""
     assert model.moe is not None
     n_exp, k = model.moe.experts, model.moe.top_k
     local = n_exp // dm.ep
@@ -79,6 +106,8 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0) -> list[Block |
     ]
     a2a = Conj()
     if dm.ep > 1:
+        if nodes > 1:  # DeepEP: one copy per destination node (module docstring)
+            arriving = math.ceil(dm.nt * distinct_nodes(n_exp, k, nodes) * load)
         c = Comm(CollKind.ALLTOALL, GroupKind.EP, arriving * h * A, blocking=True)
         a2a = Conj(c, c)
     fc1_params = local * linear_params(model, h, f1, t, True)

@@ -42,7 +42,13 @@ class Training:
     PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics; :mod:`sim.models.zero`).
     ``moe_load_imbalance``: tokens of the busiest expert GPU ÷ the balanced share (≥ 1);
     ``moe_capacity_factor``: Megatron's ``--moe-expert-capacity-factor`` (``None``:
-    dropless); :mod:`sim.models.moe`.
+    dropless); :mod:`sim.models.moe`. ``moe_token_dispatcher``: Megatron-Core's
+    ``--moe-token-dispatcher-type`` (``alltoall``: NCCL all-to-alls of every token copy;
+    ``flex``: the DeepEP backend, one copy per destination node, hierarchical across nodes);
+    ``moe_shared_expert_intermediate_size``: Megatron-Core's
+    ``--moe-shared-expert-intermediate-size`` (replaces the spec's shared-expert width);
+    ``ep_nodes``: the nodes one EP group spans on the cluster (set by the scenario from the
+    topology and the placement; 1 when unknown or uneven).
     """
 
     global_batch: int | None = None
@@ -59,6 +65,9 @@ class Training:
     moe_load_imbalance: float = 1.0
     moe_capacity_factor: float | None = None
     overlap_param_gather: bool = False
+    moe_token_dispatcher: str = "alltoall"
+    moe_shared_expert_intermediate_size: int | None = None
+    ep_nodes: int = 1
 
     @property
     def backend(self) -> str:
@@ -115,7 +124,9 @@ class ParallelConfig:
                  split: PipelineSplit = EVEN_SPLIT, cp: int = 1, zero: int = 0,
                  fsdp: bool = False, moe_load_imbalance: float = 1.0,
                  moe_capacity_factor: float | None = None,
-                 overlap_param_gather: bool = False) -> None:
+                 overlap_param_gather: bool = False, moe_token_dispatcher: str = "alltoall",
+                 moe_shared_expert_intermediate_size: int | None = None,
+                 ep_nodes: int = 1) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -124,7 +135,11 @@ class ParallelConfig:
                             attention_backend=attention_backend, split=split, fsdp=fsdp,
                             moe_load_imbalance=moe_load_imbalance,
                             moe_capacity_factor=moe_capacity_factor,
-                            overlap_param_gather=overlap_param_gather)
+                            overlap_param_gather=overlap_param_gather,
+                            moe_token_dispatcher=moe_token_dispatcher,
+                            moe_shared_expert_intermediate_size=(
+                                moe_shared_expert_intermediate_size),
+                            ep_nodes=ep_nodes)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
                         schedule=schedule, microbatch_group_size=microbatch_group_size)
@@ -173,6 +188,8 @@ class ParallelConfig:
     fsdp = _part("training", "fsdp")
     moe_load_imbalance = _part("training", "moe_load_imbalance")
     moe_capacity_factor = _part("training", "moe_capacity_factor")
+    moe_token_dispatcher = _part("training", "moe_token_dispatcher")
+    ep_nodes = _part("training", "ep_nodes")
 
     @property
     def shards_optimizer(self) -> bool:
@@ -328,7 +345,23 @@ def check_zero(model: ModelSpec, par: ParallelConfig) -> None:
                          field=flag)
 
 
+MOE_DISPATCHERS = ("alltoall", "flex")
+
+
 def _check_moe_options(model: ModelSpec, par: ParallelConfig) -> None:
+    if par.moe_token_dispatcher not in MOE_DISPATCHERS:
+        raise UsageError(f"unknown dispatcher {par.moe_token_dispatcher!r} (known: "
+                         f"{', '.join(MOE_DISPATCHERS)}; Megatron-Core's allgather dispatcher "
+                         "is not modelled)", field="--moe-token-dispatcher-type")
+    if par.moe_token_dispatcher != "alltoall" and model.moe is None:
+        raise UsageError("applies to mixture-of-experts models",
+                         field="--moe-token-dispatcher-type")
+    if par.training.moe_shared_expert_intermediate_size is not None and model.moe is None:
+        raise UsageError("applies to mixture-of-experts models",
+                         field="--moe-shared-expert-intermediate-size")
+    if par.ep_nodes < 1 or par.ep % par.ep_nodes:
+        raise UsageError(f"an EP group of {par.ep} ranks cannot span {par.ep_nodes} nodes "
+                         "evenly", field="--ep")
     given = par.moe_load_imbalance != 1.0 or par.moe_capacity_factor is not None
     if given and model.moe is None:
         raise UsageError("applies to mixture-of-experts models",

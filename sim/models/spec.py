@@ -53,8 +53,8 @@ class MoESpec:
 
     ``expert_ffn_hidden``: each expert's FFN width (0 → the model's ``ffn_hidden``);
     ``shared_experts``: experts every token also runs (DeepSeek), each ``expert_ffn_hidden``
-    wide; ``dense_layers``: the first layers keep a dense MLP of ``ffn_hidden`` (DeepSeek-V3's
-    ``first_k_dense_replace``).
+    wide (``shared_expert_ffn_hidden`` replaces their total width); ``dense_layers``: the
+    first layers keep a dense MLP of ``ffn_hidden`` (DeepSeek-V3's ``first_k_dense_replace``).
     """
 
     experts: int
@@ -62,6 +62,14 @@ class MoESpec:
     expert_ffn_hidden: int = 0
     shared_experts: int = 0
     dense_layers: int = 0
+    shared_expert_ffn_hidden: int = 0  # Megatron's --moe-shared-expert-intermediate-size
+
+    @property
+    def shared_ffn_hidden(self) -> int:
+        """Width of the shared-expert MLP: ``shared_expert_ffn_hidden`` when set (Megatron-Core's
+        ``--moe-shared-expert-intermediate-size``), else ``shared_experts × expert_ffn_hidden``
+        (0: none)."""
+        return self.shared_expert_ffn_hidden or self.shared_experts * self.expert_ffn_hidden
 
 
 @dataclass(frozen=True)

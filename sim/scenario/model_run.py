@@ -7,9 +7,11 @@ DP)``; with them the global batch may be left out.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.comm import GroupKind
 from sim.errors import UsageError
 from sim.layout import Layout, LayoutRequest
 from sim.models.compute_setup import ComputeOptions, resolve_compute
@@ -21,6 +23,7 @@ from sim.models.metrics import metrics
 from sim.models.parallel import ParallelConfig, Training, validate
 from sim.models.plan import build_model_plan
 from sim.models.spec import ModelSpec, load_model
+from sim.placement import DEFAULT_ORDER, Placement
 from sim.schedules import default_vpp
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
@@ -92,14 +95,37 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
     return par
 
 
+def ep_nodes(par: ParallelConfig, topology: Topology, order: str) -> int:
+    """Nodes one EP group spans when ranks are placed in ``order`` on ``topology`` (1 when the
+    group's nodes hold different numbers of its ranks: no node-level deduplication then)."""
+    if par.ep == 1:
+        return 1
+    pl = Placement(par.tp, par.dp_cp, par.pp, par.ep, order, cp=par.cp)
+    counts = Counter(r // topology.gpus_per_node for r in pl.group(GroupKind.EP, 0))
+    return len(counts) if len(set(counts.values())) == 1 else 1
+
+
+def with_training_overrides(model: ModelSpec, training: Training) -> ModelSpec:
+    """``model`` with the spec overrides of ``training`` (the shared-expert width)."""
+    size = training.moe_shared_expert_intermediate_size
+    if size is None or model.moe is None:
+        return model
+    return replace(model, moe=replace(model.moe, shared_expert_ffn_hidden=size))
+
+
 def model_run(path: str, request: LayoutRequest, training: Training, topology: Topology, *,
-              ignore_memory: bool = False, compute: ComputeOptions | None = None) -> ModelRun:
+              ignore_memory: bool = False, compute: ComputeOptions | None = None,
+              placement: str = DEFAULT_ORDER) -> ModelRun:
     """Load the model spec at ``path``, resolve the layout on ``topology``, check memory and
     generate the program (operators timed as ``compute`` says: docs/kernel-tables.md). A
     layout that does not fit in GPU memory raises
-    :class:`UsageError` with the reason (unless ``ignore_memory``)."""
-    model = load_model(path)
+    :class:`UsageError` with the reason (unless ``ignore_memory``). ``placement``: the rank
+    order, which decides how many nodes an EP group spans (:func:`ep_nodes`)."""
+    model = with_training_overrides(load_model(path), training)
     par = parallel_config(request, training, model, topology.num_gpus)
+    if par.ep > 1:
+        par = ParallelConfig.of(par.layout, replace(par.training,
+                                                    ep_nodes=ep_nodes(par, topology, placement)))
     par.layout.require_gpus_of(topology, field="--dp", hint="use --nodes")
     gpu = topology.gpu
     if par.dtype not in gpu.peak_tflops:

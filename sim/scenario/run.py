@@ -34,6 +34,7 @@ from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
 from sim.models.spec import ModelSpec
 from sim.network import build_network
+from sim.network.factory import OPS, parse_algorithm
 from sim.outputs import check_output_paths, write_json
 from sim.placement import DEFAULT_ORDER, Placement
 from sim.progress import Progress
@@ -77,6 +78,25 @@ def network_of(topology: Topology, opts: NetworkOptions):
                          protocol=opts.protocol, nvls_enable=opts.nvls_enable,
                          nccl_algo=opts.nccl_algo, nccl_proto=opts.nccl_proto,
                          collnet_enable=opts.collnet_enable)
+
+
+def dispatcher_network(opts: NetworkOptions, run: ModelRun | None) -> NetworkOptions:
+    """``opts`` with the all-to-all algorithm of Megatron-Core's flex dispatcher (DeepEP):
+    ``hierarchical`` (intra-node, then inter-node among GPUs of the same local index) unless
+    ``--algorithm`` names one for all-to-alls; unchanged for other runs. (A group inside one
+    node has no hierarchical plan and keeps the direct all-to-all.)"""
+    if run is None or run.par.moe_token_dispatcher != "flex" or run.par.ep == 1:
+        return opts
+    given = parse_algorithm(opts.algorithm)
+    if isinstance(given, dict):
+        if "alltoall" in given:
+            return opts
+        per_op = dict(given)
+    else:
+        per_op = {op: given for op in OPS if op != "alltoall"} if given else {}
+    per_op["alltoall"] = "hierarchical"
+    text = ",".join(f"{op}={algo}" for op, algo in per_op.items())
+    return dataclasses.replace(opts, algorithm=text)
 
 
 def placement_of(program: PipelineProgram, order: str) -> Placement:
@@ -141,7 +161,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.path, s.layout, s.workload.training, topo,
-                        ignore_memory=s.workload.ignore_memory, compute=s.compute)
+                        ignore_memory=s.workload.ignore_memory, compute=s.compute,
+                        placement=s.simulation.placement)
         prog = run.program
     else:
         prog = workload_program(s.workload, s.layout, topo, s.compute)
@@ -156,7 +177,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                                 classes.label == "per-rank", classes.reps, s.outputs.force)
         if note:
             print(f"simrun: warning: --trace: {note}", file=sys.stderr)
-    net = network_of(dataclasses.replace(topo, faults=faults), s.network)
+    net_opts = dispatcher_network(s.network, run)
+    net = network_of(dataclasses.replace(topo, faults=faults), net_opts)
     t_sim = time.perf_counter()
     with Progress(f"simulating {prog.world_size} GPUs"):
         result = simulate_watched(engine.simulate, prog, net,
@@ -168,7 +190,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
              f"{topo.gpus_per_node})"] + fault_notes
     fault_report = healthy = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
-        healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), s.network)
+        healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), net_opts)
         with Progress("simulating the healthy cluster for the comparison"):
             healthy = engine.simulate(prog, healthy_net, placement=placement,
                                       fuse=sim_opts.fuse)
