@@ -29,6 +29,7 @@ from typing import Any
 
 from sim.comm import GroupKind
 from sim.errors import UsageError
+from sim.models.moe import dispatch_nodes
 from sim.workload import stages
 from sim.workload.model import Workload
 
@@ -65,7 +66,9 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                "--account-for-embedding-in-pipeline-split",
                "--account-for-loss-in-pipeline-split", "--context-parallel-size",
-               "--moe-load-imbalance", "--moe-expert-capacity-factor", "--ignore-memory")
+               "--moe-load-imbalance", "--moe-expert-capacity-factor",
+               "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
+               "--ignore-memory")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -90,6 +93,15 @@ _MODEL_HOW = {
                                         "dense model)"),
     "--moe-expert-capacity-factor": ("changes", "tokens dropped beyond capacity (refused for "
                                                 "a dense model)"),
+    "--moe-token-dispatcher-type": ("refused-if", "flex: one token copy per destination node "
+                                                  "and the hierarchical all-to-all (MoE "
+                                                  "assumption line, 'chosen: EP alltoall'); "
+                                                  "alltoall states the default; flex refused "
+                                                  "where the EP group lies in one node or EP is "
+                                                  "1, and for a dense model"),
+    "--moe-shared-expert-intermediate-size": ("changes", "the shared-expert MLP's width (MoE "
+                                                         "assumption line; refused for a dense "
+                                                         "model)"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
 }
 _SCALED = ("refused-if", "refused unless the file's compute times are scaled from another GPU "
@@ -294,3 +306,7 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
         _refuse_if(given, flag, dp == 1, "needs DP > 1 (no gradient reduction at DP 1)")
     _refuse_if(given, "--ignore-memory", fits, "the layout fits in GPU memory, so it changes "
                                                "nothing")
+    _refuse_if(given, "--moe-token-dispatcher-type",
+               par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1,
+               "the EP group lies inside one node (or EP is 1), where the flex dispatcher moves "
+               "every token copy as the alltoall dispatcher does, so it changes nothing")

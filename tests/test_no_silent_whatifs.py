@@ -126,10 +126,19 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                "model": (["--fsdp", "--dp", "1", "--gpus", "2"], ["--fsdp"])},
     "--moe-load-imbalance": {"*": ["--moe-load-imbalance", "1.5"]},
     "--moe-expert-capacity-factor": {"*": ["--moe-expert-capacity-factor", "1.0"]},
+    # model: on MOE_MODEL (EP 4 over tiny-2x2's two nodes); EP 2 stays inside one node
+    "--moe-token-dispatcher-type": {
+        "model": (["--moe-token-dispatcher-type", "flex", "--ep", "2"],
+                  ["--moe-token-dispatcher-type", "flex"]),
+        "*": ["--moe-token-dispatcher-type", "flex"]},
+    "--moe-shared-expert-intermediate-size": {
+        "*": ["--moe-shared-expert-intermediate-size", "512"]},
     "--ignore-memory": {"model": (["--ignore-memory"], None), "*": ["--ignore-memory"]},
 }
 H100_MODEL = ["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "8", "--tp", "2",
               "--global-batch", "8"]
+MOE_MODEL = ["--model", "moe-gpt-small", "--topo", "tiny-2x2", "--tp", "1", "--ep", "4",
+             "--global-batch", "4"]
 PP_OPTABLE = ["--pp", "2", "--pp-comm-bytes", "1048576"]
 PP_MODEL = ["--pp", "2", "--tp", "1"]
 PP5_MODEL = ["--pp", "5", "--tp", "1", "--nodes", "3", "--gpus", "5"]
@@ -171,6 +180,8 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
                                   "--microbatches", "4"],
     ("model", "--dtype"): H100_MODEL, ("model", "--kernel-table"): H100_MODEL,
     ("model", "--nccl-nvls-enable"): H100_MODEL,
+    ("model", "--moe-token-dispatcher-type"): MOE_MODEL,
+    ("model", "--moe-shared-expert-intermediate-size"): MOE_MODEL,
 }
 STATED_ONLY = {  # the report states the change; the result is the same by construction
     ("aicb", "--nodes"),  # the header's all_gpus fixes the job: 256 GPUs on 32 or 64 nodes
