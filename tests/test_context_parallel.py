@@ -115,6 +115,7 @@ def test_cp_keeps_the_model_flops_and_divides_activations():
 def test_cp_constraints():
     model = load_model(MODEL)
     with pytest.raises(UsageError, match="fused attention"):
-        build_model_plan(model, ParallelConfig(tp=2, dp=2, global_batch=8, cp=2))
+        build_model_plan(model, ParallelConfig(tp=2, dp=2, global_batch=8, cp=2,
+                                                      attention_backend="unfused"))
     with pytest.raises(UsageError, match="2·cp"):
         build_model_plan(model, _par(3))

@@ -55,7 +55,7 @@ def test_175b_tp8_pp8_without_recompute_does_not_fit():
 ])
 def test_layer_activations_equal_korthikanti(tp, sp, recompute, formula):
     par = ParallelConfig(tp=tp, micro_batch=2, global_batch=2, sequence_parallel=sp,
-                         recompute=recompute)
+                         recompute=recompute, attention_backend="unfused")
     got = layer_activation_bytes(GPT175, par)
     assert got == pytest.approx(formula(2048, 2, 12288, 96, tp), rel=1e-12)
 

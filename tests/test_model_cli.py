@@ -28,7 +28,8 @@ def run_json(tmp_path, *args, name="r.json"):
 def test_model_run_reports_consistent_throughput_mfu_and_memory(tmp_path):
     # 2 nodes, TP 8 x PP 2 → DP defaults to 16 / (8·2) = 1; 8 microbatches of 1
     rep = run_json(tmp_path, "--model", GPT22, "--topo", TOPO, "--nodes", 2, "--tp", 8, "--pp",
-                   2, "--global-batch", 8, "--sequence-parallel", "--recompute", "selective")
+                   2, "--global-batch", 8, "--sequence-parallel", "--recompute", "selective",
+                   "--attention-backend", "unfused")
     assert rep["parallelism"] == {"tp": 8, "pp": 2, "dp": 1, "ep": 1, "world_size": 16}
     assert rep["microbatches"] == 8
     it = rep["iteration_time_s"]
@@ -97,6 +98,16 @@ def test_workload_and_model_are_mutually_exclusive(capsys):
     assert rc == 2 and "exactly one" in capsys.readouterr().err
     rc = main(["--topo", TOPO])
     assert rc == 2 and "exactly one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--attention-backend", "flash"], ["--flash-attention"]])
+def test_attention_backend_is_refused_for_workload_files(capsys, flag):
+    """An AICB file carries its own measured attention times: the backend flags would change
+    nothing, so they are refused (exit 2) rather than ignored."""
+    rc = main(["--workload", str(WORKLOADS / "aicb-gpt13b-tp8-pp8-512gpu.txt"), "--topo", TOPO,
+               *flag])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{flag[0]}: applies to --model runs" in err
 
 
 LAYOUT_175 = ["--model", GPT175, "--topo", TOPO, "--nodes", "16", "--tp", "8", "--pp", "8",

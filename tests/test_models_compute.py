@@ -43,7 +43,7 @@ def layer_times_ms(sp: bool, recompute: str) -> tuple[float, float]:
     every operator plus the layer's blocking TP collectives."""
     model = load_model(WORKLOADS / "models" / "gpt-22b.yaml")
     par = ParallelConfig(tp=8, micro_batch=4, global_batch=4, sequence_parallel=sp,
-                         recompute=recompute)
+                         recompute=recompute, attention_backend="unfused")
     rows = transformer_layer_rows(model, par, Dims.of(model, par), 0)
 
     def comm(c):

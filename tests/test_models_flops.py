@@ -34,7 +34,8 @@ def _plan(name, tp, pp, gpus, batch, mb, vpp, recompute, sp, dp=None):
     model = load_model(MODELS / f"{name}.yaml")
     dp = dp or gpus // (tp * pp)
     par = ParallelConfig(tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mb, global_batch=batch,
-                         sequence_parallel=sp, recompute=recompute)
+                         sequence_parallel=sp, recompute=recompute,
+                         attention_backend="unfused")  # Korthikanti et al.'s 2022 kernels
     return model, build_model_plan(model, par)
 
 
@@ -91,7 +92,8 @@ def test_non_gpt_models_match_general_closed_form(name, recompute, flash):
     model = load_model(MODELS / f"{name}.yaml")
     moe = model.moe is not None
     par = ParallelConfig(tp=4, pp=2, dp=4, ep=2 if moe else 1, micro_batch=1, global_batch=16,
-                         sequence_parallel=True, recompute=recompute, flash_attention=flash)
+                         sequence_parallel=True, recompute=recompute, flash_attention=flash,
+                         attention_backend="" if flash else "unfused")
     plan = build_model_plan(model, par)
     v = plan.dims.v  # padded vocabulary the generator uses
     model_f, hw_f = plan.iteration_flops()

@@ -113,13 +113,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                    help="shard the optimizer state over DP (reduce-scatter gradients, all-gather "
                         "parameters)")
     g.add_argument("--flash-attention", action="store_true",
-                   help="fused attention kernel (default: unfused, as in Megatron 2022); the "
-                        "same as --attention-backend flash")
+                   help="the FlashAttention-2 kernel; the same as --attention-backend flash")
     g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="",
                    help="Megatron-Core's attention backend: flash (FlashAttention-2), fused "
                         "(cuDNN through Transformer Engine), unfused (batched matmuls + "
-                        "softmax), auto (what Megatron-Core picks: fused) (default: unfused, or "
-                        "flash with --flash-attention)")
+                        "softmax, as Megatron-LM ran in 2022), auto (Megatron-Core's default: "
+                        "Transformer Engine picks fused on Hopper and newer, flash before) "
+                        "(default: auto, or flash with --flash-attention)")
     ov = g.add_mutually_exclusive_group()
     ov.add_argument("--overlap-grad-reduce", action="store_true",
                     help="Megatron-Core: DP gradient collective per bucket as its gradients are "
@@ -154,7 +154,8 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--context-parallel-size", "--cp", type=positive_int, default=1, metavar="N",
                    dest="cp",
                    help="context parallelism (Megatron-Core ring attention): each sequence "
-                        "split over N ranks; needs --flash-attention (default: %(default)s)")
+                        "split over N ranks; needs a fused attention backend (default: "
+                        "%(default)s)")
     g.add_argument("--zero", type=int, choices=(1, 2, 3), default=0, metavar="STAGE",
                    help="DeepSpeed ZeRO stage: 1 shards the optimizer state, 2 also the "
                         "gradients, 3 also the parameters (per-layer all-gathers)")
@@ -216,6 +217,11 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
         if value not in (None, False, 1):
             raise UsageError("applies to --model runs (a workload file fixes its rows)",
                              field=flag)
+    if getattr(args, "attention_backend", "") or getattr(args, "flash_attention", False):
+        # a workload file carries its own (measured) attention times
+        raise UsageError("applies to --model runs (a workload file carries its own attention "
+                         "times)", field="--attention-backend" if getattr(
+                             args, "attention_backend", "") else "--flash-attention")
     if getattr(args, "moe_load_imbalance", 1.0) != 1.0:
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
                          field="--moe-load-imbalance")

@@ -50,8 +50,8 @@ def build_parser() -> Parser:
     g.add_argument("--ep", metavar="LIST", default="1",
                    help="expert-parallel sizes, MoE models (default: %(default)s)")
     g.add_argument("--cp", metavar="LIST", default="1",
-                   help="context-parallel sizes (default: %(default)s; > 1 needs "
-                        "--flash-attention)")
+                   help="context-parallel sizes (default: %(default)s; > 1 needs a fused "
+                        "attention backend: the default)")
     g.add_argument("--zero", metavar="LIST", default="0",
                    help="ZeRO stages among 0,1,2,3 (default: %(default)s; 0 = Megatron DDP / "
                         "--distributed-optimizer)")

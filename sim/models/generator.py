@@ -12,14 +12,14 @@ from dataclasses import replace
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
-from sim.kernels.gpus import describe
+from sim.kernels.gpus import describe, find
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.flops import model_flops_per_iteration
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops
-from sim.models.parallel import ParallelConfig
+from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
@@ -65,7 +65,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
     setup = compute or resolve_compute(gpu)
-    timer = timer_for(gpu, setup, par.backend)
+    timer = timer_for(gpu, setup, attention_kernel(par.training, _family(gpu)))
     if compute_model is not None:
         timer.cm = compute_model
     cm = timer.cm
@@ -267,14 +267,23 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
     return tuple(tasks)
 
 
-def _attention_text(par: ParallelConfig) -> str:
-    if not par.attention_backend:
-        return "flash (fused)" if par.flash_attention else "unfused (Megatron 2022)"
+def _family(gpu: GpuSpec) -> str:
+    """The catalogue family of ``gpu`` (``""``: not in the catalogue)."""
+    entry = find(gpu.name)
+    return entry.family if entry is not None else ""
+
+
+def _attention_text(par: ParallelConfig, family: str) -> str:
     names = {"flash": "FlashAttention-2 kernel", "fused": "cuDNN fused attention kernel "
-             "(Transformer Engine)", "unfused": "batched matmuls + softmax (unfused)"}
-    return (f"--attention-backend {par.attention_backend}"
-            + (" (Megatron-Core's choice: fused)" if par.attention_backend == "auto" else "")
-            + f": {names[par.backend]}")
+             "(Transformer Engine)", "unfused": "batched matmuls + softmax (unfused, as "
+             "Megatron-LM ran in 2022)"}
+    req = par.requested_backend
+    how = ("--flash-attention" if not par.attention_backend and par.flash_attention
+           else f"--attention-backend {req}")
+    if req == "auto":
+        how += (" (Megatron-Core's default: Transformer Engine picks cuDNN's fused kernel on "
+                f"Hopper and newer, FlashAttention-2 before; GPU family {family or 'unknown'})")
+    return f"{how}: {names[attention_kernel(par.training, family)]}"
 
 
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
@@ -296,7 +305,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",
         f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
         + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp else "")
-        + "; attention: " + _attention_text(par),
+        + "; attention: " + _attention_text(par, _family(gpu)),
         cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
         f"{gpu.hbm_GBps:g} GB/s HBM",
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",

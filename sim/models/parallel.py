@@ -11,9 +11,13 @@ from sim.models.split import PipelineSplit, virtual_stage_layers
 from sim.schedules import V_SHAPE, check_schedule
 
 RECOMPUTE = ("none", "selective", "full")
-#: Megatron-Core's ``--attention-backend`` values; ``auto`` is what Megatron-Core picks on
-#: current GPUs (Transformer Engine's fused cuDNN kernel), ``local`` is not modelled
+#: Megatron-Core's ``--attention-backend`` values; ``auto`` (Megatron-Core's default,
+#: ``TransformerConfig.attention_backend = AttnBackend.auto``) lets Transformer Engine pick: its
+#: cuDNN fused kernel on Hopper and newer, FlashAttention-2 before (:func:`attention_kernel`);
+#: ``local`` is not modelled
 ATTENTION_BACKENDS = ("flash", "fused", "unfused", "auto")
+#: GPU families (``sim/data/gpus.csv``) before Hopper: there ``auto`` runs FlashAttention-2
+PRE_HOPPER_FAMILIES = ("A100",)
 DTYPES = ("bf16", "fp16", "fp8")
 #: the default pipeline split: layers spread evenly over the stages
 EVEN_SPLIT = PipelineSplit()
@@ -34,10 +38,11 @@ class Training:
     distributed optimizer: each bucket's parameter all-gather runs beside the next iteration's
     forward; a bucket's first use waits for it). ``attention_backend``: Megatron-Core's
     ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
-    through Transformer Engine; ``unfused``: batched matmuls + softmax; ``auto`` = ``fused``);
-    empty: ``flash`` with ``flash_attention``, else ``unfused``. ``global_batch`` ``None``: not
-    chosen yet (``simrun --model`` derives it from the microbatches; :func:`validate` refuses
-    it).
+    through Transformer Engine; ``unfused``: batched matmuls + softmax, as Megatron-LM ran in
+    2022; ``auto``: Transformer Engine's choice, see :func:`attention_kernel`); empty: ``flash``
+    with ``flash_attention``, else ``auto`` (Megatron-Core's default). ``global_batch``
+    ``None``: not chosen yet (``simrun --model`` derives it from the microbatches;
+    :func:`validate` refuses it).
     ``split``: Megatron-Core's uneven pipeline split (:mod:`sim.models.split`). ``fsdp``:
     PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics; :mod:`sim.models.zero`).
     ``moe_load_imbalance``: tokens of the busiest expert GPU ÷ the balanced share (≥ 1);
@@ -72,13 +77,30 @@ class Training:
     @property
     def backend(self) -> str:
         """The attention kernel that runs: ``flash``, ``fused`` or ``unfused``."""
-        b = self.attention_backend or ("flash" if self.flash_attention else "unfused")
-        return "fused" if b == "auto" else b
+        return attention_kernel(self, "")
+
+    @property
+    def requested_backend(self) -> str:
+        """The backend asked for: ``--attention-backend``, else ``flash`` with
+        ``--flash-attention``, else ``auto`` (Megatron-Core's default)."""
+        return self.attention_backend or ("flash" if self.flash_attention else "auto")
 
     @property
     def fused_attention(self) -> bool:
         """One fused kernel per attention call (no s×s score matrix in memory)."""
         return self.backend != "unfused"
+
+
+def attention_kernel(training: Training, gpu_family: str) -> str:
+    """The attention kernel that runs on a GPU of ``gpu_family`` (``""``: unknown, taken as
+    Hopper or newer): the requested backend, or for ``auto`` Transformer Engine's choice —
+    its ``get_attention_backend`` (transformer_engine/pytorch/attention/dot_product_attention/
+    utils.py) disables FlashAttention "to give FusedAttention preference on Hopper+" when both
+    can run, so ``fused`` (cuDNN) from compute capability 9.0 on and ``flash`` before."""
+    b = training.requested_backend
+    if b != "auto":
+        return b
+    return "flash" if gpu_family in PRE_HOPPER_FAMILIES else "fused"
 
 
 def _part(part: str, name: str) -> property:
@@ -183,6 +205,7 @@ class ParallelConfig:
     overlap_param_gather = _part("training", "overlap_param_gather")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
+    requested_backend = _part("training", "requested_backend")
     fused_attention = _part("training", "fused_attention")
     split = _part("training", "split")
     fsdp = _part("training", "fsdp")
@@ -313,7 +336,7 @@ def check_context_parallel(model: ModelSpec, par: ParallelConfig) -> None:
         return
     if not par.fused_attention:
         raise UsageError("context parallelism runs through TransformerEngine's fused attention "
-                         "in Megatron-Core; add --flash-attention", field="--cp")
+                         "in Megatron-Core; drop --attention-backend unfused", field="--cp")
     if model.seq_len % (2 * cp):
         raise UsageError(f"sequence length {model.seq_len} must divide into 2·cp = {2 * cp} "
                          "chunks (Megatron-Core's causal load balancing)", field="--cp")
