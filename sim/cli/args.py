@@ -131,6 +131,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                    help="Megatron-Core, with --distributed-optimizer: each bucket's parameter "
                         "all-gather runs beside the next iteration's forward; its first use "
                         "waits for it (default: all-gathers after the optimizer step)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron-Core with Transformer Engine userbuffers: each dense layer's "
+                        "sequence-parallel all-gathers/reduce-scatters pipelined in chunks "
+                        "with the GEMMs they feed (needs --sequence-parallel)")
     _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
@@ -198,7 +202,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     overlap_param_gather=getattr(args, "overlap_param_gather", False),
                     moe_token_dispatcher=getattr(args, "moe_token_dispatcher_type", "alltoall"),
                     moe_shared_expert_intermediate_size=getattr(
-                        args, "moe_shared_expert_intermediate_size", None))
+                        args, "moe_shared_expert_intermediate_size", None),
+                    tp_comm_overlap=getattr(args, "tp_comm_overlap", False))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:
@@ -212,9 +217,13 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
                         "--account-for-loss-in-pipeline-split"),
                        ("moe_expert_capacity_factor", "--moe-expert-capacity-factor"),
                        ("moe_shared_expert_intermediate_size",
-                        "--moe-shared-expert-intermediate-size")):
+                        "--moe-shared-expert-intermediate-size"),
+                       # an AICB row's compute is the whole phase: the GEMM that would hide
+                       # a collective cannot be told apart from the rest
+                       ("tp_comm_overlap", "--tp-comm-overlap")):
         value = getattr(args, dest, None)
-        if value not in (None, False, 1):
+        # True == 1 in Python: a store_true flag that is set is True, never a default
+        if value is True or value not in (None, False, 1):
             raise UsageError("applies to --model runs (a workload file fixes its rows)",
                              field=flag)
     if getattr(args, "attention_backend", "") or getattr(args, "flash_attention", False):

@@ -32,10 +32,12 @@ from sim.engine.segments import (
     Blocking,
     Compiled,
     Fused,
+    OverlapBlocking,
     compile_pass,
     phases,
     scaled,
 )
+from sim.engine.steps import fused_spans, overlap_blocking
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
@@ -207,6 +209,8 @@ class _Engine:
                                           passes):
                 if ph.comm is not None and ph.comm.blocking:
                     seen.setdefault(ph.comm, None)
+                for o in ph.overlaps:
+                    seen.setdefault(o.comm, None)
             got = self._blocking[key] = tuple(seen)
         return got
 
@@ -295,7 +299,7 @@ class _Engine:
                 for g, ns in step.comm_ns:
                     st.exposed_comm_ns[g] += ns
                 if ledger.spans is not None:
-                    self._fused_spans(rank, t0, step, mb, chunk)
+                    fused_spans(self.ledger, rank, t0, step, mb, chunk)
             elif type(step) is Blocking:
                 t0 = env.now
                 what = f"{step.layer} {step.phase.value}"
@@ -308,6 +312,8 @@ class _Engine:
                 ledger.span(rank, g.value, t0, env.now, "comm",
                             f"{step.layer}.{step.phase.value}", mb, chunk,
                             comm_args(step.comm, res.algorithm if res else ""))
+            elif type(step) is OverlapBlocking:
+                yield from overlap_blocking(self.env, self.rdv, self.ledger, rank, step, mb, chunk)
             elif type(step) is Await:
                 t0 = env.now
                 yield from self.streams.await_overlap(rank, step.group)
@@ -323,18 +329,6 @@ class _Engine:
                 assert type(step) is AsyncIssue
                 (self.streams.issue_overlap if step.overlap else self.streams.issue)(
                     rank, step.comm, f"{step.layer}.{step.phase.value}")
-
-    def _fused_spans(self, rank: int, t0: int, step: Fused, mb: int, chunk: int) -> None:
-        """The spans of the parts of a fused run that started at ``t0``."""
-        span = self.ledger.span
-        for part in step.parts:
-            s0 = t0 + part.offset_ns
-            s1 = s0 + part.duration_ns
-            if part.group is None:
-                span(rank, "compute", s0, s1, part.phase.value, part.layer, mb, chunk)
-            else:
-                span(rank, part.group.value, s0, s1, "comm", f"{part.layer}.{part.phase.value}",
-                     mb, chunk, comm_args(part.comm, part.algorithm))
 
     def tasks(self, rank: int, tasks: tuple[Task, ...]):
         env, ledger = self.env, self.ledger

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.comm import Comm, GroupKind
-from sim.workload.model import Layer, PhaseKind
+from sim.engine.overlap import overlapped_ns
+from sim.workload.model import GemmOverlap, Layer, Phase, PhaseKind
+
+_PHASE_INDEX = {PhaseKind.FORWARD: 0, PhaseKind.INPUT_GRAD: 1, PhaseKind.WEIGHT_GRAD: 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,17 @@ class Blocking:
 
 
 @dataclass(frozen=True, slots=True)
+class OverlapBlocking:
+    """A blocking collective pipelined with a GEMM of ``gemm_ns`` (``overlap``), whose cost is
+    known only when it runs: the GEMM time is not in the fused run before it."""
+
+    overlap: GemmOverlap
+    gemm_ns: int
+    phase: PhaseKind
+    layer: str
+
+
+@dataclass(frozen=True, slots=True)
 class AsyncIssue:
     """Issue ``comm`` without waiting; ``overlap``: on the group's overlap stream, awaited by
     the :class:`Await` that follows its phase's compute."""
@@ -76,7 +90,7 @@ class AwaitParams:
     layer: str
 
 
-Step = Fused | Blocking | AsyncIssue | Await | AwaitParams
+Step = Fused | Blocking | OverlapBlocking | AsyncIssue | Await | AwaitParams
 # (comm, phase) -> (duration_ns, algorithm) if fusable for this rank, else None
 CostFn = Callable[[Comm], "tuple[int, str] | None"]
 
@@ -163,13 +177,7 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
         if overlap:
             flush()
             steps.append(AsyncIssue(c, kind, lay.name, overlap=True))
-        compute_ns = scaled(ph.compute_ns, scale)
-        if compute_ns:
-            parts.append(Part(run[0], compute_ns, kind, lay.name, None))
-            run[0] += compute_ns
-            run[1] += compute_ns
-            tot[(PhaseKind.FORWARD, PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD).index(kind)] += (
-                compute_ns)
+        _compute(ph, kind, lay.name, scale, cost, (steps, parts, run, tot), flush)
         if c is None:
             continue
         if overlap:
@@ -188,11 +196,43 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
             steps.append(Blocking(c, kind, lay.name))
             continue
         dur, algo = fused
-        dur += c.post_delay_ns
-        if dur:
-            parts.append(Part(run[0], dur, kind, lay.name, c.group, c, algo))
-            run[0] += dur
-            run[2][c.group] = run[2].get(c.group, 0) + dur
-            tot[3][c.group.value] = tot[3].get(c.group.value, 0) + dur
+        _comm_part(parts, run, tot, Part(run[0], dur + c.post_delay_ns, kind, lay.name, c.group,
+                                         c, algo))
     flush()
     return Compiled(tuple(steps), totals)
+
+
+def _compute(ph: Phase, kind: PhaseKind, layer: str, scale: float, cost: CostFn,
+             state: tuple[list, list, list, list], flush: Callable[[], None]) -> None:
+    """A phase's compute, with its GEMM-overlapped collectives (``Phase.overlaps``): a fusable
+    one adds the time its overlap exposes (:func:`~sim.engine.overlap.overlapped_ns` − GEMM)
+    after the compute; a non-fusable one becomes an :class:`OverlapBlocking` step that runs its
+    GEMM."""
+    steps, parts, run, tot = state
+    compute_ns = scaled(ph.compute_ns, scale)
+    tot[_PHASE_INDEX[kind]] += compute_ns
+    costed = [(o, scaled(o.gemm_ns, scale), cost(o.comm)) for o in ph.overlaps
+              if o.comm.size_bytes > 0]
+    alone = compute_ns - sum(g for _o, g, fused in costed if fused is None)
+    if alone:
+        parts.append(Part(run[0], alone, kind, layer, None))
+        run[0] += alone
+        run[1] += alone
+    for o, g, fused in costed:
+        if fused is None:
+            flush()
+            steps.append(OverlapBlocking(o, g, kind, layer))
+            continue
+        extra = overlapped_ns(o.method, g, fused[0], o.splits, o.sms, o.comm_sms) - g
+        _comm_part(parts, run, tot, Part(run[0], extra, kind, layer, o.comm.group, o.comm,
+                                         fused[1]))
+
+
+def _comm_part(parts: list[Part], run: list, tot: list, part: Part) -> None:
+    """Append the (fused, blocking) communication ``part`` to the run unless it is empty."""
+    dur, g = part.duration_ns, part.group
+    if dur and g is not None:
+        parts.append(part)
+        run[0] += dur
+        run[2][g] = run[2].get(g, 0) + dur
+        tot[3][g.value] = tot[3].get(g.value, 0) + dur

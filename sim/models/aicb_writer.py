@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sim.comm import Comm, GroupKind
+from sim.errors import UsageError
 from sim.outputs import atomic_write
 from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, Task
@@ -111,6 +112,10 @@ def representative_rows(program: PipelineProgram, stage: int = 0) -> tuple[list,
 def aicb_text(program: PipelineProgram, *, stage: int = 0, process_ns: int = 0) -> str:
     """The whole file as a string (see the module docstring)."""
     block, iteration = representative_rows(program, stage)
+    if any(ph.overlaps for _n, lay in block for ph in (lay.forward, lay.input_grad,
+                                                       lay.weight_grad)):
+        raise UsageError("AICB text has one collective per phase after its compute: it cannot "
+                         "hold a collective pipelined with a GEMM", field="--tp-comm-overlap")
     header = (
         f"{POLICY} model_parallel_NPU_group: {program.tp} ep: {program.ep} pp: {program.pp} "
         f"vpp: {program.vpp} ga: {program.microbatches} all_gpus: {program.world_size} "

@@ -13,6 +13,7 @@ from dataclasses import replace
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe, find
+from sim.models import tp_overlap
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.flops import model_flops_per_iteration
@@ -199,6 +200,11 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer) -> tuple[list[La
     dtype, m = par.dtype, par.microbatches
     layers: list[Layer] = []
     index: list[int] = []
+    sms = _sms(timer.gpu)[0]
+
+    def ovl(pairs, ops):  # --tp-comm-overlap: the phase's collectives pipelined with its GEMMs
+        return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, sms) if pairs else ()
+
     for i, r in enumerate(rows):
         comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
         for extra in comms[1:]:
@@ -206,9 +212,12 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer) -> tuple[list[La
         index.append(len(layers))
         layers.append(Layer(
             name=r.name,
-            forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm),
-            input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm),
-            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None),
+            forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm,
+                          overlaps=ovl(r.fwd_ovl, r.fwd)),
+            input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm,
+                             overlaps=ovl(r.ig_ovl, r.ig)),
+            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None,
+                              overlaps=ovl(r.wg_ovl, r.wg)),
         ))
     return layers, index
 
@@ -226,6 +235,14 @@ def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
         return None
     size = dm.v // dm.t * dm.h * grad_bytes(par.dtype)
     return Comm(CollKind.ALLREDUCE, GroupKind.EMB, size, blocking=True)
+
+
+def _sms(gpu: GpuSpec) -> tuple[int, bool]:
+    """SMs of ``gpu`` from the catalogue and whether it knew them (else an H100 SXM's 132)."""
+    entry = find(gpu.name)
+    if entry is not None and entry.sms:
+        return entry.sms, True
+    return tp_overlap.DEFAULT_SMS, False
 
 
 def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
@@ -310,14 +327,17 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"{gpu.hbm_GBps:g} GB/s HBM",
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
         "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
-        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group; Megatron's "
-        "overlap of backward TP collectives with weight-gradient GEMMs is not modelled",
+        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group"
+        + ("" if par.tp_comm_overlap else " (--tp-comm-overlap would pipeline them with their "
+           "GEMMs)"),
         "embedding on the first stage (vocab-parallel, TP all-reduce of its output); final norm, "
         "output layer and vocab-parallel cross entropy (3 all-reduces of n fp32 values) on the "
         "last stage",
         f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
         "pp_bytes (no scatter/gather optimisation)",
     ]
+    if par.tp_comm_overlap:
+        out.append(tp_overlap.describe(*_sms(gpu)))
     if par.zero:
         out.append(_zero_note(par))
     if par.cp > 1:

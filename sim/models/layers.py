@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
+from sim.models import tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.dims import (
     Dims,
@@ -137,6 +138,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     rows = rows_from_items(items)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
+    elif par.tp_comm_overlap and (model.moe is None or index < model.moe.dense_layers):
+        tp_overlap.apply(rows)
     if par.recompute == "full":
         rows += recompute_rows(rows)
     for r in rows:

@@ -36,7 +36,9 @@ class Training:
     collectives issued per layer during the last microbatch's backward, non-blocking; otherwise
     one blocking collective after the backward), ``overlap_param_gather`` (Megatron-Core, with the
     distributed optimizer: each bucket's parameter all-gather runs beside the next iteration's
-    forward; a bucket's first use waits for it). ``attention_backend``: Megatron-Core's
+    forward; a bucket's first use waits for it), ``tp_comm_overlap`` (Megatron-Core
+    ``--tp-comm-overlap``: Transformer Engine pipelines the TP collectives of each dense layer
+    with their GEMMs; :mod:`sim.models.tp_overlap`). ``attention_backend``: Megatron-Core's
     ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
     through Transformer Engine; ``unfused``: batched matmuls + softmax, as Megatron-LM ran in
     2022; ``auto``: Transformer Engine's choice, see :func:`attention_kernel`); empty: ``flash``
@@ -73,6 +75,7 @@ class Training:
     moe_token_dispatcher: str = "alltoall"
     moe_shared_expert_intermediate_size: int | None = None
     ep_nodes: int = 1
+    tp_comm_overlap: bool = False
 
     @property
     def backend(self) -> str:
@@ -148,7 +151,7 @@ class ParallelConfig:
                  moe_capacity_factor: float | None = None,
                  overlap_param_gather: bool = False, moe_token_dispatcher: str = "alltoall",
                  moe_shared_expert_intermediate_size: int | None = None,
-                 ep_nodes: int = 1) -> None:
+                 ep_nodes: int = 1, tp_comm_overlap: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -161,7 +164,7 @@ class ParallelConfig:
                             moe_token_dispatcher=moe_token_dispatcher,
                             moe_shared_expert_intermediate_size=(
                                 moe_shared_expert_intermediate_size),
-                            ep_nodes=ep_nodes)
+                            ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
                         schedule=schedule, microbatch_group_size=microbatch_group_size)
@@ -203,6 +206,7 @@ class ParallelConfig:
     flash_attention = _part("training", "flash_attention")
     overlap_grad_reduce = _part("training", "overlap_grad_reduce")
     overlap_param_gather = _part("training", "overlap_param_gather")
+    tp_comm_overlap = _part("training", "tp_comm_overlap")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     requested_backend = _part("training", "requested_backend")
@@ -251,6 +255,26 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     check_zero(model, par)
     _check_moe_options(model, par)
     _check_schedule(par)
+    _check_tp_comm_overlap(model, par)
+
+
+def _check_tp_comm_overlap(model: ModelSpec, par: ParallelConfig) -> None:
+    """``--tp-comm-overlap`` where simrun can pair every collective with its GEMM: sequence
+    parallelism with TP > 1 (Megatron-LM asserts ``--sequence-parallel``, megatron/training/
+    arguments.py; at TP 1 there is no TP collective), dense layers, no context parallelism."""
+    if not par.tp_comm_overlap:
+        return
+    if not par.sp:
+        raise UsageError("needs --sequence-parallel and TP > 1 (Megatron-LM asserts sequence "
+                         "parallelism with it; at TP 1 there is no TP communication)",
+                         field="--tp-comm-overlap")
+    if par.cp > 1:
+        raise UsageError("not modelled with context parallelism (the ring-attention rows sit "
+                         "between the collectives and their GEMMs)", field="--tp-comm-overlap")
+    if model.moe is not None and model.moe.dense_layers == 0:
+        raise UsageError("the model has no dense layer; the MoE MLP's collectives are not "
+                         "overlapped by Transformer Engine's userbuffers in simrun",
+                         field="--tp-comm-overlap")
 
 
 def _check_schedule(par: ParallelConfig) -> None:

@@ -59,6 +59,11 @@ class Row:
     params: int = 0
     expert_params: int = 0
     tags: dict[str, int] = field(default_factory=dict)
+    # --tp-comm-overlap (sim.models.tp_overlap): per phase, (comm, name of the GEMM op of the
+    # phase it is pipelined with, Transformer Engine's overlap method)
+    fwd_ovl: tuple[tuple[Comm, str, str], ...] = ()
+    ig_ovl: tuple[tuple[Comm, str, str], ...] = ()
+    wg_ovl: tuple[tuple[Comm, str, str], ...] = ()
 
     def ops(self) -> tuple[Op, ...]:
         return self.fwd + self.ig + self.wg
@@ -99,9 +104,10 @@ def recompute_rows(rows: list[Row]) -> list[Row]:
     at the start of their backward. Returned in list order (append after ``rows``): the
     backward walks rows in reverse, so the re-run happens in forward order, first."""
     out = [
-        Row("recompute_" + r.name, ig=as_recompute(r.fwd), ig_comm=r.fwd_comm)
+        Row("recompute_" + r.name, ig=as_recompute(r.fwd), ig_comm=r.fwd_comm,
+            ig_ovl=tuple((c, "recompute_" + op, how) for c, op, how in r.fwd_ovl))
         for r in rows
-        if r.fwd or r.fwd_comm is not None
+        if r.fwd or r.fwd_comm is not None or r.fwd_ovl
     ]
     out.reverse()
     return out

@@ -22,13 +22,32 @@ class PhaseKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class GemmOverlap:
+    """A blocking collective pipelined with a GEMM of its phase (Megatron-Core
+    ``--tp-comm-overlap``, Transformer Engine userbuffers; :mod:`sim.engine.overlap`).
+
+    ``gemm_ns``: the GEMM's time alone (part of the phase's ``compute_ns``); ``method``:
+    ``ring_exchange``, ``pipeline`` or ``bulk``; ``splits``: chunks; ``comm_sms``: SMs the
+    communication kernel takes from the GEMM of the GPU's ``sms``."""
+
+    comm: Comm
+    gemm_ns: int
+    method: str
+    splits: int
+    comm_sms: int
+    sms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Phase:
     """Compute (ns) followed by an optional communication. ``await_group``: first wait for the
-    oldest outstanding prefetched (``Comm.prefetch``) communication of that group."""
+    oldest outstanding prefetched (``Comm.prefetch``) communication of that group.
+    ``overlaps``: blocking collectives run pipelined with GEMMs of this phase's compute."""
 
     compute_ns: int = 0
     comm: Comm | None = None
     await_group: GroupKind | None = None
+    overlaps: tuple[GemmOverlap, ...] = ()
 
 
 NO_PHASE = Phase()

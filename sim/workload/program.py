@@ -111,7 +111,9 @@ class PipelineProgram:
             comms = [t.comm for t in st.prologue + st.epilogue]
             for chunk in st.chunks:
                 for lay in chunk:
-                    comms.extend((lay.forward.comm, lay.input_grad.comm, lay.weight_grad.comm))
+                    for ph in (lay.forward, lay.input_grad, lay.weight_grad):
+                        comms.append(ph.comm)
+                        comms.extend(o.comm for o in ph.overlaps)
             for c in comms:
                 if c is not None and c.size_bytes > 0:
                     out.setdefault(c.group, set()).add(c.kind)

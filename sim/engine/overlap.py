@@ -1,0 +1,65 @@
+"""Time of a tensor-parallel collective pipelined with the GEMM it feeds or is fed by
+(Megatron-Core ``--tp-comm-overlap``: Transformer Engine's userbuffers), with the GEMM slowed
+while a communication kernel holds some of the GPU's SMs.
+
+Transformer Engine (``transformer_engine/pytorch/module/base.py``, ``initialize_ub``) overlaps
+each TP collective of a transformer layer with one GEMM, by one of three methods (its default
+per layer: ``ring_exchange`` for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; ``pipeline`` for
+proj_fprop, fc2_fprop; ``bulk`` for qkv/fc1 dgrad and wgrad):
+
+- ``ring_exchange`` (all-gather feeding a GEMM; ``num_splits`` = TP size ``n``): the GEMM runs
+  on the local chunk first while the next chunk arrives by point-to-point copy from the ring
+  neighbour; ``n − 1`` transfers, each beside one GEMM chunk; the last chunk's GEMM runs alone.
+- ``pipeline`` (a GEMM feeding a reduce-scatter; ``num_splits`` = ``k``, 4 by default): chunk
+  ``i``'s reduce-scatter runs beside chunk ``i + 1``'s GEMM; the first GEMM chunk runs alone and
+  the last chunk's reduce-scatter is exposed.
+- ``bulk``: the whole collective beside the whole (independent) GEMM.
+
+Interference: while a communication kernel runs on ``comm_sms`` of the GPU's ``sms`` SMs, the
+GEMM gets the rest (Transformer Engine launches it with that SM margin): it runs at
+``(sms − comm_sms) / sms`` of its speed. A step where transfer ``c`` runs beside GEMM work
+``g`` (alone-time) therefore takes ``max(c, c + g − c·(sms − comm_sms)/sms)``: the GEMM is slowed
+for as long as the transfer runs, then finishes alone. The transfer's own speed is the
+network's (its cost ``C`` of the whole collective, split evenly over the transfers).
+
+All times in integer nanoseconds; results are rounded up to whole ns.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+METHODS = ("ring_exchange", "pipeline", "bulk")
+
+
+def beside(gemm_ns: Fraction, comm_ns: Fraction, speed: Fraction) -> Fraction:
+    """Time of GEMM work ``gemm_ns`` (alone) and a transfer ``comm_ns`` started together, the
+    GEMM at ``speed`` (fraction of its own) while the transfer runs."""
+    return max(comm_ns, comm_ns + gemm_ns - comm_ns * speed)
+
+
+def overlapped_ns(method: str, gemm_ns: int, comm_ns: int, splits: int, sms: int,
+                  comm_sms: int) -> int:
+    """Time (ns) of the GEMM of ``gemm_ns`` and the collective of ``comm_ns`` overlapped by
+    ``method`` in ``splits`` chunks, the communication kernel holding ``comm_sms`` of ``sms``
+    SMs. Never less than ``max(gemm_ns, comm_ns)``; with nothing to overlap it is their sum."""
+    if method not in METHODS:
+        raise ValueError(f"unknown overlap method {method!r}")
+    if sms <= 0 or not 0 <= comm_sms < sms:
+        raise ValueError(f"need 0 <= comm_sms < sms, got {comm_sms} of {sms}")
+    g, c = Fraction(gemm_ns), Fraction(comm_ns)
+    speed = Fraction(sms - comm_sms, sms)
+    if comm_ns == 0:
+        t = g
+    elif gemm_ns == 0:
+        t = c
+    elif method == "bulk" or splits <= 1:
+        t = beside(g, c, speed)
+    elif method == "ring_exchange":
+        n = splits
+        t = (n - 1) * beside(g / n, c / (n - 1), speed) + g / n
+    else:  # pipeline
+        k = splits
+        t = g / k + (k - 1) * beside(g / k, c / k, speed) + c / k
+    return math.ceil(t)

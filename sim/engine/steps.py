@@ -1,0 +1,49 @@
+"""Two kinds of step the event loop runs that need more than a timeout: the spans of a fused
+run (:func:`fused_spans`) and a GEMM-overlapped collective costed as it runs
+(:func:`overlap_blocking`)."""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.comms import Rendezvous, comm_args
+from sim.engine.ledger import Ledger
+from sim.engine.overlap import overlapped_ns
+from sim.engine.result import LayerStats
+from sim.engine.segments import Fused, OverlapBlocking
+
+
+def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
+                     step: OverlapBlocking, mb: int, chunk: int):
+    """The rendezvous, the collective (``c`` ns from its start), then the rest of
+    :func:`overlapped_ns` (GEMM and collective pipelined). The GEMM's time is compute, the
+    remainder (and any rendezvous wait) exposed communication of the group."""
+    st, o = ledger.stats[rank], step.overlap
+    t0 = env.now
+    res, (_, arrived) = yield from rdv.collective(
+        rank, o.comm, f"{step.layer} {step.phase.value} (overlapped with its GEMM)")
+    c = env.now - arrived
+    rest = overlapped_ns(o.method, step.gemm_ns, c, o.splits, o.sms, o.comm_sms) - c
+    if rest > 0:
+        yield env.timeout(rest)
+    g = o.comm.group
+    exposed = env.now - t0 - step.gemm_ns
+    st.compute_ns += step.gemm_ns
+    st.exposed_comm_ns[g] += exposed
+    ls = st.layers.setdefault(step.layer, LayerStats())
+    ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + exposed
+    ledger.span(rank, g.value, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
+                chunk, comm_args(o.comm, res.algorithm if res else ""))
+
+
+def fused_spans(ledger: Ledger, rank: int, t0: int, step: Fused, mb: int, chunk: int) -> None:
+    """The spans of the parts of a fused run that started at ``t0``."""
+    span = ledger.span
+    for part in step.parts:
+        s0 = t0 + part.offset_ns
+        s1 = s0 + part.duration_ns
+        if part.group is None:
+            span(rank, "compute", s0, s1, part.phase.value, part.layer, mb, chunk)
+        else:
+            span(rank, part.group.value, s0, s1, "comm", f"{part.layer}.{part.phase.value}",
+                 mb, chunk, comm_args(part.comm, part.algorithm))
