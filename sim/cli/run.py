@@ -25,7 +25,8 @@ from sim.cli.args import (
     output_options,
     warn_topology,
 )
-from sim.cli.types import Parser, positive_float, positive_int
+from sim.cli.types import Parser, at_least_one, nonneg_int, positive_float, positive_int
+from sim.engine.interference import DEFAULT_NCCL_CHANNELS
 from sim.errors import UsageError
 from sim.outputs import is_stdout
 from sim.report import format_report
@@ -80,6 +81,16 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     g.add_argument("--no-fuse", action="store_true",
                    help="give every compute and collective its own event (slower; for checking)")
     add_watchdog_argument(g)
+    g.add_argument("--nccl-channels", type=nonneg_int, default=DEFAULT_NCCL_CHANNELS,
+                   metavar="N",
+                   help="SM interference: CTAs (= SMs) an asynchronous NCCL collective's kernel "
+                        "holds while it runs beside compute, one per channel; the compute runs "
+                        "on the other SMs meanwhile; 0: overlap is free (default: %(default)s, "
+                        "an observed H100 all-gather's)")
+    g.add_argument("--comm-overlap-slowdown", type=at_least_one, default=1.0, metavar="F",
+                   help="SM interference: factor on an asynchronous collective's time while "
+                        "compute runs beside it (default: %(default)s; no published figure "
+                        "found)")
     add_network_arguments(p)
     add_compute_arguments(p)
     add_fault_arguments(p)
@@ -119,7 +130,9 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
         network=network_options(args), faults=fault_options(args),
         simulation=SimulationOptions(per_rank=args.per_rank, fuse=not args.no_fuse,
                                      max_sim_time_s=args.max_sim_time_s,
-                                     placement=args.placement),
+                                     placement=args.placement,
+                                     nccl_channels=args.nccl_channels,
+                                     comm_overlap_slowdown=args.comm_overlap_slowdown),
         outputs=output_options(args), compute=compute_options(args),
         topology_overrides=tuple(args.set))
 

@@ -12,11 +12,13 @@ environment, the network, the :class:`~sim.engine.ledger.Ledger` and the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import simpy
 
 from sim.comm import CollKind, Comm, GroupKind
+from sim.engine.interference import ComputeSharing
 from sim.engine.ledger import Groups, Ledger
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
@@ -120,8 +122,9 @@ class Rendezvous:
 class AsyncStreams:
     """Per rank and group kind, a FIFO stream of non-blocking collectives."""
 
-    def __init__(self, env: simpy.Environment, rdv: Rendezvous, ledger: Ledger):
-        self.env, self.rdv, self.ledger = env, rdv, ledger
+    def __init__(self, env: simpy.Environment, rdv: Rendezvous, ledger: Ledger,
+                 sharing: ComputeSharing | None = None):
+        self.env, self.rdv, self.ledger, self.sharing = env, rdv, ledger, sharing
         self._tail: dict[tuple[int, GroupKind], simpy.Process] = {}
         self._pending: dict[int, list[tuple[simpy.Process, GroupKind]]] = {
             r: [] for r in ledger.stats}
@@ -135,6 +138,8 @@ class AsyncStreams:
         process that ends when ``comm`` has completed."""
         key = (rank, comm.group)
         prev = self._tail.get(key)
+        if self.sharing is not None:
+            self.sharing.issued(rank)
         proc = self.env.process(self._run(rank, comm, prev, label,
                                           self.rdv.next_seq(rank, comm.group)))
         self._tail[key] = proc
@@ -147,6 +152,8 @@ class AsyncStreams:
         phase's ``await_group``)."""
         key = (rank, comm.group)
         prev = self._overlap_tail.get(key)
+        if self.sharing is not None:
+            self.sharing.issued(rank)
         proc = self.env.process(self._run(rank, comm, prev, label,
                                           self.rdv.next_seq(rank, comm.group)))
         self._overlap_tail[key] = proc
@@ -166,7 +173,18 @@ class AsyncStreams:
         if prev is not None and not prev.processed:
             yield prev
         t0 = env.now
+        sharing = self.sharing
+        if sharing is not None:  # its kernel is launched: its CTAs hold SMs (interference)
+            sharing.start(rank, comm.group)
+            beside0 = sharing.beside_now(rank)
         res, cause = yield from self.rdv.collective(rank, comm, label, seq, blocking=False)
+        if sharing is not None:
+            extra = sharing.intf.comm_slowdown - 1.0
+            if extra > 0:  # slowed for the compute time beside it
+                beside = sharing.beside_now(rank) - beside0
+                if beside > 0:
+                    yield env.timeout(math.ceil(beside * extra))
+            sharing.end(rank, comm.group)
         self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
                          comm_args(comm, res.algorithm if res else ""))
         return cause

@@ -22,6 +22,7 @@ from simpy.events import NORMAL, Event, EventPriority
 from sim.comm import Comm, GroupKind
 from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
+from sim.engine.interference import ComputeSharing, Interference
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.result import LayerStats, RankStats, SimResult
 from sim.engine.segments import (
@@ -37,7 +38,7 @@ from sim.engine.segments import (
     phases,
     scaled,
 )
-from sim.engine.steps import fused_spans, overlap_blocking
+from sim.engine.steps import fused_shared, fused_spans, overlap_blocking
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
@@ -58,6 +59,7 @@ def simulate(
     record_spans: bool = False,
     fuse: bool = True,
     until_ns: int | None = None,
+    interference: Interference | None = None,
 ) -> SimResult:
     """Simulate one iteration of ``program`` on ``network``.
 
@@ -69,14 +71,15 @@ def simulate(
     with fusable blocking comms into single timeouts; done only where every simulated member
     of the group runs in lockstep (one simulated member, or a uniform per-rank run).
     ``until_ns``: stop the clock there (watchdog); ranks still busy then are reported as
-    stalled.
+    stalled. ``interference``: asynchronous collectives take SMs from the compute beside them
+    (:mod:`sim.engine.interference`; ``None``: overlap is free).
     """
     if placement is None:
         placement = Placement(program.tp, program.dp, program.pp, program.ep, cp=program.cp)
     if classes is None:
         classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
     return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
-                   fuse).run(until_ns)
+                   fuse, interference).run(until_ns)
 
 
 class Clock(simpy.Environment):
@@ -107,7 +110,7 @@ class _Engine:
 
     def __init__(self, prog: PipelineProgram, net: Network, pl: Placement,
                  classes: RankClasses, scale: dict[int, float], record: bool,
-                 fuse: bool) -> None:
+                 fuse: bool, interference: Interference | None = None) -> None:
         if (pl.tp, pl.dp, pl.pp) != (prog.tp, prog.dp, prog.pp):
             raise ValueError("placement does not match the program's layout")
         if classes.placement is not pl:
@@ -134,7 +137,9 @@ class _Engine:
                               for r in self.sim_ranks}, record)
         self.groups = Groups(pl, sim_set)
         self.rdv = Rendezvous(env, net, self.groups, self.ledger)
-        self.streams = AsyncStreams(env, self.rdv, self.ledger)
+        self.sharing = ComputeSharing(env, interference) if interference is not None and (
+            interference.comm_sms or interference.comm_slowdown > 1) else None
+        self.streams = AsyncStreams(env, self.rdv, self.ledger, self.sharing)
         # (rank, bucket) -> the issued parameter all-gather and its group
         self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}
         self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes)
@@ -283,7 +288,7 @@ class _Engine:
         st.end_ns = env.now
 
     def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int):
-        env, ledger = self.env, self.ledger
+        env, ledger, sharing = self.env, self.ledger, self.sharing
         st = ledger.stats[rank]
         comp.executions += 1
         if comp.barrier is not None:
@@ -292,6 +297,9 @@ class _Engine:
             st.exposed_comm_ns[comp.barrier] += env.now - t0
         for step in comp.steps:
             if type(step) is Fused:
+                if sharing is not None and not sharing.quiet(rank) and step.duration_ns:
+                    yield from fused_shared(sharing, ledger, rank, step, mb, chunk)
+                    continue
                 t0 = env.now
                 if step.duration_ns:
                     yield env.timeout(step.duration_ns)
@@ -340,7 +348,14 @@ class _Engine:
             compute_ns = scaled(t.compute_ns, scale)
             if compute_ns:
                 t0 = env.now
-                yield env.timeout(compute_ns)
+                if self.sharing is not None and not self.sharing.quiet(rank):
+                    lost: dict[GroupKind, int] = {}
+                    yield from self.sharing.work(rank, compute_ns, lost)
+                    for g, ns in lost.items():
+                        st.exposed_comm_ns[g] += ns
+                    compute_ns = env.now - t0 - sum(lost.values())
+                else:
+                    yield env.timeout(compute_ns)
                 if t.kind is TaskKind.OPTIMIZER:
                     st.optimizer_ns += compute_ns
                 else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import simpy
 
 from sim.engine.comms import Rendezvous, comm_args
+from sim.engine.interference import ComputeSharing
 from sim.engine.ledger import Ledger
 from sim.engine.overlap import overlapped_ns
 from sim.engine.result import LayerStats
@@ -47,3 +48,29 @@ def fused_spans(ledger: Ledger, rank: int, t0: int, step: Fused, mb: int, chunk:
         else:
             span(rank, part.group.value, s0, s1, "comm", f"{part.layer}.{part.phase.value}",
                  mb, chunk, comm_args(part.comm, part.algorithm))
+
+
+def fused_shared(sharing: ComputeSharing, ledger: Ledger, rank: int, step: Fused, mb: int,
+                 chunk: int):
+    """A fused step on a rank whose asynchronous collectives may take SMs from its compute
+    (:mod:`sim.engine.interference`): compute parts slowed while they run; the time lost is
+    exposed communication of their group (a ``slowed by`` span on the compute stream)."""
+    st = ledger.stats[rank]
+    ran, lost = yield from sharing.fused(rank, step)
+    st.compute_ns += step.compute_ns
+    for g, ns in step.comm_ns:
+        st.exposed_comm_ns[g] += ns
+    for g, ns in lost.items():
+        st.exposed_comm_ns[g] += ns
+    if ledger.spans is None:
+        return
+    for part, s0, s1 in ran:
+        s_end = s0 + part.duration_ns
+        if part.group is None:
+            ledger.span(rank, "compute", s0, s_end, part.phase.value, part.layer, mb, chunk)
+            if s1 > s_end:
+                ledger.span(rank, "compute", s_end, s1, "comm_wait", "slowed by communication",
+                            mb, chunk)
+        else:
+            ledger.span(rank, part.group.value, s0, s1, "comm", f"{part.layer}."
+                        f"{part.phase.value}", mb, chunk, comm_args(part.comm, part.algorithm))

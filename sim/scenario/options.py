@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.engine.interference import DEFAULT_NCCL_CHANNELS
 from sim.layout import LayoutRequest
 from sim.models.compute_setup import ComputeOptions
 from sim.models.parallel import Training
@@ -83,12 +84,16 @@ class FaultOptions:
 class SimulationOptions:
     """How the engine runs: ``per_rank`` (every rank instead of one representative per stage),
     ``fuse`` (merge events where the timeline allows), ``max_sim_time_s`` (watchdog, simulated
-    seconds), ``placement`` (rank-to-GPU order, fastest dimension first)."""
+    seconds), ``placement`` (rank-to-GPU order, fastest dimension first); interference
+    (:mod:`sim.engine.interference`): ``nccl_channels`` CTAs (SMs) an asynchronous collective
+    holds while it runs (0: overlap is free), ``comm_overlap_slowdown`` (≥ 1) on its time."""
 
     per_rank: bool = False
     fuse: bool = True
     max_sim_time_s: float = DEFAULT_MAX_SIM_TIME_S
     placement: str = DEFAULT_ORDER
+    nccl_channels: int = DEFAULT_NCCL_CHANNELS
+    comm_overlap_slowdown: float = 1.0
 
 
 @dataclass(frozen=True)

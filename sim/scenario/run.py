@@ -16,6 +16,7 @@ from typing import Any
 # engine.simulate, report.build_report and stages.build_program are looked up per call (a test
 # may stand in for them)
 from sim import applicable, engine, report
+from sim.engine.interference import DEFAULT_SMS, Interference
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
@@ -43,9 +44,11 @@ from sim.scenario.options import (
     ModelInput,
     NetworkOptions,
     Scenario,
+    SimulationOptions,
     WorkloadInput,
 )
 from sim.topology import load_topology
+from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs, write_figures
 from sim.viz.select import parse_rank_spec
@@ -97,6 +100,21 @@ def dispatcher_network(opts: NetworkOptions, run: ModelRun | None) -> NetworkOpt
     per_op["alltoall"] = "hierarchical"
     text = ",".join(f"{op}={algo}" for op, algo in per_op.items())
     return dataclasses.replace(opts, algorithm=text)
+
+
+def interference_of(gpu: GpuSpec, opts: SimulationOptions) -> tuple[Interference, str]:
+    """The SM interference of a run on ``gpu`` (its SM count from the GPU catalogue, else
+    132) and its assumption line."""
+    entry = find(gpu.name)
+    if entry is not None and entry.sms:
+        sms, src = entry.sms, "GPU catalogue"
+    else:
+        sms, src = DEFAULT_SMS, "assumed: the GPU catalogue has no SM count for it"
+    if opts.nccl_channels >= sms:
+        raise UsageError(f"must be below the GPU's {sms} SMs, got {opts.nccl_channels}",
+                         field="--nccl-channels")
+    intf = Interference(sms, opts.nccl_channels, opts.comm_overlap_slowdown)
+    return intf, intf.describe(src)
 
 
 def placement_of(program: PipelineProgram, order: str) -> Placement:
@@ -179,21 +197,22 @@ def run_scenario(s: Scenario) -> ScenarioResult:
             print(f"simrun: warning: --trace: {note}", file=sys.stderr)
     net_opts = dispatcher_network(s.network, run)
     net = network_of(dataclasses.replace(topo, faults=faults), net_opts)
+    intf, intf_note = interference_of(topo.gpu, sim_opts)
     t_sim = time.perf_counter()
     with Progress(f"simulating {prog.world_size} GPUs"):
         result = simulate_watched(engine.simulate, prog, net,
                                   max_sim_time_s=sim_opts.max_sim_time_s, placement=placement,
                                   classes=classes, compute_scale=scale, fuse=sim_opts.fuse,
-                                  record_spans=s.outputs.wants_spans)
+                                  record_spans=s.outputs.wants_spans, interference=intf)
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
-             f"{topo.gpus_per_node})"] + fault_notes
+             f"{topo.gpus_per_node})", intf_note] + fault_notes
     fault_report = healthy = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), net_opts)
         with Progress("simulating the healthy cluster for the comparison"):
             healthy = engine.simulate(prog, healthy_net, placement=placement,
-                                      fuse=sim_opts.fuse)
+                                      fuse=sim_opts.fuse, interference=intf)
         fault_report = faults.report(result.iteration_ns, healthy.iteration_ns)
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
@@ -251,6 +270,7 @@ def simulate_model(model: ModelSpec, par: ParallelConfig, topology: Topology, *,
         return ModelOutcome(par, mem)
     program = generate(model, par, topology.gpu, plan=plan)
     net = network_of(topology, network or NetworkOptions())
-    result = engine.simulate(program, net, placement=placement_of(program, placement))
+    result = engine.simulate(program, net, placement=placement_of(program, placement),
+                             interference=interference_of(topology.gpu, SimulationOptions())[0])
     return ModelOutcome(par, mem, result, report.build_report(result),
                         metrics(model, par, topology.gpu, result.iteration_ns))
