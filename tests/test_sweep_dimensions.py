@@ -33,7 +33,8 @@ def test_cp_zero_schedule_dimensions_enumerated_with_reasons():
 
 def test_cp_needs_fused_attention_in_a_sweep_too():
     space = Space(gpus=8, tp=(2,), pp=(1,), cp=(2,))
-    ok, skipped = enumerate_layouts(MODEL, space, Training(global_batch=8), 8)
+    ok, skipped = enumerate_layouts(MODEL, space, Training(global_batch=8,
+                                                           attention_backend="unfused"), 8)
     assert ok == []
     assert "fused attention" in skipped[0][1]
 
