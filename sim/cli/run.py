@@ -25,7 +25,14 @@ from sim.cli.args import (
     output_options,
     warn_topology,
 )
-from sim.cli.types import Parser, at_least_one, nonneg_int, positive_float, positive_int
+from sim.cli.types import (
+    Parser,
+    at_least_one,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 from sim.engine.interference import DEFAULT_NCCL_CHANNELS
 from sim.errors import UsageError
 from sim.outputs import is_stdout
@@ -36,6 +43,7 @@ from sim.scenario import (
     SimulationOptions,
     WorkloadInput,
     run_scenario,
+    variability,
     write_figures_of,
     write_report,
 )
@@ -91,6 +99,15 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                    help="SM interference: factor on an asynchronous collective's time while "
                         "compute runs beside it (default: %(default)s; no published figure "
                         "found)")
+    g.add_argument("--jitter", type=nonneg_float, default=0.0, metavar="CV",
+                   help="variability: multiply every kernel time by a seeded lognormal factor "
+                        "(mean 1, coefficient of variation CV) and every transfer by the same "
+                        "truncated below at 1; runs --samples samples of every rank and reports "
+                        "p50/p90/p99 iteration time and the mean slowdown (default: 0, none)")
+    g.add_argument("--samples", type=positive_int, metavar="N",
+                   help="variability samples with --jitter (default: 1)")
+    g.add_argument("--seed", type=nonneg_int, metavar="S",
+                   help="seed of the --jitter draws (default: 0); same seed, same output")
     add_network_arguments(p)
     add_compute_arguments(p)
     add_fault_arguments(p)
@@ -132,9 +149,20 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
                                      max_sim_time_s=args.max_sim_time_s,
                                      placement=args.placement,
                                      nccl_channels=args.nccl_channels,
-                                     comm_overlap_slowdown=args.comm_overlap_slowdown),
+                                     comm_overlap_slowdown=args.comm_overlap_slowdown,
+                                     **_variability(args)),
         outputs=output_options(args), compute=compute_options(args),
         topology_overrides=tuple(args.set))
+
+
+def _variability(args: argparse.Namespace) -> dict:
+    """``--jitter``, ``--samples`` and ``--seed``; the latter two need the first."""
+    if not args.jitter:
+        for flag, value in (("--samples", args.samples), ("--seed", args.seed)):
+            if value is not None:
+                raise UsageError("needs --jitter CV > 0 (without noise every sample is the "
+                                 "deterministic run)", field=flag)
+    return {"jitter_cv": args.jitter, "samples": args.samples or 1, "seed": args.seed or 0}
 
 
 def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> int:
@@ -149,6 +177,8 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> 
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         sys.stdout.write(format_report(res.report, verbose=args.verbose,
                                        **fault_context(res.result, res.healthy)))
+        if "variability" in res.report:
+            sys.stdout.write(variability.line(res.report["variability"]))
     write_figures_of(res)
     if args.timing:
         result, t_sim = res.result, res.simulate_s

@@ -35,6 +35,7 @@ positive_int = _number(parse_int, lambda v: v >= 1, "a positive integer")
 nonneg_int = _number(parse_int, lambda v: v >= 0, "an integer ≥ 0")
 positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
 fraction = _number(parse_float, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
+nonneg_float = _number(parse_float, lambda v: 0 <= v <= 10, "a number in [0, 10]")
 at_least_one = _number(parse_float, lambda v: 1 <= v < 1e6, "a number ≥ 1")
 
 

@@ -19,6 +19,7 @@ import simpy
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine.interference import ComputeSharing
+from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
@@ -41,8 +42,10 @@ class Meeting:
 class Rendezvous:
     """Collectives and barriers among the simulated members of a group."""
 
-    def __init__(self, env: simpy.Environment, net: Network, groups: Groups, ledger: Ledger):
+    def __init__(self, env: simpy.Environment, net: Network, groups: Groups, ledger: Ledger,
+                 jitter: Jitter | None = None):
         self.env, self.net, self.groups, self.ledger = env, net, groups, ledger
+        self.jitter = jitter
         self._meetings: dict[tuple, Meeting] = {}
         self._seq: dict[tuple[int, GroupKind], int] = {}
 
@@ -87,7 +90,7 @@ class Rendezvous:
             del self._meetings[key]
             done = m.done
             ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
-            ev.callbacks.append(lambda e: done.succeed(e.value))
+            ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
         ledger.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
         t0 = env.now
         res = yield m.done
@@ -98,6 +101,19 @@ class Rendezvous:
             yield env.timeout(comm.post_delay_ns)
         ledger.waiting.pop(rank, None)
         return res, cause
+
+    def _finisher(self, done: simpy.Event, t0: int, *what):
+        """The network's completion callback: ``done`` succeeds then, or later by the transfer
+        jitter of collective ``what`` (the same for every member)."""
+        jitter, env = self.jitter, self.env
+
+        def finish(e: simpy.Event) -> None:
+            extra = jitter.transfer_extra_ns(env.now - t0, *what) if jitter else 0
+            if extra:
+                env.timeout(extra).callbacks.append(lambda _t: done.succeed(e.value))
+            else:
+                done.succeed(e.value)
+        return finish
 
     def barrier(self, rank: int, group: GroupKind):
         """Wait until every simulated member of ``rank``'s ``group`` group arrives here."""
@@ -225,8 +241,10 @@ class PipeTransfers:
 
     A message is keyed ``(receiver, "F" | "B", microbatch, virtual stage)``."""
 
-    def __init__(self, env: simpy.Environment, net: Network, ledger: Ledger, size_bytes: int):
+    def __init__(self, env: simpy.Environment, net: Network, ledger: Ledger, size_bytes: int,
+                 jitter: Jitter | None = None):
         self.env, self.net, self.ledger, self.size_bytes = env, net, ledger, size_bytes
+        self.jitter = jitter
         self._msgs: dict[tuple, simpy.Event] = {}
         self._send_start: dict[tuple, tuple[int, int]] = {}  # key -> (send time, sender)
 
@@ -252,7 +270,14 @@ class PipeTransfers:
             self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}", mb,
                              chunk, (("bytes", size), ("peer", dst)))
 
-        ev.callbacks.append(arrived)
+        def jittered(_ev: simpy.Event, t0: int = now) -> None:
+            extra = self.jitter.transfer_extra_ns(env.now - t0, "pp", rank, *key)
+            if extra:
+                env.timeout(extra).callbacks.append(arrived)
+            else:
+                arrived(_ev)
+
+        ev.callbacks.append(jittered if self.jitter is not None else arrived)
 
     def recv(self, rank: int, key: tuple):
         """Wait for message ``key``: time before its send started is pipeline bubble, the rest

@@ -16,13 +16,13 @@ started is pipeline bubble; the rest is exposed PP communication.
 from __future__ import annotations
 
 import simpy
-from simpy.core import BoundClass, SimTime
-from simpy.events import NORMAL, Event, EventPriority
 
 from sim.comm import Comm, GroupKind
+from sim.engine.clock import Clock
 from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.interference import ComputeSharing, Interference
+from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.result import LayerStats, RankStats, SimResult
 from sim.engine.segments import (
@@ -60,6 +60,7 @@ def simulate(
     fuse: bool = True,
     until_ns: int | None = None,
     interference: Interference | None = None,
+    jitter: Jitter | None = None,
 ) -> SimResult:
     """Simulate one iteration of ``program`` on ``network``.
 
@@ -72,36 +73,17 @@ def simulate(
     of the group runs in lockstep (one simulated member, or a uniform per-rank run).
     ``until_ns``: stop the clock there (watchdog); ranks still busy then are reported as
     stalled. ``interference``: asynchronous collectives take SMs from the compute beside them
-    (:mod:`sim.engine.interference`; ``None``: overlap is free).
+    (:mod:`sim.engine.interference`; ``None``: overlap is free). ``jitter``: seeded random
+    factors on kernel and transfer times (:mod:`sim.engine.jitter`); the simulated members of a
+    group then drift apart, so every collective is a rendezvous (pass per-rank classes to let
+    each synchronisation wait for its slowest member).
     """
     if placement is None:
         placement = Placement(program.tp, program.dp, program.pp, program.ep, cp=program.cp)
     if classes is None:
         classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
     return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
-                   fuse, interference).run(until_ns)
-
-
-class Clock(simpy.Environment):
-    """SimPy's environment, counting the events scheduled on it (the report's event count)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scheduled = 0
-        # SimPy binds its event factories (timeout, event, process, …) to the instance only
-        # for its own class; bind them for this subclass too, or every call would go through
-        # the descriptor (~5% slower runs)
-        for name, obj in vars(simpy.Environment).items():
-            if isinstance(obj, BoundClass):
-                setattr(self, name, getattr(self, name))
-
-    def schedule(self, event: Event, priority: EventPriority = NORMAL, delay: SimTime = 0
-                 ) -> None:
-        self.scheduled += 1
-        _schedule(self, event, priority, delay)
-
-
-_schedule = simpy.Environment.schedule  # called unbound: no super() proxy per event
+                   fuse, interference, jitter).run(until_ns)
 
 
 class _Engine:
@@ -110,7 +92,8 @@ class _Engine:
 
     def __init__(self, prog: PipelineProgram, net: Network, pl: Placement,
                  classes: RankClasses, scale: dict[int, float], record: bool,
-                 fuse: bool, interference: Interference | None = None) -> None:
+                 fuse: bool, interference: Interference | None = None,
+                 jitter: Jitter | None = None) -> None:
         if (pl.tp, pl.dp, pl.pp) != (prog.tp, prog.dp, prog.pp):
             raise ValueError("placement does not match the program's layout")
         if classes.placement is not pl:
@@ -132,17 +115,18 @@ class _Engine:
         net.bind(env, pl, classes, traffic=prog.traffic())
         # simulated members of a group run in lockstep only when the run is uniform
         plain = classes.is_per_rank or (len(classes.tp_parts) == len(classes.dp_parts) == 1)
-        self.lockstep = plain and not self.scale and not net.perturbed
+        self.jitter = jitter
+        self.lockstep = plain and not self.scale and not net.perturbed and jitter is None
         self.ledger = Ledger({r: RankStats(r, pl.coord(r).pp, classes.size_of(r))
                               for r in self.sim_ranks}, record)
         self.groups = Groups(pl, sim_set)
-        self.rdv = Rendezvous(env, net, self.groups, self.ledger)
+        self.rdv = Rendezvous(env, net, self.groups, self.ledger, jitter)
         self.sharing = ComputeSharing(env, interference) if interference is not None and (
             interference.comm_sms or interference.comm_slowdown > 1) else None
         self.streams = AsyncStreams(env, self.rdv, self.ledger, self.sharing)
         # (rank, bucket) -> the issued parameter all-gather and its group
         self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}
-        self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes)
+        self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes, jitter)
         self._iso: dict[tuple, tuple[int, str] | None] = {}
         self._compiled: dict[tuple, Compiled] = {}
         # compiled passes shared by ranks whose passes compile alike (per-rank simulation)
@@ -157,7 +141,7 @@ class _Engine:
         groups = self.groups
         members = groups.of(comm.group, rank)
         if not self.lockstep and groups.sim_count(members) > 1 and (
-                comm.group is not GroupKind.TP
+                comm.group is not GroupKind.TP or self.jitter is not None
                 or len({self.scale.get(r, 1.0) for r in members if r in groups.simulated}) > 1):
             return None  # members may drift apart: a rendezvous at every collective instead
         key = (comm.kind, comm.group, members, comm.size_bytes)
@@ -267,18 +251,18 @@ class _Engine:
                 if vs > 0 and stage_chunk(name, p, vs - 1)[0] != stage:
                     yield from self.pipe.recv(rank, (rank, "F", mb, vs))
                 yield from self.run_steps(rank, self.compiled(rank, stage, chunk, "F", mb == 0),
-                                          mb, chunk)
+                                          mb, chunk, "F")
                 if vs < last_vs and (nxt := stage_chunk(name, p, vs + 1)[0]) != stage:
                     dst = self.pl.rank(c0.tp, c0.dp, nxt)
                     self.pipe.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
             elif op.kind == "W":
                 comp = self.compiled(rank, stage, chunk, "W", mb == self.m - 1)
-                yield from self.run_steps(rank, comp, mb, chunk)
+                yield from self.run_steps(rank, comp, mb, chunk, "W")
             else:
                 if vs < last_vs and stage_chunk(name, p, vs + 1)[0] != stage:
                     yield from self.pipe.recv(rank, (rank, "B", mb, vs))
                 comp = self.compiled(rank, stage, chunk, "B", mb == self.m - 1)
-                yield from self.run_steps(rank, comp, mb, chunk)
+                yield from self.run_steps(rank, comp, mb, chunk, "B")
                 if vs > 0 and (prv := stage_chunk(name, p, vs - 1)[0]) != stage:
                     dst = self.pl.rank(c0.tp, c0.dp, prv)
                     self.pipe.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
@@ -287,16 +271,18 @@ class _Engine:
         yield from self.streams.drain(rank)
         st.end_ns = env.now
 
-    def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int):
-        env, ledger, sharing = self.env, self.ledger, self.sharing
+    def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int, op: str = ""):
+        env, ledger, sharing, jitter = self.env, self.ledger, self.sharing, self.jitter
         st = ledger.stats[rank]
         comp.executions += 1
         if comp.barrier is not None:
             t0 = env.now
             yield from self.rdv.barrier(rank, comp.barrier)
             st.exposed_comm_ns[comp.barrier] += env.now - t0
-        for step in comp.steps:
+        for i, step in enumerate(comp.steps):
             if type(step) is Fused:
+                if jitter is not None:
+                    step = jitter.fused(step, rank, mb, chunk, op, i)  # noqa: PLW2901
                 if sharing is not None and not sharing.quiet(rank) and step.duration_ns:
                     yield from fused_shared(sharing, ledger, rank, step, mb, chunk)
                     continue
@@ -346,6 +332,8 @@ class _Engine:
             if t.wait_async:
                 yield from self.streams.drain(rank)
             compute_ns = scaled(t.compute_ns, scale)
+            if self.jitter is not None:
+                compute_ns = self.jitter.kernel_ns(compute_ns, rank, "task", t.label)
             if compute_ns:
                 t0 = env.now
                 if self.sharing is not None and not self.sharing.quiet(rank):

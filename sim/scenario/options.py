@@ -86,7 +86,9 @@ class SimulationOptions:
     ``fuse`` (merge events where the timeline allows), ``max_sim_time_s`` (watchdog, simulated
     seconds), ``placement`` (rank-to-GPU order, fastest dimension first); interference
     (:mod:`sim.engine.interference`): ``nccl_channels`` CTAs (SMs) an asynchronous collective
-    holds while it runs (0: overlap is free), ``comm_overlap_slowdown`` (≥ 1) on its time."""
+    holds while it runs (0: overlap is free), ``comm_overlap_slowdown`` (≥ 1) on its time;
+    variability (:mod:`sim.scenario.variability`): ``jitter_cv`` (0: none) of seeded kernel and
+    transfer noise, ``samples`` runs drawn with ``seed``."""
 
     per_rank: bool = False
     fuse: bool = True
@@ -94,6 +96,9 @@ class SimulationOptions:
     placement: str = DEFAULT_ORDER
     nccl_channels: int = DEFAULT_NCCL_CHANNELS
     comm_overlap_slowdown: float = 1.0
+    jitter_cv: float = 0.0
+    samples: int = 1
+    seed: int = 0
 
 
 @dataclass(frozen=True)

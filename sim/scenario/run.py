@@ -17,6 +17,7 @@ from typing import Any
 # may stand in for them)
 from sim import applicable, engine, report
 from sim.engine.interference import DEFAULT_SMS, Interference
+from sim.engine.jitter import Jitter
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
@@ -39,6 +40,7 @@ from sim.network.factory import OPS, parse_algorithm
 from sim.outputs import check_output_paths, write_json
 from sim.placement import DEFAULT_ORDER, Placement
 from sim.progress import Progress
+from sim.scenario import variability
 from sim.scenario.model_run import ModelRun, model_run
 from sim.scenario.options import (
     ModelInput,
@@ -220,6 +222,14 @@ def run_scenario(s: Scenario) -> ScenarioResult:
         extra += run.assumptions()
     report_extra = dict(run.report_extra(result.iteration_ns)) if run else {}
     report_extra.update(fault_report or {})
+    if sim_opts.jitter_cv > 0:
+        jit = Jitter(sim_opts.jitter_cv, sim_opts.seed)
+        times = variability.sample_times_ns(
+            prog, lambda: network_of(dataclasses.replace(topo, faults=faults), s.network),
+            placement, jit, sim_opts.samples, compute_scale=scale, fuse=sim_opts.fuse,
+            interference=intf)
+        report_extra["variability"] = variability.summary(times, result.iteration_ns, jit)
+        extra += variability.notes(jit, sim_opts.samples)
     rep = report.build_report(result, workload=s.workload.path, topology=s.topology,
                        extra_assumptions=extra, extra=report_extra or None)
     return ScenarioResult(s, topo, prog, placement, result, rep, t_sim, run, healthy)
