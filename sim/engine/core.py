@@ -341,14 +341,16 @@ class _Engine:
                     yield from self.sharing.work(rank, compute_ns, lost)
                     for g, ns in lost.items():
                         st.exposed_comm_ns[g] += ns
-                    compute_ns = env.now - t0 - sum(lost.values())
+                    if env.now > t0 + compute_ns:
+                        ledger.span(rank, "compute", t0 + compute_ns, env.now, "comm_wait",
+                                    "slowed by communication")
                 else:
                     yield env.timeout(compute_ns)
                 if t.kind is TaskKind.OPTIMIZER:
                     st.optimizer_ns += compute_ns
                 else:
                     st.compute_ns += compute_ns
-                ledger.span(rank, "compute", t0, env.now,
+                ledger.span(rank, "compute", t0, t0 + compute_ns,
                             "optimizer" if t.kind is TaskKind.OPTIMIZER else "forward", t.label)
             if t.comm is None:
                 continue

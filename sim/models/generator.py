@@ -200,10 +200,11 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer) -> tuple[list[La
     dtype, m = par.dtype, par.microbatches
     layers: list[Layer] = []
     index: list[int] = []
-    sms = _sms(timer.gpu)[0]
 
     def ovl(pairs, ops):  # --tp-comm-overlap: the phase's collectives pipelined with its GEMMs
-        return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, sms) if pairs else ()
+        if not pairs:
+            return ()
+        return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, _sms(timer.gpu)[0])
 
     for i, r in enumerate(rows):
         comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
