@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.comm import GroupKind
+from sim.engine.interference import NO_ASYNC
 from sim.errors import UsageError
 from sim.models.moe import dispatch_nodes
 from sim.workload import stages
@@ -68,7 +69,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--account-for-loss-in-pipeline-split", "--context-parallel-size",
                "--moe-load-imbalance", "--moe-expert-capacity-factor",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
-               "--ignore-memory")
+               "--ignore-memory", "--tp-comm-overlap")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -103,7 +104,12 @@ _MODEL_HOW = {
                                                          "assumption line; refused for a dense "
                                                          "model)"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
+    "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
+                                        "(assumption); refused without sequence parallelism at "
+                                        "TP > 1, with CP, for a model without dense layers"),
 }
+_NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
+                           "'interference: ...'); refused when the run has none")
 _SCALED = ("refused-if", "refused unless the file's compute times are scaled from another GPU "
                          "(the scaling note says by how much)")
 
@@ -172,6 +178,12 @@ TABLE: dict[str, dict[str, Verdict]] = {
         ("refused", "applies to operator tables only (AICB files give backward times); "
                     "leave it out"),
         ("refused-if", "refused when the file gives backward times"), ("refused", _GENERATED)),
+    "--nccl-channels": _all(*_NO_ASYNC),
+    "--comm-overlap-slowdown": _all(*_NO_ASYNC),
+    "--jitter": _all("changes", "seeded kernel and transfer noise: the report's variability "
+                                "block and assumptions (the breakdown stays deterministic)"),
+    "--samples": _all("refused-if", "variability samples; refused without --jitter"),
+    "--seed": _all("refused-if", "the noise draws; refused without --jitter"),
     "--per-rank": _all("mode", "every rank simulated (simulation mode assumption)"),
     "--no-fuse": _all("mode", "every step its own event (same times)"),
     "--max-sim-time-s": _all("output", "watchdog"),
@@ -284,6 +296,9 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
     is written. ``model_run``: the :class:`~sim.scenario.model_run.ModelRun` of a model run,
     ``None`` for a workload file; ``overrides``: the ``--set KEY=VALUE`` texts."""
     given = set(given)
+    for flag in ("--nccl-channels", "--comm-overlap-slowdown"):
+        _refuse_if(given, flag, NO_ASYNC in assumptions, "the run has no asynchronous "
+                   "collective (nothing runs beside compute), so it would change nothing")
     if model_run is None:
         scaled = any(a.startswith("compute times measured on") and " scaled by " in a
                      for a in assumptions)

@@ -190,6 +190,9 @@ class AsyncStreams:
             yield prev
         t0 = env.now
         sharing = self.sharing
+        if sharing is not None and len(self.rdv.groups.of(comm.group, rank)) == 1:
+            sharing.end(rank, None)  # a group of one: no kernel runs (no interference)
+            sharing = None
         if sharing is not None:  # its kernel is launched: its CTAs hold SMs (interference)
             sharing.start(rank, comm.group)
             beside0 = sharing.beside_now(rank)

@@ -121,8 +121,7 @@ class _Engine:
                               for r in self.sim_ranks}, record)
         self.groups = Groups(pl, sim_set)
         self.rdv = Rendezvous(env, net, self.groups, self.ledger, jitter)
-        self.sharing = ComputeSharing(env, interference) if interference is not None and (
-            interference.comm_sms or interference.comm_slowdown > 1) else None
+        self.sharing = ComputeSharing(env, interference) if interference is not None else None
         self.streams = AsyncStreams(env, self.rdv, self.ledger, self.sharing)
         # (rank, bucket) -> the issued parameter all-gather and its group
         self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}
@@ -231,7 +230,8 @@ class _Engine:
         path = critical_path(ledger.deps, last.rank, iteration)
         return SimResult(self.prog, iteration, [stats[r] for r in self.sim_ranks],
                          ledger.spans or [], self.env.scheduled, self.per_rank,
-                         self.net.describe(), self.classes.describe(), path)
+                         self.net.describe(), self.classes.describe(), path,
+                         sum(self.sharing.beside.values()) if self.sharing else 0)
 
     def rank_proc(self, rank: int):
         env, st, p = self.env, self.ledger.stats[rank], self.p

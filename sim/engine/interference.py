@@ -38,6 +38,10 @@ DEFAULT_NCCL_CHANNELS = 24
 DEFAULT_SMS = 132
 
 
+NO_ASYNC = ("interference: none: no asynchronous collective ran beside compute in this run "
+            "(nothing to take SMs from)")
+
+
 @dataclass(frozen=True)
 class Interference:
     """``comm_sms`` of the GPU's ``sms`` SMs held by an asynchronous communication kernel
@@ -53,8 +57,10 @@ class Interference:
         if self.comm_slowdown < 1.0:
             raise ValueError(f"comm_slowdown must be >= 1, got {self.comm_slowdown}")
 
-    def describe(self, sms_source: str) -> str:
-        """The assumption line."""
+    def describe(self, sms_source: str, beside: bool = True) -> str:
+        """The assumption line (``beside``: compute ran beside an asynchronous collective)."""
+        if not beside:
+            return NO_ASYNC
         if not self.comm_sms and self.comm_slowdown == 1.0:
             return ("interference: none (--nccl-channels 0): an asynchronous collective takes "
                     "nothing from the compute beside it")
@@ -89,11 +95,13 @@ class ComputeSharing:
         run[group] = run.get(group, 0) + 1
         self._change(rank)
 
-    def end(self, rank: int, group: GroupKind) -> None:
-        run = self.running[rank]
-        run[group] -= 1
-        if not run[group]:
-            del run[group]
+    def end(self, rank: int, group: GroupKind | None) -> None:
+        """A collective of ``rank`` finished (``group`` ``None``: it never ran a kernel)."""
+        if group is not None:
+            run = self.running[rank]
+            run[group] -= 1
+            if not run[group]:
+                del run[group]
         self.pending[rank] -= 1
         self._change(rank)
 

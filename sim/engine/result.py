@@ -85,6 +85,9 @@ class SimResult:
     network_notes: list[str] = field(default_factory=list)
     mode: str = ""  # how the ranks were simulated (sim.rank_classes.RankClasses.describe)
     critical_path: list[PathSegment] = field(default_factory=list)
+    # compute time (ns, summed over simulated ranks) that ran beside an asynchronous collective
+    # (sim.engine.interference; 0 when simulated without interference)
+    beside_compute_ns: int = 0
 
     def stage_stats(self) -> list[RankStats]:
         """One entry per pipeline stage: the simulated rank of that stage that finished last."""

@@ -106,7 +106,7 @@ def dispatcher_network(opts: NetworkOptions, run: ModelRun | None) -> NetworkOpt
 
 def interference_of(gpu: GpuSpec, opts: SimulationOptions) -> tuple[Interference, str]:
     """The SM interference of a run on ``gpu`` (its SM count from the GPU catalogue, else
-    132) and its assumption line."""
+    132) and where the SM count came from."""
     entry = find(gpu.name)
     if entry is not None and entry.sms:
         sms, src = entry.sms, "GPU catalogue"
@@ -116,7 +116,7 @@ def interference_of(gpu: GpuSpec, opts: SimulationOptions) -> tuple[Interference
         raise UsageError(f"must be below the GPU's {sms} SMs, got {opts.nccl_channels}",
                          field="--nccl-channels")
     intf = Interference(sms, opts.nccl_channels, opts.comm_overlap_slowdown)
-    return intf, intf.describe(src)
+    return intf, src
 
 
 def placement_of(program: PipelineProgram, order: str) -> Placement:
@@ -199,7 +199,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
             print(f"simrun: warning: --trace: {note}", file=sys.stderr)
     net_opts = dispatcher_network(s.network, run)
     net = network_of(dataclasses.replace(topo, faults=faults), net_opts)
-    intf, intf_note = interference_of(topo.gpu, sim_opts)
+    intf, intf_src = interference_of(topo.gpu, sim_opts)
     t_sim = time.perf_counter()
     with Progress(f"simulating {prog.world_size} GPUs"):
         result = simulate_watched(engine.simulate, prog, net,
@@ -208,7 +208,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                                   record_spans=s.outputs.wants_spans, interference=intf)
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
-             f"{topo.gpus_per_node})", intf_note] + fault_notes
+             f"{topo.gpus_per_node})",
+             intf.describe(intf_src, result.beside_compute_ns > 0)] + fault_notes
     fault_report = healthy = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), net_opts)
