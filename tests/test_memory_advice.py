@@ -10,6 +10,7 @@ from conftest import TOPOLOGIES, WORKLOADS
 from sim.cli import main
 from sim.models.memory import check_memory
 from sim.models.parallel import ParallelConfig
+from sim.models.parallel import ParallelConfig as _ParallelConfig
 from sim.models.spec import load_model
 from sim.topology import load_topology
 
@@ -38,28 +39,30 @@ def gb(before, after):
 def test_llama3_8b_at_tp1_lists_only_what_fits_and_fused_attention_where_it_helps(capsys):
     err = error(capsys, "--model", str(MODELS / "llama3-8b.yaml"), "--topo",
                 str(TOPOLOGIES / "dgx-h100-1024.yaml"), "--global-batch", "1024",
-                "--distributed-optimizer", "--sequence-parallel")
+                "--distributed-optimizer", "--sequence-parallel", "--attention-backend", "unfused")
     model, gpu = load_model(MODELS / "llama3-8b.yaml"), load_topology(
         TOPOLOGIES / "dgx-h100-1024.yaml").gpu
     base = dict(global_batch=1024, sequence_parallel=True, distributed_optimizer=True)
-    before = check_memory(model, ParallelConfig(dp=1024, **base), gpu)
+    before = check_memory(model, ParallelConfig(dp=1024, attention_backend="unfused", **base),
+                          gpu)
     assert not before.feasible
-    flash = check_memory(model, ParallelConfig(dp=1024, flash_attention=True, **base), gpu)
+    flash = check_memory(model, ParallelConfig(dp=1024, attention_backend="fused", **base), gpu)
     # fused attention drops the s×s scores: activations 386.6 → 43.0 GB, not enough alone
     assert round(before.peak.activations_bytes / 1e9, 1) == 386.6
     assert round(flash.peak.activations_bytes / 1e9, 1) == 43.0 and not flash.feasible
     expect = {
         "--recompute full": gb(before, check_memory(
-            model, ParallelConfig(dp=1024, recompute="full", **base), gpu)),
-        "--flash-attention with --tp 2 (DP 512)": gb(before, check_memory(
-            model, ParallelConfig(tp=2, dp=512, flash_attention=True, **base), gpu)),
-        "--flash-attention with --pp 2 (DP 512)": gb(before, check_memory(
-            model, ParallelConfig(pp=2, dp=512, flash_attention=True, **base), gpu)),
+            model, ParallelConfig(dp=1024, recompute="full", attention_backend="unfused",
+                                  **base), gpu)),
+        "--attention-backend fused with --tp 2 (DP 512)": gb(before, check_memory(
+            model, ParallelConfig(tp=2, dp=512, attention_backend="fused", **base), gpu)),
+        "--attention-backend fused with --pp 2 (DP 512)": gb(before, check_memory(
+            model, ParallelConfig(pp=2, dp=512, attention_backend="fused", **base), gpu)),
     }
     got = listed(err)
     for change, numbers in expect.items():
         assert got[change] == numbers, change
-    assert "--flash-attention" not in got  # alone it does not fit
+    assert "--attention-backend fused" not in got  # alone it does not fit
     # flags already given, or without effect at TP 1, are never suggested
     advice = err.split("GB);", 1)[1]
     for flag in ("--distributed-optimizer", "--sequence-parallel"):
@@ -67,11 +70,16 @@ def test_llama3_8b_at_tp1_lists_only_what_fits_and_fused_attention_where_it_help
 
 
 def test_each_listed_change_fits_and_saves_what_it_says(capsys):
+    # the unfused attention of Megatron-LM 2022 (its s×s scores are what does not fit)
     err = error(capsys, "--model", str(MODELS / "gpt3-175b.yaml"), "--topo",
                 str(TOPOLOGIES / "dgx-a100-1024.yaml"), "--tp", "8", "--pp", "8",
-                "--global-batch", "1536")
+                "--global-batch", "1536", "--attention-backend", "unfused")
     model = load_model(MODELS / "gpt3-175b.yaml")
     gpu = load_topology(TOPOLOGIES / "dgx-a100-1024.yaml").gpu
+
+    def ParallelConfig(**kw):  # noqa: N802 - the unfused configs of this test
+        return _ParallelConfig(**{"attention_backend": "unfused", **kw})
+
     par = ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536)
     before = check_memory(model, par, gpu)
     singles = {"--recompute full": ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
@@ -86,13 +94,13 @@ def test_each_listed_change_fits_and_saves_what_it_says(capsys):
     # the single changes come first, largest saving first
     assert list(got)[:3] == ["--recompute full", "--tp 16 (DP 8)", "--distributed-optimizer"]
     # and the ones not listed alone do not fit on their own
-    for kw in ({"flash_attention": True}, {"sequence_parallel": True},
+    for kw in ({"attention_backend": "fused"}, {"sequence_parallel": True},
                {"recompute": "selective"}):
         assert not check_memory(model, ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
                                                       **kw), gpu).feasible
     assert not check_memory(model, ParallelConfig(tp=8, pp=16, dp=8, global_batch=1536),
                             gpu).feasible
-    for change in ("--flash-attention", "--sequence-parallel", "--recompute selective",
+    for change in ("--attention-backend fused", "--sequence-parallel", "--recompute selective",
                    "--pp 16 (DP 8)"):
         assert change not in got
 
