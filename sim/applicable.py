@@ -211,8 +211,12 @@ TABLE: dict[str, dict[str, Verdict]] = {
     **{f: _all("changes", "the affected ranks simulated individually (fault report)")
        for f in ("--slow-gpu", "--slow-node", "--degrade-link", "--fail-nic")},
     **{f: _all("output", "what is written or printed")
-       for f in ("--json", "--quiet", "--timing", "--trace", "--trace-ranks", "--plot",
-                 "--breakdown-plot", "--help", "--version", "--verbose", "--force")},
+       for f in ("--json", "--quiet", "--timing", "--trace", "--plot",
+                 "--breakdown-plot", "--help", "--version", "--verbose")},
+    "--force": _all("refused-if", "allows a --trace estimated over 200 MB; refused without "
+                                  "--trace"),
+    "--trace-ranks": _all("refused-if", "the ranks of --trace and --plot; refused without "
+                                        "either"),
 }
 
 

@@ -66,9 +66,11 @@ def test_layer_passes_of_a_workload_file_are_counted_before_simulating(tmp_path)
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--trace-ranks", "0-999999999"], "--trace-ranks: lists 1,000,000,000 ranks or more; at "
-                                       f"most {MAX_TRACE_RANKS:,} (simrun's work budget)"),
-    (["--trace-ranks", "0-9999999999999999999999"], "--trace-ranks: expected 'stage-reps'"),
+    (["--trace", "/dev/null", "--trace-ranks", "0-999999999"],
+     "--trace-ranks: lists 1,000,000,000 ranks or more; at "
+     f"most {MAX_TRACE_RANKS:,} (simrun's work budget)"),
+    (["--trace", "/dev/null", "--trace-ranks", "0-9999999999999999999999"],
+     "--trace-ranks: expected 'stage-reps'"),
     (["--max-sim-time-s", "1e300"], "argument --max-sim-time-s: expected a positive number of "
                                     "seconds ≤ 9.223e+09, got '1e300'"),
     (["--max-sim-time-s", "inf"], "got 'inf'"),

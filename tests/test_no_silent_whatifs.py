@@ -77,11 +77,12 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--fail-nic": {"*": ["--fail-nic", "0.0"]},
     "--json": {"*": ["--json", "-"]}, "--quiet": {"*": ["--quiet"]},
     "--timing": {"*": ["--timing"]}, "--trace": {"*": ["--trace", "{tmp}/t.json"]},
-    "--trace-ranks": {"*": ["--trace", "{tmp}/t.json", "--trace-ranks", "all"]},
+    # output qualifiers: refused alone (writing with them is tested in test_trace*.py)
+    "--trace-ranks": {"*": (["--trace-ranks", "all"], None)},
     "--plot": {"*": ["--plot", "{tmp}/p.svg"]},
     "--breakdown-plot": {"*": ["--breakdown-plot", "{tmp}/b.svg"]},
     "--help": {"*": ["--help"]}, "--version": {"*": ["--version"]},
-    "--verbose": {"*": ["--verbose"]}, "--force": {"*": ["--trace", "{tmp}/t.json", "--force"]},
+    "--verbose": {"*": ["--verbose"]}, "--force": {"*": (["--force"], None)},
     # workload-file flags
     "--tp": {"aicb": (["--tp", "4"], None), "*": ["--tp", "2"], "model": ["--tp", "1"]},
     "--ep": {"aicb": (["--ep", "2"], None), "optable": (["--ep", "2"], None),

@@ -382,5 +382,13 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def output_options(args: argparse.Namespace) -> OutputOptions:
+    """The output flags; ``--force`` only qualifies a ``--trace`` and ``--trace-ranks`` a
+    ``--trace`` or ``--plot``: without them each is refused (it would change nothing)."""
+    if args.force and not args.trace:
+        raise UsageError("only allows writing a large --trace; no --trace was given",
+                         field="--force")
+    if args.trace_ranks != "stage-reps" and not (args.trace or args.plot):
+        raise UsageError("chooses the ranks of a --trace or --plot; neither was given",
+                         field="--trace-ranks")
     return OutputOptions(json=args.json, trace=args.trace, trace_ranks=args.trace_ranks,
                          plot=args.plot, breakdown_plot=args.breakdown_plot, force=args.force)
