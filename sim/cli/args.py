@@ -103,7 +103,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                    help="sequences per iteration; microbatches = global / (micro·DP) (required "
                         "unless --microbatches is given)")
     g.add_argument("--sequence-parallel", action="store_true",
-                   help="Megatron sequence parallelism (ignored, and said so, when TP = 1)")
+                   help="Megatron sequence parallelism (refused at TP 1, where it changes nothing; "
+                        "default: off)")
     g.add_argument("--recompute", choices=RECOMPUTE, default="none",
                    help="activation recomputation (default: %(default)s)")
     g.add_argument("--dtype", choices=DTYPES, default="bf16",
