@@ -43,7 +43,7 @@ from sim.catalog import shipped
 from sim.errors import InputError, SimrunError
 from sim.inputs import read_text
 from sim.models.parallel import ParallelConfig
-from sim.models.parallel import validate as check_parallel
+from sim.models.parallel_checks import validate as check_parallel
 from sim.models.spec import load_model
 from sim.models.split import PipelineSplit
 from sim.progress import Progress

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sim.models.generator import PARAM_BYTES, grad_bytes
 from sim.models.moe import moe_load_factor
+from sim.models.optimizer import PARAM_BYTES, grad_bytes
 from sim.models.parallel import ParallelConfig
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.spec import ModelSpec

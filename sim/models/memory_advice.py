@@ -3,7 +3,7 @@
 Each candidate is one change of one option (Megatron-LM's names) on the same GPUs and global
 batch. It is kept only if the option changes something (no flag already given, no sequence
 parallelism at TP 1, no distributed optimizer at DP 1 or under ZeRO), the changed layout is
-valid (:func:`sim.models.parallel.validate`) and the memory model, run again on it
+valid (:func:`sim.models.parallel_checks.validate`) and the memory model, run again on it
 (:func:`sim.models.memory.check_memory`), says it fits. Each is listed with the memory it saves
 at the busiest stage and the total after it. Pairs of changes are tried too, and listed where
 neither change fits alone (fused attention often removes most of the activations but not
@@ -19,7 +19,8 @@ from itertools import combinations
 
 from sim.errors import UsageError
 from sim.models.memory import check_memory
-from sim.models.parallel import ParallelConfig, validate
+from sim.models.parallel import ParallelConfig
+from sim.models.parallel_checks import validate
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 

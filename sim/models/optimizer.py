@@ -84,3 +84,17 @@ class ShampooPlan:
         """The critical-path Shampoo work of a stage: the busiest owner's FLOPs (fp32)."""
         work = self.per_rank_flops(layers, with_embedding, dp)
         return Op("shampoo_step", OpKind.FP32_MATMUL, max(work), 0)
+
+
+PARAM_BYTES = 2  # bf16/fp16 model weights (fp8 runs keep bf16 weights)
+
+
+def grad_bytes(dtype: str) -> int:
+    """Bytes per gradient element in the DP reduction: fp32 main grads for bf16/fp8 (Megatron's
+    ``accumulate_allreduce_grads_in_fp32``), fp16 for fp16."""
+    return 2 if dtype == "fp16" else 4
+
+
+def bucket_params(dp: int) -> int:
+    """Megatron DDP bucket size in parameters: ``max(40M, 1M · dp)``."""
+    return max(40_000_000, 1_000_000 * dp)

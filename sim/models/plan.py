@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from sim.errors import UsageError
 from sim.models.dims import Dims
 from sim.models.layers import embedding_rows, output_rows, transformer_layer_rows
-from sim.models.parallel import ParallelConfig, validate
+from sim.models.parallel import ParallelConfig
+from sim.models.parallel_checks import validate
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.models.split import virtual_stage_layers

@@ -20,7 +20,8 @@ from sim.models.generator import generate
 from sim.models.memory import MemoryReport, check_memory
 from sim.models.memory_advice import memory_advice
 from sim.models.metrics import metrics
-from sim.models.parallel import ParallelConfig, Training, validate
+from sim.models.parallel import ParallelConfig, Training
+from sim.models.parallel_checks import validate
 from sim.models.plan import build_model_plan
 from sim.models.spec import ModelSpec, load_model
 from sim.placement import DEFAULT_ORDER, Placement

@@ -2,7 +2,7 @@
 stage, schedule) on N GPUs.
 
 A combination is *valid* when ``TP·PP·DP·CP = N`` and Megatron can run it
-(:func:`sim.models.parallel.validate`: TP divides heads, KV heads and FFN; PP·VPP divides the
+(:func:`sim.models.parallel_checks.validate`: TP divides heads, KV heads and FFN; PP·VPP divides the
 layers; micro batch · DP divides the global batch; the interleaved and zero-bubble schedules'
 constraints; EP divides DP and the experts; CP and ZeRO as for a single run). Invalid
 combinations are not simulated; they are returned with the reason so the CLI can say how many
@@ -16,7 +16,8 @@ import itertools
 from dataclasses import dataclass, replace
 
 from sim.errors import UsageError
-from sim.models.parallel import ParallelConfig, Training, fields_of, validate
+from sim.models.parallel import ParallelConfig, Training, fields_of
+from sim.models.parallel_checks import validate
 from sim.models.spec import ModelSpec
 from sim.schedules import default_vpp
 

@@ -1,0 +1,203 @@
+"""The assumption lines of a generated program: every modelling choice behind
+:func:`sim.models.generator.generate`, in words (layout, dtypes, attention kernel, TP/DP/CP/ZeRO
+communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
+
+from __future__ import annotations
+
+from sim.kernels.gpus import find
+from sim.models import tp_overlap
+from sim.models.compute import ComputeModel
+from sim.models.flops import model_flops_per_iteration
+from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
+from sim.models.optimizer import PARAM_BYTES, ShampooPlan, bucket_params, grad_bytes
+from sim.models.parallel import ParallelConfig, attention_kernel
+from sim.models.plan import ModelPlan
+from sim.models.spec import ModelSpec
+from sim.models.split import stage_layer_counts, virtual_stage_layers
+from sim.topology.gpu import GpuSpec
+from sim.words import plural
+
+
+def gpu_sms(gpu: GpuSpec) -> tuple[int, bool]:
+    """SMs of ``gpu`` from the catalogue and whether it knew them (else an H100 SXM's 132)."""
+    entry = find(gpu.name)
+    if entry is not None and entry.sms:
+        return entry.sms, True
+    return tp_overlap.DEFAULT_SMS, False
+
+
+def gpu_family(gpu: GpuSpec) -> str:
+    """The catalogue family of ``gpu`` (``""``: not in the catalogue)."""
+    entry = find(gpu.name)
+    return entry.family if entry is not None else ""
+
+
+def _attention_text(par: ParallelConfig, family: str) -> str:
+    names = {"flash": "FlashAttention-2 kernel", "fused": "cuDNN fused attention kernel "
+             "(Transformer Engine)", "unfused": "batched matmuls + softmax (unfused, as "
+             "Megatron-LM ran in 2022)"}
+    req = par.requested_backend
+    how = ("--flash-attention" if not par.attention_backend and par.flash_attention
+           else f"--attention-backend {req}")
+    if req == "auto":
+        how += (" (Megatron-Core's default: Transformer Engine picks cuDNN's fused kernel on "
+                f"Hopper and newer, FlashAttention-2 before; GPU family {family or 'unknown'})")
+    return f"{how}: {names[attention_kernel(par.training, family)]}"
+
+
+def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
+                optimizer: str | ShampooPlan) -> list[str]:
+    """Human-readable list of every modelling choice behind a generated program."""
+    m, par, dm = plan.model, plan.par, plan.dims
+    out = [
+        f"workload generated from model spec {m.name}: {m.layers} layers, hidden {m.hidden}, "
+        f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}"
+        f"{' gated' if m.gated_mlp else ''}, vocab {m.vocab} padded to {dm.v} "
+        f"(multiple of 128·tp), sequence {m.seq_len}"
+        + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
+        f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}"
+        + (f" cp={par.cp}" if par.cp > 1 else "") + f", micro batch "
+        f"{par.micro_batch}, global batch {par.global_batch} → "
+        f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
+        f"schedule {par.schedule_name}; " + _split_note(m, par),
+        f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
+        f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",
+        f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
+        + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp else "")
+        + "; attention: " + _attention_text(par, gpu_family(gpu)),
+        cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
+        f"{gpu.hbm_GBps:g} GB/s HBM",
+        "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
+        "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
+        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group"
+        + ("" if par.tp_comm_overlap else " (--tp-comm-overlap would pipeline them with their "
+           "GEMMs)"),
+        "embedding on the first stage (vocab-parallel, TP all-reduce of its output); final norm, "
+        "output layer and vocab-parallel cross entropy (3 all-reduces of n fp32 values) on the "
+        "last stage",
+        f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
+        "pp_bytes (no scatter/gather optimisation)",
+    ]
+    if par.tp_comm_overlap:
+        out.append(tp_overlap.describe(*gpu_sms(gpu)))
+    if par.zero:
+        out.append(_zero_note(par))
+    if par.cp > 1:
+        out.append(f"context parallelism cp={par.cp} (Megatron-Core ring attention through "
+                   f"TransformerEngine): {m.seq_len // par.cp} tokens per rank (2·cp chunks, "
+                   "causal load balancing); attention in cp steps, each overlapped with the P2P "
+                   "exchange of a KV block (backward: KV and dK/dV) around the CP ring, costed "
+                   "as one ring all-gather step; DP gradients reduced over DP×CP "
+                   f"({par.dp_cp} ranks); activations ÷ cp")
+    if par.dp_cp > 1 and not par.zero:
+        kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
+        if par.overlap_grad_reduce:
+            out.append(f"--overlap-grad-reduce: DP gradient {kind} per Megatron DDP bucket "
+                       f"(≥ {bucket_params(par.dp_cp):,} parameters, in backward order, per model "
+                       "chunk; embedding and output layer in buckets of their own), "
+                       "non-blocking, issued in the last "
+                       "microbatch's backward; the optimizer waits for them")
+        else:
+            out.append(f"--no-overlap-grad-reduce: DP gradient {kind} after the backward, "
+                       "blocking")
+        if par.overlap_param_gather:
+            out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
+                       "(2 bytes/parameter) per gradient bucket, non-blocking and in forward "
+                       "order from the start of the iteration (the previous step's all-gathers "
+                       "overlapping this forward); the first forward use of a bucket waits for "
+                       "its all-gather")
+        elif par.distributed_optimizer:
+            out.append("distributed optimizer: parameter all-gather (2 bytes/parameter) after "
+                       "the optimizer step, not overlapped with the next iteration "
+                       "(--overlap-param-gather overlaps it)")
+    out.append("optimizer: Adam, memory-bound (30 bytes per updated parameter + gradient norm "
+               "and buffer zeroing)" + ("; distributed over DP" if par.shards_optimizer
+                                        else ""))
+    if isinstance(optimizer, ShampooPlan):
+        out.append(f"Shampoo: {len(optimizer.layer_blocks)} preconditioned blocks per layer; "
+                   f"inverse 4th roots by {optimizer.newton_steps}-step coupled Newton "
+                   f"(4·{optimizer.newton_steps}·n³ FLOPs per n×n factor, fp32) every step on "
+                   "the owning DP rank (owner mod dp); the step waits for the busiest owner; "
+                   "roots all-gathered in DP")
+    if m.tied_embeddings and par.pp > 1:
+        out.append(f"tied embeddings: the word-embedding gradient ({dm.v // dm.t * dm.h:,} "
+                   f"parameters per GPU, {grad_bytes(par.dtype)} bytes each) all-reduced "
+                   "between the first and the last stage (Megatron's embedding group) after the "
+                   "DP gradient sync, before the optimizer step; blocking")
+    if m.moe is not None:
+        me = m.moe
+        load = moe_load_factor(par)
+        routing = ("balanced routing" if load == 1.0 else
+                   f"the busiest GPU's experts get {load:g}x the balanced tokens (load imbalance "
+                   f"{par.moe_load_imbalance:g}"
+                   + (f", capacity factor {par.moe_capacity_factor:g}"
+                      if par.moe_capacity_factor is not None else "") + ")")
+        out.append(
+            f"MoE ({me.experts} experts of {me.expert_ffn_hidden}, top-{me.top_k}"
+            + (f", shared-expert MLP of {me.shared_ffn_hidden}" if me.shared_ffn_hidden else "")
+            + (f", first {me.dense_layers} layers dense" if me.dense_layers else "")
+            + f"): {routing}; "
+            + ("dropless" if par.moe_capacity_factor is None else "tokens beyond capacity "
+               "dropped")
+            + "; experts TP-sharded (expert tensor parallelism = TP); " + _dispatch_note(plan)
+            + "; expert gradients synced in DP_EP")
+    out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
+               "bytes), CPU launch overheads, memory allocator effects")
+    mf = model_flops_per_iteration(m, par.global_batch)
+    out.append(f"model FLOPs per iteration (for MFU): {mf:.4e} (vocab {m.vocab}, unpadded)")
+    return out
+
+
+def _dispatch_note(plan: ModelPlan) -> str:
+    """How the MoE dispatch/combine all-to-alls are sized and run (--moe-token-dispatcher-type)."""
+    m, par = plan.model, plan.par
+    assert m.moe is not None
+    nodes = dispatch_nodes(par)
+    if par.ep == 1:
+        return "EP 1: no dispatch all-to-all"
+    if nodes == 1:
+        where = (f"the EP group spans {par.ep_nodes} node(s)" if par.moe_token_dispatcher == "flex"
+                 else "--moe-token-dispatcher-type alltoall")
+        return (f"dispatch and combine all-to-alls of n·top_k·h·2 bytes (× the load factor) "
+                f"in the EP group, direct ({where})")
+    d = distinct_nodes(m.moe.experts, m.moe.top_k, nodes)
+    return (f"--moe-token-dispatcher-type flex (Megatron-Core MoEFlexTokenDispatcher, DeepEP): "
+            f"the EP group spans {nodes} nodes; each token sent once per destination node, "
+            f"{d:.3f} of {nodes} on average (top-{m.moe.top_k} of {m.moe.experts} experts, "
+            "uniform routing; node-limited routing not modelled), so the dispatch and combine "
+            f"all-to-alls carry n·{d:.3f}·h·2 bytes (× the load factor) instead of "
+            f"n·{m.moe.top_k}·h·2; run as the network's hierarchical all-to-all (NVLink inside "
+            "a node, then RDMA among GPUs of the same local index; DeepEP overlaps the two, "
+            "here they run one after the other; bf16, not DeepEP's FP8 dispatch)")
+
+
+def _split_note(m: ModelSpec, par: ParallelConfig) -> str:
+    """How the layers are split over the stages (printed whenever the split is uneven)."""
+    counts = virtual_stage_layers(m.layers, par.pp, par.vpp, par.split)
+    if not par.split.uneven:
+        return f"{counts[0]} layers per model chunk"
+    sp = par.split
+    how = ", ".join(x for x in (
+        f"first stage {sp.first_stage_layers}" if sp.first_stage_layers is not None else "",
+        f"last stage {sp.last_stage_layers}" if sp.last_stage_layers is not None else "",
+        "embedding counted as a layer" if sp.account_for_embedding else "",
+        "loss counted as a layer" if sp.account_for_loss else "") if x)
+    per_stage = stage_layer_counts(counts, par.pp)
+    return (f"uneven pipeline split ({how}; Megatron-Core rules): transformer layers per stage "
+            f"{'/'.join(map(str, per_stage))}")
+
+
+def _zero_note(par: ParallelConfig) -> str:
+    name = "PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics)" if par.fsdp else (
+        f"DeepSpeed ZeRO stage {par.zero}")
+    what = {1: "optimizer state", 2: "optimizer state and gradients",
+            3: "optimizer state, gradients and parameters"}[par.zero]
+    comm = {1: "gradients reduce-scattered in the last microbatch's backward (bucketed), "
+               "parameters all-gathered after the step",
+            2: "gradients reduce-scattered in every microbatch's backward (bucketed), "
+               "parameters all-gathered after the step",
+            3: "each unit (transformer layer, embedding, output rows) all-gathered before its "
+               "forward and again before its backward, one unit ahead on a stream of its own, "
+               "its gradients reduce-scattered after its backward in every microbatch"}[par.zero]
+    return (f"{name}: {what} sharded over the {par.dp_cp} DP ranks; 16-bit parameters and "
+            f"gradients on the wire; {comm} (docs/models.md)")
