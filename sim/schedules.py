@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sim.errors import UsageError
 from sim.limits import MAX_WORK
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
-SPLIT_BACKWARD = frozenset({"zb-h1", "zb-v"})
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v")
+SPLIT_BACKWARD = frozenset({"zb-h1", "zb-h2", "zb-v"})
 """Schedules whose ``B`` op is the input-gradient pass only, with a separate ``W`` op for the
 weight-gradient pass (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024)."""
 V_SHAPE = frozenset({"zb-v"})
@@ -115,6 +115,43 @@ def zb_h1(p: int, r: int, m: int) -> list[ScheduleOp]:
         if i >= r:
             ops.append(ScheduleOp("W", i - r))
     ops.extend(ScheduleOp("W", i) for i in range(max(m - r, 0), m))
+    return ops
+
+
+def check_zb_h2(p: int, m: int) -> None:
+    """ZB-H2's constraint: ``M ≥ 2p−1`` microbatches (stage 0's warm-up runs ``2p−1``
+    forwards to fill the time until the first input gradient comes back). Raises
+    :class:`UsageError`."""
+    if m < 2 * p - 1:
+        raise UsageError(f"the zb-h2 schedule needs at least 2p−1 = {2 * p - 1} microbatches "
+                         f"(got {m}); use --schedule zb-h1 or 1f1b", field="--microbatches")
+
+
+def zb_h2(p: int, r: int, m: int) -> list[ScheduleOp]:
+    """ZB-H2 (Qi et al., ICLR 2024, section 2.2 / arXiv:2401.10241 section 3.1): zero bubble at
+    up to ``2p−1`` microbatches in flight. Stage ``r``: warm-up ``2(p−r)−1`` forwards; ``2r``
+    pairs (B, F) with their ``W`` deferred; ``M−2p+1`` triples (B, W, F); ``2(p−r−1)`` pairs
+    (B, W); the last B; then the ``2r+1`` deferred ``W``. ``W`` always takes the oldest
+    microbatch whose ``B`` has run. With ``F = B = W`` every stage computes without a gap
+    from its first forward (a parallelogram; docs/schedules.md). Needs ``M ≥ 2p−1``."""
+    _check(p, r, m)
+    check_zb_h2(p, m)
+    nxt = dict.fromkeys("FBW", 0)
+    ops: list[ScheduleOp] = []
+
+    def put(*kinds: str) -> None:
+        for kind in kinds:
+            ops.append(ScheduleOp(kind, nxt[kind]))
+            nxt[kind] += 1
+
+    put(*"F" * (2 * (p - r) - 1))
+    for _ in range(2 * r):
+        put("B", "F")
+    for _ in range(m - 2 * p + 1):
+        put("B", "W", "F")
+    for _ in range(2 * (p - r - 1)):
+        put("B", "W")
+    put("B", *"W" * (2 * r + 1))
     return ops
 
 
@@ -257,11 +294,13 @@ def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, 
         check_zb_v(p, m, v)
         return
     if v != 1:
-        hint = "--vpp 1" if name == "zb-h1" else "--schedule interleaved or --vpp 1"
+        hint = "--vpp 1" if name in SPLIT_BACKWARD else "--schedule interleaved or --vpp 1"
         raise UsageError(f"the {name} schedule runs one model chunk per stage; got a virtual "
                          f"pipeline size of {v} (use {hint})", field=vpp_field)
     if name == "zb-h1":
         check_zero_bubble(p, m)
+    if name == "zb-h2":
+        check_zb_h2(p, m)
 
 
 def schedule_table(
@@ -277,13 +316,15 @@ def schedule_table(
     check_schedule(name, p, m, v, n)
     if name == "interleaved":
         return [interleaved(p, r, m, v, n) for r in range(p)]
-    fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-v": zb_v}[name]
+    fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2,
+          "zb-v": zb_v}[name]
     return [fn(p, r, m) for r in range(p)]
 
 
 def ideal_bubble_formula(name: str) -> str:
     """:func:`ideal_bubble_fraction` of schedule ``name`` as a formula (for reports)."""
     return {"interleaved": "(p-1)/(v*M)", "zb-h1": "(p-1)/(3M) if F=B=W",
+            "zb-h2": "(p-1)/(3M) if F=B=W (synchronous optimizer step)",
             "zb-v": "(p-1)/(6M) if F=B=W"}.get(name, "(p-1)/M")
 
 
@@ -293,9 +334,12 @@ def ideal_bubble_fraction(name: str, p: int, m: int, v: int = 1) -> float:
     GPipe and 1F1B: ``(p−1)/M``; interleaved: ``(p−1)/(v·M)``; ZB-H1 with the paper's
     equal forward, input-gradient and weight-gradient times: ``(p−1)/(3M)`` (its bubble
     ``(p−1)(F+B−W)`` against ``M(F+B+W)``; docs/schedules.md); ZB-V with equal per-chunk
-    times: ``(p−1)/(6M)`` (the fill ``(p−1)F`` of one chunk against ``2M(F+B+W)``).
+    times: ``(p−1)/(6M)`` (the fill ``(p−1)F`` of one chunk against ``2M(F+B+W)``); ZB-H2 with
+    equal times: ``(p−1)/(3M)``, the parallelogram's edge ``(p−1)F`` that simrun's synchronous
+    optimizer step leaves (no bubble inside any stage; the paper's optimizer post-validation,
+    not modelled, would overlap the edge with the next iteration).
     """
-    if name == "zb-h1":
+    if name in ("zb-h1", "zb-h2"):
         return (p - 1) / (3 * m)
     if name == "zb-v":
         return (p - 1) / (6 * m)

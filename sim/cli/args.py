@@ -59,9 +59,10 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
                         "all GPUs of the topology)")
     g.add_argument("--schedule", choices=SCHEDULES,
                    help="pipeline schedule (default: interleaved if vpp > 1, else 1f1b); "
-                        "zb-h1: Qi et al.'s zero-bubble ZB-H1, backward split into input- and "
-                        "weight-gradient passes; zb-v: their ZB-V, two chunks per stage in V "
-                        "placement (vpp 2), needs ≥ 2·PP−1 microbatches")
+                        "zb-h1, zb-h2, zb-v: Qi et al.'s zero-bubble schedules, backward split "
+                        "into input- and weight-gradient passes (zb-h2: 2·PP−1 microbatches in "
+                        "flight; zb-v: two chunks per stage in V placement, vpp 2; both need ≥ "
+                        "2·PP−1 microbatches); docs/schedules.md")
     g.add_argument("--microbatch-group-size", type=positive_int,
                    help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
                         "(Megatron's microbatch_group_size_per_vp_stage; default PP)")

@@ -36,7 +36,7 @@ LEGEND = [
 ]
 OP_KINDS = ("forward", "backward", "weight_grad")
 SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (separate pass)"}
-"""Legend of the split-backward schedules (zb-h1, zb-v), whose W passes are their own boxes."""
+"""Legend of the split-backward schedules (zb-h1, zb-h2, zb-v): W passes are their own boxes."""
 
 # geometry (pixels)
 LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 96, 24, 64, 116
