@@ -280,8 +280,8 @@ def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, A
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Error statistics of all cases and of each role (``calibration``, ``evaluation``), in
-    percent of the measured time."""
+    """Error statistics of all cases (``all``) and of each role (``calibration``,
+    ``evaluation``), in percent of the measured time; each group's ``cases`` is its count."""
 
     def stats(group: list[dict[str, Any]]) -> dict[str, float]:
         errs = [r["error_pct"] for r in group]
@@ -292,8 +292,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "mean_error_pct": sum(errs) / len(errs),
                 "max_abs_error_pct": max(abs(e) for e in errs)}
 
-    return {**stats(rows), **{role: stats([r for r in rows if r["role"] == role])
-                              for role in ROLES}}
+    return {"all": stats(rows), **{role: stats([r for r in rows if r["role"] == role])
+                                   for role in ROLES}}
 
 
 def default_files() -> list[Path]:

@@ -80,12 +80,13 @@ def test_simrun_validate_prints_the_error_table(tmp_path, capsys):
         assert abs(case["error_pct"]) < CASE_ERROR_BOUND_PCT, case["name"]
     for role, n in (("calibration", 2), ("evaluation", 6)):
         errs = [abs(c["error_pct"]) for c in ordered if c["role"] == role]
-        assert data[role]["cases"] == n
-        assert data[role]["mean_abs_error_pct"] == pytest.approx(sum(errs) / n)
-        assert data[role]["max_abs_error_pct"] == pytest.approx(max(errs))
+        assert data["summary"][role]["cases"] == n
+        assert data["summary"][role]["mean_abs_error_pct"] == pytest.approx(sum(errs) / n)
+        assert data["summary"][role]["max_abs_error_pct"] == pytest.approx(max(errs))
         assert (f"{role}: mean absolute error {sum(errs) / n:.1f}% over {n} cases" in text)
     mean_abs = sum(abs(c["error_pct"]) for c in data["cases"]) / 8
-    assert data["mean_abs_error_pct"] == pytest.approx(mean_abs)
+    assert data["summary"]["all"]["mean_abs_error_pct"] == pytest.approx(mean_abs)
+    assert data["summary"]["all"]["cases"] == len(data["cases"]) == 8  # count and rows apart
     assert f"all: mean absolute error {mean_abs:.1f}% over 8 cases" in text
     assert mean_abs < MEAN_ABS_ERROR_BOUND_PCT
     # the model reproduces the measured ordering: selective + SP beats full recompute

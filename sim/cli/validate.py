@@ -69,7 +69,7 @@ def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
         out.append(f"{GROUP_TITLE[role]}:")
         out += [fmt(b) for b in group]
         out.append(f"{role}: {_stats_line(stats[role])}")
-    out.append(f"all: {_stats_line(stats)}")
+    out.append(f"all: {_stats_line(stats['all'])}")
     return out
 
 
@@ -104,6 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         print("\n".join(text))
     if args.json:
-        write_json(args.json, {"schema": "simrun.validate/2", "files": [str(f) for f in files],
-                               **stats, "cases": rows})
+        write_json(args.json, {"schema": "simrun.validate/3", "files": [str(f) for f in files],
+                               "summary": stats, "cases": rows})
     return 0
