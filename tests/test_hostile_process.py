@@ -38,9 +38,18 @@ def _group(pgid: int) -> list[int]:
     return out
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition. A test runner started
+    from a shell that ignores SIGINT (a background job of a non-interactive shell) passes the
+    ignore on, and Python then installs no KeyboardInterrupt handler (the POSIX convention that
+    simrun keeps); the tests below are about a user's Ctrl-C, which is never ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "sim.cli", *args], cwd=ROOT,
                             start_new_session=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=_default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -109,6 +118,7 @@ sys.exit(code)
 
 def test_sigint_while_the_interpreter_shuts_down_exits_130_quietly():
     p = subprocess.Popen([sys.executable, "-c", SHUTDOWN], cwd=ROOT, stdin=subprocess.DEVNULL,
+                         preexec_fn=_default_sigint,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
