@@ -39,7 +39,7 @@ SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (sep
 """Legend of the split-backward schedules (zb-h1, zb-h2, zb-v): W passes are their own boxes."""
 
 # geometry (pixels)
-LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 96, 24, 64, 116
+LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 140, 24, 64, 116  # left: "stage 15 · rank 65535" at 8 pt
 ROW_PX = 44
 COMPUTE_FRAC, COMM_FRAC = 0.58, 0.2  # lane heights as fractions of a row
 LABEL_PT, MIN_LABEL_PT = 7.0, 5.0
