@@ -79,3 +79,18 @@ def test_results_csv_has_cp_and_zero_columns():
         ("tp2-pp1-dp8-vpp1-mb1", "1", "0", "1f1b"),
         ("tp2-pp1-dp4-vpp1-mb1-cp2-zero3-zb-h1", "2", "3", "zb-h1")]
     assert "cp" not in rows[0] and rows[1]["cp"] == 2  # results.json rows: as before
+
+
+def test_sweep_attention_backend_flag_reaches_the_training_options():
+    # the sweep shares the run's --attention-backend: unfused makes every CP layout infeasible
+    from sim.cli.args import training_of
+    from sim.cli.sweep import build_parser
+
+    base = ["--model", "llama3-8b", "--topo", "dgx-h100-1024", "--gpus", "8", "--tp", "2",
+            "--global-batch", "8", "--out", "s"]
+    for extra, backend in (([], ""), (["--attention-backend", "unfused"], "unfused")):
+        train = training_of(build_parser().parse_args(base + extra), 1)
+        assert train.attention_backend == backend
+        ok, skipped = enumerate_layouts(MODEL, Space(gpus=8, tp=(2,), pp=(1,), cp=(2,)),
+                                        train, 8)
+        assert (ok == [] and "fused attention" in skipped[0][1]) == (backend == "unfused")

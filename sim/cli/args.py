@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
 from sim.layout import LayoutRequest
 from sim.models.compute_setup import ComputeOptions
-from sim.models.parallel import ATTENTION_BACKENDS, DTYPES, RECOMPUTE, Training
+from sim.models.parallel import Training
 from sim.models.split import PipelineSplit
 from sim.network.factory import ROUTINGS
 from sim.scenario.options import FaultOptions, ModelInput, NetworkOptions, OutputOptions
@@ -103,25 +104,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     g.add_argument("--global-batch", type=positive_int, metavar="B",
                    help="sequences per iteration; microbatches = global / (micro·DP) (required "
                         "unless --microbatches is given)")
-    g.add_argument("--sequence-parallel", action="store_true",
-                   help="Megatron sequence parallelism (refused at TP 1, where it changes nothing; "
-                        "default: off)")
-    g.add_argument("--recompute", choices=RECOMPUTE, default="none",
-                   help="activation recomputation (default: %(default)s)")
-    g.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="training dtype; its dense peak is the MFU reference (default: "
-                        "%(default)s)")
-    g.add_argument("--distributed-optimizer", action="store_true",
-                   help="shard the optimizer state over DP (reduce-scatter gradients, all-gather "
-                        "parameters)")
-    g.add_argument("--flash-attention", action="store_true",
-                   help="the FlashAttention-2 kernel; the same as --attention-backend flash")
-    g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="",
-                   help="Megatron-Core's attention backend: flash (FlashAttention-2), fused "
-                        "(cuDNN through Transformer Engine), unfused (batched matmuls + "
-                        "softmax, as Megatron-LM ran in 2022), auto (Megatron-Core's default: "
-                        "Transformer Engine picks fused on Hopper and newer, flash before) "
-                        "(default: auto, or flash with --flash-attention)")
+    add_shared_training_arguments(g, every_layout=False)
     ov = g.add_mutually_exclusive_group()
     ov.add_argument("--overlap-grad-reduce", action="store_true",
                     help="Megatron-Core: DP gradient collective per bucket as its gradients are "

@@ -13,10 +13,10 @@ import argparse
 import importlib.util
 
 from sim.cli.args import add_network_arguments, network_options, training_of
+from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
 from sim.limits import parse_int
-from sim.models.parallel import DTYPES, RECOMPUTE
 from sim.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
 from sim.sweep.runner import DASK_MISSING
@@ -61,17 +61,7 @@ def build_parser() -> Parser:
     g = p.add_argument_group("training (shared by every layout)")
     g.add_argument("--global-batch", type=positive_int, required=True,
                    help="sequences per iteration")
-    g.add_argument("--sequence-parallel", action="store_true",
-                   help="Megatron sequence parallelism in every layout with TP > 1 (default: off)")
-    g.add_argument("--recompute", choices=RECOMPUTE, default="none",
-                   help="activation recomputation (default: %(default)s)")
-    g.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="training dtype; its dense peak is the MFU reference (default: "
-                        "%(default)s)")
-    g.add_argument("--distributed-optimizer", action="store_true",
-                   help="shard the optimizer state over DP (default: off)")
-    g.add_argument("--flash-attention", action="store_true",
-                   help="fused attention kernel (default: off, unfused)")
+    add_shared_training_arguments(g, every_layout=True)
     g.add_argument("--no-overlap-grad-reduce", action="store_true",
                    help="one blocking DP gradient collective after the backward (default: off, "
                         "overlapped per bucket)")
