@@ -69,7 +69,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--account-for-loss-in-pipeline-split", "--context-parallel-size",
                "--moe-load-imbalance", "--moe-expert-capacity-factor",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
-               "--ignore-memory", "--tp-comm-overlap")
+               "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -103,6 +103,11 @@ _MODEL_HOW = {
     "--moe-shared-expert-intermediate-size": ("changes", "the shared-expert MLP's width (MoE "
                                                          "assumption line; refused for a dense "
                                                          "model)"),
+    "--expert-tensor-parallel-size": ("refused-if", "the experts' tensor-parallel size: the "
+                                                     "ETP x EP x EDP expert groups, expert GEMM "
+                                                     "shapes and gradient reduction (layout "
+                                                     "line, MoE assumption line); refused for a "
+                                                     "dense model"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
     "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
                                         "(assumption); refused without sequence parallelism at "
@@ -323,6 +328,8 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
                                          "optimizer state over at DP 1)")
     for flag in ("--overlap-grad-reduce", "--no-overlap-grad-reduce"):
         _refuse_if(given, flag, dp == 1, "needs DP > 1 (no gradient reduction at DP 1)")
+    _refuse_if(given, "--expert-tensor-parallel-size", model_run.model.moe is None,
+               "applies to mixture-of-experts models (a dense model has no experts)")
     _refuse_if(given, "--ignore-memory", fits, "the layout fits in GPU memory, so it changes "
                                                "nothing")
     _refuse_if(given, "--moe-token-dispatcher-type",

@@ -36,6 +36,10 @@ class GroupKind(str, Enum):
     # where the tied input/output embedding's gradient is all-reduced (Megatron-LM
     # parallel_state.get_embedding_group, _allreduce_embedding_grads)
     EMB = "EMB"
+    # Megatron-Core's expert tensor-parallel group (``--expert-tensor-parallel-size``, ETP):
+    # the ranks that split one expert's weights when ETP differs from TP (with ETP = TP the
+    # experts use the TP group itself, GroupKind.TP)
+    ETP = "ETP"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,8 @@ class Layout:
     ``vpp > 1``, else 1F1B: :attr:`schedule_name`). ``microbatch_group_size``: Megatron's
     ``microbatch_group_size_per_vp_stage`` (interleaved only; ``None`` = ``pp``); ``zb-h1``
     is Qi et al.'s zero-bubble schedule. ``cp``: context-parallel size; ``zero``: DeepSpeed
-    ZeRO stage (0: none).
+    ZeRO stage (0: none). ``etp``: Megatron-Core's ``--expert-tensor-parallel-size`` (``None``:
+    the same as ``tp``; the expert groups are formed as :mod:`sim.placement` says).
     """
 
     tp: int = 1
@@ -44,6 +45,12 @@ class Layout:
     microbatch_group_size: int | None = None
     cp: int = 1
     zero: int = 0
+    etp: int | None = None
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size (``etp``; ``None`` = TP, Megatron-Core's default)."""
+        return self.tp if self.etp is None else self.etp
 
     @property
     def world_size(self) -> int:
@@ -87,6 +94,7 @@ class LayoutRequest:
     microbatch_group_size: int | None = None
     cp: int | None = None
     zero: int | None = None
+    etp: int | None = None
 
 
 def require_gpus(needed: int, available: int, detail: str, where: str, *,

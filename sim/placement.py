@@ -5,9 +5,17 @@ fastest- to slowest-varying (Megatron's default is ``tp-dp-pp``: tensor-parallel
 adjacent GPUs, then data-parallel replicas, then pipeline stages). The global rank is the linear
 index in that order, and rank ``r`` runs on GPU ``r`` (node ``r // gpus_per_node``).
 
-Expert parallelism splits the data-parallel dimension: the EP group of a rank holds the ``ep``
-consecutive DP indices of its block; the DP_EP group (expert-parameter gradient sync) holds the
-DP indices congruent modulo ``ep``.
+Expert groups follow Megatron-Core's expert rank generator (megatron/core/parallel_state.py,
+``initialize_model_parallel``: ``RankGenerator(tp=expert_tensor_parallel_size,
+ep=expert_model_parallel_size, dp=expert_data_parallel_size, pp, order)`` with the dense order
+``tp-cp-ep-dp-pp``). The ``tp × dp`` ranks of one pipeline stage (``dp`` here is DP×CP),
+numbered ``i = tp + TP·dp`` as Megatron numbers them (tensor-parallel rank fastest), are
+re-divided as ``i = etp + ETP·ep + ETP·EP·edp``: the expert tensor-parallel group (ETP: one
+expert's weight shards) varies ``etp``, the EP group (dispatch/combine all-to-alls) varies
+``ep``, and the expert data-parallel group (``DP_EP``: expert gradient reduction, ``EDP =
+TP·DP·CP / (ETP·EP)`` ranks) varies ``edp``. With ``etp = tp`` (Megatron's default) this is
+the EP group of ``ep`` consecutive DP indices and the DP_EP group of the DP indices congruent
+modulo ``ep``; with ``etp < tp`` the EP group spans tensor-parallel ranks.
 
 Context parallelism (``cp``) also lives in the data-parallel dimension, as in Megatron-Core's
 ``tp-cp-ep-dp-pp`` order: ``dp`` here counts the DP×CP ranks that reduce gradients together,
@@ -24,6 +32,8 @@ from sim.comm import GroupKind
 from sim.errors import UsageError
 
 DIMS = ("tp", "dp", "pp")
+#: the groups of Megatron-Core's expert rank generator (ETP × EP × EDP within a stage)
+EXPERT_KINDS = (GroupKind.ETP, GroupKind.EP, GroupKind.DP_EP)
 DEFAULT_ORDER = "tp-dp-pp"
 
 
@@ -56,14 +66,21 @@ class Placement:
     """Ranks ↔ coordinates and process groups for a ``tp × dp × pp`` layout."""
 
     def __init__(self, tp: int, dp: int, pp: int, ep: int = 1, order: str = DEFAULT_ORDER,
-                 cp: int = 1):
-        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("cp", cp)):
+                 cp: int = 1, etp: int | None = None):
+        etp = tp if etp is None else etp
+        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("cp", cp),
+                            ("etp", etp)):
             if value < 1:
                 raise UsageError(f"{name} must be ≥ 1, got {value}", field=f"--{name}")
-        if dp % ep:
+        if etp == tp and dp % ep:
             raise UsageError(
                 f"expert-parallel size {ep} must divide the data-parallel size {dp}", field="--ep"
             )
+        if (tp * dp) % (etp * ep):
+            raise UsageError(f"expert TP × EP = {etp}·{ep} must divide the {tp * dp} ranks of "
+                             f"a pipeline stage (TP·DP·CP)",
+                             field="--expert-tensor-parallel-size")
+        self.etp = etp
         if dp % cp:
             raise UsageError(f"context-parallel size {cp} must divide the DP×CP size {dp}",
                              field="--cp")
@@ -112,9 +129,13 @@ class Placement:
             return _progression(self.rank(c.tp, 0, c.pp), s["dp"], self.dp)
         if kind is GroupKind.PP:
             return _progression(self.rank(c.tp, c.dp, 0), s["pp"], self.pp)
+        if kind in EXPERT_KINDS and self.etp != self.tp:
+            return self._expert_group(kind, c)
         if kind is GroupKind.EP:
             base = (c.dp // self.ep) * self.ep
             return _progression(self.rank(c.tp, base, c.pp), s["dp"], self.ep)
+        if kind is GroupKind.ETP:  # ETP = TP: the tensor-parallel group
+            return self.group(GroupKind.TP, rank)
         if kind is GroupKind.CP:
             base = (c.dp // self.cp) * self.cp
             return _progression(self.rank(c.tp, base, c.pp), s["dp"], self.cp)
@@ -128,6 +149,31 @@ class Placement:
             return _progression(self.rank(c.tp, c.dp % self.ep, c.pp), s["dp"] * self.ep,
                                 self.dp // self.ep)
         raise ValueError(kind)
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: ``TP·DP·CP / (ETP·EP)`` ranks reduce expert gradients."""
+        return self.tp * self.dp // (self.etp * self.ep)
+
+    def expert_coord(self, rank: int) -> tuple[int, int, int]:
+        """``(etp, ep, edp)``: the rank's place in Megatron-Core's expert grid of its stage."""
+        c = self.coord(rank)
+        i = c.tp + self.tp * c.dp
+        return i % self.etp, (i // self.etp) % self.ep, i // (self.etp * self.ep)
+
+    def expert_rank(self, etp: int, ep: int, edp: int, pp: int) -> int:
+        """The global rank at expert coordinates ``(etp, ep, edp)`` of stage ``pp``."""
+        i = etp + self.etp * (ep + self.ep * edp)
+        return self.rank(i % self.tp, i // self.tp, pp)
+
+    def _expert_group(self, kind: GroupKind, c: Coord) -> tuple[int, ...]:
+        """ETP, EP or DP_EP group of the rank at ``c`` in the expert grid (ETP ≠ TP)."""
+        et, e, d = self.expert_coord(self.rank(c.tp, c.dp, c.pp))
+        if kind is GroupKind.ETP:
+            return tuple(self.expert_rank(j, e, d, c.pp) for j in range(self.etp))
+        if kind is GroupKind.EP:
+            return tuple(self.expert_rank(et, j, d, c.pp) for j in range(self.ep))
+        return tuple(self.expert_rank(et, e, j, c.pp) for j in range(self.edp))
 
     def groups(self, kind: GroupKind) -> list[tuple[int, ...]]:
         """Every group of ``kind``, each once, ordered by its first member."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.cli.expert_args import add_expert_tp_argument
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -86,7 +87,7 @@ def layout_request(args: argparse.Namespace) -> LayoutRequest:
                          vpp=args.vpp, microbatches=args.microbatches, gpus=args.gpus,
                          schedule=args.schedule,
                          microbatch_group_size=args.microbatch_group_size,
-                         cp=getattr(args, "cp", None), zero=zero)
+                         cp=getattr(args, "cp", None), zero=zero, etp=getattr(args, "etp", None))
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -165,6 +166,7 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--moe-shared-expert-intermediate-size", type=positive_int, metavar="N",
                    help="MoE: width of the shared-expert MLP (Megatron-Core; replaces the "
                         "model spec's shared experts)")
+    add_expert_tp_argument(g)
 
 
 def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:

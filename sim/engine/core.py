@@ -79,7 +79,8 @@ def simulate(
     each synchronisation wait for its slowest member).
     """
     if placement is None:
-        placement = Placement(program.tp, program.dp, program.pp, program.ep, cp=program.cp)
+        placement = Placement(program.tp, program.dp, program.pp, program.ep, cp=program.cp,
+                              etp=program.etp)
     if classes is None:
         classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
     return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,

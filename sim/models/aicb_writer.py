@@ -116,6 +116,10 @@ def aicb_text(program: PipelineProgram, *, stage: int = 0, process_ns: int = 0) 
                                                        lay.weight_grad)):
         raise UsageError("AICB text has one collective per phase after its compute: it cannot "
                          "hold a collective pipelined with a GEMM", field="--tp-comm-overlap")
+    if program.etp not in (None, program.tp):
+        raise UsageError("AICB text has no expert tensor-parallel group (its header and comm "
+                         "suffixes know TP, EP and DP_EP only)",
+                         field="--expert-tensor-parallel-size")
     header = (
         f"{POLICY} model_parallel_NPU_group: {program.tp} ep: {program.ep} pp: {program.pp} "
         f"vpp: {program.vpp} ga: {program.microbatches} all_gpus: {program.world_size} "

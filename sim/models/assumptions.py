@@ -56,7 +56,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"(multiple of 128·tp), sequence {m.seq_len}"
         + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
         f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}"
-        + (f" cp={par.cp}" if par.cp > 1 else "") + f", micro batch "
+        + (f" cp={par.cp}" if par.cp > 1 else "")
+        + (f" etp={par.etp} (edp={par.edp})" if par.etp != par.tp else "") + f", micro batch "
         f"{par.micro_batch}, global batch {par.global_batch} → "
         f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
         f"schedule {par.schedule_name}; " + _split_note(m, par),
@@ -139,13 +140,28 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             + f"): {routing}; "
             + ("dropless" if par.moe_capacity_factor is None else "tokens beyond capacity "
                "dropped")
-            + "; experts TP-sharded (expert tensor parallelism = TP); " + _dispatch_note(plan)
-            + "; expert gradients synced in DP_EP")
+            + "; " + _expert_tp_note(par) + "; " + _dispatch_note(plan)
+            + "; expert gradients synced in DP_EP"
+            + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""))
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
                "bytes), CPU launch overheads, memory allocator effects")
     mf = model_flops_per_iteration(m, par.global_batch)
     out.append(f"model FLOPs per iteration (for MFU): {mf:.4e} (vocab {m.vocab}, unpadded)")
     return out
+
+
+def _expert_tp_note(par) -> str:
+    """How the experts are split (--expert-tensor-parallel-size)."""
+    if par.etp == par.tp:
+        return "experts TP-sharded (expert tensor parallelism = TP)"
+    gather = ("no gather (ETP 1: each GPU holds whole experts)" if par.etp == 1 else
+              "the dispatched tokens all-gathered in the ETP group before the experts and "
+              "reduce-scattered after them (reduce-scatter / all-gather in backward)")
+    split = (f"each expert split over {par.etp} GPUs" if par.etp > 1
+             else "each expert whole on one GPU")
+    return (f"{split} (--expert-tensor-parallel-size {par.etp}, TP {par.tp}): Megatron-Core's expert grid of a stage is ETP {par.etp} × EP {par.ep} "
+            f"× EDP {par.edp} (ranks tp + TP·dp renumbered etp + ETP·(ep + EP·edp)); "
+            + gather)
 
 
 def _dispatch_note(plan: ModelPlan) -> str:

@@ -22,7 +22,7 @@ from sim.models.spec import ModelSpec
 class Dims:
     """Per-microbatch sizes: ``n`` tokens (of this context-parallel rank: ``b·s/cp``), ``nt``
     tokens in the residual stream per GPU (``n/t`` with sequence parallelism), ``v`` padded
-    vocabulary, ``eg`` GEMM operand bytes."""
+    vocabulary, ``eg`` GEMM operand bytes, ``etp`` expert tensor-parallel size (0: ``t``)."""
 
     b: int
     s: int
@@ -40,6 +40,12 @@ class Dims:
     eg: int
     ep: int
     cp: int = 1
+    etp: int = 0
+
+    @property
+    def expert_t(self) -> int:
+        """Expert tensor-parallel size (``etp``; 0 = ``t``)."""
+        return self.etp or self.t
 
     @classmethod
     def of(cls, model: ModelSpec, par: ParallelConfig) -> Dims:
@@ -49,7 +55,7 @@ class Dims:
             b=par.micro_batch, s=model.seq_len, h=model.hidden, a=model.heads, t=par.tp,
             d=model.head_dim, kvh=model.kv_hidden, f=model.ffn_hidden, f1=f1,
             v=padded_vocab(model.vocab, par.tp), n=n, nt=n // par.tp if par.sp else n,
-            sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep, cp=par.cp,
+            sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep, cp=par.cp, etp=par.etp,
         )
 
 

@@ -61,7 +61,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     pp_bytes = dm.n * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
     program = PipelineProgram(
         tp=par.tp, pp=par.pp, dp=par.dp_cp, ep=par.ep, vpp=par.vpp, cp=par.cp,
-        microbatches=par.microbatches, pp_bytes=pp_bytes, stages=stages,
+        etp=par.layout.etp, microbatches=par.microbatches, pp_bytes=pp_bytes, stages=stages,
         schedule=par.schedule_name, source=source or f"model {model.name}",
         microbatch_group_size=par.microbatch_group_size,
     )
@@ -106,7 +106,7 @@ def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], in
     for by the bucket's first layer in the first forward. Appends to ``prologue`` and marks
     ``layers`` in place."""
     for first, params, expert in sorted(_buckets(rows, par)):
-        size = par.dp_cp // par.ep if expert else par.dp_cp
+        size = par.edp if expert else par.dp_cp
         if size == 1:
             continue
         bucket = len(prologue)
@@ -119,7 +119,7 @@ def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], in
 
 
 def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> Comm | None:
-    group_size = par.dp_cp // par.ep if expert else par.dp_cp
+    group_size = par.edp if expert else par.dp_cp
     if params == 0 or group_size == 1:
         return None
     kind = CollKind.REDUCESCATTER if par.shards_optimizer else CollKind.ALLREDUCE
@@ -238,7 +238,7 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
         tasks.append(Task("embedding_grads", TaskKind.GRAD_SYNC, comm=emb, wait_async=True))
     ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, grad_bytes(par.dtype))
     if expert:
-        ops += adam_ops(expert, par.dp_cp // par.ep, par.shards_optimizer,
+        ops += adam_ops(expert, par.edp, par.shards_optimizer,
                         grad_bytes(par.dtype))
     layers = sum(len(ids) for ids in st.layers)
     first = st.stage == 0
@@ -252,7 +252,7 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
                           comm=Comm(CollKind.ALLGATHER, GroupKind.DP, size, blocking=True)))
     if par.shards_optimizer and par.zero < 3 and not par.overlap_param_gather:
         for n, is_expert, size in ((dense, False, par.dp_cp),
-                                   (expert, True, par.dp_cp // par.ep)):
+                                   (expert, True, par.edp)):
             if n and size > 1:
                 group = GroupKind.DP_EP if is_expert else GroupKind.DP
                 tasks.append(Task("param_allgather" + ("_experts" if is_expert else ""),

@@ -173,7 +173,7 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         dense, expert = st.params, st.expert_params
         params = dense + expert
         if par.distributed_optimizer:
-            opt = 12 * (-(-dense // par.dp_cp) + -(-expert // (par.dp_cp // par.ep)))
+            opt = 12 * (-(-dense // par.dp_cp) + -(-expert // (par.edp)))
         else:
             opt = 12 * params
         weights, grads = PARAM_BYTES * params, g * params

@@ -4,9 +4,10 @@ Assumptions (stated in every generated program): routing is balanced up to the s
 factor (:func:`moe_load_factor`: the busiest GPU's experts receive ``load × n·top_k/experts``
 tokens per expert; dropless unless a capacity factor caps it); the busiest GPU is the one
 simulated (every EP peer waits for it at the all-to-alls); expert weights are split by the
-tensor-parallel size like the dense MLP (expert tensor parallelism = TP); the router is
-replicated; shared experts (``moe.shared_experts``) run as a TP-split dense MLP before the
-router; the first ``moe.dense_layers`` layers are dense.
+expert tensor-parallel size ``ETP`` (Megatron-Core ``--expert-tensor-parallel-size``, default
+TP; its groups: :mod:`sim.placement`); the router is replicated; shared experts
+(``moe.shared_experts``) run as a TP-split dense MLP before the router; the first
+``moe.dense_layers`` layers are dense.
 Per GPU and microbatch, with ``nt`` residual-stream tokens (``n/t`` with SP) and ``E_l =
 experts/ep`` local experts:
 
@@ -23,6 +24,16 @@ experts/ep`` local experts:
 - tokens enter the expert MLP through Megatron's ``f``/``ḡ`` operator in the TP group, sized
   ``n·top_k·h·A``; expert fc1/fc2 as grouped GEMMs over ``n·top_k`` tokens
 - combine all-to-all (same size) and unpermute (reads nt·top_k·h, writes nt·h)
+
+With ``ETP ≠ TP`` the expert MLP follows Megatron-Core's ``MoEAlltoAllTokenDispatcher``
+(megatron/core/transformer/moe/token_dispatcher.py): after the EP all-to-all,
+``dispatch_postprocess`` all-gathers the tokens in the expert tensor-parallel group
+(``gather_from_sequence_parallel_region(..., group=self.tp_group)``, ``tp_group =
+pg_collection.expt_tp``) and ``combine_preprocess`` reduce-scatters them back, so one GPU's
+expert shards process the token copies of its ``ETP`` group, ``nt·ETP·top_k`` (× the load
+factor), with weights ``h × f/ETP``; the all-gather / reduce-scatter run in the ETP group
+(``GroupKind.ETP``; none at ETP 1) with ``nt·ETP·top_k·h·A`` bytes. With ``ETP = TP`` this is
+exactly the TP-group form above (``nt·TP = n``).
 """
 
 from __future__ import annotations
@@ -36,6 +47,31 @@ from sim.models.ops import Op, OpKind, elementwise, gemm, wgrad
 from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj
 from sim.models.spec import ModelSpec
+
+
+def expert_tp_enter(dm: Dims, tokens: int) -> Conj:
+    """The dispatcher's all-gather of ``tokens·h`` activations into the expert shards
+    (reduce-scatter in backward): in the TP group when ETP = TP (Megatron's ``ḡ``, as for a
+    dense column-parallel linear), else in the ETP group; nothing at ETP 1."""
+    if dm.expert_t == dm.t:
+        return tp_enter(dm, tokens=tokens)
+    if dm.expert_t == 1:
+        return Conj()
+    size = tokens * dm.h * A
+    return Conj(Comm(CollKind.ALLGATHER, GroupKind.ETP, size, blocking=True),
+                Comm(CollKind.REDUCESCATTER, GroupKind.ETP, size, blocking=True))
+
+
+def expert_tp_exit(dm: Dims, tokens: int) -> Conj:
+    """The combine's reduce-scatter out of the expert shards (all-gather in backward); see
+    :func:`expert_tp_enter`."""
+    if dm.expert_t == dm.t:
+        return tp_exit(dm, tokens=tokens)
+    if dm.expert_t == 1:
+        return Conj()
+    size = tokens * dm.h * A
+    return Conj(Comm(CollKind.REDUCESCATTER, GroupKind.ETP, size, blocking=True),
+                Comm(CollKind.ALLGATHER, GroupKind.ETP, size, blocking=True))
 
 
 def grouped_gemm(name: str, m_total: int, k: int, n: int, count: int, eg: int,
@@ -85,11 +121,12 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
     assert model.moe is not None
     n_exp, k = model.moe.experts, model.moe.top_k
     local = n_exp // dm.ep
-    h, t, eg = dm.h, dm.t, dm.eg
+    h, t, eg = dm.h, dm.expert_t, dm.eg
     f = model.moe.expert_ffn_hidden
     f1 = 2 * f if model.gated_mlp else f
     routed = dm.nt * k  # token copies leaving this GPU
-    m = math.ceil(dm.n * k * load)  # token copies processed by this GPU's expert shards
+    gathered = dm.n if t == dm.t else dm.nt * t  # tokens of the GPU's expert-TP group
+    m = math.ceil(gathered * k * load)  # token copies processed by this GPU's expert shards
     arriving = math.ceil(routed * load)  # token copies the busiest GPU receives
     act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
     e = m * f // t
@@ -114,7 +151,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
     fc2_params = local * linear_params(model, f, h, t, False)
     items += [
         a2a,
-        tp_enter(dm, tokens=m),
+        expert_tp_enter(dm, m),
         Block("moe_fc1",
               fwd=(grouped_gemm("expert_fc1", m, h, f1 // t, local, eg),
                    elementwise("expert_act", act_f * A * e)),
@@ -127,7 +164,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
               ig=(grouped_gemm("expert_fc2_dgrad", m, h, f // t, local, eg),),
               wg=(grouped_gemm("expert_fc2_wgrad", m, f // t, h, local, eg, True),),
               expert_params=fc2_params),
-        tp_exit(dm, tokens=m),
+        expert_tp_exit(dm, m),
         a2a,
         Block("moe_unpermute",
               fwd=(elementwise("moe_unpermute", A * (routed + dm.nt) * h),),

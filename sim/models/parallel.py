@@ -149,7 +149,8 @@ class ParallelConfig:
                  moe_capacity_factor: float | None = None,
                  overlap_param_gather: bool = False, moe_token_dispatcher: str = "alltoall",
                  moe_shared_expert_intermediate_size: int | None = None,
-                 ep_nodes: int = 1, tp_comm_overlap: bool = False) -> None:
+                 ep_nodes: int = 1, tp_comm_overlap: bool = False,
+                 etp: int | None = None) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -164,6 +165,7 @@ class ParallelConfig:
                                 moe_shared_expert_intermediate_size),
                             ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
+                        etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
                         schedule=schedule, microbatch_group_size=microbatch_group_size)
         object.__setattr__(self, "layout", layout)
@@ -174,7 +176,7 @@ class ParallelConfig:
         """The config of ``layout`` trained with ``training``; ``layout.microbatches`` must
         be ``global_batch / (micro_batch · dp)``."""
         par = cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
-                  cp=layout.cp, zero=layout.zero, schedule=layout.schedule,
+                  cp=layout.cp, zero=layout.zero, schedule=layout.schedule, etp=layout.etp,
                   microbatch_group_size=layout.microbatch_group_size,
                   **fields_of(training))
         if par.layout != layout:
@@ -220,6 +222,19 @@ class ParallelConfig:
     def shards_optimizer(self) -> bool:
         """Optimizer state sharded over DP×CP (distributed optimizer or ZeRO ≥ 1)."""
         return self.training.distributed_optimizer or self.layout.zero >= 1
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel size (Megatron-Core ``--expert-tensor-parallel-size``;
+        default TP): each expert's weights are split ``etp`` ways."""
+        return self.layout.expert_tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: the ranks that reduce expert gradients (and shard their
+        optimizer state), ``TP·DP·CP / (ETP·EP)`` as Megatron-Core's ``initialize_model_parallel``
+        derives ``expert_data_parallel_size`` (world size ÷ ETP·EP·PP)."""
+        return self.layout.tp * self.dp_cp // (self.etp * self.layout.ep)
 
     @property
     def dp_cp(self) -> int:

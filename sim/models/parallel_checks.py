@@ -102,8 +102,11 @@ def _check_tensor_parallel(model: ModelSpec, par: ParallelConfig) -> None:
 
 
 def _check_experts(model: ModelSpec, par: ParallelConfig) -> None:
-    """EP divides DP×CP and the experts of a mixture-of-experts model."""
-    if par.dp_cp % par.ep:
+    """EP divides DP×CP and the experts of a mixture-of-experts model (with an expert TP size
+    of its own: :func:`check_expert_tp`)."""
+    if par.etp != par.tp:
+        check_expert_tp(model, par)
+    elif par.dp_cp % par.ep:
         raise UsageError(f"expert-parallel size {par.ep} must divide dp {par.dp}"
                          + (f" × cp {par.cp}" if par.cp > 1 else ""), field="--ep")
     if par.ep > 1:
@@ -112,6 +115,29 @@ def _check_experts(model: ModelSpec, par: ParallelConfig) -> None:
         if model.moe.experts % par.ep:
             raise UsageError(f"expert-parallel size {par.ep} must divide the "
                              f"{model.moe.experts} experts", field="--ep")
+
+
+def check_expert_tp(model: ModelSpec, par: ParallelConfig) -> None:
+    """``--expert-tensor-parallel-size`` ≠ TP: a MoE model, ETP dividing the expert FFN, ETP·EP
+    dividing the TP·DP·CP ranks of a stage (Megatron-Core's ``initialize_model_parallel``:
+    world size divisible by ETP·EP·PP), Megatron (not DeepSpeed ZeRO / FSDP) data
+    parallelism."""
+    flag = "--expert-tensor-parallel-size"
+    etp = par.etp
+    if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
+        raise UsageError(f"must be a positive integer, got {etp!r}", field=flag)
+    if model.moe is None:
+        raise UsageError("applies to mixture-of-experts models", field=flag)
+    if model.moe.expert_ffn_hidden % etp:
+        raise UsageError(f"expert tensor-parallel size {etp} must divide the expert FFN "
+                         f"{model.moe.expert_ffn_hidden}", field=flag)
+    ranks = par.tp * par.dp_cp
+    if ranks % (etp * par.ep):
+        raise UsageError(f"ETP·EP = {etp}·{par.ep} must divide the {ranks} ranks of a pipeline "
+                         f"stage (TP·DP" + ("·CP" if par.cp > 1 else "") + ")", field=flag)
+    if par.zero:
+        raise UsageError("DeepSpeed ZeRO / FSDP have no expert tensor parallelism (a "
+                         "Megatron-Core option)", field=flag)
 
 
 def _check_attention(par: ParallelConfig) -> None:

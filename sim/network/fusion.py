@@ -54,7 +54,16 @@ class FusionQuery:
         return self.tuner.plan(kind, algorithm, ranks)
 
 
-_COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP, GroupKind.CP)
+_COLLECTIVE_KINDS = (GroupKind.TP, GroupKind.DP, GroupKind.EP, GroupKind.DP_EP, GroupKind.CP,
+                     GroupKind.ETP)
+
+
+def _collective_kinds(pl) -> tuple[GroupKind, ...]:
+    """The group kinds with collectives; ETP only when it differs from TP (else its groups
+    are the TP groups)."""
+    if pl.etp != pl.tp:
+        return _COLLECTIVE_KINDS
+    return _COLLECTIVE_KINDS[:-1]
 _RING_FAMILY = ("ring", "tree", "hierarchical", "nvls")
 _A2A = (CollKind.ALLTOALL, "direct")
 
@@ -125,7 +134,7 @@ def _global_check(net: FusionQuery, group: GroupKind) -> bool:
     """Every group of every kind in the program and every pipeline pair: O(GPUs)."""
     pl = net.placement
     cl = net.cluster
-    kinds = [k for k in _COLLECTIVE_KINDS if k is group or any(_uses(net, k))]
+    kinds = [k for k in _collective_kinds(pl) if k is group or any(_uses(net, k))]
     groups = {k: _groups(pl, k) for k in kinds}
     mine = groups[group]
     if not mine:
@@ -192,7 +201,7 @@ def _local_symmetric_check(net: FusionQuery, group: GroupKind) -> bool | None:
     if any(len({r // gpn for r in g}) != 1 for g in reps):
         return None
     rings, a2a = _uses(net, group)
-    others = [(k, *_uses(net, k)) for k in _COLLECTIVE_KINDS if k is not group]
+    others = [(k, *_uses(net, k)) for k in _collective_kinds(pl) if k is not group]
     pp_traffic = pl.pp > 1 and (traffic is None or GroupKind.PP in traffic)
     shapes: dict = {}
     for g0 in dict.fromkeys(reps):

@@ -3,12 +3,13 @@
 In symmetric mode the engine simulates rank ``(tp=0, dp=0, pp=s)`` of every stage ``s``. When
 it starts a collective of one of that rank's groups, the same collective runs at the same time
 in every other group of that kind in stage ``s`` (TP: the other DP replicas' TP groups; DP: the
-other TP ranks' DP groups; EP / DP_EP likewise); a pipeline send ``s → s'`` runs for every
-``(tp, dp)`` pair. :func:`copies` lists those groups, the representative's first, each in group
-order, so that flow ``i`` of a copy corresponds to flow ``i`` of the representative. In hybrid
-simulation (sim/rank_classes.py) only the groups whose members are in the same classes, member by
-member, are copies. :func:`local_copies` keeps just the copies that can touch the
-representative's links, without routing any (docs/scale.md).
+other TP ranks' DP groups; EP / DP_EP / ETP likewise, in Megatron-Core's expert grid); a
+pipeline send ``s → s'`` runs for every ``(tp, dp)`` pair. :func:`copies` lists those groups,
+the representative's first, each in group order, so that flow ``i`` of a copy corresponds to
+flow ``i`` of the representative. In hybrid simulation (sim/rank_classes.py) only the groups
+whose members are in the same classes, member by member, are copies. :func:`local_copies`
+keeps just the copies that can touch the representative's links, without routing any
+(docs/scale.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.comm import CollKind, GroupKind
-from sim.placement import Placement
+from sim.placement import EXPERT_KINDS, Placement
 
 
 def copies(placement: Placement | None, kind: CollKind, group: GroupKind,
@@ -84,8 +85,10 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
     if group in (GroupKind.PP, GroupKind.EMB) or tuple(pl.group(group, ranks[0])) != tuple(ranks):
         return None
     s0 = c0.pp * ss
+    if group in EXPERT_KINDS and pl.etp != pl.tp:
+        return s0 + _expert_copies(pl, group)
     t, d, ep = np.arange(pl.tp), np.arange(pl.dp), pl.ep
-    if group is GroupKind.TP:
+    if group in (GroupKind.TP, GroupKind.ETP):  # ETP = TP: the tensor-parallel group
         return s0 + d[:, None] * sd + t[None, :] * st
     if group is GroupKind.DP:
         return s0 + t[:, None] * st + d[None, :] * sd
@@ -95,6 +98,22 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
         return s0 + starts[:, None] + np.arange(k)[None, :] * sd
     starts = (t[:, None] * st + np.arange(ep)[None, :] * sd).reshape(-1)  # DP_EP
     return s0 + starts[:, None] + (np.arange(pl.dp // ep) * ep)[None, :] * sd
+
+
+def _expert_copies(pl: Placement, group: GroupKind):
+    """Every ETP, EP or DP_EP group of one stage (offsets from the stage's first rank), in
+    group order: local index ``i = etp + ETP·(ep + EP·edp)`` (sim.placement), rank ``i mod TP``
+    along tp and ``i // TP`` along dp."""
+    et, e, d = np.arange(pl.etp), np.arange(pl.ep), np.arange(pl.edp)
+    if group is GroupKind.ETP:  # rows (ep, edp), members etp
+        i = (e[:, None] + pl.ep * d[None, :]).reshape(-1)[:, None] * pl.etp + et[None, :]
+    elif group is GroupKind.EP:  # rows (etp, edp), members ep
+        rows = (et[:, None] + pl.etp * pl.ep * d[None, :]).reshape(-1)
+        i = rows[:, None] + pl.etp * e[None, :]
+    else:  # DP_EP: rows (etp, ep), members edp
+        rows = (et[:, None] + pl.etp * e[None, :]).reshape(-1)
+        i = rows[:, None] + pl.etp * pl.ep * d[None, :]
+    return (i % pl.tp) * pl.stride("tp") + (i // pl.tp) * pl.stride("dp")
 
 
 def _touches_templates(cluster, members, nodes_scope: dict[int, set]) -> bool:

@@ -28,6 +28,11 @@ from sim.schedules import ideal_bubble_formula, ideal_bubble_fraction
 NS = 1e-9
 
 
+def _own_etp(prog) -> bool:
+    """The program's experts have a tensor-parallel size of their own (ETP ≠ TP)."""
+    return prog.etp is not None and prog.etp != prog.tp
+
+
 def _s(ns: int) -> float:
     return ns * NS
 
@@ -62,7 +67,8 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         "virtual_pipeline_size": prog.vpp,
         "schedule": prog.schedule,
         "parallelism": {"tp": prog.tp, "pp": prog.pp, "dp": prog.dp // prog.cp, "ep": prog.ep,
-                        "world_size": prog.world_size, **({"cp": prog.cp} if prog.cp > 1 else {})},
+                        "world_size": prog.world_size, **({"cp": prog.cp} if prog.cp > 1 else {}),
+                        **({"etp": prog.etp} if _own_etp(prog) else {})},
         "pp_message_bytes": prog.pp_bytes,
         "simulation": {"mode": mode.split(":")[0],
                        "simulated_ranks": len(result.ranks), "events": result.events},
@@ -103,7 +109,8 @@ def rank_entry(st: RankStats, result: SimResult, span: int) -> dict[str, Any]:
         "compute_s": _s(st.compute_ns),
         "optimizer_s": _s(st.optimizer_ns),
         "exposed_comm_s": {g.value: _s(st.exposed_comm_ns[g]) for g in GROUPS
-                           if g is not GroupKind.CP or result.program.cp > 1},
+                           if (g is not GroupKind.CP or result.program.cp > 1)
+                           and (g is not GroupKind.ETP or _own_etp(result.program))},
         "bubble_s": _s(st.bubble_ns),
         "pipeline_bubble_s": _s(bubble),
         "pipeline_busy_s": _s(busy),

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-GROUP_ORDER = ("TP", "CP", "EP", "PP", "DP", "DP_EP", "EMB")
+GROUP_ORDER = ("TP", "CP", "EP", "ETP", "PP", "DP", "DP_EP", "EMB")
 GROUP_WORDS = {"TP": "tensor-parallel", "CP": "context-parallel", "EP": "expert-parallel",
+               "ETP": "expert tensor-parallel",
                "PP": "pipeline send/recv", "DP": "data-parallel gradient",
                "DP_EP": "expert data-parallel gradient", "EMB": "embedding-group gradient"}
 # Which assumptions explain each part of the iteration: prefixes of the assumption lines
@@ -25,6 +26,7 @@ EXPLAINS = {
     "EP": ("MoE", "chosen: EP", "EP "),
     "PP": ("pipeline message", "chosen: PP"),
     "DP": ("--overlap-grad-reduce", "DP gradient", "chosen: DP", "data-parallel size"),
+    "ETP": ("MoE", "chosen: ETP"),
     "DP_EP": ("chosen: DP_EP",),
     "EMB": ("chosen: EMB", "tied embeddings"),
     "idle": ("layout:", "schedule:"),

@@ -110,7 +110,8 @@ def _layout_line(rep: dict[str, Any]) -> str:
     v = rep["virtual_pipeline_size"]
     return (f"layout: TP {par['tp']} x PP {par['pp']} x DP {par['dp']}"
             + (f" x CP {par['cp']}" if "cp" in par else "")
-            + f" = {par['world_size']} GPUs (EP {par['ep']}); schedule {rep['schedule']}, "
+            + f" = {par['world_size']} GPUs (EP {par['ep']}"
+            + (f", ETP {par['etp']}" if "etp" in par else "") + f"); schedule {rep['schedule']}, "
             + plural(rep["microbatches"], "microbatch", "microbatches")
             + (f", {v} chunks per stage" if v > 1 else ""))
 

@@ -88,7 +88,8 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
                          f"sequences, but --global-batch is {gb}", field="--microbatches")
     zero = request.zero or (3 if training.fsdp else 0)  # FSDP FULL_SHARD: ZeRO-3 semantics
     vpp = request.vpp or default_vpp(request.schedule)  # zb-v: two chunks per stage
-    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=vpp, cp=cp, zero=zero,
+    etp = None if request.etp in (None, tp) else request.etp  # None: Megatron's default, TP
+    layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=vpp, cp=cp, zero=zero, etp=etp,
                      microbatches=gb // (b * dp), schedule=request.schedule,
                     microbatch_group_size=request.microbatch_group_size)
     par = ParallelConfig.of(layout, replace(training, global_batch=gb))
@@ -101,7 +102,7 @@ def ep_nodes(par: ParallelConfig, topology: Topology, order: str) -> int:
     group's nodes hold different numbers of its ranks: no node-level deduplication then)."""
     if par.ep == 1:
         return 1
-    pl = Placement(par.tp, par.dp_cp, par.pp, par.ep, order, cp=par.cp)
+    pl = Placement(par.tp, par.dp_cp, par.pp, par.ep, order, cp=par.cp, etp=par.etp)
     counts = Counter(r // topology.gpus_per_node for r in pl.group(GroupKind.EP, 0))
     return len(counts) if len(set(counts.values())) == 1 else 1
 

@@ -121,7 +121,8 @@ def interference_of(gpu: GpuSpec, opts: SimulationOptions) -> tuple[Interference
 
 def placement_of(program: PipelineProgram, order: str) -> Placement:
     """Ranks of ``program``'s layout on GPUs in ``order`` (fastest dimension first)."""
-    return Placement(program.tp, program.dp, program.pp, program.ep, order, cp=program.cp)
+    return Placement(program.tp, program.dp, program.pp, program.ep, order, cp=program.cp,
+                     etp=program.etp)
 
 
 def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topology,

@@ -33,7 +33,7 @@ from sim.schedules import SPLIT_BACKWARD
 
 PHASE_KINDS = ("forward", "input_grad", "weight_grad")
 LANES = ("compute", "comm")
-COMM_ORDER = ("TP", "EP", "PP", "DP", "DP_EP", "EMB")
+COMM_ORDER = ("TP", "EP", "ETP", "PP", "DP", "DP_EP", "EMB")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import numpy as np
 from sim.viz.mpl import luminance, render
 from sim.viz.timeline import COLORS
 
-GROUP_ORDER = ("TP", "EP", "PP", "DP", "DP_EP", "EMB")
+GROUP_ORDER = ("TP", "EP", "ETP", "PP", "DP", "DP_EP", "EMB")
 METRICS = {"iteration_time_s": ("iteration time (ms)", 1e3, False),
            "mfu": ("MFU (%)", 100.0, True)}
 

@@ -26,7 +26,7 @@ COLORS = {
     "forward": "#3274a1", "backward": "#e1812c", "weight_grad": "#3a923a",
     "compute": "#8c8c8c", "optimizer": "#845b9e", "bubble": "#e6e6e6",
     "TP": "#c03d3e", "EP": "#b8b23a", "PP": "#7b4f2c", "DP": "#2aa6b8", "DP_EP": "#4f6d7a",
-    "EMB": "#9c6b98",
+    "EMB": "#9c6b98", "ETP": "#d9704a",
 }
 LEGEND = [
     ("forward", "forward"), ("backward", "backward (input-grad + weight-grad)"),

@@ -205,7 +205,7 @@ def _prepare(result: SimResult, ranks: str | Sequence[int] | None,
         raise ValueError("the result has no spans: simulate with record_spans=True")
     prog = result.program
     if placement is None:
-        placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep, cp=prog.cp)
+        placement = Placement(prog.tp, prog.dp, prog.pp, prog.ep, cp=prog.cp, etp=prog.etp)
     chosen = select_ranks(result, ranks if ranks is None or isinstance(ranks, str)
                           else tuple(ranks))
     spans_of: dict[int, list[Span]] = {r: [] for r in chosen}

@@ -65,7 +65,7 @@ class PipelineProgram:
     ``dp``: ranks that hold the same model shard (DP×CP with context parallelism: gradients are
     reduced over them); ``cp``: context-parallel ranks within them (``sim.placement``).
     ``microbatch_group_size``: Megatron's ``microbatch_group_size_per_vp_stage`` (interleaved
-    only; ``None`` = pipeline size).
+    only; ``None`` = pipeline size). ``etp``: expert tensor-parallel size (``None``: TP).
     """
 
     tp: int
@@ -81,6 +81,7 @@ class PipelineProgram:
     microbatch_group_size: int | None = None
     assumptions: list[str] = field(default_factory=list)
     cp: int = 1
+    etp: int | None = None
 
     @classmethod
     def of(cls, layout: Layout, **rest) -> PipelineProgram:
@@ -88,7 +89,7 @@ class PipelineProgram:
         fields); its ``dp`` is the layout's DP×CP."""
         return cls(tp=layout.tp, pp=layout.pp, dp=layout.dp * layout.cp, ep=layout.ep,
                    vpp=layout.vpp, microbatches=layout.microbatches,
-                   schedule=layout.schedule_name, cp=layout.cp,
+                   schedule=layout.schedule_name, cp=layout.cp, etp=layout.etp,
                    microbatch_group_size=layout.microbatch_group_size, **rest)
 
     @property
@@ -97,7 +98,8 @@ class PipelineProgram:
         (``dp`` here is DP×CP)."""
         return Layout(tp=self.tp, pp=self.pp, dp=self.dp // self.cp, ep=self.ep, vpp=self.vpp,
                       microbatches=self.microbatches, schedule=self.schedule,
-                      microbatch_group_size=self.microbatch_group_size, cp=self.cp)
+                      microbatch_group_size=self.microbatch_group_size, cp=self.cp,
+                      etp=self.etp)
 
     @property
     def world_size(self) -> int:
