@@ -1,7 +1,7 @@
 """Regenerate (or check) the golden JSON reports that pin simrun's behaviour.
 
 The cases are the shipped examples: both AICB workloads, the operator table, a model-driven
-GPT-3 run, a fault run and a small sweep. `python scripts/golden_reports.py --write` rewrites
+GPT-3 run, a small MoE run, a fault run and a small sweep. `python scripts/golden_reports.py --write` rewrites
 `tests/golden/`; `tests/test_golden_reports.py` runs the same cases and compares byte for byte.
 Regenerate deliberately (and say why in the commit) when a change is meant to alter results.
 """
@@ -36,6 +36,12 @@ CASES: dict[str, list[str]] = {
         "--model", "workloads/models/gpt3-175b.yaml", "--topo", "topologies/dgx-a100-1024.yaml",
         "--tp", "8", "--pp", "8", "--vpp", "3", "--global-batch", "1536",
         "--sequence-parallel", "--recompute", "selective", "--distributed-optimizer",
+    ],
+    # MoE with expert parallelism across tensor-parallel peers (expert TP = TP, the default)
+    "moe-ep": [
+        "--model", "workloads/models/moe-gpt-small.yaml",
+        "--topo", "topologies/dgx-h100-scalable.yaml", "--nodes", "2", "--tp", "2", "--pp", "2",
+        "--ep", "4", "--global-batch", "64", "--sequence-parallel", "--distributed-optimizer",
     ],
     "fault-slow-gpu": [
         "--workload", "workloads/aicb-gpt13b-tp8-pp8-512gpu.txt",

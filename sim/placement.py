@@ -86,6 +86,12 @@ class Placement:
                              field="--cp")
         self.tp, self.dp, self.pp, self.ep, self.cp = tp, dp, pp, ep, cp
         self.order = parse_order(order)
+        if etp != tp and pp > 1 and self.order[-1] != "pp" and etp * ep != tp * cp:
+            # Megatron-Core's initialize_model_parallel asserts the same
+            raise UsageError(f"with the placement order {self.order_string} (pipeline not "
+                             f"slowest) Megatron-Core needs the expert data-parallel size to "
+                             f"equal DP, i.e. ETP·EP = TP·CP ({etp}·{ep} ≠ {tp}·{cp})",
+                             field="--expert-tensor-parallel-size")
         self.world_size = tp * dp * pp
         sizes = {"tp": tp, "dp": dp, "pp": pp}
         stride = 1

@@ -134,6 +134,12 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
         "*": ["--moe-token-dispatcher-type", "flex"]},
     "--moe-shared-expert-intermediate-size": {
         "*": ["--moe-shared-expert-intermediate-size", "512"]},
+    # model: on MOE_MODEL (TP 1, EP 4 on 4 GPUs): ETP·EP = 3·4 does not divide the 4 ranks;
+    # ETP 2 with EP 2 against EP 2 alone
+    "--expert-tensor-parallel-size": {
+        "model": (["--expert-tensor-parallel-size", "3"],
+                  ["--expert-tensor-parallel-size", "2", "--ep", "2"]),
+        "*": ["--expert-tensor-parallel-size", "1"]},
     "--ignore-memory": {"model": (["--ignore-memory"], None), "*": ["--ignore-memory"]},
     "--tp-comm-overlap": {"model": (["--tp-comm-overlap"], ["--tp-comm-overlap",
                                                             "--sequence-parallel"]),
@@ -197,6 +203,7 @@ BEFORE: dict[tuple[str, str], list[str]] = {
         "--account-for-loss-in-pipeline-split"],
     ("model", "--account-for-loss-in-pipeline-split"): [
         "--account-for-embedding-in-pipeline-split"],
+    ("model", "--expert-tensor-parallel-size"): ["--ep", "2"],
 }
 BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--microbatches"): ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2",
@@ -205,6 +212,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--nccl-nvls-enable"): H100_MODEL,
     ("model", "--moe-token-dispatcher-type"): MOE_MODEL,
     ("model", "--moe-shared-expert-intermediate-size"): MOE_MODEL,
+    ("model", "--expert-tensor-parallel-size"): MOE_MODEL,
     # the default (auto) runs cuDNN's fused kernel, timed like FlashAttention-2 by the
     # roofline: the H100's measured table tells the two apart
     ("model", "--flash-attention"): H100_MODEL,
