@@ -154,14 +154,14 @@ def _expert_tp_note(par) -> str:
     """How the experts are split (--expert-tensor-parallel-size)."""
     if par.etp == par.tp:
         return "experts TP-sharded (expert tensor parallelism = TP)"
-    gather = ("no gather (ETP 1: each GPU holds whole experts)" if par.etp == 1 else
+    gather = ("no expert-TP gather" if par.etp == 1 else
               "the dispatched tokens all-gathered in the ETP group before the experts and "
               "reduce-scattered after them (reduce-scatter / all-gather in backward)")
     split = (f"each expert split over {par.etp} GPUs" if par.etp > 1
              else "each expert whole on one GPU")
-    return (f"{split} (--expert-tensor-parallel-size {par.etp}, TP {par.tp}): Megatron-Core's expert grid of a stage is ETP {par.etp} × EP {par.ep} "
-            f"× EDP {par.edp} (ranks tp + TP·dp renumbered etp + ETP·(ep + EP·edp)); "
-            + gather)
+    return (f"{split} (--expert-tensor-parallel-size {par.etp}, TP {par.tp}): Megatron-Core's "
+            f"expert grid of a stage is ETP {par.etp} × EP {par.ep} × EDP {par.edp} (ranks "
+            "tp + TP·dp renumbered etp + ETP·(ep + EP·edp)); " + gather)
 
 
 def _dispatch_note(plan: ModelPlan) -> str:
