@@ -3,7 +3,8 @@
 The cases are the shipped examples: both AICB workloads, the operator table, a model-driven
 GPT-3 run, a small MoE run, a fault run and a small sweep. `python scripts/golden_reports.py
 --write` rewrites `tests/golden/`; `tests/test_golden_reports.py` runs the same cases and
-compares byte for byte. Regenerate deliberately (and say why in the commit) when a change is meant to alter results.
+compares byte for byte. Regenerate deliberately (and say why in the commit) when a change is
+meant to alter results.
 """
 
 from __future__ import annotations
