@@ -111,7 +111,7 @@ _MODEL_HOW = {
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
     "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
                                         "(assumption); refused without sequence parallelism at "
-                                        "TP > 1, with CP, for a model without dense layers"),
+                                        "TP > 1"),
 }
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")

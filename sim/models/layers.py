@@ -138,8 +138,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     rows = rows_from_items(items)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
-    elif par.tp_comm_overlap and (model.moe is None or index < model.moe.dense_layers):
-        tp_overlap.apply(rows)
+    if par.tp_comm_overlap:
+        tp_overlap.apply(rows, moe=model.moe is not None and index >= model.moe.dense_layers)
     if par.recompute == "full":
         rows += recompute_rows(rows)
     for r in rows:

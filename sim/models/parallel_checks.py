@@ -31,25 +31,18 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     check_zero(model, par)
     _check_moe_options(model, par)
     _check_schedule(par)
-    _check_tp_comm_overlap(model, par)
+    _check_tp_comm_overlap(par)
 
 
-def _check_tp_comm_overlap(model: ModelSpec, par: ParallelConfig) -> None:
-    """``--tp-comm-overlap`` where simrun can pair every collective with its GEMM: sequence
-    parallelism with TP > 1 (Megatron-LM asserts ``--sequence-parallel``, megatron/training/
-    arguments.py; at TP 1 there is no TP collective), dense layers, no context parallelism."""
+def _check_tp_comm_overlap(par: ParallelConfig) -> None:
+    """``--tp-comm-overlap`` needs sequence parallelism with TP > 1 (Megatron-LM asserts
+    ``--sequence-parallel``, megatron/training/arguments.py; at TP 1 there is no TP
+    collective). Context parallelism and MoE layers are modelled (sim/models/tp_overlap.py)."""
     if not par.tp_comm_overlap:
         return
     if not par.sp:
         raise UsageError("needs --sequence-parallel and TP > 1 (Megatron-LM asserts sequence "
                          "parallelism with it; at TP 1 there is no TP communication)",
-                         field="--tp-comm-overlap")
-    if par.cp > 1:
-        raise UsageError("not modelled with context parallelism (the ring-attention rows sit "
-                         "between the collectives and their GEMMs)", field="--tp-comm-overlap")
-    if model.moe is not None and model.moe.dense_layers == 0:
-        raise UsageError("the model has no dense layer; the MoE MLP's collectives are not "
-                         "overlapped by Transformer Engine's userbuffers in simrun",
                          field="--tp-comm-overlap")
 
 
