@@ -118,9 +118,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                         "all-gather runs beside the next iteration's forward; its first use "
                         "waits for it (default: all-gathers after the optimizer step)")
     g.add_argument("--tp-comm-overlap", action="store_true",
-                   help="Megatron-Core with Transformer Engine userbuffers: each dense layer's "
+                   help="Megatron-Core with Transformer Engine userbuffers: each layer's "
                         "sequence-parallel all-gathers/reduce-scatters pipelined in chunks "
-                        "with the GEMMs they feed (needs --sequence-parallel)")
+                        "with the GEMMs they feed (with CP too; MoE layers: attention and "
+                        "shared experts, not routed experts) (needs --sequence-parallel)")
     _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
