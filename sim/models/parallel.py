@@ -35,8 +35,8 @@ class Training:
     one blocking collective after the backward), ``overlap_param_gather`` (Megatron-Core, with the
     distributed optimizer: each bucket's parameter all-gather runs beside the next iteration's
     forward; a bucket's first use waits for it), ``tp_comm_overlap`` (Megatron-Core
-    ``--tp-comm-overlap``: Transformer Engine pipelines the TP collectives of each layer (MoE:
-    not the routed experts') with their GEMMs; :mod:`sim.models.tp_overlap`). ``attention_backend``: Megatron-Core's
+    ``--tp-comm-overlap``: Transformer Engine pipelines the TP collectives of each layer
+    with their GEMMs; :mod:`sim.models.tp_overlap`). ``attention_backend``: Megatron-Core's
     ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
     through Transformer Engine; ``unfused``: batched matmuls + softmax, as Megatron-LM ran in
     2022; ``auto``: Transformer Engine's choice, see :func:`attention_kernel`); empty: ``flash``
