@@ -108,3 +108,78 @@ def test_overlapping_with_interference_is_never_slower(tmp_path, layout):
     assert it() > it("--nccl-channels", "0")
     if "--distributed-optimizer" in layout:
         assert it("--overlap-param-gather") <= it()
+
+
+def _nccl_loop(nbytes: int, nc: int, nthreads: int, threshold: int) -> int:
+    """NCCL v2.30.7 enqueue.cc topoGetAlgoInfo, as written there: drop a channel while the
+    message is below nc · nThreads · threadThreshold (never below one)."""
+    while nbytes < nc * nthreads * threshold and nc >= 2:
+        nc -= 1
+    return nc
+
+
+SIZES = [8, 1024, 32 * 1024, 64 * 1024, 100_000, 1 << 20, 3 << 20, 1 << 30]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_kernel_channels_follow_nccls_size_rule(size):
+    """Threads and thresholds per protocol (device.h, comm.h; the ring LL threshold × nRanks,
+    tuning.cc): ring/tree Simple 512 × 64, LL 512 × 8 (× 8 ranks for the ring), LL128
+    640 × 8; NVLS 16 channels at any size; all-to-all as ring Simple; cap 0: no kernel SMs."""
+    from sim.network.nccl import kernel_channels
+    for algo, proto, nt, thr in (("ring", "Simple", 512, 64), ("tree", "Simple", 512, 64),
+                                 ("ring", "LL", 512, 8 * 8), ("tree", "LL", 512, 8),
+                                 ("ring", "LL128", 640, 8), ("tree", "LL128", 640, 8),
+                                 ("pairwise", "LL", 512, 64)):
+        assert kernel_channels(size, 24, algo, proto, 8) == _nccl_loop(size, 24, nt, thr)
+    assert kernel_channels(size, 24, "nvls", "Simple", 8) == 16
+    assert kernel_channels(size, 8, "nvls", "Simple", 8) == 8
+    assert kernel_channels(size, 0, "ring", "Simple", 8) == 0
+
+
+def test_kernel_channels_worked_examples():
+    from sim.network.nccl import kernel_channels
+    assert [kernel_channels(s, 24, "ring", "Simple", 8)
+            for s in (32 * 1024 - 1, 32 * 1024, 64 * 1024, 1 << 20)] == [1, 1, 2, 24]
+
+
+def test_flow_network_takes_the_tuners_algorithm_and_protocol():
+    """On a DGX A100 node: an 8-byte all-reduce (LL, one channel) and a 1 GiB one (every
+    channel of the cap); the count is the rule's for the tuner's own choice."""
+    from sim.network.base import CommRequest
+    from sim.network.factory import build_network
+    from sim.network.nccl import kernel_channels
+    from sim.topology.load import load_topology
+    net = build_network(load_topology(TOPO))
+    ranks = tuple(range(8))
+    for size, want in ((8, 1), (1 << 30, 24)):
+        req = CommRequest(CollKind.ALLREDUCE, GroupKind.DP, ranks, size)
+        plan, proto, _ = net.choose(CollKind.ALLREDUCE, ranks, size)
+        assert net.kernel_channels(req, 24) == want == kernel_channels(
+            size, 24, plan.algorithm, proto, 8)
+
+
+def _sized_program(size: int) -> PipelineProgram:
+    ar = Comm(CollKind.ALLREDUCE, GroupKind.DP, size, blocking=False)
+    l1 = Layer("L1", Phase(10), Phase(10), Phase(10))
+    l2 = Layer("L2", Phase(10), Phase(10), Phase(10, ar))
+    return PipelineProgram(tp=1, pp=1, dp=2, ep=1, vpp=1, microbatches=1, pp_bytes=0,
+                           stages=[StageProgram(0, [(l1, l2)])], schedule="1f1b")
+
+
+@pytest.mark.parametrize("size, ctas, iteration, lost", [
+    # 128 KiB: ring Simple → 4 channels (the cap): 32 ns (40..72) at 4/8 speed. L1 input-grad
+    # (80 SM-ns) 40..60; weight-grad 60..72 at 4 (48 SM-ns), the other 32 at 8: ends 76.
+    (128 * 1024, 4, 76, 10 + 6),
+    # 32 KiB: one channel: 8 ns (40..48) at 7/8: input-grad 56 SM-ns by 48, 24 more at 8:
+    # ends 51; weight-grad 51..61.
+    (32 * 1024, 1, 61, 1),
+])
+def test_sm_share_follows_the_message_size(size, ctas, iteration, lost):
+    """8 SMs, at most 4 channels, α = 0, 4096 GB/s (an all-reduce of S bytes over DP 2 takes
+    S/4096 ns): the big all-reduce holds 4 SMs, the small one 1."""
+    res = simulate(_sized_program(size), AlphaBetaNetwork(0, {GroupKind.DP: 4096.0}),
+                   interference=Interference(sms=8, comm_sms=4))
+    assert res.iteration_ns == iteration
+    assert res.ranks[0].exposed_comm_ns[GroupKind.DP] == lost
+    assert res.nccl_ctas == {GroupKind.DP: (ctas,)}

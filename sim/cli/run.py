@@ -91,10 +91,11 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     add_watchdog_argument(g)
     g.add_argument("--nccl-channels", type=nonneg_int, default=DEFAULT_NCCL_CHANNELS,
                    metavar="N",
-                   help="SM interference: CTAs (= SMs) an asynchronous NCCL collective's kernel "
-                        "holds while it runs beside compute, one per channel; the compute runs "
-                        "on the other SMs meanwhile; 0: overlap is free (default: %(default)s, "
-                        "an observed H100 all-gather's)")
+                   help="SM interference: NCCL channels of a communicator (like "
+                        "NCCL_MAX_NCHANNELS); an asynchronous collective's kernel holds one SM "
+                        "per channel NCCL's tuning gives its size (at most N) while it runs "
+                        "beside compute, which runs on the other SMs meanwhile; 0: overlap is "
+                        "free (default: %(default)s, an observed H100 all-gather's)")
     g.add_argument("--comm-overlap-slowdown", type=at_least_one, default=1.0, metavar="F",
                    help="SM interference: factor on an asynchronous collective's time while "
                         "compute runs beside it (default: %(default)s; no published figure "

@@ -194,7 +194,11 @@ class AsyncStreams:
             sharing.end(rank, None)  # a group of one: no kernel runs (no interference)
             sharing = None
         if sharing is not None:  # its kernel is launched: its CTAs hold SMs (interference)
-            sharing.start(rank, comm.group)
+            members = self.rdv.groups.of(comm.group, rank)
+            ctas = self.rdv.net.kernel_channels(
+                CommRequest(comm.kind, comm.group, members, comm.size_bytes),
+                sharing.intf.comm_sms)
+            sharing.start(rank, comm.group, ctas)
             beside0 = sharing.beside_now(rank)
         res, cause = yield from self.rdv.collective(rank, comm, label, seq, blocking=False)
         if sharing is not None:
@@ -203,7 +207,7 @@ class AsyncStreams:
                 beside = sharing.beside_now(rank) - beside0
                 if beside > 0:
                     yield env.timeout(math.ceil(beside * extra))
-            sharing.end(rank, comm.group)
+            sharing.end(rank, comm.group, ctas)
         self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
                          comm_args(comm, res.algorithm if res else ""))
         return cause

@@ -232,7 +232,9 @@ class _Engine:
         return SimResult(self.prog, iteration, [stats[r] for r in self.sim_ranks],
                          ledger.spans or [], self.env.scheduled, self.per_rank,
                          self.net.describe(), self.classes.describe(), path,
-                         sum(self.sharing.beside.values()) if self.sharing else 0)
+                         sum(self.sharing.beside.values()) if self.sharing else 0,
+                         {g: tuple(sorted(c)) for g, c in self.sharing.used.items()}
+                         if self.sharing else {})
 
     def rank_proc(self, rank: int):
         env, st, p = self.env, self.ledger.stats[rank], self.p

@@ -1,13 +1,19 @@
 """SM interference: an NCCL kernel that runs beside compute takes SMs from it.
 
 An NCCL collective runs as one kernel with one CTA (thread block) per channel, each resident on
-an SM for the whole collective. While any asynchronous collective of a rank (DP gradient
-reductions, parameter all-gathers, ring-attention exchanges, ZeRO prefetches) is in flight on
-its GPU, that rank's compute runs on the remaining SMs, at ``(sms − comm_sms) / sms`` of its
-speed; the time lost is counted as exposed communication of the kernel's group (the compute
-stream was held back by it). ``comm_slowdown`` stretches an asynchronous collective by that
-factor for the time compute ran beside it (its kernel shares memory bandwidth and issue slots
-with that compute): it ends ``(comm_slowdown − 1) × (compute time beside it)`` later.
+an SM for the whole collective. The channels are NCCL's choice per collective: its
+communicator's channel count (``--nccl-channels``, the ``NCCL_MAX_NCHANNELS``-like cap), cut
+down for small messages by the size rule of NCCL's tuning (enqueue.cc ``topoGetAlgoInfo``: one
+channel less while ``nBytes < nc · nThreads · threshold``) for the algorithm and protocol the
+network model chose (:func:`sim.network.nccl.kernel_channels`, the rule the collective's
+bandwidth model uses; NVLS: 16 at every size). While asynchronous collectives of a rank (DP
+gradient reductions, parameter all-gathers, ring-attention exchanges, ZeRO prefetches) are in
+flight on its GPU, that rank's compute runs on the SMs their kernels leave free: at
+``(sms − ctas) / sms`` of its speed, ``ctas`` the sum over the running kernels (at most
+``sms − 1``); the time lost is counted as exposed communication of the kernel's group (the
+compute stream was held back by it). ``comm_slowdown`` stretches an asynchronous collective by
+that factor for the time compute ran beside it (its kernel shares memory bandwidth and issue
+slots with that compute): it ends ``(comm_slowdown − 1) × (compute time beside it)`` later.
 
 Blocking collectives do not run beside compute (the stream waits for them), so they take no
 SMs from it; Transformer Engine's GEMM-overlapped collectives carry their own SM count
@@ -28,11 +34,12 @@ import simpy
 from sim.comm import GroupKind
 from sim.engine.segments import Fused, Part
 
-#: CTAs of an asynchronous NCCL collective when the user does not say (``--nccl-channels``):
-#: NCCL runs one CTA per channel; an ``ncclAllGather`` beside a GEMM on an H100 was seen
+#: NCCL channels of a communicator (the CTAs of a collective at full size) when the user does
+#: not say (``--nccl-channels``): an ``ncclAllGather`` beside a GEMM on an H100 was seen
 #: launching 24 blocks (NVIDIA developer forum, "Compute-Communication Overlap Causes Severe
 #: GEMM Performance Degradation because of Tail Effect", forums.developer.nvidia.com/t/337991).
-#: NCCL picks the count per collective, size and topology; this is one observed value.
+#: NCCL picks the count per topology; this is one observed value. Smaller messages use fewer
+#: (:func:`sim.network.nccl.kernel_channels`).
 DEFAULT_NCCL_CHANNELS = 24
 #: SMs assumed for a GPU the catalogue has no count for (an H100 SXM's)
 DEFAULT_SMS = 132
@@ -44,8 +51,10 @@ NO_ASYNC = ("interference: none: no asynchronous collective ran beside compute i
 
 @dataclass(frozen=True)
 class Interference:
-    """``comm_sms`` of the GPU's ``sms`` SMs held by an asynchronous communication kernel
-    (NCCL: one CTA per channel); ``comm_slowdown`` ≥ 1 on its own duration."""
+    """An asynchronous communication kernel holds one SM per NCCL channel (CTA) of the GPU's
+    ``sms``: at most ``comm_sms`` (the communicator's channels, ``--nccl-channels``), fewer
+    for small messages (the network's :meth:`~sim.network.base.Network.kernel_channels`);
+    ``comm_slowdown`` ≥ 1 on its own duration."""
 
     sms: int
     comm_sms: int
@@ -57,18 +66,24 @@ class Interference:
         if self.comm_slowdown < 1.0:
             raise ValueError(f"comm_slowdown must be >= 1, got {self.comm_slowdown}")
 
-    def describe(self, sms_source: str, beside: bool = True) -> str:
-        """The assumption line (``beside``: compute ran beside an asynchronous collective)."""
+    def describe(self, sms_source: str, beside: bool = True,
+                 used: dict[GroupKind, tuple[int, ...]] | None = None) -> str:
+        """The assumption line (``beside``: compute ran beside an asynchronous collective;
+        ``used``: the CTA counts the run's kernels took, by group)."""
         if not beside:
             return NO_ASYNC
         if not self.comm_sms and self.comm_slowdown == 1.0:
             return ("interference: none (--nccl-channels 0): an asynchronous collective takes "
                     "nothing from the compute beside it")
+        seen = "; ".join(f"{g.value} {'/'.join(map(str, c))}"
+                         for g, c in sorted((used or {}).items(), key=lambda gc: gc[0].value))
         return (f"interference: an asynchronous NCCL collective (DP gradients, parameter "
-                f"all-gathers, ring-attention exchanges, ZeRO prefetch) holds "
-                f"{self.comm_sms} CTAs = SMs (one per channel; --nccl-channels) of the GPU's "
-                f"{self.sms} ({sms_source}) while it runs; compute beside it runs at "
-                f"{self.sms - self.comm_sms}/{self.sms} of its speed, the time lost counted as "
+                f"all-gathers, ring-attention exchanges, ZeRO prefetch) holds one SM per NCCL "
+                f"channel (CTA) of the GPU's {self.sms} ({sms_source}) while it runs: the "
+                f"channels NCCL's tuning gives its size, algorithm and protocol, at most "
+                f"{self.comm_sms} (--nccl-channels, the communicator's channels)"
+                + (f" (this run: {seen})" if seen else "")
+                + "; compute beside it runs on the SMs left free, the time lost counted as "
                 f"exposed communication of its group; the collective itself is stretched "
                 f"×{self.comm_slowdown:g} (--comm-overlap-slowdown; no published measurement "
                 "of it was found, 1 by default); pipeline send/receive kernels not counted")
@@ -82,6 +97,9 @@ class ComputeSharing:
         self.env, self.intf = env, intf
         self.pending: dict[int, int] = {}
         self.running: dict[int, dict[GroupKind, int]] = {}
+        self.taken: dict[int, int] = {}  # per rank: CTAs (SMs) of the kernels running now
+        # CTA counts the kernels took, by group (for the assumption line)
+        self.used: dict[GroupKind, set[int]] = {}
         self._changed: dict[int, simpy.Event] = {}
         # per rank: compute time run while at least one collective ran beside it (cumulative)
         self.beside: dict[int, int] = {}
@@ -90,18 +108,23 @@ class ComputeSharing:
     def issued(self, rank: int) -> None:
         self.pending[rank] = self.pending.get(rank, 0) + 1
 
-    def start(self, rank: int, group: GroupKind) -> None:
+    def start(self, rank: int, group: GroupKind, ctas: int) -> None:
+        """A kernel of ``ctas`` CTAs of ``rank``'s ``group`` collective starts."""
         run = self.running.setdefault(rank, {})
         run[group] = run.get(group, 0) + 1
+        self.taken[rank] = self.taken.get(rank, 0) + ctas
+        self.used.setdefault(group, set()).add(ctas)
         self._change(rank)
 
-    def end(self, rank: int, group: GroupKind | None) -> None:
-        """A collective of ``rank`` finished (``group`` ``None``: it never ran a kernel)."""
+    def end(self, rank: int, group: GroupKind | None, ctas: int = 0) -> None:
+        """A collective of ``rank`` finished (``group`` ``None``: it never ran a kernel), its
+        kernel of ``ctas`` CTAs with it."""
         if group is not None:
             run = self.running[rank]
             run[group] -= 1
             if not run[group]:
                 del run[group]
+            self.taken[rank] -= ctas
         self.pending[rank] -= 1
         self._change(rank)
 
@@ -127,13 +150,13 @@ class ComputeSharing:
     def work(self, rank: int, ns: int, lost: dict[GroupKind, int]):
         """Run ``ns`` of compute (its time alone); adds the time lost to running collectives
         to ``lost`` by group."""
-        env, sms, free = self.env, self.intf.sms, self.intf.sms - self.intf.comm_sms
+        env, sms = self.env, self.intf.sms
         left = ns * sms  # work in SM-nanoseconds
         start = env.now
         slow: dict[GroupKind, int] = {}  # time run beside each group's kernels
         while left > 0:
             group = self._group(rank)
-            speed = free if group is not None else sms
+            speed = sms - min(self.taken.get(rank, 0), sms - 1) if group is not None else sms
             t0, dt = env.now, math.ceil(left / speed)
             ev = self._changed.get(rank)
             if ev is None:

@@ -88,6 +88,8 @@ class SimResult:
     # compute time (ns, summed over simulated ranks) that ran beside an asynchronous collective
     # (sim.engine.interference; 0 when simulated without interference)
     beside_compute_ns: int = 0
+    # CTA counts the asynchronous collectives' kernels took, by group (interference)
+    nccl_ctas: dict[GroupKind, tuple[int, ...]] = field(default_factory=dict)
 
     def stage_stats(self) -> list[RankStats]:
         """One entry per pipeline stage: the simulated rank of that stage that finished last."""

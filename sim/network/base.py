@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import simpy
 
 from sim.comm import CollKind, GroupKind
+from sim.network import nccl
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 
@@ -94,6 +95,13 @@ class Network(ABC):
         assert self.env is not None, "bind() first"
         res = self.isolated(req)
         return self.env.timeout(res.duration_ns, value=res)
+
+    def kernel_channels(self, req: CommRequest, max_channels: int) -> int:
+        """CTAs of the NCCL kernel running ``req`` with at most ``max_channels`` channels
+        (:func:`sim.network.nccl.kernel_channels`). The default: a ring with the Simple
+        protocol (a model that does not choose NCCL's algorithm and protocol)."""
+        return nccl.kernel_channels(req.size_bytes, max_channels, "ring", "Simple",
+                                    len(req.ranks))
 
     def describe(self) -> list[str]:
         """Assumptions of this model, for the report."""

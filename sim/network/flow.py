@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from sim.comm import CollKind, GroupKind
+from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.copies import CopyLoads
 from sim.network.describe import describe_network
@@ -35,7 +36,7 @@ from sim.network.driver import CommStats, FlowDriver
 from sim.network.fluid import FluidSolver
 from sim.network.fusion import FusionQuery, is_fusable
 from sim.network.plans import Plan
-from sim.network.tuner import Tuner, algorithm_table
+from sim.network.tuner import PCI_BW_GBPS, Tuner, algorithm_table
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
 from sim.topology.cluster import Cluster
@@ -145,6 +146,16 @@ class FlowNetwork(Network):
         flows = self.copies.flows(plan, req.kind, req.group, req.ranks)
         terms = self.tuner.size_terms(plan, proto, req.size_bytes)
         return self.driver.start(req, plan, proto, flows, iso, terms)
+
+    def kernel_channels(self, req: CommRequest, max_channels: int) -> int:
+        """CTAs of ``req``'s NCCL kernel: the algorithm and protocol the tuner chose for it, at
+        its size (:func:`sim.network.nccl.kernel_channels`)."""
+        if self._trivial(req):
+            return 0
+        plan, proto, _ = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
+        pci = plan.algorithm == "ring" and self.tuner.ring_busbw_GBps(req.ranks) <= PCI_BW_GBPS
+        return nccl.kernel_channels(req.size_bytes, max_channels, plan.algorithm, proto,
+                                    len(req.ranks), pci)
 
     # ---- event economy -------------------------------------------------------------------
     def fusable(self, group: GroupKind) -> bool:

@@ -160,6 +160,24 @@ def channels_for(size_bytes: int, max_channels: int, algorithm: str, protocol: s
     return max(1, min(max_channels, size_bytes // (nt * thr)))
 
 
+def kernel_channels(size_bytes: int, max_channels: int, algorithm: str, protocol: str,
+                    nranks: int, pci_only: bool = False) -> int:
+    """Channels, hence CTAs (one thread block per channel, each resident on an SM), of the
+    kernel NCCL launches for a collective of ``size_bytes`` when its communicator has
+    ``max_channels`` (``NCCL_MAX_NCHANNELS``-like cap; 0: none). Ring and tree: the same
+    size rule as the bandwidth model (:func:`channels_for`, enqueue.cc ``topoGetAlgoInfo``);
+    NVLS: its ``NVLS_CHANNELS`` at every size; all-to-all, send/receive and the other
+    algorithms: the ring Simple rule at their size (NCCL's per-peer p2p channel logic is not
+    modelled)."""
+    if max_channels <= 0:
+        return 0
+    if algorithm == "nvls":
+        return min(NVLS_CHANNELS, max_channels)
+    if algorithm not in ("ring", "tree") or protocol not in MAX_THREADS:
+        algorithm, protocol = "ring", "Simple"
+    return channels_for(size_bytes, max_channels, algorithm, protocol, nranks, pci_only)
+
+
 def ramp_ns(depth: int, chunk_bytes: float, channel_rate: float) -> int:
     """Time (ns) to fill a pipeline of ``depth`` hops with chunks of ``chunk_bytes`` payload at
     ``channel_rate`` payload bytes/ns: ``(min(depth, NCCL_STEPS) − 1)`` chunk times."""

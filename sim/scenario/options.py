@@ -85,8 +85,9 @@ class SimulationOptions:
     """How the engine runs: ``per_rank`` (every rank instead of one representative per stage),
     ``fuse`` (merge events where the timeline allows), ``max_sim_time_s`` (watchdog, simulated
     seconds), ``placement`` (rank-to-GPU order, fastest dimension first); interference
-    (:mod:`sim.engine.interference`): ``nccl_channels`` CTAs (SMs) an asynchronous collective
-    holds while it runs (0: overlap is free), ``comm_overlap_slowdown`` (≥ 1) on its time;
+    (:mod:`sim.engine.interference`): ``nccl_channels`` NCCL channels at most (one CTA = one SM
+    each; fewer for small messages) an asynchronous collective holds while it runs (0: overlap
+    is free), ``comm_overlap_slowdown`` (≥ 1) on its time;
     variability (:mod:`sim.scenario.variability`): ``jitter_cv`` (0: none) of seeded kernel and
     transfer noise, ``samples`` runs drawn with ``seed``."""
 

@@ -210,7 +210,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})",
-             intf.describe(intf_src, result.beside_compute_ns > 0)] + fault_notes
+             intf.describe(intf_src, result.beside_compute_ns > 0, result.nccl_ctas)] + \
+        fault_notes
     fault_report = healthy = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), net_opts)
