@@ -183,3 +183,35 @@ def test_sm_share_follows_the_message_size(size, ctas, iteration, lost):
     assert res.iteration_ns == iteration
     assert res.ranks[0].exposed_comm_ns[GroupKind.DP] == lost
     assert res.nccl_ctas == {GroupKind.DP: (ctas,)}
+
+
+def test_concurrent_kernels_add_their_ctas():
+    """DP × CP = 2 × 2, 16 SMs, at most 4 channels, α = 0, 4096 GB/s. At t = 40 L2's
+    weight-grad issues a 128 KiB DP all-reduce over the 4 DP×CP ranks (2·3/4 · 32 = 48 ns,
+    40..88) and L1's input-grad a 128 KiB CP exchange (1/2 · 32 = 16 ns, 40..56); each holds
+    4 CTAs (ring Simple: 128 KiB / 32 KiB). 40..56 both run: 8 of 16 SMs free; then 12.
+    L1 input-grad (160 SM-ns): 128 by 56, 32 more at 12: ⌈32/12⌉ = 3 → 59 (9 lost, to CP,
+    the group it ran beside first); weight-grad 160 at 12: ⌈160/12⌉ = 14 → 73 (4 lost, DP);
+    the rank then waits for the all-reduce to 88. Exposed DP 4 + 15, CP 9."""
+    kb128 = 128 * 1024
+    ar = Comm(CollKind.ALLREDUCE, GroupKind.DP, kb128, blocking=False)
+    ex = Comm(CollKind.ALLGATHER, GroupKind.CP, kb128, blocking=False, overlap=True)
+    l1 = Layer("L1", Phase(10), Phase(10, ex), Phase(10))
+    l2 = Layer("L2", Phase(10), Phase(10), Phase(10, ar))
+    prog = PipelineProgram(tp=1, pp=1, dp=4, ep=1, vpp=1, microbatches=1, pp_bytes=0,
+                           stages=[StageProgram(0, [(l1, l2)])], schedule="1f1b", cp=2)
+    net = AlphaBetaNetwork(0, {GroupKind.DP: 4096.0, GroupKind.CP: 4096.0})
+    res = simulate(prog, net, record_spans=True, interference=Interference(sms=16, comm_sms=4))
+    assert res.iteration_ns == 88
+    st = res.ranks[0]
+    assert (st.exposed_comm_ns[GroupKind.DP], st.exposed_comm_ns[GroupKind.CP]) == (19, 9)
+    assert res.nccl_ctas == {GroupKind.DP: (4,), GroupKind.CP: (4,)}
+    assert log(res)[4:] == [
+        (40, 50, "compute", "input_grad", "L1"),
+        (40, 56, "CP", "comm", "L1.input_grad"),
+        (40, 88, "DP", "comm", "L2.weight_grad"),
+        (50, 59, "compute", "comm_wait", "slowed by communication"),
+        (59, 69, "compute", "weight_grad", "L1"),
+        (69, 73, "compute", "comm_wait", "slowed by communication"),
+        (73, 88, "compute", "comm_wait", "wait DP"),
+    ]
