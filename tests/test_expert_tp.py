@@ -268,3 +268,28 @@ def test_symmetric_per_rank_and_hybrid_agree(layout, tmp_path):
     # before expert TP existed (TP 4, EP 2, PP 2 at ETP = TP: 10.8707 against 10.8635 ms)
     assert times["slow"] == pytest.approx(times["slow-per"], rel=1e-3)
     assert times["slow-per"] > times["sym"]
+
+
+def test_sweep_dimension_with_the_single_run_rules():
+    from sim.models.parallel import Training
+    from sim.sweep.evaluate import base_row
+    from sim.sweep.output import csv_text, ranked
+    from sim.sweep.space import Space, enumerate_layouts
+
+    space = Space(gpus=16, tp=(2,), pp=(1,), ep=(4, 8), etp=(1, 2, 4))
+    ok, skipped = enumerate_layouts(MOE_SMALL, space, Training(global_batch=16,
+                                                               sequence_parallel=True), 8)
+    # ETP 2 = TP is the default layout (no "-etp2" twin); ETP·EP must divide TP·DP = 16
+    assert [lay.key for lay in ok] == [
+        "tp2-pp1-dp8-vpp1-mb1-ep4", "tp2-pp1-dp8-vpp1-mb1-ep4-etp1",
+        "tp2-pp1-dp8-vpp1-mb1-ep4-etp4", "tp2-pp1-dp8-vpp1-mb1-ep8",
+        "tp2-pp1-dp8-vpp1-mb1-ep8-etp1"]
+    assert "ETP·EP = 4·8 must divide the 16 ranks" in dict(skipped)[
+        "tp2-pp1-dp8-vpp1-mb1-ep8-etp4"]
+    assert ok[1].config(Training(global_batch=16)).edp == 4
+    rows = [dict(base_row(lay), status="ok", iteration_time_s=1.0 + i) for i, lay in
+            enumerate(ok[:2])]
+    assert "etp" not in rows[0] and rows[1]["etp"] == 1
+    lines = csv_text(ranked(rows)).splitlines()
+    col = lines[0].split(",").index("etp")
+    assert [line.split(",")[col] for line in lines[1:]] == ["2", "1"]  # default: the TP

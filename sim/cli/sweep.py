@@ -49,6 +49,10 @@ def build_parser() -> Parser:
                    help="micro batch sizes (default: %(default)s)")
     g.add_argument("--ep", metavar="LIST", default="1",
                    help="expert-parallel sizes, MoE models (default: %(default)s)")
+    g.add_argument("--expert-tensor-parallel-size", metavar="LIST", dest="etp",
+                   help="expert tensor-parallel sizes, MoE models: each expert's weights split "
+                        "N ways, the stage's ranks regrouped ETP x EP x EDP (Megatron-Core; "
+                        "default: each layout's TP)")
     g.add_argument("--cp", metavar="LIST", default="1",
                    help="context-parallel sizes (default: %(default)s; > 1 needs a fused "
                         "attention backend: the default)")
@@ -141,6 +145,7 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
         vpp=parse_list(args.vpp, "--vpp") if args.vpp is not None else (),
         micro_batch=parse_list(args.micro_batch, "--micro-batch"),
         ep=parse_list(args.ep, "--ep"), cp=parse_list(args.cp, "--cp"),
+        etp=parse_list(args.etp, "--expert-tensor-parallel-size") if args.etp else (0,),
         zero=parse_stages(args.zero), schedule=parse_schedules(args.schedule))
     return SweepOptions(
         model=args.model, topology=args.topo, training=training_of(args), space=space,

@@ -40,6 +40,8 @@ def base_row(layout: SweepPoint) -> dict[str, Any]:
         row["cp"] = layout.cp
     if layout.zero:
         row["zero"] = layout.zero
+    if layout.etp:
+        row["etp"] = layout.etp
     return row
 
 
@@ -84,7 +86,7 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
         bubble_fraction=rep["bubble_fraction"],
         ideal_bubble_fraction=rep["ideal_bubble_fraction"],
     )
-    for g in GROUPS + (("CP",) if par.cp > 1 else ()):
+    for g in GROUPS + (("CP",) if par.cp > 1 else ()) + (("ETP",) if par.etp != par.tp else ()):
         out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
     out["events"] = done.result.events
     return out

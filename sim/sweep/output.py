@@ -27,9 +27,10 @@ COLUMNS = ("rank", "layout", "status", "tp", "pp", "dp", "vpp", "ep", "micro_bat
            "ideal_bubble_fraction") + tuple(f"exposed_{g}_s" for g in GROUPS) + (
            "events", "reason")
 VOLATILE = ("elapsed_s",)  # in results.jsonl only
-CSV_DEFAULTS = {"cp": 1, "zero": 0}
+CSV_DEFAULTS = {"cp": 1, "zero": 0, "etp": None}
 """Dimensions in the JSON rows only when not the default (the layout key likewise), but a
-column of results.csv always, with their default value where the row has none."""
+column of results.csv always, with their default value where the row has none (``etp``: the
+row's TP, Megatron-Core's default expert tensor-parallel size)."""
 CSV_COLUMNS = COLUMNS[:COLUMNS.index("micro_batch")] + tuple(CSV_DEFAULTS) + COLUMNS[
     COLUMNS.index("micro_batch"):]
 
@@ -54,7 +55,7 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for r in rows:
-        r = CSV_DEFAULTS | r
+        r = CSV_DEFAULTS | {"etp": r.get("tp")} | r
         w.writerow(["" if r.get(c) is None else repr(r[c]) if isinstance(r[c], float)
                     else r[c] for c in CSV_COLUMNS])
     return buf.getvalue()

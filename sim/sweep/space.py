@@ -1,10 +1,11 @@
-"""The layouts a sweep considers: every valid (TP, PP, DP, VPP, micro batch, EP, CP, ZeRO
-stage, schedule) on N GPUs.
+"""The layouts a sweep considers: every valid (TP, PP, DP, VPP, micro batch, EP, expert TP,
+CP, ZeRO stage, schedule) on N GPUs.
 
 A combination is *valid* when ``TP·PP·DP·CP = N`` and Megatron can run it
 (:func:`sim.models.parallel_checks.validate`: TP divides heads, KV heads and FFN; PP·VPP divides the
 layers; micro batch · DP divides the global batch; the interleaved and zero-bubble schedules'
-constraints; EP divides DP and the experts; CP and ZeRO as for a single run). Invalid
+constraints; EP divides DP and the experts, or with an expert TP size ETP ≠ TP, ETP·EP divides
+TP·DP·CP; CP and ZeRO as for a single run). Invalid
 combinations are not simulated; they are returned with the reason so the CLI can say how many
 were skipped and why. Memory feasibility is decided
 later, per layout (:mod:`sim.sweep.evaluate`), and recorded as a result.
@@ -36,23 +37,26 @@ class SweepPoint:
     cp: int = 1
     zero: int = 0
     schedule: str = ""  # "" = the default for vpp (interleaved if vpp > 1, else 1f1b)
+    etp: int = 0  # expert tensor-parallel size; 0 = TP (Megatron-Core's default)
 
     @property
     def key(self) -> str:
         """Canonical string naming the point (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``
-        (``-ep``, ``-cp``, ``-zero`` and the schedule appended when not the default)."""
+        (``-ep``, ``-cp``, ``-zero``, the schedule and ``-etp`` appended when not the
+        default)."""
         return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}-vpp{self.vpp}-mb{self.micro_batch}"
                 + (f"-ep{self.ep}" if self.ep > 1 else "")
                 + (f"-cp{self.cp}" if self.cp > 1 else "")
                 + (f"-zero{self.zero}" if self.zero else "")
-                + (f"-{self.schedule}" if self.schedule else ""))
+                + (f"-{self.schedule}" if self.schedule else "")
+                + (f"-etp{self.etp}" if self.etp else ""))
 
     def config(self, training: Training) -> ParallelConfig:
         """The :class:`ParallelConfig` of this point trained with ``training`` (its micro batch
         replaced by the point's; interleaved schedule when ``vpp > 1``, else 1F1B)."""
         return ParallelConfig(
             tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep, cp=self.cp,
-            zero=self.zero, schedule=self.schedule or None,
+            zero=self.zero, schedule=self.schedule or None, etp=self.etp or None,
             **fields_of(replace(training, micro_batch=self.micro_batch,
                                 distributed_optimizer=training.distributed_optimizer
                                 and not self.zero)))
@@ -73,6 +77,7 @@ class Space:
     cp: tuple[int, ...] = (1,)
     zero: tuple[int, ...] = (0,)
     schedule: tuple[str, ...] = ("",)
+    etp: tuple[int, ...] = (0,)  # 0: the layout's TP
 
 
 def divisors(n: int) -> list[int]:
@@ -116,8 +121,10 @@ def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
                                   f"divide {space.gpus} GPUs"))
             continue
         dp = space.gpus // (tp * pp * cp)
-        for vpp, mb, ep, zero, sched in _points(space):
-            lay = SweepPoint(tp, pp, dp, vpp, mb, ep, cp, zero, sched)
+        # an expert TP size equal to TP is the default (0): one layout, not two
+        etps = sorted({0 if e == tp else e for e in space.etp})
+        for (vpp, mb, ep, zero, sched), etp in itertools.product(_points(space), etps):
+            lay = SweepPoint(tp, pp, dp, vpp, mb, ep, cp, zero, sched, etp)
             try:
                 validate(model, lay.config(training))
             except UsageError as exc:
