@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -47,6 +48,7 @@ from sim.scenario import (
     write_figures_of,
     write_report,
 )
+from sim.workload.registry import is_collective_log
 
 
 def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
@@ -130,9 +132,14 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
     ``given``: the flags on the command line (:func:`sim.applicable.given_flags`), refused
     where they do not apply to the input."""
     given = set() if given is None else given
-    if bool(args.workload) == bool(args.model):
-        raise UsageError("give --workload PATH or --model PATH (exactly one)", field="--workload")
-    if args.model:
+    if args.workload and args.model and is_collective_log(args.workload):
+        # AICB's physical-format log: its collectives, the model's compute
+        applicable.check_given(given, "aicb-csv")
+        workload = dataclasses.replace(model_input(args), collective_log=args.workload)
+    elif bool(args.workload) == bool(args.model):
+        raise UsageError("give --workload PATH or --model PATH (exactly one; both only for "
+                         "AICB's physical-format CSV)", field="--workload")
+    elif args.model:
         applicable.check_given(given, "model")
         workload = model_input(args)
     else:

@@ -8,6 +8,7 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from sim.comm import CollKind, Comm, GroupKind
@@ -29,12 +30,16 @@ from sim.topology.gpu import GpuSpec
 from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
+# ZeRO-3's collectives among one chunk's timed layers (one per row): (layers, rows, config)
+Zero3Units = Callable[[list[Layer], list[Row], ParallelConfig], list[Layer]]
+
 
 def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
              compute_model: ComputeModel | None = None,
              compute: ComputeSetup | None = None,
              optimizer: str | ShampooPlan = "adam",
-             plan: ModelPlan | None = None, source: str = "") -> PipelineProgram:
+             plan: ModelPlan | None = None, source: str = "",
+             zero3: Zero3Units | None = None) -> PipelineProgram:
     """Generate the pipeline program of one training iteration (times in ns, sizes in bytes).
 
     ``optimizer``: ``"adam"`` or a :class:`ShampooPlan` (Adam state plus Shampoo work on the
@@ -42,7 +47,9 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     ``gpu`` — its family's roofline plus its shipped kernel table; a GPU the catalogue does not
     know needs its topology's ``compute_efficiency``, else it is refused);
     ``compute_model`` replaces its roofline efficiencies. ``plan``: a prebuilt
-    :func:`build_model_plan` result for ``(model, par)``.
+    :func:`build_model_plan` result for ``(model, par)``. ``zero3``: with ZeRO-3, places the
+    parameter and gradient collectives among a chunk's timed layers instead of
+    :func:`zero3_layers` (an AICB collective log: :mod:`sim.workload.aicb_zero3`).
     Raises :class:`~sim.errors.UsageError` for layouts Megatron cannot run.
     """
     plan = plan or build_model_plan(model, par)
@@ -56,7 +63,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     cm = timer.cm
     if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="--dtype")
-    stages = [_stage_program(st, plan, timer, optimizer) for st in plan.stages]
+    stages = [_stage_program(st, plan, timer, optimizer, zero3) for st in plan.stages]
     dm = plan.dims
     pp_bytes = dm.n * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
     program = PipelineProgram(
@@ -84,13 +91,13 @@ def compute_notes(setup: ComputeSetup, timer: Timer) -> list[str]:
 
 
 def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
-                   optimizer: str | ShampooPlan) -> StageProgram:
+                   optimizer: str | ShampooPlan, zero3: Zero3Units | None) -> StageProgram:
     par = plan.par
     chunks, prologue = [], []
     for rows in st.chunks:
         layers, index = _layers(rows, par, timer)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
-            layers = list(zero3_layers(layers, rows, par))
+            layers = list((zero3 or zero3_layers)(layers, rows, par))
         elif par.overlap_param_gather:
             _param_gathers(rows, par, layers, index, prologue)
         chunks.append(tuple(layers))

@@ -25,6 +25,7 @@ from sim.models.parallel_checks import validate
 from sim.models.plan import build_model_plan
 from sim.models.spec import ModelSpec, load_model
 from sim.placement import DEFAULT_ORDER, Placement
+from sim.scenario.collective_log import load_log, log_layout, units_of, with_log
 from sim.schedules import default_vpp
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
@@ -117,13 +118,18 @@ def with_training_overrides(model: ModelSpec, training: Training) -> ModelSpec:
 
 def model_run(path: str, request: LayoutRequest, training: Training, topology: Topology, *,
               ignore_memory: bool = False, compute: ComputeOptions | None = None,
-              placement: str = DEFAULT_ORDER) -> ModelRun:
+              placement: str = DEFAULT_ORDER, collective_log: str | None = None) -> ModelRun:
     """Load the model spec at ``path``, resolve the layout on ``topology``, check memory and
     generate the program (operators timed as ``compute`` says: docs/kernel-tables.md). A
     layout that does not fit in GPU memory raises
     :class:`UsageError` with the reason (unless ``ignore_memory``). ``placement``: the rank
-    order, which decides how many nodes an EP group spans (:func:`ep_nodes`)."""
+    order, which decides how many nodes an EP group spans (:func:`ep_nodes`).
+    ``collective_log``: an AICB physical-format file whose ZeRO-3 collectives (and layout)
+    the run takes (:mod:`sim.scenario.collective_log`)."""
     model = with_training_overrides(load_model(path), training)
+    log = load_log(collective_log) if collective_log is not None else None
+    if log is not None:
+        request = log_layout(log, request, training)
     par = parallel_config(request, training, model, topology.num_gpus)
     if par.ep > 1:
         par = ParallelConfig.of(par.layout, replace(par.training,
@@ -144,5 +150,7 @@ def model_run(path: str, request: LayoutRequest, training: Training, topology: T
                      "(--ignore-memory)")
     setup = resolve_compute(gpu, compute)
     program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})",
-                       compute=setup)
+                       compute=setup, zero3=units_of(log, model) if log else None)
+    if log is not None:
+        program = with_log(program, log, path)
     return ModelRun(path, model, par, gpu, mem, program, notes)

@@ -46,11 +46,14 @@ class WorkloadInput:
 class ModelInput:
     """A model spec YAML and its training options (``training.global_batch`` ``None``: derived
     from the requested microbatches). ``ignore_memory``: simulate a layout that does not fit
-    in GPU memory (said so in the report)."""
+    in GPU memory (said so in the report). ``collective_log``: an AICB physical-format CSV
+    whose DeepSpeed ZeRO-3 collectives the run takes (``--workload LOG --model SPEC``:
+    :mod:`sim.scenario.collective_log`)."""
 
     path: str
     training: Training = field(default_factory=Training)
     ignore_memory: bool = False
+    collective_log: str | None = None
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.path, s.layout, s.workload.training, topo,
                         ignore_memory=s.workload.ignore_memory, compute=s.compute,
-                        placement=s.simulation.placement)
+                        placement=s.simulation.placement,
+                        collective_log=s.workload.collective_log)
         prog = run.program
     else:
         prog = workload_program(s.workload, s.layout, topo, s.compute)

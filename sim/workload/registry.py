@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sim import inputs
 from sim.catalog import resolve
-from sim.errors import InputError
-from sim.workload import aicb, optable
+from sim.errors import InputError, UsageError
+from sim.workload import aicb, aicb_csv, optable
 from sim.workload.model import Workload
 
 
@@ -21,12 +21,29 @@ class Reader:
     read: Callable[..., Workload]
 
 
+def _needs_model(text: str, file: str, **_) -> Workload:
+    """AICB's physical format has no compute times: it is read with a model spec."""
+    del text
+    raise UsageError(f"{file} is AICB's physical-format collective log (a DeepSpeed ZeRO-3 "
+                     "iteration without compute times): give the model spec whose tensors it "
+                     "gathers, which times the compute (docs/workload-formats.md)",
+                     field="--model")
+
+
 READERS: dict[str, Reader] = {
     "aicb": Reader("aicb", "SimAI/AICB workload text (ns, bytes)", aicb.sniff,
                    lambda text, file, **_: aicb.read_aicb(text, file)),
     "optable": Reader("optable", "per-operator table (ms, element counts)", optable.sniff,
                       lambda text, file, **kw: optable.read_optable(text, file, **kw)),
+    "aicb-csv": Reader("aicb-csv", "AICB physical-format collective log (CSV; with --model)",
+                       aicb_csv.sniff, _needs_model),
 }
+
+
+def is_collective_log(path: str | Path) -> bool:
+    """Whether the workload file at ``path`` (or a shipped one's name) is AICB's
+    physical-format collective log (read with ``--model``: :mod:`sim.scenario.collective_log`)."""
+    return aicb_csv.sniff(read_text(resolve("workloads", path, "--workload")))
 
 
 def read_text(path: str | Path) -> str:
