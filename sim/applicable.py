@@ -267,7 +267,8 @@ _CSV: dict[str, tuple[str, str]] = {
                      "--no-overlap-grad-reduce", "--overlap-param-gather"),
                     ("refused", "Megatron's; " + _LOG_PLACES)),
     **dict.fromkeys(("--moe-load-imbalance", "--moe-expert-capacity-factor",
-                     "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size"),
+                     "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
+                     "--expert-tensor-parallel-size"),
                     ("refused", "the log is of a dense model; leave it out")),
     "--ignore-memory": _MODEL_HOW["--ignore-memory"],
     "--bytes-per-element": ("refused", "the log's sizes are bytes; leave it out"),
@@ -276,6 +277,10 @@ _CSV: dict[str, tuple[str, str]] = {
     "--compute-efficiency": ("changes", "roofline GEMM efficiency"),
     "--source-gpu": ("refused", "the log has no compute times to scale; leave it out"),
     "--compute-scale": ("refused", "the log has no compute times to scale; leave it out"),
+    # the log's reduce-scatters always run beside the backward (DP > 1)
+    **dict.fromkeys(("--nccl-channels", "--comm-overlap-slowdown"),
+                    ("changes", "SM interference of the log's asynchronous reduce-scatters "
+                                "(assumption 'interference: ...')")),
 }
 for _flag, (_verdict, _why) in _CSV.items():
     TABLE[_flag]["aicb-csv"] = Verdict(_verdict, _why)

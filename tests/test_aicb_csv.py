@@ -153,10 +153,10 @@ def test_log_alone_and_other_files_with_a_model_refused(tmp_path, capsys):
 
 
 def test_recompute_full_gathers_each_layer_before_its_rerun(tmp_path, capsys):
-    from sim.scenario.collective_log import load_log, units_of
     from sim.models.generator import generate
     from sim.models.parallel import ParallelConfig
     from sim.models.spec import load_model
+    from sim.scenario.collective_log import load_log, units_of
     from sim.topology.gpu import GpuSpec
 
     model = load_model(MODEL)

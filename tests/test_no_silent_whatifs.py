@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SEED_512, SEED_OPTABLE
+from conftest import ROOT, SEED_512, SEED_OPTABLE
 
 from sim import applicable
 from sim.cli import build_parser, main
@@ -23,21 +23,26 @@ INPUTS = {
     "optable": ["--workload", str(SEED_OPTABLE), "--topo", "tiny-2x2"],
     "model": ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2", "--global-batch",
               "8"],
+    # AICB's physical-format ZeRO-3 log of DP 4 with the model spec whose tensors it gathers
+    "aicb-csv": ["--workload", str(ROOT / "tests/data/aicb-zero3-2layer.csv"), "--model",
+                 str(ROOT / "tests/data/tiny-llama-2layer.yaml"), "--topo", "tiny-2x2"],
 }
 SLOW_GPU = ["--slow-gpu", "1:2"]
 # flag -> {kind or "*": example arguments}; "refused-if" flags: {kind: (refused, accepted)}
 EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--workload": {"*": [], "model": ["--workload", str(SEED_512)]},
-    "--model": {"*": ["--model", "gpt2-medium"]},
+    "--model": {"*": ["--model", "gpt2-medium"], "aicb-csv": []},
     "--format": {"aicb": ["--format", "aicb"], "optable": ["--format", "optable"],
-                 "model": ["--format", "aicb"]},
+                 "model": ["--format", "aicb"], "aicb-csv": ["--format", "aicb"]},
     "--set": {"aicb": (["--set", "node.gpu.hbm_GBps=4800"],
                        ["--set", "fabric.link_bandwidth_gbps=100"]),
               "optable": (["--set", "node.gpu.hbm_GBps=4800"],
                           ["--set", "node.nics.bandwidth_gbps=40"]),
-              "model": ["--set", "node.nics.bandwidth_gbps=40"]},
+              "model": ["--set", "node.nics.bandwidth_gbps=40"],
+              "aicb-csv": ["--set", "node.nics.bandwidth_gbps=40"]},
     "--topo": {"aicb": ["--topo", "dgx-h100-1024"], "*": ["--topo", "tiny-nvlink-4"]},
-    "--nodes": {"aicb": ["--nodes", "32", "--gpus", "256"], "*": ["--nodes", "1"]},
+    "--nodes": {"aicb": ["--nodes", "32", "--gpus", "256"], "*": ["--nodes", "1"],
+                "aicb-csv": ["--nodes", "3"]},
     "--pp": {"*": ["--pp", "2"], "model": ["--pp", "2"]},
     "--vpp": {"*": ["--vpp", "2"]},
     "--microbatches": {"*": ["--microbatches", "2"]},
@@ -50,26 +55,30 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                     "model": ["--placement", "pp-tp-dp"]},
     "--per-rank": {"*": ["--per-rank"]}, "--no-fuse": {"*": ["--no-fuse"]},
     "--max-sim-time-s": {"*": ["--max-sim-time-s", "1000"]},
-    "--algorithm": {"*": ["--algorithm", "tree"]}, "--protocol": {"*": ["--protocol", "LL"]},
+    "--algorithm": {"*": ["--algorithm", "tree"]}, "--protocol": {"*": ["--protocol", "LL"],
+                                                   "aicb-csv": ["--protocol", "Simple"]},
     "--routing": {"*": ["--routing", "adaptive"]},
     "--nccl-algo": {"*": ["--nccl-algo", "allreduce:tree"]},
-    "--nccl-proto": {"*": ["--nccl-proto", "LL"]},
+    "--nccl-proto": {"*": ["--nccl-proto", "LL"], "aicb-csv": ["--nccl-proto", "Simple"]},
     "--nccl-nvls-enable": {"*": ["--nccl-nvls-enable", "0"]},
     "--nccl-collnet-enable": {"*": ["--nccl-collnet-enable", "1"]},
     "--kernel-table": {"aicb": (["--kernel-table", "h100-sxm"], ["--kernel-table", "h100-sxm",
                                                                  "--topo", "dgx-h100-1024"]),
                        "optable": (["--kernel-table", "h100-sxm"], None),
-                       "model": ["--kernel-table", "none"]},
+                       "model": ["--kernel-table", "none"],
+                       "aicb-csv": ["--kernel-table", "none"]},
     "--compute-efficiency": {"aicb": (["--compute-efficiency", "0.5"],
                                       ["--compute-efficiency", "0.5", "--topo",
                                        "dgx-h100-1024"]),
                              "optable": (["--compute-efficiency", "0.5"], None),
-                             "model": ["--compute-efficiency", "0.5"]},
+                             "model": ["--compute-efficiency", "0.5"],
+                             "aicb-csv": ["--compute-efficiency", "0.5"]},
     "--source-gpu": {"aicb": (["--source-gpu", "A100-SXM4-80GB"],
                               ["--source-gpu", "H100-SXM5-80GB"]),
                      "optable": (["--source-gpu", "A100-SXM4-80GB", "--topo", "dgx-a100-512"],
                                  ["--source-gpu", "H100-SXM5-80GB", "--topo", "dgx-a100-512"]),
-                     "model": ["--source-gpu", "A100-SXM4-80GB"]},
+                     "model": ["--source-gpu", "A100-SXM4-80GB"],
+                     "aicb-csv": ["--source-gpu", "A100-SXM4-80GB"]},
     "--compute-scale": {"*": ["--compute-scale", "1.5"]},
     "--slow-gpu": {"*": SLOW_GPU}, "--slow-node": {"*": ["--slow-node", "1:2"]},
     "--degrade-link": {"*": ["--degrade-link", "nic:0.0:0.5"],
@@ -86,12 +95,13 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     # workload-file flags
     "--tp": {"aicb": (["--tp", "4"], None), "*": ["--tp", "2"], "model": ["--tp", "1"]},
     "--ep": {"aicb": (["--ep", "2"], None), "optable": (["--ep", "2"], None),
-             "model": (["--ep", "2"], None)},
+             "model": (["--ep", "2"], None), "aicb-csv": ["--ep", "2"]},
     "--row-placement": {"aicb": (["--row-placement", "all", "--workload",
                                   "aicb-micro-all-to-all", "--topo", "tiny-2x2"],
                                  ["--row-placement", "all"]),
                         "optable": (["--row-placement", "all"], None),
-                        "model": ["--row-placement", "all"]},
+                        "model": ["--row-placement", "all"],
+                        "aicb-csv": ["--row-placement", "all"]},
     "--bytes-per-element": {"*": ["--bytes-per-element", "2"]},
     "--missing-backward-ratio": {"optable": (["--missing-backward-ratio", "3", "--workload",
                                               "{tmp}/with-backward.tsv"],
@@ -121,9 +131,9 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
         "*": ["--account-for-embedding-in-pipeline-split"]},
     "--account-for-loss-in-pipeline-split": {"*": ["--account-for-loss-in-pipeline-split"]},
     "--context-parallel-size": {"*": ["--context-parallel-size", "2", "--flash-attention"]},
-    "--zero": {"aicb": ["--zero", "1"], "optable": ["--zero", "1"],
+    "--zero": {"aicb": ["--zero", "1"], "optable": ["--zero", "1"], "aicb-csv": ["--zero", "3"],
                "model": (["--zero", "1", "--dp", "1", "--gpus", "2"], ["--zero", "1"])},
-    "--fsdp": {"aicb": ["--fsdp"], "optable": ["--fsdp"],
+    "--fsdp": {"aicb": ["--fsdp"], "optable": ["--fsdp"], "aicb-csv": ["--fsdp"],
                "model": (["--fsdp", "--dp", "1", "--gpus", "2"], ["--fsdp"])},
     "--moe-load-imbalance": {"*": ["--moe-load-imbalance", "1.5"]},
     "--moe-expert-capacity-factor": {"*": ["--moe-expert-capacity-factor", "1.0"]},
@@ -140,7 +150,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
         "model": (["--expert-tensor-parallel-size", "3"],
                   ["--expert-tensor-parallel-size", "2", "--ep", "2"]),
         "*": ["--expert-tensor-parallel-size", "1"]},
-    "--ignore-memory": {"model": (["--ignore-memory"], None), "*": ["--ignore-memory"]},
+    "--ignore-memory": {"model": (["--ignore-memory"], None), "*": ["--ignore-memory"],
+                        "aicb-csv": (["--ignore-memory"], None)},
     "--tp-comm-overlap": {"model": (["--tp-comm-overlap"], ["--tp-comm-overlap",
                                                             "--sequence-parallel"]),
                           "*": ["--tp-comm-overlap"]},
@@ -150,13 +161,15 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                         "optable": (["--nccl-channels", "0", "--gpus", "1"],
                                     ["--nccl-channels", "0"]),
                         "model": (["--nccl-channels", "0", "--gpus", "2"],
-                                  ["--nccl-channels", "0"])},
+                                  ["--nccl-channels", "0"]),
+                        "aicb-csv": ["--nccl-channels", "0"]},
     "--comm-overlap-slowdown": {"aicb": (["--comm-overlap-slowdown", "4", "--gpus", "64"],
                                          None),
                                 "optable": (["--comm-overlap-slowdown", "4", "--gpus", "1"],
                                             ["--comm-overlap-slowdown", "4"]),
                                 "model": (["--comm-overlap-slowdown", "4", "--gpus", "2"],
-                                          ["--comm-overlap-slowdown", "4"])},
+                                          ["--comm-overlap-slowdown", "4"]),
+                                "aicb-csv": ["--comm-overlap-slowdown", "4"]},
     # variability: every sample simulates every rank (64 of the AICB file's, at DP 1)
     "--jitter": {"aicb": ["--jitter", "0.05", "--gpus", "64"], "*": ["--jitter", "0.05"]},
     "--samples": {"aicb": (["--samples", "2"], None),
@@ -166,6 +179,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
 }
 H100_MODEL = ["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "8", "--tp", "2",
               "--global-batch", "8"]
+# the log's 4 ranks in one DGX H100 node (fp8 peak, a measured kernel table, NVLS)
+H100_LOG = [*INPUTS["aicb-csv"][:4], "--topo", "dgx-h100-1024", "--nodes", "1"]
 MOE_MODEL = ["--model", "moe-gpt-small", "--topo", "tiny-2x2", "--tp", "1", "--ep", "4",
              "--global-batch", "4"]
 PP_OPTABLE = ["--pp", "2", "--pp-comm-bytes", "1048576"]
@@ -189,6 +204,7 @@ CONTEXT: dict[tuple[str, str], list[str]] = {
     ("aicb", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
     ("optable", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
     ("model", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
+    ("aicb-csv", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
     ("model", "--vpp"): [*PP_MODEL], ("model", "--schedule"): [*PP_MODEL],
     ("model", "--microbatch-group-size"): [*PP_MODEL, "--vpp", "2"],
     ("model", "--decoder-first-pipeline-num-layers"): [*PP_MODEL],
@@ -216,6 +232,8 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     # the default (auto) runs cuDNN's fused kernel, timed like FlashAttention-2 by the
     # roofline: the H100's measured table tells the two apart
     ("model", "--flash-attention"): H100_MODEL,
+    **{("aicb-csv", f): H100_LOG for f in ("--dtype", "--kernel-table", "--flash-attention",
+                                          "--nccl-nvls-enable")},
 }
 STATED_ONLY = {  # the report states the change; the result is the same by construction
     ("aicb", "--nodes"),  # the header's all_gpus fixes the job: 256 GPUs on 32 or 64 nodes
@@ -229,7 +247,17 @@ STATED_ONLY = {  # the report states the change; the result is the same by const
     # model's SHARP runs all-reduce only
     ("aicb", "--nccl-collnet-enable"),
     # the breakdown stays the deterministic run's; the samples are in the variability block
-    *((k, f) for k in ("aicb", "optable", "model") for f in ("--jitter", "--samples", "--seed")),
+    *((k, f) for k in ("aicb", "optable", "model", "aicb-csv")
+      for f in ("--jitter", "--samples", "--seed")),
+    # the log's nodes are fixed: more nodes leave GPUs unused (stated)
+    ("aicb-csv", "--nodes"),
+    # the log's DP-4 ring stays inside one leaf of the oversubscribed fat tree (no up-link)
+    ("aicb-csv", "--routing"),
+    # the tiny log's reduce-scatters run beside blocking all-gathers, not compute (on the
+    # shipped Llama-65B log, 4 makes the iteration 14036.6 -> 14381.4 ms)
+    ("aicb-csv", "--comm-overlap-slowdown"),
+    # the log's only all-reduces are of 1 and 8 bytes, where neither NVLS nor SHARP is chosen
+    ("aicb-csv", "--nccl-nvls-enable"), ("aicb-csv", "--nccl-collnet-enable"),
 }
 # where the verdict "changes" does not hold for this example, and what holds instead
 REFUSED_HERE = {  # the example is refused by another check (reason in the comment)
