@@ -147,6 +147,9 @@ def _workload_summary(lines: list[str]) -> str:
     head = lines[0].split()
     if "forward_compute_time" in head:
         return f"per-operator table, {max(len(lines) - 1, 0)} operators (ms, element counts)"
+    if lines[0].startswith("[rank0 ~ rank"):
+        ranks = lines[0].strip().strip("[]").replace(" ~ rank", "-").removeprefix("rank")
+        return f"AICB physical-format collective log of ranks {ranks} (read with --model)"
     if head[0] == "MICRO":
         return f"AICB micro-test, {max(len(lines) - 2, 0)} collectives over all GPUs"
     fields = dict(zip(head[1::2], head[2::2], strict=False))

@@ -26,7 +26,7 @@ def test_shipped_names_are_the_repository_files():
     assert set(catalog.shipped("models")) == {p.stem for p in
                                                (WORKLOADS / "models").glob("*.yaml")}
     assert set(catalog.shipped("workloads")) == {
-        p.stem for p in WORKLOADS.iterdir() if p.suffix in (".txt", ".tsv")}
+        p.stem for p in WORKLOADS.iterdir() if p.suffix in (".txt", ".tsv", ".csv")}
     assert set(catalog.shipped("validation")) == {
         p.stem for p in (WORKLOADS / "validation").glob("*.yaml")}
 
