@@ -122,7 +122,8 @@ _SCALED = ("refused-if", "refused unless the file's compute times are scaled fro
 
 TABLE: dict[str, dict[str, Verdict]] = {
     "--workload": _kinds(("input", "the workload"), ("input", "the workload"),
-                         ("refused", "give --workload or --model, not both")),
+                         ("refused", "give --workload or --model, not both (both only for "
+                                     "AICB's physical-format log)")),
     "--format": _kinds(("states", "forces the reader it detects (a file in another format is "
                                   "an error)"),
                        ("states", "forces the reader it detects"), ("refused", _GENERATED)),
