@@ -1,0 +1,63 @@
+"""The verdicts of every flag of the main run for AICB's physical-format ZeRO-3 log read with
+its model spec (``--workload LOG.csv --model SPEC``, :mod:`sim.scenario.collective_log`): the
+``aicb-csv`` column of :data:`sim.applicable.TABLE` (verdicts as defined there)."""
+
+from __future__ import annotations
+
+# the log fixes the layout and the collectives, the model the compute; this column replaces
+# the one applicable._all gives and completes applicable._kinds'
+_LOG_FIXES = "the log fixes it (one data-parallel group of its ranks, TP = PP = CP = EP = 1, " \
+             "one microbatch, ZeRO stage 3); leave it out"
+_NO_PIPELINE = "the log is one DeepSpeed forward and backward (no pipeline stages); leave it out"
+_LOG_PLACES = "DeepSpeed's collectives come from the log; leave it out"
+LOG_VERDICTS: dict[str, tuple[str, str]] = {
+    "--workload": ("input", "the collective log (AICB physical format)"),
+    "--format": ("refused", "the physical format is detected; --format forces the reader of a "
+                            "workload read alone; leave it out"),
+    "--set": ("changes", "a topology field (assumption 'topology override (--set): KEY = VALUE "
+                         "(file: OLD)'); node.gpu.* changes the model-timed compute"),
+    "--nodes": ("changes", "the cluster's node count (report header; the layout keeps the "
+                           "log's GPUs)"),
+    **dict.fromkeys(("--tp", "--pp", "--ep", "--vpp", "--microbatches", "--gpus", "--dp",
+                     "--zero", "--context-parallel-size"), ("refused", _LOG_FIXES)),
+    "--fsdp": ("refused", "the log is DeepSpeed ZeRO-3's; leave it out"),
+    **dict.fromkeys(("--schedule", "--microbatch-group-size", "--pp-comm-bytes",
+                     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                     "--account-for-embedding-in-pipeline-split",
+                     "--account-for-loss-in-pipeline-split"), ("refused", _NO_PIPELINE)),
+    "--row-placement": ("refused", "the log's rows are collectives, placed by the model's rows; "
+                                   "leave it out"),
+    "--placement": ("refused", "one data-parallel group: every order places rank r on GPU r; "
+                               "leave it out"),
+    "--model": ("input", "the model spec that times the compute (its tensors must match the "
+                         "log's)"),
+    "--micro-batch": ("changes", "sequences per microbatch: the compute and the global batch "
+                                 "(training options)"),
+    "--global-batch": ("refused", "the log is one microbatch per rank: the global batch is DP × "
+                                  "--micro-batch; leave it out"),
+    "--sequence-parallel": ("refused", "needs TP > 1; the log is TP 1; leave it out"),
+    "--tp-comm-overlap": ("refused", "needs TP > 1; the log is TP 1; leave it out"),
+    "--recompute": ("changes", "activation recomputation (training options, memory; with full "
+                               "recomputation the backward gathers precede the re-run forward)"),
+    "--dtype": ("changes", "GEMM peak and MFU reference (training options)"),
+    "--flash-attention": ("changes", "the attention backend (training options)"),
+    "--attention-backend": ("changes", "the attention backend (training options)"),
+    **dict.fromkeys(("--distributed-optimizer", "--overlap-grad-reduce",
+                     "--no-overlap-grad-reduce", "--overlap-param-gather"),
+                    ("refused", "Megatron's; " + _LOG_PLACES)),
+    **dict.fromkeys(("--moe-load-imbalance", "--moe-expert-capacity-factor",
+                     "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
+                     "--expert-tensor-parallel-size"),
+                    ("refused", "the log is of a dense model; leave it out")),
+    "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
+    "--bytes-per-element": ("refused", "the log's sizes are bytes; leave it out"),
+    "--missing-backward-ratio": ("refused", "the model times the backward; leave it out"),
+    "--kernel-table": ("changes", "operator times (compute note)"),
+    "--compute-efficiency": ("changes", "roofline GEMM efficiency"),
+    "--source-gpu": ("refused", "the log has no compute times to scale; leave it out"),
+    "--compute-scale": ("refused", "the log has no compute times to scale; leave it out"),
+    # the log's reduce-scatters always run beside the backward (DP > 1)
+    **dict.fromkeys(("--nccl-channels", "--comm-overlap-slowdown"),
+                    ("changes", "SM interference of the log's asynchronous reduce-scatters "
+                                "(assumption 'interference: ...')")),
+}
