@@ -73,7 +73,8 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--account-for-loss-in-pipeline-split", "--context-parallel-size",
                "--moe-load-imbalance", "--moe-expert-capacity-factor",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
-               "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size")
+               "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
+               "--compile", "--no-compile", "--norm-type")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -116,6 +117,15 @@ _MODEL_HOW = {
     "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
                                         "(assumption); refused without sequence parallelism at "
                                         "TP > 1"),
+    "--compile": ("states", "the default: fused element-wise kernels (assumption "
+                            "'element-wise kernels fused ...')"),
+    "--no-compile": ("refused-if", "PyTorch eager element-wise kernels of torchtitan's Llama "
+                                   "block (assumption '--no-compile: ...'); refused for other "
+                                   "models (LayerNorm, GeLU, learned positions, MoE), fp8, "
+                                   "unfused attention, --tp-comm-overlap"),
+    "--norm-type": ("refused-if", "torchtitan's norm_type in eager mode (assumption "
+                                  "'--no-compile: ... RMSNorm ...'); refused without "
+                                  "--no-compile"),
 }
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")

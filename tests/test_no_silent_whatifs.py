@@ -155,6 +155,13 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--tp-comm-overlap": {"model": (["--tp-comm-overlap"], ["--tp-comm-overlap",
                                                             "--sequence-parallel"]),
                           "*": ["--tp-comm-overlap"]},
+    "--compile": {"*": ["--compile"]},
+    # model: on LLAMA_MODEL (torchtitan's Llama block); unfused attention is refused with it
+    "--no-compile": {"model": (["--no-compile", "--attention-backend", "unfused"],
+                               ["--no-compile"]), "*": ["--no-compile"]},
+    "--norm-type": {"model": (["--norm-type", "fused_rmsnorm"],
+                              ["--no-compile", "--norm-type", "fused_rmsnorm"]),
+                    "*": ["--norm-type", "fused_rmsnorm"]},
     # interference: refused where no asynchronous collective runs beside compute (DP 1); the
     # AICB file's DP collectives run after its compute but for a few µs, hence no example
     "--nccl-channels": {"aicb": (["--nccl-channels", "0", "--gpus", "64"], None),
@@ -183,6 +190,8 @@ H100_MODEL = ["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "8"
 H100_LOG = [*INPUTS["aicb-csv"][:4], "--topo", "dgx-h100-1024", "--nodes", "1"]
 MOE_MODEL = ["--model", "moe-gpt-small", "--topo", "tiny-2x2", "--tp", "1", "--ep", "4",
              "--global-batch", "4"]
+LLAMA_MODEL = ["--model", "llama3-8b", "--topo", "dgx-a100-1024", "--gpus", "8", "--tp", "1",
+               "--global-batch", "8", "--fsdp"]
 PP_OPTABLE = ["--pp", "2", "--pp-comm-bytes", "1048576"]
 PP_MODEL = ["--pp", "2", "--tp", "1"]
 PP5_MODEL = ["--pp", "5", "--tp", "1", "--nodes", "3", "--gpus", "5"]
@@ -228,6 +237,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--nccl-nvls-enable"): H100_MODEL,
     ("model", "--moe-token-dispatcher-type"): MOE_MODEL,
     ("model", "--moe-shared-expert-intermediate-size"): MOE_MODEL,
+    ("model", "--no-compile"): LLAMA_MODEL, ("model", "--norm-type"): LLAMA_MODEL,
     ("model", "--expert-tensor-parallel-size"): MOE_MODEL,
     # the default (auto) runs cuDNN's fused kernel, timed like FlashAttention-2 by the
     # roofline: the H100's measured table tells the two apart

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.cli.execution import add_execution_arguments, check_execution_flags, execution_options
 from sim.cli.expert_args import add_expert_tp_argument
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
@@ -168,6 +169,7 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
                    help="MoE: width of the shared-expert MLP (Megatron-Core; replaces the "
                         "model spec's shared experts)")
     add_expert_tp_argument(g)
+    add_execution_arguments(g)
 
 
 def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
@@ -191,7 +193,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     moe_token_dispatcher=getattr(args, "moe_token_dispatcher_type", "alltoall"),
                     moe_shared_expert_intermediate_size=getattr(
                         args, "moe_shared_expert_intermediate_size", None),
-                    tp_comm_overlap=getattr(args, "tp_comm_overlap", False))
+                    tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
+                    **execution_options(args))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:
@@ -219,6 +222,7 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
         raise UsageError("applies to --model runs (a workload file carries its own attention "
                          "times)", field="--attention-backend" if getattr(
                              args, "attention_backend", "") else "--flash-attention")
+    check_execution_flags(args)
     if getattr(args, "moe_load_imbalance", 1.0) != 1.0:
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
                          field="--moe-load-imbalance")

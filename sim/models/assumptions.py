@@ -5,7 +5,7 @@ communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
 from __future__ import annotations
 
 from sim.kernels.gpus import find
-from sim.models import tp_overlap
+from sim.models import eager, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
@@ -68,6 +68,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         + "; attention: " + _attention_text(par, gpu_family(gpu)),
         cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
         f"{gpu.hbm_GBps:g} GB/s HBM",
+        eager.describe(par),
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
         "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
         "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import tp_overlap
+from sim.models import eager, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.dims import (
     Dims,
@@ -135,7 +135,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
             items += _dense_mlp(model, sdm, "shared_")
         items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
-    rows = rows_from_items(items)
+    rows = eager.apply(rows_from_items(items), par, dm)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
     if par.tp_comm_overlap:

@@ -36,7 +36,11 @@ class Training:
     distributed optimizer: each bucket's parameter all-gather runs beside the next iteration's
     forward; a bucket's first use waits for it), ``tp_comm_overlap`` (Megatron-Core
     ``--tp-comm-overlap``: Transformer Engine pipelines the TP collectives of each layer
-    with their GEMMs; :mod:`sim.models.tp_overlap`). ``attention_backend``: Megatron-Core's
+    with their GEMMs; :mod:`sim.models.tp_overlap`), ``compile`` (element-wise kernels fused,
+    as Megatron-Core / Transformer Engine and ``torch.compile`` run them; ``False``: PyTorch
+    eager, torchtitan's ``training.compile = false``, :mod:`sim.models.eager`) and
+    ``norm_type`` (torchtitan's ``model.norm_type`` in eager mode: ``rmsnorm`` or
+    ``fused_rmsnorm``). ``attention_backend``: Megatron-Core's
     ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
     through Transformer Engine; ``unfused``: batched matmuls + softmax, as Megatron-LM ran in
     2022; ``auto``: Transformer Engine's choice, see :func:`attention_kernel`); empty: ``flash``
@@ -74,6 +78,8 @@ class Training:
     moe_shared_expert_intermediate_size: int | None = None
     ep_nodes: int = 1
     tp_comm_overlap: bool = False
+    compile: bool = True
+    norm_type: str = "rmsnorm"
 
     @property
     def backend(self) -> str:
@@ -150,7 +156,8 @@ class ParallelConfig:
                  overlap_param_gather: bool = False, moe_token_dispatcher: str = "alltoall",
                  moe_shared_expert_intermediate_size: int | None = None,
                  ep_nodes: int = 1, tp_comm_overlap: bool = False,
-                 etp: int | None = None) -> None:
+                 etp: int | None = None, compile: bool = True,
+                 norm_type: str = "rmsnorm") -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -163,7 +170,8 @@ class ParallelConfig:
                             moe_token_dispatcher=moe_token_dispatcher,
                             moe_shared_expert_intermediate_size=(
                                 moe_shared_expert_intermediate_size),
-                            ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap)
+                            ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap,
+                            compile=compile, norm_type=norm_type)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -207,6 +215,8 @@ class ParallelConfig:
     overlap_grad_reduce = _part("training", "overlap_grad_reduce")
     overlap_param_gather = _part("training", "overlap_param_gather")
     tp_comm_overlap = _part("training", "tp_comm_overlap")
+    compile = _part("training", "compile")
+    norm_type = _part("training", "norm_type")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     requested_backend = _part("training", "requested_backend")

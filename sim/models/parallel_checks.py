@@ -6,6 +6,7 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
+from sim.models import eager
 from sim.models.parallel import (
     ATTENTION_BACKENDS,
     DTYPES,
@@ -31,6 +32,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     check_zero(model, par)
     _check_moe_options(model, par)
     _check_schedule(par)
+    eager.check(model, par)
     _check_tp_comm_overlap(par)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
+from sim.models import eager
 from sim.models.dims import Dims
 from sim.models.layers import embedding_rows, output_rows, transformer_layer_rows
 from sim.models.parallel import ParallelConfig
@@ -94,7 +95,7 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
                 # stage holds the input embedding (pp > 1, not the V placement, where both ends
                 # are on stage 0), a copy of the tied word embedding (Megatron); else shared.
                 holds = (not model.tied_embeddings) or r != 0
-                rows += output_rows(model, dm, holds_output_weight=holds)
+                rows += eager.apply(output_rows(model, dm, holds_output_weight=holds), par, dm)
             chunks.append(rows)
             layer_ids.append(ids)
         stages.append(StagePlan(r, chunks, layer_ids))

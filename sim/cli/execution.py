@@ -1,0 +1,43 @@
+"""The execution-mode flags of a ``--model`` run: ``--compile`` / ``--no-compile`` (torchtitan's
+``training.compile``: fused element-wise kernels, or PyTorch eager) and ``--norm-type``
+(torchtitan's ``model.norm_type`` in eager mode). :mod:`sim.models.eager` models them."""
+
+from __future__ import annotations
+
+import argparse
+
+from sim.errors import UsageError
+from sim.models.eager import NORM_TYPES
+
+
+def add_execution_arguments(g: argparse._ActionsContainer) -> None:
+    """``--compile`` / ``--no-compile`` and ``--norm-type``."""
+    ex = g.add_mutually_exclusive_group()
+    ex.add_argument("--compile", action="store_true",
+                    help="element-wise kernels fused, as Megatron-Core / Transformer Engine "
+                         "and torch.compile (torchtitan's training.compile) run them (the "
+                         "default)")
+    ex.add_argument("--no-compile", action="store_true",
+                    help="PyTorch eager, as torchtitan runs with training.compile = false: one "
+                         "kernel per operator (RMSNorm, rotary embedding, SwiGLU, residual "
+                         "adds); torchtitan's Llama block only")
+    g.add_argument("--norm-type", choices=NORM_TYPES,
+                   help="with --no-compile, torchtitan's model.norm_type: rmsnorm (eager "
+                        "PyTorch operators) or fused_rmsnorm (its Triton kernel) (default: "
+                        "rmsnorm)")
+
+
+def execution_options(args: argparse.Namespace) -> dict:
+    """``compile`` and ``norm_type`` of :class:`~sim.models.parallel.Training`."""
+    return {"compile": not getattr(args, "no_compile", False),
+            "norm_type": getattr(args, "norm_type", None) or "rmsnorm"}
+
+
+def check_execution_flags(args: argparse.Namespace) -> None:
+    """With a workload file: the file fixes its compute times, the flags would change nothing;
+    ``--norm-type`` only with ``--no-compile``."""
+    for dest, flag in (("compile", "--compile"), ("no_compile", "--no-compile"),
+                       ("norm_type", "--norm-type")):
+        if getattr(args, dest, None):
+            raise UsageError("applies to --model runs (a workload file fixes its compute "
+                             "times)", field=flag)
