@@ -50,6 +50,10 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                      "--expert-tensor-parallel-size"),
                     ("refused", "the log is of a dense model; leave it out")),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
+    **dict.fromkeys(("--compile", "--no-compile", "--norm-type"),
+                    ("refused", "the model times the log's compute with Megatron's fused "
+                                "layer; the eager operator list is torchtitan's (--model "
+                                "runs); leave it out")),
     "--bytes-per-element": ("refused", "the log's sizes are bytes; leave it out"),
     "--missing-backward-ratio": ("refused", "the model times the backward; leave it out"),
     "--kernel-table": ("changes", "operator times (compute note)"),
