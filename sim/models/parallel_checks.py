@@ -102,8 +102,10 @@ def _check_experts(model: ModelSpec, par: ParallelConfig) -> None:
     if par.etp != par.tp:
         check_expert_tp(model, par)
     elif par.dp_cp % par.ep:
+        folding = (" (or give --expert-tensor-parallel-size below TP: EP may then span the TP "
+                   "ranks, ETP·EP dividing TP·DP·CP)" if par.tp > 1 else "")
         raise UsageError(f"expert-parallel size {par.ep} must divide dp {par.dp}"
-                         + (f" × cp {par.cp}" if par.cp > 1 else ""), field="--ep")
+                         + (f" × cp {par.cp}" if par.cp > 1 else "") + folding, field="--ep")
     if par.ep > 1:
         if model.moe is None:
             raise UsageError(f"ep={par.ep} needs a mixture-of-experts model", field="--ep")

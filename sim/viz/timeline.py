@@ -32,7 +32,8 @@ LEGEND = [
     ("forward", "forward"), ("backward", "backward (input-grad + weight-grad)"),
     ("weight_grad", "weight-grad only"), ("compute", "iteration-level compute"),
     ("optimizer", "optimizer"), ("bubble", "bubble (idle)"), ("TP", "TP comm"),
-    ("EP", "EP comm"), ("PP", "PP comm"), ("DP", "DP comm"), ("DP_EP", "DP_EP comm"),
+    ("EP", "EP comm"), ("ETP", "ETP comm"), ("PP", "PP comm"), ("DP", "DP comm"),
+    ("DP_EP", "DP_EP comm"),
 ]
 OP_KINDS = ("forward", "backward", "weight_grad")
 SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (separate pass)"}
