@@ -74,7 +74,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--moe-load-imbalance", "--moe-expert-capacity-factor",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
-               "--compile", "--no-compile", "--norm-type")
+               "--compile", "--no-compile", "--norm-type", "--fp8-recipe")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -114,6 +114,9 @@ _MODEL_HOW = {
                                                      "line, MoE assumption line); refused for a "
                                                      "dense model"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
+    "--fp8-recipe": ("refused-if", "Transformer Engine's FP8 cast kernels and amax "
+                                   "reductions of the recipe (assumption '--fp8-recipe ...'); "
+                                   "refused without --dtype fp8"),
     "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
                                         "(assumption); refused without sequence parallelism at "
                                         "TP > 1"),
@@ -348,6 +351,8 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
         _refuse_if(given, flag, dp == 1, "needs DP > 1 (no gradient reduction at DP 1)")
     _refuse_if(given, "--expert-tensor-parallel-size", model_run.model.moe is None,
                "applies to mixture-of-experts models (a dense model has no experts)")
+    _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "
+               f"(a {par.dtype} run has no FP8 casts or scaling factors)")
     _refuse_if(given, "--ignore-memory", fits, "the layout fits in GPU memory, so it changes "
                                                "nothing")
     _refuse_if(given, "--moe-token-dispatcher-type",

@@ -165,6 +165,9 @@ def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, 
             fail("required key is missing", at, f"cases[{i}].{k}")
     if len([k for k in MEASURED if k in merged]) != 1:
         fail(f"give exactly one of {' or '.join(MEASURED)}", at, f"cases[{i}]")
+    if "fp8_recipe" in merged and merged.get("dtype") != "fp8":  # as simrun --fp8-recipe
+        fail("applies to dtype fp8 cases only", at + ("fp8_recipe",) if "fp8_recipe" in raw
+             else ("defaults", "fp8_recipe"), f"cases[{i}].fp8_recipe")
     try:
         split = PipelineSplit(**{SPLIT_KEYS[k][0]: v for k, v in merged.items()
                                  if k in SPLIT_KEYS})

@@ -12,6 +12,7 @@ import sys
 
 from sim.cli.execution import add_execution_arguments, check_execution_flags, execution_options
 from sim.cli.expert_args import add_expert_tp_argument
+from sim.cli.fp8_args import add_fp8_arguments, recipe_of
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -123,6 +124,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                         "sequence-parallel all-gathers/reduce-scatters pipelined in chunks "
                         "with the GEMMs they feed (with CP too; MoE layers: attention and "
                         "shared experts, not routed experts) (needs --sequence-parallel)")
+    add_fp8_arguments(g)
     _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
@@ -194,7 +196,7 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     moe_shared_expert_intermediate_size=getattr(
                         args, "moe_shared_expert_intermediate_size", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
-                    **execution_options(args))
+                    fp8_recipe=recipe_of(args), **execution_options(args))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ per-layer totals can be reconstructed exactly without extra events.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.comm import Comm, GroupKind
 from sim.engine.overlap import overlapped_ns
@@ -149,8 +149,9 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
                  await_params: bool = False) -> Compiled:
     """Compile one pass. ``issue_async``: include non-blocking (gradient) communications;
     ``scale``: factor on compute times (a slow GPU); ``backward``: see :func:`phases`;
-    ``await_params``: a layer that opens a parameter all-gather bucket first waits for it
-    (the first forward of the iteration)."""
+    ``await_params``: the first forward of the iteration — a layer that opens a parameter
+    all-gather bucket first waits for it, and each layer's ``first_forward_ns`` is added to
+    its forward compute."""
     steps: list[Step] = []
     parts: list[Part] = []
     totals: dict[str, list] = {}
@@ -165,6 +166,8 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
             run[0], run[1], run[2] = 0, 0, {}
 
     for lay, kind, ph in phases(layers, forward, backward):
+        if await_params and lay.first_forward_ns and kind is PhaseKind.FORWARD:
+            ph = replace(ph, compute_ns=ph.compute_ns + lay.first_forward_ns)  # noqa: PLW2901
         waits = _waits_before(lay, kind, ph, await_params)
         if waits:
             flush()

@@ -16,7 +16,9 @@
 * **Memory-bound kernels** (norms, GeLU, add, dropout-add, AdamW): the measured ``(tokens, h)``
   (or parameter count), else the achieved bandwidth piecewise-linear in log-bytes between the
   two nearest measured sizes of that kind (bytes counted per :data:`BYTES_PER_ELEMENT`), held at
-  the largest above the range; below the smallest the roofline times it.
+  the largest above the range; below the smallest the roofline times it. Kinds no table
+  measures (FP8 casts) take the bandwidth curve of a measured streaming kind
+  (:data:`STREAMING_PROXY`) at their own bytes.
 
 What the table lacks (other kinds, unfused attention's batched matmuls, the cross entropy of
 Megatron's vocab-parallel loss, embeddings) is timed by the roofline.
@@ -35,7 +37,13 @@ from sim.kernels.table import KernelRow, KernelTable
 #: bytes moved per element (per parameter for AdamW) as counted in the measurements
 BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "rmsnorm_bwd": 6,
                      "gelu_fwd": 4, "gelu_bwd": 6, "swiglu_fwd": 6, "swiglu_bwd": 10, "add": 6,
-                     "dropout_add": 7, "adamw_fused_fp32": 28}
+                     "dropout_add": 7, "adamw_fused_fp32": 28,
+                     "fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2}
+#: memory-bound kernels no table measures, timed at the achieved bandwidth of a measured
+#: streaming kernel at the same bytes: Transformer Engine's FP8 casts (sim.models.fp8) stream
+#: their bytes as the element-wise add does
+STREAMING_PROXY = {"fp8_cast": "add", "fp8_cast_transpose": "add", "fp8_transpose": "add",
+                   "fp8_amax": "add"}
 
 EXACT, INTERPOLATED, HELD = "measured shape", "interpolated", "held beyond the measured range"
 
@@ -159,26 +167,27 @@ class TableLookup:
     def memory_ns(self, kind: str, elements: int, shape: tuple[int, ...] = ()) -> Hit | None:
         """A memory-bound kernel over ``elements`` (tokens·h, or parameters for AdamW);
         ``shape`` ``(tokens, h)``: a row measured at exactly that shape answers first."""
-        rows = self.table.of_kind(kind)
+        proxy = STREAMING_PROXY.get(kind)
+        rows = self.table.of_kind(proxy or kind)
         if not rows or kind not in BYTES_PER_ELEMENT:
             return None
-        if len(shape) == 2:
+        if len(shape) == 2 and proxy is None:
             same = [r.time_ms * 1e6 for r in rows if (r.get("tokens"), r.get("h")) == shape]
             if same:
                 return Hit(statistics.median(same), EXACT)
-        per = BYTES_PER_ELEMENT[kind]
+        per, measured_per = BYTES_PER_ELEMENT[kind], BYTES_PER_ELEMENT[proxy or kind]
         by_size: dict[int, list[float]] = {}
         for r in rows:
             by_size.setdefault(_elements(r), []).append(r.time_ms * 1e6)
-        if elements in by_size:
+        if elements in by_size and proxy is None:
             return Hit(statistics.median(by_size[elements]), EXACT)
         sizes = sorted(by_size)
-        xs = [math.log(per * e) for e in sizes]
-        ys = [per * e / statistics.median(by_size[e]) for e in sizes]  # bytes per ns
+        xs = [math.log(measured_per * e) for e in sizes]
+        ys = [measured_per * e / statistics.median(by_size[e]) for e in sizes]  # bytes per ns
         got = _interp(math.log(per * elements), xs, ys)
         if got is None:
             return None
-        return Hit(per * elements / got[0], got[1])
+        return Hit(per * elements / got[0], f"measured {proxy} bandwidth" if proxy else got[1])
 
 
 def _elements(r: KernelRow) -> int:

@@ -48,8 +48,8 @@ def kernels_for(model: ModelSpec, par: ParallelConfig) -> list[KernelSpec]:
     out: set[KernelSpec] = set()
     gemm_kind = "gemm_fp8" if par.dtype == "fp8" else "gemm_bf16"
     for op in ops:
-        if op.kernel == "gemm":
-            out.add(_spec(gemm_kind, op.shape))
+        if op.kernel == "gemm":  # op.dtype: the bf16 output layer of an fp8 run
+            out.add(_spec(f"gemm_{op.dtype}" if op.dtype else gemm_kind, op.shape))
         elif op.kernel in ("attn_fwd", "attn_bwd"):
             tb = _TABLE_BACKEND.get(par.backend)
             if tb:

@@ -10,7 +10,9 @@ Layout (as AICB writes seed 002; read back by :mod:`sim.workload.aicb` +
   stage's embedding rows (``embedding*``), the representative stage's transformer-layer rows of
   all its model chunks in order (layer indices dropped from the names, so the rows of every
   layer have the same names), the last stage's output rows (``final_norm``, ``output_*``);
-- iteration-level rows after the blocks: the representative stage's epilogue tasks as
+- iteration-level rows after the blocks: ``fp8_weight_casts`` (the rows' once-per-iteration
+  first-forward compute, summed: AICB's block repeats every microbatch alike) and the
+  representative stage's epilogue tasks as
   ``optimizer1``, ``optimizer2``, … (compute in the forward column; a TP collective in the
   forward column, others in the weight-grad column, which defaults to the DP group).
 
@@ -37,6 +39,9 @@ from sim.workload.model import Layer, Phase
 from sim.workload.program import PipelineProgram, Task
 
 POLICY = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
+#: the iteration-level row carrying the once-per-iteration compute of the block's rows
+#: (``Layer.first_forward_ns``: Transformer Engine's FP8 weight casts)
+FIRST_FORWARD_ROW = "fp8_weight_casts"
 _LAYER_PREFIX = re.compile(r"^layer\d+_")
 
 
@@ -101,6 +106,9 @@ def representative_rows(program: PipelineProgram, stage: int = 0) -> tuple[list,
     block += [(x.name if re.match(r"^(final|output|lm_head)", x.name) else "output_" + x.name, x)
               for x in tail]
     iteration, k = [], 0
+    once = sum(x.first_forward_ns for _n, x in block)
+    if once:  # work of the iteration's first forward (FP8 weight casts): no slot in AICB's block
+        iteration.append((FIRST_FORWARD_ROW, Layer(FIRST_FORWARD_ROW, forward=Phase(once))))
     for t in st.epilogue:
         lay = _task_layer(t)
         if lay.name != "embedding_grads":

@@ -5,7 +5,7 @@ communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
 from __future__ import annotations
 
 from sim.kernels.gpus import find
-from sim.models import eager, tp_overlap
+from sim.models import eager, fp8, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
@@ -80,6 +80,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
         "pp_bytes (no scatter/gather optimisation)",
     ]
+    if par.dtype == "fp8":
+        out.append(fp8.describe(par.fp8_recipe, par.sp))
     if par.tp_comm_overlap:
         out.append(tp_overlap.describe(*gpu_sms(gpu)))
     if par.zero:

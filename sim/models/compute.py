@@ -106,7 +106,9 @@ def fp32_peak_flops(gpu: GpuSpec) -> tuple[float, str]:
 
 
 def op_time_ns(op: Op, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> float:
-    """Time of ``op`` in nanoseconds (float) under the roofline model above."""
+    """Time of ``op`` in nanoseconds (float) under the roofline model above (in ``op.dtype``
+    when the op names one)."""
+    dtype = op.dtype or dtype
     bw = gpu.hbm_GBps * 1e9 * cm.memory_efficiency  # bytes/s
     if bw <= 0:
         raise ValueError(f"GPU {gpu.name} has no HBM bandwidth (hbm_GBps)")
@@ -169,6 +171,7 @@ class Timer:
 
     def op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
         """Time of ``op`` (ns) and its source: ``"roofline"`` or how the table answered."""
+        dtype = op.dtype or dtype
         hit = _table_hit(self.lookup, op, dtype, self.backend) if self.lookup else None
         if hit is None:
             return op_time_ns(op, self.gpu, self.cm, dtype), "roofline"

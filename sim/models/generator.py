@@ -210,6 +210,7 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer) -> tuple[list[La
                              overlaps=ovl(r.ig_ovl, r.ig)),
             weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None,
                               overlaps=ovl(r.wg_ovl, r.wg)),
+            first_forward_ns=timer.ops_ns(r.first_fwd, dtype),
         ))
     return layers, index
 

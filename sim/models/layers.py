@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import eager, tp_overlap
+from sim.models import eager, fp8, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.dims import (
     Dims,
@@ -135,6 +135,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
             items += _dense_mlp(model, sdm, "shared_")
         items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
+    if par.dtype == "fp8":  # Transformer Engine's casts around each FP8 GEMM
+        fp8.add_casts(items, par.fp8_recipe, dm.sp, t)
     rows = eager.apply(rows_from_items(items), par, dm)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
@@ -210,20 +212,24 @@ def embedding_rows(model: ModelSpec, dm: Dims) -> list[Row]:
 def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[Row]:
     """Final norm, vocab-parallel output layer and cross entropy on the last stage.
 
-    Logits GEMM ``n × h × v/t``; the vocab-parallel cross entropy casts the logits to fp32
+    Logits GEMM ``n × h × v/t`` (bf16 in an fp8 run: Megatron-Core's output layer is not a
+    Transformer Engine module); the vocab-parallel cross entropy casts the logits to fp32
     (reads A, writes 4 bytes per logit) and makes three passes (max; subtract + target logit;
     exp + sum: 8 bytes per logit each), each followed by a TP all-reduce of n fp32 values
     (Megatron's three all-reduces). Backward: softmax − one-hot (reads and writes fp32: 8) and
     the cast to the activation dtype (4 + A).
     """
-    n, h, t, eg, v = dm.n, dm.h, dm.t, dm.eg, dm.v
+    n, h, t, v = dm.n, dm.h, dm.t, dm.v
     e = n * v // t
     out_params = v * h // t if holds_output_weight else 0
+    # Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear, outside
+    # Transformer Engine: with fp8 (eg 1) its GEMMs still run in bf16
+    eg, gd = (A, "bf16") if dm.eg == 1 else (dm.eg, "")
     items: list[Block | Conj] = [norm_block("final_norm", model, dm), tp_enter(dm)]
     items.append(Block("output_logits",
-                       fwd=(gemm("logits", n, h, v // t, eg),),
-                       ig=(gemm("logits_dgrad", n, v // t, h, eg),),
-                       wg=(wgrad("logits_wgrad", n, h, v // t, eg),),
+                       fwd=(gemm("logits", n, h, v // t, eg, dtype=gd),),
+                       ig=(gemm("logits_dgrad", n, v // t, h, eg, dtype=gd),),
+                       wg=(wgrad("logits_wgrad", n, h, v // t, eg, dtype=gd),),
                        params=out_params))
     items.append(sp_regather(dm))
     ce_fwd = [(A + 4 + 8) * e, 8 * e, 8 * e]

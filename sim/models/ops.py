@@ -37,7 +37,8 @@ class Op:
     ``"attn_bwd"`` ``(b, hq, hkv, s, d, causal)`` (``"attn_bwd_part"``: FLOPs of the same
     backward kernel counted apart); a memory-bound kind of the table (``"layernorm_fwd"``,
     ``"gelu_fwd"``, ``"dropout_add"``, ...) ``(tokens, h)``; ``"adamw_fused_fp32"``
-    ``(params,)``. Empty: only the roofline times it."""
+    ``(params,)``. Empty: only the roofline times it. ``dtype``: the dtype a GEMM runs in when
+    it is not the run's (``""``: the run's; an fp8 run's output layer runs in bf16)."""
 
     name: str
     kind: OpKind
@@ -47,20 +48,23 @@ class Op:
     count: int = 1
     kernel: str = ""
     shape: tuple[int, ...] = ()
+    dtype: str = ""  # a GEMM's dtype when not the run's (bf16 outside Transformer Engine's fp8)
 
 
 def gemm(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
-         out_bytes: int = ACT_BYTES) -> Op:
+         out_bytes: int = ACT_BYTES, dtype: str = "") -> Op:
     """``C[m×n] = A[m×k] · B[k×n]``: ``2mkn`` FLOPs; reads A and B, writes C."""
     return Op(name, OpKind.GEMM, 2 * m * k * n,
-              operand_bytes * (m * k + k * n) + out_bytes * m * n, kernel="gemm", shape=(m, k, n))
+              operand_bytes * (m * k + k * n) + out_bytes * m * n, kernel="gemm", shape=(m, k, n),
+              dtype=dtype)
 
 
-def wgrad(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES) -> Op:
+def wgrad(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
+          dtype: str = "") -> Op:
     """Weight gradient ``dW[k×n] = Xᵀ[k×m] · dY[m×n]`` accumulated into an fp32 main-grad buffer
     (Megatron's gradient-accumulation fusion): reads X, dY and dW (fp32), writes dW (fp32)."""
     return Op(name, OpKind.GEMM, 2 * m * k * n, operand_bytes * (m * k + m * n) + 8 * k * n,
-              kernel="gemm", shape=(k, m, n))
+              kernel="gemm", shape=(k, m, n), dtype=dtype)
 
 
 def bmm(name: str, batch: int, m: int, k: int, n: int) -> Op:

@@ -57,7 +57,9 @@ class Training:
     ``moe_shared_expert_intermediate_size``: Megatron-Core's
     ``--moe-shared-expert-intermediate-size`` (replaces the spec's shared-expert width);
     ``ep_nodes``: the nodes one EP group spans on the cluster (set by the scenario from the
-    topology and the placement; 1 when unknown or uneven).
+    topology and the placement; 1 when unknown or uneven). ``fp8_recipe``: Megatron-Core's
+    ``--fp8-recipe`` with ``dtype`` fp8 (``delayed`` — its default — or ``tensorwise``;
+    :mod:`sim.models.fp8`).
     """
 
     global_batch: int | None = None
@@ -80,6 +82,7 @@ class Training:
     tp_comm_overlap: bool = False
     compile: bool = True
     norm_type: str = "rmsnorm"
+    fp8_recipe: str = "delayed"
 
     @property
     def backend(self) -> str:
@@ -157,7 +160,7 @@ class ParallelConfig:
                  moe_shared_expert_intermediate_size: int | None = None,
                  ep_nodes: int = 1, tp_comm_overlap: bool = False,
                  etp: int | None = None, compile: bool = True,
-                 norm_type: str = "rmsnorm") -> None:
+                 norm_type: str = "rmsnorm", fp8_recipe: str = "delayed") -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -171,7 +174,8 @@ class ParallelConfig:
                             moe_shared_expert_intermediate_size=(
                                 moe_shared_expert_intermediate_size),
                             ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap,
-                            compile=compile, norm_type=norm_type)
+                            compile=compile, norm_type=norm_type,
+                            fp8_recipe=fp8_recipe)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -217,6 +221,7 @@ class ParallelConfig:
     tp_comm_overlap = _part("training", "tp_comm_overlap")
     compile = _part("training", "compile")
     norm_type = _part("training", "norm_type")
+    fp8_recipe = _part("training", "fp8_recipe")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     requested_backend = _part("training", "requested_backend")

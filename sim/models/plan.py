@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
-from sim.models import eager
+from sim.models import eager, fp8
 from sim.models.dims import Dims
 from sim.models.layers import embedding_rows, output_rows, transformer_layer_rows
 from sim.models.parallel import ParallelConfig
@@ -88,8 +88,10 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
             rows: list[Row] = []
             if vs == 0:
                 rows += embedding_rows(model, dm)
-            for i in ids:
-                rows += transformer_layer_rows(model, par, dm, i)
+            block = [r for i in ids for r in transformer_layer_rows(model, par, dm, i)]
+            if par.dtype == "fp8":  # the chunk's TransformerBlock is one fp8_autocast region
+                block = fp8.autocast_rows(block, par)
+            rows += block
             if vs == p * v - 1:
                 # The last stage holds the output weight: its own (untied) or, when another
                 # stage holds the input embedding (pp > 1, not the V placement, where both ends

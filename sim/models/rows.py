@@ -35,6 +35,7 @@ class Block:
     wg: tuple[Op, ...] = ()
     params: int = 0
     expert_params: int = 0
+    first_fwd: tuple[Op, ...] = ()  # once per iteration, in the first microbatch's forward
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Row:
     fwd_ovl: tuple[tuple[Comm, str, str], ...] = ()
     ig_ovl: tuple[tuple[Comm, str, str], ...] = ()
     wg_ovl: tuple[tuple[Comm, str, str], ...] = ()
+    first_fwd: tuple[Op, ...] = ()  # once per iteration, in the first microbatch's forward
 
     def ops(self) -> tuple[Op, ...]:
         return self.fwd + self.ig + self.wg
@@ -76,7 +78,7 @@ def rows_from_items(items: list[Block | Conj]) -> list[Row]:
     for item in items:
         if isinstance(item, Block):
             row = Row(item.name, fwd=item.fwd, ig=item.ig, wg=item.wg, params=item.params,
-                      expert_params=item.expert_params)
+                      expert_params=item.expert_params, first_fwd=item.first_fwd)
             if pending_bwd:
                 # Backward runs this block's input grad, then the operators' backward comms in
                 # reverse forward order: the last operator's comm goes in this row, the earlier

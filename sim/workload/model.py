@@ -68,6 +68,9 @@ class Layer:
     # Megatron-Core --overlap-param-gather: the parameter all-gather buckets this layer opens
     # (its first forward in the iteration waits for them)
     param_buckets: tuple[int, ...] = ()
+    # compute (ns) the first forward of the iteration adds to the forward phase: work done
+    # once per iteration (Transformer Engine's FP8 weight casts, cached for later microbatches)
+    first_forward_ns: int = 0
 
     def phase(self, kind: PhaseKind) -> Phase:
         if kind is PhaseKind.FORWARD:
