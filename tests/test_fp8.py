@@ -256,3 +256,24 @@ def test_default_recipe_is_stated(tmp_path, capsys):
     assert main([*RUN, "--dtype", "fp8", "--json", str(out)]) == 0
     text = out.read_text()
     assert "--fp8-recipe delayed (Megatron-Core's default)" in text
+
+
+def test_aicb_text_carries_the_weight_casts_once():
+    from sim.models.aicb_writer import FIRST_FORWARD_ROW, aicb_text
+    par = ParallelConfig(micro_batch=2, global_batch=6, dtype="fp8")
+    prog = generate(TINY, par, H100_80, compute=ROOFLINE)
+    once = sum(x.first_forward_ns for x in prog.stages[0].chunks[0])
+    lines = aicb_text(prog).splitlines()
+    rows = [ln.split("\t") for ln in lines[2:]]
+    casts = [r for r in rows if r[0] == FIRST_FORWARD_ROW]
+    assert len(casts) == 1 and int(casts[0][2]) == once > 0  # after the 3 unrolled blocks
+    assert rows.index(casts[0]) == len(rows) - 1 - sum(r[0].startswith("optimizer")
+                                                        for r in rows)
+
+
+def test_sweep_refuses_the_recipe_without_fp8(tmp_path, capsys):
+    rc = main(["sweep", "--model", "gpt2-medium", "--topo", "tiny-fattree-8", "--tp", "1",
+               "--pp", "1", "--global-batch", "16", "--fp8-recipe", "tensorwise", "--out",
+               str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--fp8-recipe: applies to --dtype fp8" in err[0], err

@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 
 from sim.cli.args import add_network_arguments, network_options, training_of
+from sim.cli.fp8_args import add_fp8_arguments
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
@@ -66,6 +67,7 @@ def build_parser() -> Parser:
     g.add_argument("--global-batch", type=positive_int, required=True,
                    help="sequences per iteration")
     add_shared_training_arguments(g, every_layout=True)
+    add_fp8_arguments(g)
     g.add_argument("--no-overlap-grad-reduce", action="store_true",
                    help="one blocking DP gradient collective after the backward (default: off, "
                         "overlapped per bucket)")
@@ -166,4 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.scheduler and not dask_installed():  # refused before any work
         raise UsageError(DASK_MISSING, field="--scheduler")
+    if args.fp8_recipe and args.dtype != "fp8":
+        raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 casts)",
+                         field="--fp8-recipe")
     return run_sweep(sweep_options(args))
