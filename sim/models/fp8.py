@@ -26,15 +26,16 @@ transposed, so Transformer Engine keeps two FP8 copies of every activation opera
   microbatch, then False: TE reuses its cached FP8 weight), so the cast runs in the first
   microbatch's forward only (``Layer.first_forward_ns``).
 * **recipe** (Megatron-Core ``--fp8-recipe``, default ``delayed``: ``megatron/training/
-  arguments.py``): ``delayed`` — scales from the amax history; every cast records its amax as
-  it writes; at the exit of each ``fp8_autocast`` region (Megatron-Core's
+  arguments.py``): ``delayed`` — scales from the amax history; every cast records its amax
+  as it writes; at the exit of each ``fp8_autocast`` region (Megatron-Core's
   ``TransformerBlock.forward`` opens one around all its layers for the delayed recipe,
-  ``use_outer_fp8_context``: per model chunk and microbatch) and at the end of its backward, TE all-reduces (MAX,
-  blocking) the region's amaxes in the amax-reduction group and runs one fused amax/scale
-  update kernel (``quantization.py`` ``reduce_and_update_fp8_tensors``). ``tensorwise``
-  (current scaling, Bridge's "FP8-CS") — the scale comes from the tensor itself: an extra
-  amax pass reads every operand before its cast (2 B/element; fused into the norm kernel for
-  the LayerNormLinear inputs), no amax history and no region reduction.
+  ``use_outer_fp8_context``: per model chunk and microbatch) and at the end of its backward,
+  TE all-reduces (MAX, blocking) the region's amaxes in the amax-reduction group and runs
+  one fused amax/scale update kernel (``quantization.py``
+  ``reduce_and_update_fp8_tensors``). ``tensorwise`` (current scaling, Bridge's "FP8-CS") —
+  the scale comes from the tensor itself: an extra amax pass reads every operand before its
+  cast (2 B/element; fused into the norm kernel for the LayerNormLinear inputs), no amax
+  history and no region reduction.
 
 Every kernel is a memory-bound :func:`~sim.models.ops.elementwise` op whose time the kernel
 table gives at the measured streaming bandwidth of the same bytes (:mod:`sim.kernels.lookup`),
