@@ -74,7 +74,8 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--moe-load-imbalance", "--moe-expert-capacity-factor",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
-               "--compile", "--no-compile", "--norm-type", "--fp8-recipe")
+               "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
+               "--use-torch-fsdp2")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -129,6 +130,9 @@ _MODEL_HOW = {
     "--norm-type": ("refused-if", "torchtitan's norm_type in eager mode (assumption "
                                   "'--no-compile: ... RMSNorm ...'); refused without "
                                   "--no-compile"),
+    "--use-torch-fsdp2": ("refused-if", "PyTorch FSDP2's copies and fp32 reduce-scatter "
+                                        "(assumption '--use-torch-fsdp2: ...'); refused "
+                                        "without --fsdp"),
 }
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")

@@ -160,6 +160,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                                                             "--sequence-parallel"]),
                           "*": ["--tp-comm-overlap"]},
     "--compile": {"*": ["--compile"]},
+    "--use-torch-fsdp2": {"model": (["--use-torch-fsdp2"], ["--use-torch-fsdp2", "--fsdp"]),
+                          "*": ["--use-torch-fsdp2"]},
     # model: on LLAMA_MODEL (torchtitan's Llama block); unfused attention is refused with it
     "--no-compile": {"model": (["--no-compile", "--attention-backend", "unfused"],
                                ["--no-compile"]), "*": ["--no-compile"]},

@@ -1,6 +1,7 @@
 """The execution-mode flags of a ``--model`` run: ``--compile`` / ``--no-compile`` (torchtitan's
 ``training.compile``: fused element-wise kernels, or PyTorch eager) and ``--norm-type``
-(torchtitan's ``model.norm_type`` in eager mode). :mod:`sim.models.eager` models them."""
+(torchtitan's ``model.norm_type`` in eager mode), modelled by :mod:`sim.models.eager`;
+``--use-torch-fsdp2`` (Megatron-LM's name: PyTorch FSDP2's kernels), :mod:`sim.models.fsdp2`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def add_execution_arguments(g: argparse._ActionsContainer) -> None:
                     help="PyTorch eager, as torchtitan runs with training.compile = false: one "
                          "kernel per operator (RMSNorm, rotary embedding, SwiGLU, residual "
                          "adds); torchtitan's Llama block only")
+    g.add_argument("--use-torch-fsdp2", action="store_true",
+                   help="with --fsdp, PyTorch FSDP2 (fully_shard, as Megatron-LM's "
+                        "--use-torch-fsdp2 and torchtitan run it): the copies around each "
+                        "all-gather and reduce-scatter, gradients reduced in fp32")
     g.add_argument("--norm-type", choices=NORM_TYPES,
                    help="with --no-compile, torchtitan's model.norm_type: rmsnorm (eager "
                         "PyTorch operators) or fused_rmsnorm (its Triton kernel) (default: "
@@ -30,14 +35,16 @@ def add_execution_arguments(g: argparse._ActionsContainer) -> None:
 def execution_options(args: argparse.Namespace) -> dict:
     """``compile`` and ``norm_type`` of :class:`~sim.models.parallel.Training`."""
     return {"compile": not getattr(args, "no_compile", False),
-            "norm_type": getattr(args, "norm_type", None) or "rmsnorm"}
+            "norm_type": getattr(args, "norm_type", None) or "rmsnorm",
+            "use_torch_fsdp2": getattr(args, "use_torch_fsdp2", False)}
 
 
 def check_execution_flags(args: argparse.Namespace) -> None:
     """With a workload file: the file fixes its compute times, the flags would change nothing;
     ``--norm-type`` only with ``--no-compile``."""
     for dest, flag in (("compile", "--compile"), ("no_compile", "--no-compile"),
-                       ("norm_type", "--norm-type")):
+                       ("norm_type", "--norm-type"),
+                       ("use_torch_fsdp2", "--use-torch-fsdp2")):
         if getattr(args, dest, None):
             raise UsageError("applies to --model runs (a workload file fixes its compute "
                              "times)", field=flag)

@@ -5,7 +5,7 @@ communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
 from __future__ import annotations
 
 from sim.kernels.gpus import find
-from sim.models import eager, fp8, tp_overlap
+from sim.models import eager, fp8, fsdp2, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
@@ -218,5 +218,7 @@ def _zero_note(par: ParallelConfig) -> str:
             3: "each unit (transformer layer, embedding, output rows) all-gathered before its "
                "forward and again before its backward, one unit ahead on a stream of its own, "
                "its gradients reduce-scattered after its backward in every microbatch"}[par.zero]
-    return (f"{name}: {what} sharded over the {par.dp_cp} DP ranks; 16-bit parameters and "
-            f"gradients on the wire; {comm} (docs/models.md)")
+    wire = ("16-bit parameters and fp32 gradients" if par.use_torch_fsdp2 else
+            "16-bit parameters and gradients")
+    return (f"{name}: {what} sharded over the {par.dp_cp} DP ranks; {wire} on the wire; {comm} "
+            "(docs/models.md)" + ("; " + fsdp2.describe() if par.use_torch_fsdp2 else ""))

@@ -97,7 +97,11 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
     for rows in st.chunks:
         layers, index = _layers(rows, par, timer)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
-            layers = list((zero3 or zero3_layers)(layers, rows, par))
+            if zero3 is not None:
+                layers = list(zero3(layers, rows, par))
+            else:
+                layers = list(zero3_layers(layers, rows, par, lambda ops: timer.ops_ns(
+                    ops, par.dtype, par.microbatches)))
         elif par.overlap_param_gather:
             _param_gathers(rows, par, layers, index, prologue)
         chunks.append(tuple(layers))

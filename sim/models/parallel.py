@@ -40,7 +40,9 @@ class Training:
     as Megatron-Core / Transformer Engine and ``torch.compile`` run them; ``False``: PyTorch
     eager, torchtitan's ``training.compile = false``, :mod:`sim.models.eager`) and
     ``norm_type`` (torchtitan's ``model.norm_type`` in eager mode: ``rmsnorm`` or
-    ``fused_rmsnorm``). ``attention_backend``: Megatron-Core's
+    ``fused_rmsnorm``), ``use_torch_fsdp2`` (Megatron-LM's ``--use-torch-fsdp2``: with
+    ``fsdp``, PyTorch FSDP2's copies and fp32 gradient reduction, :mod:`sim.models.fsdp2`).
+    ``attention_backend``: Megatron-Core's
     ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
     through Transformer Engine; ``unfused``: batched matmuls + softmax, as Megatron-LM ran in
     2022; ``auto``: Transformer Engine's choice, see :func:`attention_kernel`); empty: ``flash``
@@ -83,6 +85,7 @@ class Training:
     compile: bool = True
     norm_type: str = "rmsnorm"
     fp8_recipe: str = "delayed"
+    use_torch_fsdp2: bool = False
 
     @property
     def backend(self) -> str:
@@ -160,7 +163,8 @@ class ParallelConfig:
                  moe_shared_expert_intermediate_size: int | None = None,
                  ep_nodes: int = 1, tp_comm_overlap: bool = False,
                  etp: int | None = None, compile: bool = True,
-                 norm_type: str = "rmsnorm", fp8_recipe: str = "delayed") -> None:
+                 norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
+                 use_torch_fsdp2: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -175,7 +179,8 @@ class ParallelConfig:
                                 moe_shared_expert_intermediate_size),
                             ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap,
                             compile=compile, norm_type=norm_type,
-                            fp8_recipe=fp8_recipe)
+                            fp8_recipe=fp8_recipe,
+                            use_torch_fsdp2=use_torch_fsdp2)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -222,6 +227,7 @@ class ParallelConfig:
     compile = _part("training", "compile")
     norm_type = _part("training", "norm_type")
     fp8_recipe = _part("training", "fp8_recipe")
+    use_torch_fsdp2 = _part("training", "use_torch_fsdp2")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     requested_backend = _part("training", "requested_backend")

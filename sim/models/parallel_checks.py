@@ -174,6 +174,9 @@ def check_zero(model: ModelSpec, par: ParallelConfig) -> None:
     """ZeRO/FSDP combinations simrun models (each refusal names what it would take)."""
     if par.zero not in (0, 1, 2, 3):
         raise UsageError(f"must be 1, 2 or 3, got {par.zero}", field="--zero")
+    if par.use_torch_fsdp2 and not par.fsdp:
+        raise UsageError("needs --fsdp (FSDP2's fully_shard is FULL_SHARD: ZeRO-3 semantics)",
+                         field="--use-torch-fsdp2")
     flag = "--fsdp" if par.fsdp else "--zero"
     if par.fsdp and par.zero != 3:
         raise UsageError("FSDP FULL_SHARD is ZeRO stage 3; do not combine with another --zero",

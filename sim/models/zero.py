@@ -21,7 +21,11 @@ the reduce-scatters the gradient stream. Memory: :func:`zero_state_bytes`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sim.comm import CollKind, Comm, GroupKind
+from sim.models import fsdp2
+from sim.models.ops import Op
 from sim.models.parallel import ParallelConfig
 from sim.models.rows import Row
 from sim.workload.model import NO_PHASE, Layer, Phase
@@ -50,28 +54,38 @@ def _gather(params: int, group_size: int) -> Comm | None:
                 prefetch=True)
 
 
-def zero3_layers(layers: list[Layer], rows: list[Row], par: ParallelConfig) -> list[Layer]:
+def zero3_layers(layers: list[Layer], rows: list[Row], par: ParallelConfig,
+                 time_ops: Callable[[tuple[Op, ...]], int] | None = None) -> list[Layer]:
     """``layers`` (timed from ``rows``) with ZeRO-3's per-unit parameter all-gathers (forward
-    and backward, one unit ahead) and gradient reduce-scatters (see the module docstring)."""
+    and backward, one unit ahead) and gradient reduce-scatters (see the module docstring);
+    with ``--use-torch-fsdp2`` also FSDP2's copies (:mod:`sim.models.fsdp2`), timed by
+    ``time_ops`` (ns of a sequence of operators)."""
     n = par.dp_cp
     us = [u for u in units(rows) if u[2]]
     if not us:
         return layers
     ag = [_gather(p, n) for _, _, p in us]
     wait = GroupKind.DP if n > 1 else None
+    fs2 = par.use_torch_fsdp2 and n > 1 and time_ops is not None
+
+    def t(ops: tuple[Op, ...]) -> int:
+        return time_ops(ops) if fs2 else 0
+
     out = [Layer("zero3_prefetch", forward=Phase(0, ag[0]))]
     cursor = 0
     for j, (a, b, params) in enumerate(us):
         name = f"layer{rows[a].tags['layer']}" if "layer" in rows[a].tags else rows[a].name
         out.extend(layers[cursor:a])
-        rs = Comm(CollKind.REDUCESCATTER, GroupKind.DP, params * BYTES_16, blocking=False,
+        rs = Comm(CollKind.REDUCESCATTER, GroupKind.DP,
+                  params * (fsdp2.REDUCE_BYTES if fs2 else BYTES_16), blocking=False,
                   per_microbatch=True) if n > 1 else None
+        copy_out = t(fsdp2.copy_out(params))
         out.append(Layer(f"{name}_zero3_gather",
-                         forward=Phase(0, ag[j + 1] if j + 1 < len(us) else None, wait),
-                         weight_grad=Phase(0, rs)))
+                         forward=Phase(copy_out, ag[j + 1] if j + 1 < len(us) else None, wait),
+                         weight_grad=Phase(t(fsdp2.reduce_scatter_copy_in(params)), rs)))
         out.extend(layers[a:b])
         out.append(Layer(f"{name}_zero3_gather_bwd", forward=NO_PHASE,
-                         input_grad=Phase(0, ag[j - 1] if j > 0 else None, wait)))
+                         input_grad=Phase(copy_out, ag[j - 1] if j > 0 else None, wait)))
         cursor = b
     out.extend(layers[cursor:])
     out.append(Layer("zero3_prefetch_bwd", input_grad=Phase(0, ag[-1])))
