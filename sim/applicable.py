@@ -172,8 +172,9 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--vpp": _all("changes", "model chunks per stage (layout line)"),
     "--microbatches": _all("changes", "microbatches per iteration (layout line)"),
     "--gpus": _all("changes", "GPUs, hence DP (assumption 'data-parallel size DP = ...')"),
-    "--schedule": _all("changes", "the pipeline schedule (layout line); zb-v also runs two "
-                                  "chunks per stage unless --vpp says otherwise"),
+    "--schedule": _all("changes", "the pipeline schedule (layout line); zb-v and dualpipe "
+                                  "also run two chunks per stage unless --vpp says otherwise; "
+                                  "dualpipe is refused for workload files"),
     "--microbatch-group-size": _all("changes", "the interleaved order (refused by the schedule "
                                                "check for other schedules)"),
     "--pp-comm-bytes": _kinds(("changes", "the pipeline message size (assumption)"),

@@ -9,12 +9,14 @@ The engine times these orders; nothing here knows about time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from sim.dualpipe import check_dualpipe, dualpipe, dualpipe_peers, dualpipe_stage
 from sim.errors import UsageError
 from sim.limits import MAX_WORK
+from sim.schedule_ops import ScheduleOp, check_args
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v")
+__all__ = ["ScheduleOp", "check_args"]  # the op type's home is sim.schedule_ops
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe")
 SPLIT_BACKWARD = frozenset({"zb-h1", "zb-h2", "zb-v"})
 """Schedules whose ``B`` op is the input-gradient pass only, with a separate ``W`` op for the
 weight-gradient pass (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024)."""
@@ -26,48 +28,50 @@ V_SHAPE = frozenset({"zb-v"})
 def virtual_stage(name: str, p: int, stage: int, chunk: int) -> int:
     """The virtual stage (0 = the first layers) that ``chunk`` of pipeline ``stage`` runs under
     schedule ``name``: ``c·p + r`` (interleaved placement) or, for :data:`V_SHAPE`, ``r`` and
-    ``2p−1−r``."""
+    ``2p−1−r``; for DualPipe, the model stage of the chunk's direction, ``r`` or ``p−1−r``
+    (:func:`~sim.dualpipe.dualpipe_stage`)."""
+    if name == "dualpipe":
+        return dualpipe_stage(p, stage, chunk)
     if name in V_SHAPE and chunk == 1:
         return 2 * p - 1 - stage
     return chunk * p + stage
 
 
 def default_vpp(name: str | None) -> int:
-    """Model chunks per stage when the user gives none: 2 for :data:`V_SHAPE`, else 1."""
-    return 2 if name in V_SHAPE else 1
+    """Model chunks per stage when the user gives none: 2 for :data:`V_SHAPE` and DualPipe
+    (one stage per direction), else 1."""
+    return 2 if name in V_SHAPE or name == "dualpipe" else 1
+
+
+def virtual_stage_count(name: str, p: int, v: int) -> int:
+    """How many parts the model's layers are split into: ``p·v``, or ``p`` for DualPipe (whose
+    two chunks per rank are two stages of the same ``p``-stage split, one per direction)."""
+    return p if name == "dualpipe" else p * v
+
+
+def pipe_peers(name: str, p: int, v: int, stage: int, chunk: int) -> tuple[int | None, int | None]:
+    """``(stage that sends chunk's forward input, stage its forward output goes to)`` (the
+    backward gradients travel the other way); ``None`` where there is no transfer: the ends
+    of the pipeline, or the turn of a V, which stays on the stage."""
+    if name == "dualpipe":
+        return dualpipe_peers(p, stage, chunk)
+    vs, last = virtual_stage(name, p, stage, chunk), p * v - 1
+    prv = stage_chunk(name, p, vs - 1)[0] if vs > 0 else None
+    nxt = stage_chunk(name, p, vs + 1)[0] if vs < last else None
+    return (None if prv == stage else prv), (None if nxt == stage else nxt)
 
 
 def stage_chunk(name: str, p: int, vs: int) -> tuple[int, int]:
-    """``(stage, chunk)`` running virtual stage ``vs`` (inverse of :func:`virtual_stage`)."""
+    """``(stage, chunk)`` running virtual stage ``vs`` (inverse of :func:`virtual_stage`; not
+    for DualPipe, where two ranks run each model stage)."""
+    if name == "dualpipe":
+        raise ValueError("dualpipe runs every model stage on two ranks")
     if name in V_SHAPE and vs >= p:
         return 2 * p - 1 - vs, 1
     return vs % p, vs // p
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleOp:
-    """``F`` (forward), ``B`` (backward) or ``W`` (weight-gradient pass) of ``microbatch`` on
-    model chunk ``chunk``. In the split-backward schedules (:data:`SPLIT_BACKWARD`) ``B`` is the
-    input-gradient pass only; elsewhere it is the whole backward."""
-
-    kind: str
-    microbatch: int
-    chunk: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.kind}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
-
-    def label(self, with_chunk: bool) -> str:
-        return f"{self.kind}{self.microbatch}.{self.chunk}" if with_chunk else str(self)
-
-
-def _check(p: int, r: int, m: int) -> None:
-    if p < 1:
-        raise UsageError(f"pipeline size must be ≥ 1, got {p}", field="--pp")
-    if m < 1:
-        raise UsageError(f"microbatches must be ≥ 1, got {m}", field="--microbatches")
-    if not 0 <= r < p:
-        raise ValueError(f"stage {r} outside 0..{p - 1}")
+_check = check_args
 
 
 def gpipe(p: int, r: int, m: int) -> list[ScheduleOp]:
@@ -293,6 +297,9 @@ def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, 
     if name in V_SHAPE:
         check_zb_v(p, m, v)
         return
+    if name == "dualpipe":
+        check_dualpipe(p, m, v)
+        return
     if v != 1:
         hint = "--vpp 1" if name in SPLIT_BACKWARD else "--schedule interleaved or --vpp 1"
         raise UsageError(f"the {name} schedule runs one model chunk per stage; got a virtual "
@@ -307,9 +314,10 @@ def schedule_table(
     name: str, p: int, m: int, v: int = 1, n: int | None = None
 ) -> list[list[ScheduleOp]]:
     """Per-stage op order for schedule ``name`` (one list per stage, stage 0 first)."""
-    per = 3 if name in SPLIT_BACKWARD else 2
-    if per * p * m * v > MAX_OPS:
-        raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {per * p * m * v:,} "
+    per = 3 if name in SPLIT_BACKWARD or name == "dualpipe" else 2
+    n_ops = per * p * m * (1 if name == "dualpipe" else v)  # dualpipe: M/2 per chunk
+    if n_ops > MAX_OPS:
+        raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {n_ops:,} "
                          f"forward/backward ops per iteration; simrun simulates at most "
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
                          field="--microbatches")
@@ -317,7 +325,7 @@ def schedule_table(
     if name == "interleaved":
         return [interleaved(p, r, m, v, n) for r in range(p)]
     fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2,
-          "zb-v": zb_v}[name]
+          "zb-v": zb_v, "dualpipe": dualpipe}[name]
     return [fn(p, r, m) for r in range(p)]
 
 
@@ -325,6 +333,7 @@ def ideal_bubble_formula(name: str) -> str:
     """:func:`ideal_bubble_fraction` of schedule ``name`` as a formula (for reports)."""
     return {"interleaved": "(p-1)/(v*M)", "zb-h1": "(p-1)/(3M) if F=B=W",
             "zb-h2": "(p-1)/(3M) if F=B=W (synchronous optimizer step)",
+            "dualpipe": "(p-2)/(3M) if F=B=W: (p/2-1)(F&B+B-3W), F&B = F+B",
             "zb-v": "(p-1)/(6M) if F=B=W"}.get(name, "(p-1)/M")
 
 
@@ -337,8 +346,12 @@ def ideal_bubble_fraction(name: str, p: int, m: int, v: int = 1) -> float:
     times: ``(p−1)/(6M)`` (the fill ``(p−1)F`` of one chunk against ``2M(F+B+W)``); ZB-H2 with
     equal times: ``(p−1)/(3M)``, the parallelogram's edge ``(p−1)F`` that simrun's synchronous
     optimizer step leaves (no bubble inside any stage; the paper's optimizer post-validation,
-    not modelled, would overlap the edge with the next iteration).
+    not modelled, would overlap the edge with the next iteration); DualPipe with equal
+    per-stage times: ``(p−2)/(3M)``, DeepSeek-V3's ``(p/2−1)(F&B + B − 3W)`` (``B`` the whole
+    backward, ``F&B`` the overlapped chunk, ``F + B`` in simrun) against ``M(F+B)``.
     """
+    if name == "dualpipe":
+        return (p - 2) / (3 * m)
     if name in ("zb-h1", "zb-h2"):
         return (p - 1) / (3 * m)
     if name == "zb-v":

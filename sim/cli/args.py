@@ -66,7 +66,8 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
                         "zb-h1, zb-h2, zb-v: Qi et al.'s zero-bubble schedules, backward split "
                         "into input- and weight-gradient passes (zb-h2: 2·PP−1 microbatches in "
                         "flight; zb-v: two chunks per stage in V placement, vpp 2; both need ≥ "
-                        "2·PP−1 microbatches); docs/schedules.md")
+                        "2·PP−1 microbatches); dualpipe: DeepSeek-V3's bidirectional DualPipe "
+                        "(--model only; even PP, vpp 2, ≥ 2·PP microbatches); docs/schedules.md")
     g.add_argument("--microbatch-group-size", type=positive_int,
                    help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
                         "(Megatron's microbatch_group_size_per_vp_stage; default PP)")

@@ -45,7 +45,7 @@ def build_parser() -> Parser:
                                                 "count)")
     g.add_argument("--vpp", metavar="LIST",
                    help="model chunks per stage; > 1 uses the interleaved schedule (default: "
-                        "each schedule's own: 2 for zb-v, else 1)")
+                        "each schedule's own: 2 for zb-v and dualpipe, else 1)")
     g.add_argument("--micro-batch", metavar="LIST", default="1",
                    help="micro batch sizes (default: %(default)s)")
     g.add_argument("--ep", metavar="LIST", default="1",

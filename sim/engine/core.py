@@ -24,6 +24,7 @@ from sim.engine.critical import critical_path
 from sim.engine.interference import ComputeSharing, Interference
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
+from sim.engine.paired import detach_blocking, transfer
 from sim.engine.result import LayerStats, RankStats, SimResult
 from sim.engine.segments import (
     BACKWARD,
@@ -43,7 +44,8 @@ from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
 from sim.rank_classes import RankClasses
-from sim.schedules import SPLIT_BACKWARD, schedule_table, stage_chunk, virtual_stage
+from sim.schedule_ops import ScheduleOp, op_edges
+from sim.schedules import SPLIT_BACKWARD, schedule_table
 from sim.workload.model import PhaseKind
 from sim.workload.program import PipelineProgram, Task, TaskKind
 
@@ -150,32 +152,32 @@ class _Engine:
             self._iso[key] = (res.duration_ns, res.algorithm)
         return self._iso[key]
 
-    def compiled(self, rank: int, stage: int, chunk: int, kind: str, last: bool) -> Compiled:
-        """The compiled pass of op ``kind`` (``F``, ``B`` or ``W``) on ``chunk``; ``last``: for a
-        backward, the last microbatch (its backward issues the gradient reductions); for a
-        forward, the first microbatch (it waits for the parameter all-gathers it uses first)."""
-        key = (rank, chunk, kind, last)
+    def compiled(self, rank: int, stage: int, chunk: int, kind: str, last: bool,
+                 overlapped: bool = False) -> Compiled:
+        """The compiled pass of op ``kind`` on ``chunk``: ``F``, ``B`` (whole backward), ``I``
+        (input gradients only) or ``W``; ``last``: the chunk's edge op (it issues the gradient
+        reductions, or waits for the parameter all-gathers; :func:`~sim.schedule_ops.op_edges`).
+        ``overlapped``: part of a DualPipe F&B op (:mod:`sim.engine.paired`; nothing fused)."""
+        key = (rank, chunk, kind, last, overlapped)
         comp = self._compiled.get(key)
         if comp is None:
             layers = self.prog.stages[stage].chunks[chunk]
             forward = kind == "F"
-            if kind == "W":
-                passes: tuple[PhaseKind, ...] = (PhaseKind.WEIGHT_GRAD,)
-            elif self.split:
-                passes = (PhaseKind.INPUT_GRAD,)
-            else:
-                passes = (PhaseKind.INPUT_GRAD, PhaseKind.WEIGHT_GRAD)
+            passes = {"W": (PhaseKind.WEIGHT_GRAD,), "I": (PhaseKind.INPUT_GRAD,)}.get(
+                kind, BACKWARD)
             scale = self.scale.get(rank, 1.0)
+
+            def cost(c: Comm) -> tuple[int, str] | None:
+                return None if overlapped else self.fused_cost(rank, c)
             # a pass depends on the rank only through its compute scale and the fused costs
             # of its blocking comms: ranks that agree on them share the compiled steps
-            sig = (stage, chunk, forward, passes, last, scale, tuple(
-                self.fused_cost(rank, c)
-                for c in self.blocking_comms(stage, chunk, forward, passes)))
+            sig = (stage, chunk, forward, passes, last, scale, overlapped, tuple(
+                cost(c) for c in self.blocking_comms(stage, chunk, forward, passes)))
             shared = self._passes.get(sig)
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
-                    layers, forward, last and not forward, lambda c: self.fused_cost(rank, c),
-                    scale, passes, await_params=last and forward)
+                    layers, forward, last and not forward, cost, scale, passes,
+                    await_params=last and forward)
             comp = Compiled(shared.steps, shared.layer_totals)
             tp_group = self.groups.of(GroupKind.TP, rank)
             if not self.lockstep and GroupKind.TP in comp.fused_groups() and \
@@ -237,42 +239,53 @@ class _Engine:
                          if self.sharing else {})
 
     def rank_proc(self, rank: int):
-        env, st, p = self.env, self.ledger.stats[rank], self.p
+        env, st = self.env, self.ledger.stats[rank]
         stage = st.stage
-        c0 = self.pl.coord(rank)
-        last_vs = p * self.v - 1
         prog = self.prog.stages[stage]
-        name = self.prog.schedule
         yield from self.tasks(rank, prog.prologue)
         st.pipeline_start_ns = env.now
-        for op in self.sched[stage]:
-            mb, chunk = op.microbatch, op.chunk
-            vs = virtual_stage(name, p, stage, chunk)
-            if op.kind == "F":
-                # the neighbouring virtual stage on this same stage (the turn of a V) hands
-                # its activation over in memory: no transfer
-                if vs > 0 and stage_chunk(name, p, vs - 1)[0] != stage:
-                    yield from self.pipe.recv(rank, (rank, "F", mb, vs))
-                yield from self.run_steps(rank, self.compiled(rank, stage, chunk, "F", mb == 0),
-                                          mb, chunk, "F")
-                if vs < last_vs and (nxt := stage_chunk(name, p, vs + 1)[0]) != stage:
-                    dst = self.pl.rank(c0.tp, c0.dp, nxt)
-                    self.pipe.send(rank, dst, (dst, "F", mb, vs + 1), mb, chunk)
-            elif op.kind == "W":
-                comp = self.compiled(rank, stage, chunk, "W", mb == self.m - 1)
-                yield from self.run_steps(rank, comp, mb, chunk, "W")
-            else:
-                if vs < last_vs and stage_chunk(name, p, vs + 1)[0] != stage:
-                    yield from self.pipe.recv(rank, (rank, "B", mb, vs))
-                comp = self.compiled(rank, stage, chunk, "B", mb == self.m - 1)
-                yield from self.run_steps(rank, comp, mb, chunk, "B")
-                if vs > 0 and (prv := stage_chunk(name, p, vs - 1)[0]) != stage:
-                    dst = self.pl.rank(c0.tp, c0.dp, prv)
-                    self.pipe.send(rank, dst, (dst, "B", mb, vs - 1), mb, chunk)
+        ops = self.sched[stage]
+        for op, edges in zip(ops, op_edges(ops, self.split), strict=True):
+            # a DualPipe F&B op: both inputs, both passes with collectives beside (paired.py)
+            parts = (op,) if op.paired is None else (op, op.paired)
+            waits: tuple[GroupKind, ...] = ()
+            for o in parts:
+                yield from self.recv(rank, stage, o)
+            for o, edge in zip(parts, edges, strict=False):
+                comp = self.op_pass(rank, stage, o, edge, len(parts) > 1)
+                if len(parts) > 1:
+                    comp, more = detach_blocking(comp)
+                    waits += more
+                yield from self.run_steps(rank, comp, o.microbatch, o.chunk, o.kind)
+            for group in waits:
+                yield from self.streams.await_overlap(rank, group)
+            for o in parts:
+                self.send(rank, stage, o)
         st.pipeline_end_ns = env.now
         yield from self.tasks(rank, prog.epilogue)
         yield from self.streams.drain(rank)
         st.end_ns = env.now
+
+    def op_pass(self, rank: int, stage: int, op: ScheduleOp, edge: bool,
+                overlapped: bool = False) -> Compiled:
+        """The compiled pass of ``op`` (``edge``: see :func:`~sim.schedule_ops.op_edges`)."""
+        kind = "I" if op.kind == "B" and op.input_grad_only(self.split) else op.kind
+        return self.compiled(rank, stage, op.chunk, kind, edge, overlapped)
+
+    def recv(self, rank: int, stage: int, op: ScheduleOp):
+        """Wait for the activation (``F``) or gradient (``B``) ``op`` needs from another stage."""
+        got = transfer(self.prog.schedule, self.p, self.v, stage, op, out=False)
+        if got is not None:
+            yield from self.pipe.recv(rank, (rank, op.kind, op.microbatch, got[1]))
+
+    def send(self, rank: int, stage: int, op: ScheduleOp) -> None:
+        """Send ``op``'s output (activation down, gradient up) to the neighbouring stage."""
+        got = transfer(self.prog.schedule, self.p, self.v, stage, op, out=True)
+        if got is not None:
+            c0 = self.pl.coord(rank)
+            dst = self.pl.rank(c0.tp, c0.dp, got[0])
+            self.pipe.send(rank, dst, (dst, op.kind, op.microbatch, got[1]), op.microbatch,
+                           op.chunk)
 
     def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int, op: str = ""):
         env, ledger, sharing, jitter = self.env, self.ledger, self.sharing, self.jitter
@@ -387,3 +400,4 @@ class _Engine:
                 ls.count += n * cnt
                 for g, ns in comm.items():
                     ls.comm_ns[g] = ls.comm_ns.get(g, 0) + n * ns
+

@@ -4,6 +4,7 @@ communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
 
 from __future__ import annotations
 
+from sim.dualpipe import describe as describe_dualpipe
 from sim.kernels.gpus import find
 from sim.models import eager, fp8, fsdp2, tp_overlap
 from sim.models.compute import ComputeModel
@@ -14,6 +15,7 @@ from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan
 from sim.models.spec import ModelSpec
 from sim.models.split import stage_layer_counts, virtual_stage_layers
+from sim.schedules import virtual_stage_count
 from sim.topology.gpu import GpuSpec
 from sim.words import plural
 
@@ -84,6 +86,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         out.append(fp8.describe(par.fp8_recipe, par.sp))
     if par.tp_comm_overlap:
         out.append(tp_overlap.describe(*gpu_sms(gpu)))
+    if par.schedule_name == "dualpipe":
+        out.append(describe_dualpipe(par.pp, par.microbatches))
     if par.zero:
         out.append(_zero_note(par))
     if par.cp > 1:
@@ -192,7 +196,8 @@ def _dispatch_note(plan: ModelPlan) -> str:
 
 def _split_note(m: ModelSpec, par: ParallelConfig) -> str:
     """How the layers are split over the stages (printed whenever the split is uneven)."""
-    counts = virtual_stage_layers(m.layers, par.pp, par.vpp, par.split)
+    n_vs = virtual_stage_count(par.schedule_name, par.pp, par.vpp)
+    counts = virtual_stage_layers(m.layers, par.pp, n_vs // par.pp, par.split)
     if not par.split.uneven:
         return f"{counts[0]} layers per model chunk"
     sp = par.split

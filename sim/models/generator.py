@@ -225,8 +225,11 @@ def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
     in ``parallel_state.get_embedding_group()``), after the data-parallel gradient sync and
     before the optimizer step: the stage's ``V/t × h`` gradient (padded vocabulary), in the
     gradient dtype; blocking. ``None`` when the embeddings are untied, ``pp == 1``, the stage
-    is a middle one, or the schedule places the output layer on stage 0 too (V placement)."""
+    is a middle one, or the schedule places the output layer on stage 0 too (V placement;
+    DualPipe, whose ranks 0 and p−1 each hold the first and the last stage)."""
     m, par, dm = plan.model, plan.par, plan.dims
+    if par.schedule_name == "dualpipe":
+        return None  # ranks 0 and p-1 each hold both ends (the copies: docs/schedules.md)
     last = stage_chunk(par.schedule_name, par.pp, par.pp * par.vpp - 1)[0]
     if not m.tied_embeddings or last == 0 or stage not in (0, last):
         return None

@@ -37,7 +37,7 @@ from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.spec import ModelSpec
 from sim.models.zero import units as zero_units
 from sim.models.zero import zero_state_bytes
-from sim.schedules import schedule_table, virtual_stage
+from sim.schedules import schedule_table, virtual_stage, virtual_stage_count
 from sim.topology.gpu import GpuSpec
 
 RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -126,13 +126,14 @@ def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], 
     div = t if par.sp else 1
     per_layer = layer_activation_bytes(model, par)
     p, v = par.pp, par.vpp
+    last_vs = virtual_stage_count(par.schedule_name, p, v) - 1
     units = []
     for c, ids in enumerate(st.layers):
         vs = virtual_stage(par.schedule_name, p, st.stage, c)
         u = len(ids) * per_layer
         if vs == 0:
             u += s * b * h // div  # embedding dropout mask
-        if vs == p * v - 1:
+        if vs == last_vs:
             u += 4 * s * b * h // div + 4 * s * b * plan.dims.v // t
         units.append(u)
     extra = layer_activation_bytes(model, par, "none") if par.recompute == "full" else 0
@@ -145,18 +146,21 @@ def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
     activation sets (``min(p − r, M)`` for 1F1B). With separate weight-gradient passes (``W``
     ops, ZB-H1) a microbatch's activations are counted live until its ``W``: conservative, as
     W needs only the inputs of the linear layers and the output gradients (``min(p, M)`` on
-    every stage of ZB-H1, the same peak as 1F1B's first stage)."""
+    every stage of ZB-H1, the same peak as 1F1B's first stage). A whole backward releases
+    them (DualPipe mixes both); in an overlapped F&B op (DualPipe) the forward's activations
+    are counted before the backward's are released (conservative)."""
     peak = cur = live = peak_live = 0
-    release = "W" if any(op.kind == "W" for op in ops) else "B"
+    split = any(op.kind == "W" for op in ops)
     for op in ops:
-        if op.kind == "F":
-            live += 1
-            cur += units[op.chunk]
-        elif op.kind == release:
-            live -= 1
-            cur -= units[op.chunk]
-        peak = max(peak, cur)
-        peak_live = max(peak_live, live)
+        for o in (op, op.paired) if op.paired is not None else (op,):
+            if o.kind == "F":
+                live += 1
+                cur += units[o.chunk]
+            elif o.kind == "W" or not o.input_grad_only(split):
+                live -= 1
+                cur -= units[o.chunk]
+            peak = max(peak, cur)
+            peak_live = max(peak_live, live)
     return peak, peak_live
 
 

@@ -16,14 +16,15 @@ from sim.models.parallel import (
 )
 from sim.models.spec import ModelSpec
 from sim.models.split import virtual_stage_layers
-from sim.schedules import V_SHAPE, check_schedule
+from sim.schedules import V_SHAPE, check_schedule, virtual_stage_count
 
 
 def validate(model: ModelSpec, par: ParallelConfig) -> None:
     """Raise :class:`UsageError` (naming the flag) if ``par`` cannot run ``model`` in Megatron."""
     _check_values(par)
     _check_tensor_parallel(model, par)
-    virtual_stage_layers(model.layers, par.pp, par.vpp, par.split)
+    n_vs = virtual_stage_count(par.schedule_name, par.pp, par.vpp)
+    virtual_stage_layers(model.layers, par.pp, n_vs // par.pp, par.split)
     if par.global_batch % (par.micro_batch * par.dp):
         raise UsageError(
             f"global batch {par.global_batch} is not a multiple of micro_batch·dp = "
@@ -51,10 +52,12 @@ def _check_tp_comm_overlap(par: ParallelConfig) -> None:
 
 
 def _check_schedule(par: ParallelConfig) -> None:
-    if par.schedule_name in V_SHAPE and par.split.uneven:
+    if (par.schedule_name in V_SHAPE or par.schedule_name == "dualpipe") and par.split.uneven:
+        where = ("its V placement puts" if par.schedule_name in V_SHAPE else
+                 "its two directions put")
         raise UsageError(f"uneven pipeline splits are not modelled with the {par.schedule_name} "
-                         "schedule (its V placement puts the first and the last layers on "
-                         "stage 0)", field="--schedule")
+                         f"schedule ({where} the first and the last layers on stage 0)",
+                         field="--schedule")
     check_schedule(par.schedule_name, par.pp, par.microbatches, par.vpp,
                    par.microbatch_group_size, vpp_field="--vpp")
 

@@ -21,7 +21,7 @@ from sim.models.parallel_checks import validate
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 from sim.models.split import virtual_stage_layers
-from sim.schedules import virtual_stage
+from sim.schedules import virtual_stage, virtual_stage_count
 
 
 @dataclass
@@ -76,8 +76,9 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
                          "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
     dm = Dims.of(model, par)
     p, v, name = par.pp, par.vpp, par.schedule_name
-    counts = virtual_stage_layers(model.layers, p, v, par.split)
-    starts = [sum(counts[:i]) for i in range(p * v)]
+    n_vs = virtual_stage_count(name, p, v)  # DualPipe: p stages, each on two ranks
+    counts = virtual_stage_layers(model.layers, p, n_vs // p, par.split)
+    starts = [sum(counts[:i]) for i in range(n_vs)]
     stages = []
     for r in range(p):
         chunks: list[list[Row]] = []
@@ -92,11 +93,13 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
             if par.dtype == "fp8":  # the chunk's TransformerBlock is one fp8_autocast region
                 block = fp8.autocast_rows(block, par)
             rows += block
-            if vs == p * v - 1:
+            if vs == n_vs - 1:
                 # The last stage holds the output weight: its own (untied) or, when another
-                # stage holds the input embedding (pp > 1, not the V placement, where both ends
-                # are on stage 0), a copy of the tied word embedding (Megatron); else shared.
-                holds = (not model.tied_embeddings) or r != 0
+                # stage holds the input embedding (pp > 1, not the V placement or DualPipe,
+                # where a rank holds both ends), a copy of the tied word embedding (Megatron);
+                # else shared.
+                holds = (not model.tied_embeddings) or all(
+                    virtual_stage(name, p, r, cc) != 0 for cc in range(v))
                 rows += eager.apply(output_rows(model, dm, holds_output_weight=holds), par, dm)
             chunks.append(rows)
             layer_ids.append(ids)

@@ -65,8 +65,8 @@ class SweepPoint:
 @dataclass(frozen=True)
 class Space:
     """Candidate values per dimension; ``None`` means the default set (see :func:`candidates`);
-    ``vpp`` empty: each schedule's default (2 for zb-v, else 1). ``gpus``: GPUs every layout
-    uses (``None`` until the sweep resolves it: all of the topology)."""
+    ``vpp`` empty: each schedule's default (2 for zb-v and dualpipe, else 1). ``gpus``: GPUs
+    every layout uses (``None`` until the sweep resolves it: all of the topology)."""
 
     gpus: int | None = None
     tp: tuple[int, ...] | None = None

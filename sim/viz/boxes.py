@@ -8,8 +8,10 @@ in ~25 000 slivers. Each stage row therefore gets two lanes:
     op's first to its last span, *including* the blocking (TP/EP) collectives inside it. Kind
     ``forward``; ``backward`` (input-grad, with the weight-grad the engine runs right after each
     layer's input-grad; in the split-backward schedules, :data:`~sim.schedules.SPLIT_BACKWARD`,
-    the input-grad ``B`` op only); ``weight_grad`` (the separate ``W`` op of a split-backward
-    schedule, or an op with weight-grad compute only);
+    the input-grad ``B`` op only, as for DualPipe's backwards whose ``W`` is deferred);
+    ``weight_grad`` (the separate ``W`` op of a split-backward schedule, or an op with
+    weight-grad compute only); DualPipe's overlapped F&B op is its forward box followed by its
+    backward box;
   - ``compute`` (iteration-level rows: embedding grads, loss, …) and ``optimizer``;
   - ``bubble`` (waiting for another stage, or idle after finishing);
   - ``exposed_<G>``: the compute stream blocked on group ``G`` outside any op (waiting for a
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.engine.result import SimResult, Span
-from sim.schedules import SPLIT_BACKWARD
+from sim.schedules import SPLIT_BACKWARD, schedule_table
 
 PHASE_KINDS = ("forward", "input_grad", "weight_grad")
 LANES = ("compute", "comm")
@@ -113,13 +115,14 @@ def timeline_boxes(result: SimResult, ranks: Sequence[int]) -> list[Box]:
     """Boxes for ``ranks`` (row ``i`` = ``ranks[i]``), sorted by (row, lane, start, end)."""
     row_of = {r: i for i, r in enumerate(ranks)}
     split = result.program.schedule in SPLIT_BACKWARD
+    deferred = deferred_weight_passes(result)
     ops: dict[tuple, list] = {}  # (row, mb, chunk, dir) -> [start, end, has_ig, has_wg, has_f]
     singles: list[Box] = []
     for s in result.spans:
         row = row_of.get(s.rank)
         if row is None:
             continue
-        key = op_key(s, split)
+        key = op_key(s, split or (s.rank, s.microbatch, s.chunk) in deferred)
         if key is not None:
             e = ops.get((row,) + key)
             if e is None:
@@ -148,6 +151,17 @@ def timeline_boxes(result: SimResult, ranks: Sequence[int]) -> list[Box]:
     out = [b for part in boxes for b in part]
     out.sort(key=lambda b: (b.row, LANES.index(b.lane), b.start_ns, b.end_ns, b.kind))
     return out
+
+
+def deferred_weight_passes(result: SimResult) -> frozenset[tuple[int, int, int]]:
+    """``(rank, microbatch, chunk)`` whose backward is input-gradient only with a separate
+    ``W`` op, in a schedule that mixes both (DualPipe); empty elsewhere."""
+    prog = result.program
+    if prog.schedule != "dualpipe":
+        return frozenset()
+    table = schedule_table(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
+    return frozenset((st.rank, op.microbatch, op.chunk) for st in result.ranks
+                     for op in table[st.stage] if op.kind == "B" and op.weights is False)
 
 
 def _merge_touching(boxes: list[Box]) -> list[Box]:

@@ -228,6 +228,9 @@ def _lanes_note(result: SimResult) -> str:
     note += (".chunk (later chunks lighter)" if result.program.vpp > 1 else "")
     if result.program.schedule in SPLIT_BACKWARD:
         note += ", weight-grad passes W<microbatch> in their own colour"
+    elif result.program.schedule == "dualpipe":
+        note += (", chunk = direction; an overlapped F&B op is its F box then its B box; "
+                 "deferred weight-grad passes W in their own colour")
     note += "; a communication colour there = the stream waits for it (exposed). "
     return note + "Thin lane: communication on the wire (blocking TP/EP, pipeline sends, " \
                   "asynchronous DP reductions)."

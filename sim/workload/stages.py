@@ -240,6 +240,10 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
     if sched is not None and sched not in SCHEDULES:
         raise UsageError(f"unknown schedule {sched!r}; choose one of {', '.join(SCHEDULES)}",
                          field="--schedule")
+    if sched == "dualpipe":
+        raise UsageError("the dualpipe schedule runs two model stages per rank, one per "
+                         "direction; a workload file holds one stage's rows per rank (use "
+                         "--model)", field="--schedule")
     if opts.vpp is not None:
         v = opts.vpp
         if v < 1:

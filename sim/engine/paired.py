@@ -1,0 +1,55 @@
+"""DualPipe's overlapped forward-and-backward chunk (DeepSeek-V3 report, arXiv:2412.19437,
+§3.2.1 and Figure 4) on simrun's one-op-at-a-time compute stream.
+
+DualPipe runs the forward of one microbatch and the backward of another as one op, with their
+components interleaved so that each one's all-to-all (and pipeline) communication runs while
+the other computes. simrun models it as: the two passes' compute back to back on the SMs, and
+every blocking collective of both passes (TP, EP all-to-all) issued where its pass reaches it
+but run beside the compute on the group's overlap stream instead of stalling it; the op ends
+when its compute and all those collectives are done. The dependency of a layer's compute on
+its own collective inside the op is not enforced: that is the hiding DualPipe's rearrangement
+buys (each collective of one pass is covered by the other pass's compute), made exact. Pipeline
+sends leave when the op ends, as for every op.
+"""
+
+from __future__ import annotations
+
+from sim.comm import GroupKind
+from sim.engine.segments import AsyncIssue, Blocking, Compiled
+from sim.schedule_ops import ScheduleOp
+from sim.schedules import pipe_peers, virtual_stage
+
+
+def detach_blocking(comp: Compiled) -> tuple[Compiled, tuple[GroupKind, ...]]:
+    """``comp`` with its blocking collectives issued on their group's overlap stream instead
+    of waited for, and the groups to await at the end of the op, one per collective in issue
+    order. A group the pass already overlaps itself (an :class:`AsyncIssue` with ``overlap``,
+    awaited inside the pass) keeps its collectives blocking, so the stream's FIFO waits stay
+    matched."""
+    own = {s.comm.group for s in comp.steps if type(s) is AsyncIssue and s.overlap}
+    steps = []
+    waits: list[GroupKind] = []
+    for s in comp.steps:
+        if type(s) is Blocking and s.comm.group not in own:
+            steps.append(AsyncIssue(s.comm, s.phase, s.layer, overlap=True))
+            waits.append(s.comm.group)
+        else:
+            steps.append(s)
+    return Compiled(tuple(steps), comp.layer_totals, barrier=comp.barrier), tuple(waits)
+
+
+def transfer(name: str, p: int, v: int, stage: int, op: ScheduleOp,
+             out: bool) -> tuple[int, int] | None:
+    """``(peer stage, receiver's virtual stage)`` of the pipeline transfer into (``out``
+    False) or out of ``op`` under schedule ``name``: forwards receive from upstream and send
+    downstream, backwards the other way; ``None`` for ``W`` and where there is no transfer (the
+    ends of the pipeline, the turn of a V)."""
+    if op.kind == "W":
+        return None
+    prv, nxt = pipe_peers(name, p, v, stage, op.chunk)
+    down = (op.kind == "F") == out  # toward the later stages
+    peer = nxt if down else prv
+    if peer is None:
+        return None
+    vs = virtual_stage(name, p, stage, op.chunk)
+    return peer, (vs + (1 if down else -1) if out else vs)
