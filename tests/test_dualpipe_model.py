@@ -58,9 +58,17 @@ def test_dualpipe_refusals():
     with pytest.raises(UsageError, match="even pipeline size"):
         build_model_plan(ModelSpec("t", layers=9, hidden=256, heads=4, vocab=1000,
                                    seq_len=128), _par(pp=3, global_batch=12))
-    with pytest.raises(UsageError, match="uneven pipeline splits"):
-        from sim.models.split import PipelineSplit
-        build_model_plan(TINY, _par(split=PipelineSplit(first_stage_layers=2)))
+
+
+def test_uneven_split_on_both_ranks_of_a_stage():
+    # Megatron-Core's --decoder-first-pipeline-num-layers: stage 0 (2 of 11 layers, then 3
+    # each) runs on rank 0 (direction 0) and on rank 3 (direction 1)
+    from sim.models.split import PipelineSplit
+    model = ModelSpec("t", layers=11, hidden=256, heads=4, vocab=1000, seq_len=128)
+    plan = build_model_plan(model, _par(split=PipelineSplit(first_stage_layers=2)))
+    assert [st.layers for st in plan.stages] == [
+        [[0, 1], [8, 9, 10]], [[2, 3, 4], [5, 6, 7]], [[5, 6, 7], [2, 3, 4]],
+        [[8, 9, 10], [0, 1]]]
 
 
 def test_workload_file_refused(capsys):

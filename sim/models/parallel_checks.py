@@ -52,12 +52,10 @@ def _check_tp_comm_overlap(par: ParallelConfig) -> None:
 
 
 def _check_schedule(par: ParallelConfig) -> None:
-    if (par.schedule_name in V_SHAPE or par.schedule_name == "dualpipe") and par.split.uneven:
-        where = ("its V placement puts" if par.schedule_name in V_SHAPE else
-                 "its two directions put")
+    if par.schedule_name in V_SHAPE and par.split.uneven:
         raise UsageError(f"uneven pipeline splits are not modelled with the {par.schedule_name} "
-                         f"schedule ({where} the first and the last layers on stage 0)",
-                         field="--schedule")
+                         "schedule (its V placement puts the first and the last layers on "
+                         "stage 0)", field="--schedule")
     check_schedule(par.schedule_name, par.pp, par.microbatches, par.vpp,
                    par.microbatch_group_size, vpp_field="--vpp")
 
