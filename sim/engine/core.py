@@ -154,10 +154,9 @@ class _Engine:
 
     def compiled(self, rank: int, stage: int, chunk: int, kind: str, last: bool,
                  overlapped: bool = False) -> Compiled:
-        """The compiled pass of op ``kind`` on ``chunk``: ``F``, ``B`` (whole backward), ``I``
-        (input gradients only) or ``W``; ``last``: the chunk's edge op (it issues the gradient
-        reductions, or waits for the parameter all-gathers; :func:`~sim.schedule_ops.op_edges`).
-        ``overlapped``: part of a DualPipe F&B op (:mod:`sim.engine.paired`; nothing fused)."""
+        """The pass of op ``kind`` (``F``, whole ``B``, input-gradient ``I``, ``W``) on ``chunk``;
+        ``last``: the chunk's edge op (:func:`~sim.schedule_ops.op_edges`); ``overlapped``: in
+        a DualPipe F&B op (:mod:`sim.engine.paired`; nothing fused)."""
         key = (rank, chunk, kind, last, overlapped)
         comp = self._compiled.get(key)
         if comp is None:
