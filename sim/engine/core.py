@@ -252,9 +252,8 @@ class _Engine:
                 yield from self.recv(rank, stage, o)
             for o, edge in zip(parts, edges, strict=False):
                 comp = self.op_pass(rank, stage, o, edge, len(parts) > 1)
-                if len(parts) > 1:
-                    comp, more = detach_blocking(comp)
-                    waits += more
+                comp, more = detach_blocking(comp) if len(parts) > 1 else (comp, ())
+                waits += more
                 yield from self.run_steps(rank, comp, o.microbatch, o.chunk, o.kind)
             for group in waits:
                 yield from self.streams.await_overlap(rank, group)
@@ -265,11 +264,10 @@ class _Engine:
         yield from self.streams.drain(rank)
         st.end_ns = env.now
 
-    def op_pass(self, rank: int, stage: int, op: ScheduleOp, edge: bool,
-                overlapped: bool = False) -> Compiled:
-        """The compiled pass of ``op`` (``edge``: see :func:`~sim.schedule_ops.op_edges`)."""
+    def op_pass(self, rank: int, stage: int, op: ScheduleOp, edge: bool, ov: bool) -> Compiled:
+        """The pass of ``op`` (``edge``: see ``op_edges``; ``ov``: in a DualPipe F&B op)."""
         kind = "I" if op.kind == "B" and op.input_grad_only(self.split) else op.kind
-        return self.compiled(rank, stage, op.chunk, kind, edge, overlapped)
+        return self.compiled(rank, stage, op.chunk, kind, edge, ov)
 
     def recv(self, rank: int, stage: int, op: ScheduleOp):
         """Wait for the activation (``F``) or gradient (``B``) ``op`` needs from another stage."""
