@@ -176,3 +176,17 @@ def test_local_process_pool_equals_in_process(tmp_path):
     a = json.loads((tmp_path / "a" / "results.json").read_text())
     b = json.loads((tmp_path / "b" / "results.json").read_text())
     assert a == b and a["ok"] >= 3
+
+
+def test_topology_and_model_by_shipped_name_as_in_a_run(tmp_path):
+    # `simrun sweep --topo NAME` takes a shipped topology's name like `simrun --topo NAME`; the
+    # settings record the same file digest as with its path
+    base = ["sweep", "--nodes", "2", "--tp", "8", "--pp", "1", "--global-batch", "16",
+            "--recompute", "full", "--no-plot", "--no-progress", "--quiet", "--workers", "1"]
+    assert main([*base, "--model", GPT22, "--topo", TOPO, "--out", str(tmp_path / "a")]) == 0
+    assert main([*base, "--model", "gpt-22b", "--topo", "dgx-a100-1024",
+                 "--out", str(tmp_path / "b")]) == 0
+    a = json.loads((tmp_path / "a" / "results.json").read_text())
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert a["settings"]["topology"] == b["settings"]["topology"]
+    assert a["rows"] == b["rows"] and a["ok"] == 1

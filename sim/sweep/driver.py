@@ -18,6 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from sim import progress
+from sim.catalog import resolve
 from sim.errors import UsageError
 from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
 from sim.models.parallel import Training
@@ -64,7 +65,8 @@ class SweepOptions:
 
 
 def _sha256(path: str) -> str:
-    return hashlib.sha256(read_bytes(path)).hexdigest()
+    """SHA-256 of the file ``path`` names (a path, or a shipped topology's name)."""
+    return hashlib.sha256(read_bytes(resolve("topologies", path, "--topo"))).hexdigest()
 
 
 def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
