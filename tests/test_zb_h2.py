@@ -6,6 +6,7 @@ dependency-driven timing, and the (2p−1) in-flight microbatches (docs/schedule
 import itertools
 
 import pytest
+from schedule_support import reference_end_ns
 
 from sim.engine import simulate
 from sim.errors import UsageError
@@ -98,40 +99,12 @@ def test_zb_h2_zero_bubble_when_f_b_w_equal(p, m):
     assert rep["ideal_bubble_fraction"] == pytest.approx((p - 1) / (3 * m), rel=1e-12)
 
 
-def _reference_end_ns(p, m, f, b, w):
-    """Independent timing of the ZB-H2 orders (no SimPy): each pass starts when its stage is
-    free and its input has been produced (free communication)."""
-    cost = {"F": f, "B": b, "W": w}
-    table = schedule_table("zb-h2", p, m)
-    end: dict = {}
-    free, nxt = [0] * p, [0] * p
-
-    def need(r, kind, i):
-        if kind == "W":
-            return [("B", r, i)]
-        if kind == "F":
-            return [("F", r - 1, i)] if r else []
-        return [("B", r + 1, i)] if r < p - 1 else [("F", r, i)]
-
-    while any(nxt[r] < len(table[r]) for r in range(p)):
-        for r in range(p):
-            while nxt[r] < len(table[r]):
-                op = table[r][nxt[r]]
-                deps = need(r, op.kind, op.microbatch)
-                if any(d not in end for d in deps):
-                    break
-                free[r] = max([free[r]] + [end[d] for d in deps]) + cost[op.kind]
-                end[op.kind, r, op.microbatch] = free[r]
-                nxt[r] += 1
-    return max(free)
-
-
 @pytest.mark.parametrize("p,m", [(2, 3), (3, 6), (4, 7), (6, 13)])
 @pytest.mark.parametrize("f,b,w", [(10, 10, 10), (20, 30, 10), (10, 30, 10), (10, 30, 30),
                                    (30, 10, 10), (10, 10, 30)])
 def test_zb_h2_engine_matches_independent_timing(p, m, f, b, w):
     res = simulate(_program(p, m, f, b, w), FreeNetwork())
-    assert res.iteration_ns == _reference_end_ns(p, m, f, b, w)
+    assert res.iteration_ns == reference_end_ns("zb-h2", p, m, f, b, w)
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (3, 6), (5, 9), (8, 16)])

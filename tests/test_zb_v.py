@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 from conftest import ROOT
+from schedule_support import reference_end_ns
 
 from sim.engine import simulate
 from sim.errors import UsageError
@@ -124,43 +125,12 @@ def test_zb_v_zero_bubble_when_f_b_w_equal(p, m):
     assert rep["ideal_bubble_fraction"] == pytest.approx((p - 1) / (6 * m), rel=1e-12)
 
 
-def _reference_end_ns(p, m, f, b, w):
-    """Independent timing of the ZB-V orders (no SimPy): each pass starts when its stage is
-    free and its input has been produced (free communication), in V placement."""
-    cost = {"F": f, "B": b, "W": w}
-    table = schedule_table("zb-v", p, m, 2)
-    end: dict = {}
-    free = [0] * p
-    nxt = [0] * p
-
-    def need(r, op):
-        vs = virtual_stage("zb-v", p, r, op.chunk)
-        if op.kind == "W":
-            return [("B", vs, op.microbatch)]
-        if op.kind == "F":
-            return [("F", vs - 1, op.microbatch)] if vs > 0 else []
-        return [("B", vs + 1, op.microbatch)] if vs < 2 * p - 1 else [("F", vs, op.microbatch)]
-
-    while any(nxt[r] < len(table[r]) for r in range(p)):
-        for r in range(p):
-            while nxt[r] < len(table[r]):
-                op = table[r][nxt[r]]
-                deps = need(r, op)
-                if any(d not in end for d in deps):
-                    break
-                start = max([free[r]] + [end[d] for d in deps])
-                free[r] = start + cost[op.kind]
-                end[op.kind, virtual_stage("zb-v", p, r, op.chunk), op.microbatch] = free[r]
-                nxt[r] += 1
-    return max(free)
-
-
 @pytest.mark.parametrize("p,m", [(2, 3), (3, 6), (4, 7), (6, 13)])
 @pytest.mark.parametrize("f,b,w", [(10, 10, 10), (20, 20, 10), (10, 20, 10), (20, 30, 20),
                                    (30, 10, 10), (10, 10, 30)])
 def test_zb_v_engine_matches_independent_timing(p, m, f, b, w):
     res = simulate(_program(p, m, f, b, w), FreeNetwork())
-    assert res.iteration_ns == _reference_end_ns(p, m, f, b, w)
+    assert res.iteration_ns == reference_end_ns("zb-v", p, m, f, b, w, 2)
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (3, 6), (5, 11), (8, 16)])
