@@ -21,7 +21,9 @@ Validation file schema (unknown keys are rejected with file, line and key)::
         numbers the measurement is derived from), not_modelled (list: options the run used that
         simrun does not model yet),
         measured_s (s/iteration) or measured_tokens_per_s_per_gpu (then the iteration time is
-        global_batch · seq_len / (tokens/s/GPU · GPUs)), measured_mfu (optional, fraction),
+        global_batch · seq_len / (tokens/s/GPU · GPUs)) or measured_tflops_per_gpu (teraFLOP/s
+        per GPU counted as Narayanan et al. SC'21 Eq. 3, :func:`sc21_flops`; then the iteration
+        time is F / (teraFLOP/s · 1e12 · GPUs)), measured_mfu (optional, fraction),
         and any option of :class:`sim.models.parallel.ParallelConfig` with a plain value
         (tp, pp, dp, vpp, cp, global_batch, micro_batch, recompute, sequence_parallel, dtype,
         distributed_optimizer, attention_backend, overlap_grad_reduce, overlap_param_gather, …)
@@ -57,7 +59,8 @@ ROLES = ("calibration", "evaluation")
 CASE_KEYS: dict[str, type] = {
     "name": str, "model": str, "role": str, "calibrates": str, "source": str, "url": str,
     "published": str, "not_modelled": list, "measured_s": float,
-    "measured_tokens_per_s_per_gpu": float, "measured_mfu": float,
+    "measured_tokens_per_s_per_gpu": float, "measured_tflops_per_gpu": float,
+    "measured_mfu": float,
 }
 #: Megatron-Core's uneven pipeline-split flags (:class:`PipelineSplit` fields)
 SPLIT_KEYS: dict[str, tuple[str, type]] = {
@@ -67,7 +70,7 @@ SPLIT_KEYS: dict[str, tuple[str, type]] = {
     "account_for_loss_in_pipeline_split": ("account_for_loss", bool),
 }
 REQUIRED = ("name", "model", "tp", "pp", "global_batch", "micro_batch")
-MEASURED = ("measured_s", "measured_tokens_per_s_per_gpu")
+MEASURED = ("measured_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
 DEFAULTS: dict[str, Any] = {"role": "evaluation", "calibrates": "", "source": "", "url": "",
                             "published": "", "not_modelled": [], "measured_mfu": None}
 FILE_KEYS = ("source", "topology", "defaults", "cases")
@@ -191,6 +194,9 @@ def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,
     model_path = str(base / merged["model"])
     if "measured_s" in merged:
         measured_s = float(merged["measured_s"])
+    elif "measured_tflops_per_gpu" in merged:  # the paper's FLOPs over its FLOP/s
+        measured_s = (sc21_flops(load_model(model_path), par.global_batch)
+                      / (merged["measured_tflops_per_gpu"] * 1e12 * par.world_size))
     else:  # tokens/s/GPU: one iteration processes global_batch · seq_len tokens on all GPUs
         seq = load_model(model_path).seq_len
         measured_s = (par.global_batch * seq
@@ -200,6 +206,16 @@ def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,
                 source=merged["source"] or file_source, role=merged["role"],
                 calibrates=merged["calibrates"], url=merged["url"],
                 published=merged["published"], not_modelled=tuple(merged["not_modelled"]))
+
+
+def sc21_flops(model, global_batch: int) -> float:
+    """FLOPs of one iteration as Narayanan et al. (SC'21, arXiv:2104.04473, Section 5.1, Eq. 3)
+    count them to report teraFLOP/s per GPU: ``F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))``
+    (the GEMMs of forward, backward and the full-recompute forward, and the logit layer), with
+    B the global batch, s the sequence, l (``n`` here) the layers, h the hidden size, V the
+    vocabulary."""
+    b, s, n, h, v = global_batch, model.seq_len, model.layers, model.hidden, model.vocab
+    return 96.0 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
 
 
 def _value_problem(key: str, v: Any) -> str | None:

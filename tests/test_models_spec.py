@@ -41,6 +41,20 @@ def test_gpt_parameter_count_equals_narayanan_formula(name, layers, hidden):
     assert total_params(m) == narayanan_params(m) + 2 * h
 
 
+# Narayanan et al. SC'21 Table 1, "Number of parameters (billion)" as the Megatron-LM README
+# image shows it (commit 50a4b5fa0280a160cc1b03a1c15faddbc1b1da9a, images/cases_april2021.png);
+# the paper computes the column with its Eq. 2 from layers, hidden, V = 51,200 and s = 2048.
+@pytest.mark.parametrize("name, billions", [
+    ("gpt-1.7b", 1.7), ("gpt-3.6b", 3.6), ("gpt-7.5b", 7.5), ("gpt-18b", 18.4),
+    ("gpt-39b", 39.1), ("gpt-76b", 76.1), ("gpt-145b", 145.6), ("gpt-310b", 310.1),
+    ("gpt-530b", 529.6), ("gpt-1t", 1008.0),
+])
+def test_sc21_table1_models_have_the_published_parameter_counts(name, billions):
+    m = load_model(MODELS / f"{name}.yaml")
+    assert (m.vocab, m.seq_len) == (51200, 2048) and m.is_gpt_style
+    assert round(narayanan_params(m) / 1e9, 1) == billions
+
+
 def test_gpt3_175b_has_175_billion_parameters():
     assert total_params(load_model(MODELS / "gpt3-175b.yaml")) == 174_615_846_912
 

@@ -11,6 +11,7 @@ from conftest import WORKLOADS
 
 from sim.cli import main
 from sim.errors import InputError
+from sim.models.spec import load_model
 from sim.validate import load_cases
 
 CASES = WORKLOADS / "validation" / "korthikanti2022-selene.yaml"
@@ -104,7 +105,8 @@ def test_bad_validation_files_name_file_line_and_key(tmp_path):
         load_cases(bad)
     assert str(e.value).startswith(f"{bad}:4: cases[0].tpp: unknown key (allowed: name, model, "
                                    "role, calibrates, source, url, published, not_modelled, "
-                                   "measured_s, measured_tokens_per_s_per_gpu, measured_mfu, tp, ")
+                                   "measured_s, measured_tokens_per_s_per_gpu, "
+                                   "measured_tflops_per_gpu, measured_mfu, tp, ")
     bad.write_text("topology: x.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 8, pp: 1,\n"
                    "     global_batch: 4, micro_batch: 4, measured_s: -1}\n")
     with pytest.raises(InputError, match=r"v.yaml:4: cases\[0\].measured_s: expected a positive"):
@@ -140,6 +142,50 @@ def test_measured_throughput_becomes_the_iteration_time(tmp_path):
         "fused", True, "fp8")
 
 
+def test_measured_teraflops_become_the_iteration_time_by_the_sc21_flop_count(tmp_path):
+    """A teraFLOP/s per GPU published by Narayanan et al. (SC'21, Eq. 3) is turned back into
+    seconds per iteration with the paper's own count F = 96·B·s·l·h²·(1 + s/(6h) + V/(16lh)).
+    By hand: B 8, s 1024, l 2, h 1024, V 2048 gives 96·8·1024·2·1024² = 1572864·2^20 =
+    1,649,267,441,664 = 48·2^35 times (1 + 1/6 + 1/16) = 59/48, so F = 59·2^35 =
+    2,027,224,563,712 FLOPs; at 100 teraFLOP/s on each of 8 GPUs one iteration takes
+    F / 8e14 = 2.53403070464 ms."""
+    (tmp_path / "m.yaml").write_text(
+        "name: m\nlayers: 2\nhidden: 1024\nheads: 8\nvocab: 2048\nseq_len: 1024\n")
+    v = tmp_path / "v.yaml"
+    v.write_text("topology: t.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 2, pp: 2, dp: 2,\n"
+                 "     global_batch: 8, micro_batch: 1, measured_tflops_per_gpu: 100}\n")
+    _, (case,) = load_cases(v)
+    assert case.measured_s == pytest.approx(59 * 2**35 / 8e14, rel=1e-12)
+    assert case.measured_s == pytest.approx(2.53403070464e-3, rel=1e-12)
+
+
+def _sc21_seconds(text: str, c) -> float:
+    """Seconds per iteration from a Table 1 row's quoted teraFLOP/s, GPUs and batch, with the
+    paper's Eq. 3 written out here (not the reader's function)."""
+    tf = int(re.search(r"(\d+) teraFLOP/s per GPU", text).group(1))
+    gpus = int(re.search(r"(\d+) GPUs", text).group(1))
+    b = int(re.search(r"batch size (\d+)", text).group(1))
+    m = load_model(c.model_path)
+    s, layers, h, v = m.seq_len, m.layers, m.hidden, m.vocab
+    flops = 96 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+    return flops / (tf * 1e12 * gpus)
+
+
+def _check_sc21_row(text: str, c) -> None:
+    """A Table 1 case: GPUs, batch, hidden, layers and model-parallel size as the README image
+    quotes them, TP/PP/MBS as the authors' run_table_1.sh sets them."""
+    assert f"{c.par.world_size} GPUs" in text and f"batch size {c.global_batch}," in text
+    mp = int(re.search(r"model-parallel size (\d+)", text).group(1))
+    assert mp == c.tp * c.pp, c.name
+    assert f"TP {c.tp}, PP {c.pp}, MBS {c.micro_batch}, GBS {c.global_batch}" in text
+    m = load_model(c.model_path)
+    assert f"hidden size {m.hidden}, {m.layers} layers" in text, c.name
+    assert c.measured_s == pytest.approx(_sc21_seconds(text, c), rel=1e-12), c.name
+    lpv = re.search(r"virtual-pipeline-stage (\d+)", text)
+    assert c.vpp == (m.layers // c.pp // int(lpv.group(1)) if lpv else 1), c.name
+    assert c.overlap_grad_reduce == ("--DDP-impl torch" in text), c.name
+
+
 def test_every_shipped_case_matches_the_published_numbers_it_cites():
     """Each case's layout, batch and measurement are the ones its ``published`` text quotes
     from the source (the NeMo table rows: GPUs, GBS, MBS, TP/PP/CP/VP, tokens/s/GPU; MT-NLG:
@@ -169,6 +215,8 @@ def test_every_shipped_case_matches_the_published_numbers_it_cites():
                 local = re.search(r"batch size (\d+) \(GBS", text)
                 if local:  # torchtitan: one microbatch of the local batch per iteration
                     assert int(local.group(1)) == c.micro_batch == gbs // gpus, c.name
+            elif "teraFLOP/s per GPU" in text:  # Narayanan et al. SC'21 Table 1
+                _check_sc21_row(text, c)
             elif "servers" in text:
                 servers = int(re.search(r"(\d+) DGX A100 servers", text).group(1))
                 assert servers * 8 == c.par.world_size
