@@ -168,9 +168,9 @@ def load_yaml_with_lines(text: str, file: str) -> tuple[Any, LineMap]:
                          line=mark.line + 1 if mark is not None else None) from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH keeps far below the limit
         raise InputError("not valid YAML: nested too deeply", file=file) from None
-    except (ValueError, KeyError, TypeError, OverflowError) as e:
+    except (ValueError, KeyError, TypeError, OverflowError, IndexError) as e:
         # PyYAML's scalar constructors raise these for e.g. `!!int x`, `!!bool x`,
-        # `2001-13-45` (a timestamp with month 13)
+        # `2001-13-45` (a timestamp with month 13), `!!int` with no value (IndexError)
         mark = loader.last_mark if loader is not None else None
         raise InputError(f"not valid YAML: bad scalar value ({type(e).__name__}: {e})",
                          file=file, line=mark.line + 1 if mark is not None else None) from None

@@ -264,6 +264,7 @@ def test_python_tags_through_the_cli_exit_2(tmp_path):
     ("name: a\nnodes: 1\nnodes: 2\n", "3: not valid YAML: duplicate key 'nodes' (first given "
                                       "on line 2)"),
     ("name: a\nnodes: !!int x\n", "2: not valid YAML: bad scalar value (ValueError"),
+    ("name: a\nnodes: !!int\n", "2: not valid YAML: bad scalar value (IndexError"),
     ("name: a\nnodes: 2001-13-45\n", "2: not valid YAML: bad scalar value (ValueError: month"),
     ("name: &a [*a, *a]\nnodes: 1\n", "1: not valid YAML: alias *a is inside the node it "
                                     "names (a cycle)"),
