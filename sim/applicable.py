@@ -75,7 +75,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
-               "--use-torch-fsdp2")
+               "--use-torch-fsdp2", "--no-rope-fusion")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -133,6 +133,9 @@ _MODEL_HOW = {
     "--use-torch-fsdp2": ("refused-if", "PyTorch FSDP2's copies and fp32 reduce-scatter "
                                         "(assumption '--use-torch-fsdp2: ...'); refused "
                                         "without --fsdp"),
+    "--no-rope-fusion": ("refused-if", "Megatron-Core's unfused RoPE kernels on q and k "
+                                       "(assumption 'RoPE: --no-rope-fusion ...'); refused for "
+                                       "models without rope positions and with --no-compile"),
 }
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")

@@ -53,6 +53,9 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                      "--expert-tensor-parallel-size"),
                     ("refused", "the log is of a dense model; leave it out")),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
+    "--no-rope-fusion": ("refused", "the log is DeepSpeed's, without Megatron-Core's RoPE "
+                                    "option; the model times its compute with Megatron-Core's "
+                                    "fused layer; leave it out"),
     **dict.fromkeys(("--compile", "--no-compile", "--norm-type"),
                     ("refused", "the model times the log's compute with Megatron's fused "
                                 "layer; the eager operator list is torchtitan's (--model "

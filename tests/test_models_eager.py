@@ -131,7 +131,9 @@ def test_eager_layer_extra_time_hand_derived():
     r, h, f, s, d = 4096, 5120, 13824, 4096, 128
     e, fe = r * h, r * f
     norms = 2 * ((36 * e + 24 * r + 2 * h) - 4 * e) + 2 * ((92 * e + 40 * r + 4 * h) - 8 * e)
-    rope = 2 * 2 * (20 * e + 8 * s * d // 2)  # q and k (MHA: k = q), forward and backward
+    # q and k (MHA: k = q), forward and backward: eager's three kernels replace Transformer
+    # Engine's fused one (reads and writes the tensor, reads the fp32 frequencies)
+    rope = 2 * 2 * (20 * e + 8 * s * d // 2) - 2 * 2 * (4 * e + 4 * s * d)
     swiglu = (10 * fe - 6 * fe) + (18 * fe - 10 * fe)
     residual = 2 * (6 * e - 7 * e) + 2 * (6 * e - 5 * e)
     dgrad_adds = 3 * 6 * e

@@ -165,6 +165,9 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     # model: on LLAMA_MODEL (torchtitan's Llama block); unfused attention is refused with it
     "--no-compile": {"model": (["--no-compile", "--attention-backend", "unfused"],
                                ["--no-compile"]), "*": ["--no-compile"]},
+    # model: on LLAMA_MODEL (rope positions); refused with --no-compile (torchtitan's own RoPE)
+    "--no-rope-fusion": {"model": (["--no-rope-fusion", "--no-compile"], ["--no-rope-fusion"]),
+                         "*": ["--no-rope-fusion"]},
     "--norm-type": {"model": (["--norm-type", "fused_rmsnorm"],
                               ["--no-compile", "--norm-type", "fused_rmsnorm"]),
                     "*": ["--norm-type", "fused_rmsnorm"]},
@@ -245,6 +248,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--moe-token-dispatcher-type"): MOE_MODEL,
     ("model", "--moe-shared-expert-intermediate-size"): MOE_MODEL,
     ("model", "--no-compile"): LLAMA_MODEL, ("model", "--norm-type"): LLAMA_MODEL,
+    ("model", "--no-rope-fusion"): LLAMA_MODEL,
     ("model", "--expert-tensor-parallel-size"): MOE_MODEL,
     # the default (auto) runs cuDNN's fused kernel, timed like FlashAttention-2 by the
     # roofline: the H100's measured table tells the two apart

@@ -1,12 +1,14 @@
 """The execution-mode flags of a ``--model`` run: ``--compile`` / ``--no-compile`` (torchtitan's
 ``training.compile``: fused element-wise kernels, or PyTorch eager) and ``--norm-type``
 (torchtitan's ``model.norm_type`` in eager mode), modelled by :mod:`sim.models.eager`;
-``--use-torch-fsdp2`` (Megatron-LM's name: PyTorch FSDP2's kernels), :mod:`sim.models.fsdp2`."""
+``--use-torch-fsdp2`` (Megatron-LM's name: PyTorch FSDP2's kernels), :mod:`sim.models.fsdp2`;
+``--no-rope-fusion`` (Megatron-LM's name), :mod:`sim.cli.rope_args`."""
 
 from __future__ import annotations
 
 import argparse
 
+from sim.cli.rope_args import add_rope_arguments, rope_options
 from sim.errors import UsageError
 from sim.models.eager import NORM_TYPES
 
@@ -30,13 +32,14 @@ def add_execution_arguments(g: argparse._ActionsContainer) -> None:
                    help="with --no-compile, torchtitan's model.norm_type: rmsnorm (eager "
                         "PyTorch operators) or fused_rmsnorm (its Triton kernel) (default: "
                         "rmsnorm)")
+    add_rope_arguments(g)
 
 
 def execution_options(args: argparse.Namespace) -> dict:
     """``compile`` and ``norm_type`` of :class:`~sim.models.parallel.Training`."""
     return {"compile": not getattr(args, "no_compile", False),
             "norm_type": getattr(args, "norm_type", None) or "rmsnorm",
-            "use_torch_fsdp2": getattr(args, "use_torch_fsdp2", False)}
+            "use_torch_fsdp2": getattr(args, "use_torch_fsdp2", False), **rope_options(args)}
 
 
 def check_execution_flags(args: argparse.Namespace) -> None:
@@ -44,7 +47,8 @@ def check_execution_flags(args: argparse.Namespace) -> None:
     ``--norm-type`` only with ``--no-compile``."""
     for dest, flag in (("compile", "--compile"), ("no_compile", "--no-compile"),
                        ("norm_type", "--norm-type"),
-                       ("use_torch_fsdp2", "--use-torch-fsdp2")):
+                       ("use_torch_fsdp2", "--use-torch-fsdp2"),
+                       ("no_rope_fusion", "--no-rope-fusion")):
         if getattr(args, dest, None):
             raise UsageError("applies to --model runs (a workload file fixes its compute "
                              "times)", field=flag)

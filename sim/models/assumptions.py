@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from sim.dualpipe import describe as describe_dualpipe
 from sim.kernels.gpus import find
-from sim.models import eager, fp8, fsdp2, tp_overlap
+from sim.models import eager, fp8, fsdp2, rope, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
+from sim.models.layers import DROPOUT_NOTE
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
 from sim.models.optimizer import PARAM_BYTES, ShampooPlan, bucket_params, grad_bytes
 from sim.models.parallel import ParallelConfig, attention_kernel
@@ -71,6 +72,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
         f"{gpu.hbm_GBps:g} GB/s HBM",
         eager.describe(par),
+        rope.describe(m, par, dm),
+        DROPOUT_NOTE,
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
         "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
         "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group"

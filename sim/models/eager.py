@@ -3,7 +3,8 @@ as PyTorch runs them without ``torch.compile``, one kernel per ATen operator.
 
 simrun's default layer (:mod:`sim.models.layers`) has Megatron-Core / Transformer Engine's fused
 element-wise kernels (one RMSNorm kernel per direction, fused bias-dropout-add, one SwiGLU
-kernel, the rotary embedding not counted). torchtitan (pytorch/torchtitan at commit 0413363,
+kernel, Transformer Engine's fused rotary embedding of :mod:`sim.models.rope`, which the eager
+kernels below replace). torchtitan (pytorch/torchtitan at commit 0413363,
 ``torchtitan/models/llama/model.py`` and ``torchtitan/models/norms.py``) writes the block in
 plain PyTorch; with ``training.compile = false`` (the default of its job config and of every
 shipped preset at that commit) each operator below is one kernel. Bytes are HBM bytes read +
@@ -56,6 +57,7 @@ from sim.models.dims import Dims
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import Op, elementwise
 from sim.models.parallel import ParallelConfig
+from sim.models.rope import FUSED_NAMES as FUSED_ROPE
 from sim.models.rows import Row
 from sim.models.spec import ModelSpec
 
@@ -152,6 +154,8 @@ def _replace(ops: tuple[Op, ...], dm: Dims, norm_type: str) -> tuple[Op, ...]:
     out: list[Op] = []
     res = dm.nt * dm.h  # residual stream elements on this GPU
     for op in ops:
+        if op.name in FUSED_ROPE:  # replaced by the eager RoPE next to the QKV GEMM
+            continue
         if op.kernel in ("rmsnorm_fwd", "rmsnorm_bwd") and norm_type == "rmsnorm":
             fn = rmsnorm_fwd if op.kernel == "rmsnorm_fwd" else rmsnorm_bwd
             out += fn(op.name.removesuffix("_grad"), dm.nt, dm.h)
@@ -219,8 +223,9 @@ def describe(par: ParallelConfig) -> str:
     if par.compile:
         return ("element-wise kernels fused as Megatron-Core / Transformer Engine (and "
                 "torch.compile) run them: one norm kernel per direction, fused "
-                "bias-dropout-add, one SwiGLU/GeLU kernel, rotary embedding not counted "
-                "(--no-compile: PyTorch eager, torchtitan's Llama block)")
+                "bias-dropout-add, one SwiGLU/GeLU kernel, Transformer Engine's fused "
+                "rotary embedding (RoPE line) (--no-compile: PyTorch eager, torchtitan's "
+                "Llama block)")
     norm = ("RMSNorm as 8 forward / 16 backward kernels (fp32 casts, pow, mean, rsqrt, muls)"
             if par.norm_type == "rmsnorm" else
             "RMSNorm as torchtitan's fused Triton kernel (--norm-type fused_rmsnorm)")

@@ -3,7 +3,9 @@
 ``transformer_layer_rows``, ``embedding_rows`` and ``output_rows`` follow Megatron GPT
 (``ParallelTransformerLayer`` / Megatron-Core ``TransformerLayer``) with tensor parallelism
 ``t``: column-parallel QKV and fc1, row-parallel projection and fc2; the ``f``/``g`` operators
-(all-reduce in backward / forward) or, with sequence parallelism, all-gather / reduce-scatter.
+(all-reduce in backward / forward) or, with sequence parallelism, all-gather / reduce-scatter;
+the rotary embedding of q and k between the QKV GEMM and the attention core
+(:mod:`sim.models.rope`).
 Byte counts of element-wise kernels are documented next to each operator (``A`` = activation
 bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import eager, fp8, tp_overlap
+from sim.models import eager, fp8, rope, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.dims import (
     Dims,
@@ -30,6 +32,17 @@ from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgr
 from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
 from sim.models.spec import ModelSpec
+
+#: the assumption line of dropout (simrun's model specs carry no dropout probability)
+DROPOUT_NOTE = (
+    "dropout: attention dropout inside a fused (flash / cuDNN) attention kernel is taken as "
+    "free: no published H100 or A100 measurement of those kernels with and without dropout "
+    "was found (NeMo's GPT-3 recipes train with attention_dropout 0.1, its Llama and Nemotron "
+    "recipes with 0.0); unfused attention runs a dropout kernel over the b·(a/t)·s² "
+    "probabilities each way; hidden dropout is the fused bias-dropout-add kernel with its "
+    "1-byte mask (at probability 0, as in those Llama and Nemotron recipes, PyTorch skips the "
+    "dropout and the kernel is a plain add: not distinguished, the specs carry no "
+    "probability)")
 
 
 def _norm_params(model: ModelSpec) -> int:
@@ -110,8 +123,10 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         norm_block("attn_norm", model, dm),
         tp_enter(dm),
         Block("attn_qkv",
-              fwd=(gemm("qkv", n, h, qkv_out // t, eg),) + core_f,
-              ig=core_b + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
+              fwd=(gemm("qkv", n, h, qkv_out // t, eg),) + rope.forward_ops(model, par, dm)
+              + core_f,
+              ig=core_b + rope.backward_ops(model, par, dm)
+              + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
               wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
               params=linear_params(model, h, qkv_out, t, True)),
         *(ring_attention_blocks(dm) if dm.cp > 1 else ()),

@@ -61,7 +61,8 @@ class Training:
     ``ep_nodes``: the nodes one EP group spans on the cluster (set by the scenario from the
     topology and the placement; 1 when unknown or uneven). ``fp8_recipe``: Megatron-Core's
     ``--fp8-recipe`` with ``dtype`` fp8 (``delayed`` — its default — or ``tensorwise``;
-    :mod:`sim.models.fp8`).
+    :mod:`sim.models.fp8`). ``apply_rope_fusion``: Megatron-Core's fused RoPE kernel (on
+    unless Megatron-LM's ``--no-rope-fusion``; :mod:`sim.models.rope`).
     """
 
     global_batch: int | None = None
@@ -86,6 +87,7 @@ class Training:
     norm_type: str = "rmsnorm"
     fp8_recipe: str = "delayed"
     use_torch_fsdp2: bool = False
+    apply_rope_fusion: bool = True
 
     @property
     def backend(self) -> str:
@@ -164,7 +166,7 @@ class ParallelConfig:
                  ep_nodes: int = 1, tp_comm_overlap: bool = False,
                  etp: int | None = None, compile: bool = True,
                  norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
-                 use_torch_fsdp2: bool = False) -> None:
+                 use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -180,7 +182,8 @@ class ParallelConfig:
                             ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap,
                             compile=compile, norm_type=norm_type,
                             fp8_recipe=fp8_recipe,
-                            use_torch_fsdp2=use_torch_fsdp2)
+                            use_torch_fsdp2=use_torch_fsdp2,
+                            apply_rope_fusion=apply_rope_fusion)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -228,6 +231,7 @@ class ParallelConfig:
     norm_type = _part("training", "norm_type")
     fp8_recipe = _part("training", "fp8_recipe")
     use_torch_fsdp2 = _part("training", "use_torch_fsdp2")
+    apply_rope_fusion = _part("training", "apply_rope_fusion")
     attention_backend = _part("training", "attention_backend")
     backend = _part("training", "backend")
     requested_backend = _part("training", "requested_backend")

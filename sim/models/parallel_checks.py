@@ -6,7 +6,7 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
-from sim.models import eager
+from sim.models import eager, rope
 from sim.models.fp8 import check_recipe
 from sim.models.parallel import (
     ATTENTION_BACKENDS,
@@ -35,6 +35,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     _check_moe_options(model, par)
     _check_schedule(par)
     eager.check(model, par)
+    rope.check(model, par)
     _check_tp_comm_overlap(par)
     check_recipe(par.fp8_recipe)
 

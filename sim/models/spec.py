@@ -19,7 +19,7 @@ YAML schema (unknown keys are rejected)::
     gated_mlp: false         # optional (SwiGLU: fc1 produces 2·ffn_hidden)
     bias: true               # optional, linear-layer biases
     norm: layernorm          # optional: layernorm | rmsnorm
-    position_embedding: learned   # optional: learned | rope
+    position_embedding: learned   # optional: learned | rope | alibi (BLOOM: a score bias)
     tied_embeddings: true    # optional: output layer shares the word embedding
     moe:                     # optional: mixture of experts in every layer's MLP
       experts: 8             # > 1
@@ -41,7 +41,8 @@ from sim.yaml_load import field_line, load_yaml_with_lines
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
 _INT_OPTIONAL = ("ffn_hidden", "kv_heads")
 _BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
-_CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope")}
+_CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope",
+                                                                    "alibi")}
 _MOE_KEYS = ("experts", "top_k")
 _MOE_OPTIONAL = ("expert_ffn_hidden", "shared_experts", "dense_layers")
 MAX_SIZE = 2**40  # larger sizes are corrupt values (and would overflow float FLOP counts)
