@@ -171,6 +171,21 @@ def _sc21_seconds(text: str, c) -> float:
     return flops / (tf * 1e12 * gpus)
 
 
+def _check_step_time_row(text: str, c) -> None:
+    """An LLM Benchmarking Collection row: GPUs, GBS, MBS, TP/PP/CP/VP and the step time as
+    quoted, and the table's tokens per second the same step time (GBS · seq / step)."""
+    gpus = int(re.search(r"(\d+)x H100 GPUs", text).group(1))
+    gbs = int(re.search(r"GBS (\d+)", text).group(1))
+    seq = int(re.search(r"seq (\d+)", text).group(1))
+    step = float(re.search(r"step time ([\d.]+) seconds per step", text).group(1))
+    tok = int(re.search(r"\((\d+) tokens per second\)", text).group(1))
+    assert (gpus, gbs, step) == (c.par.world_size, c.global_batch, c.measured_s), c.name
+    assert f"MBS {c.micro_batch}," in text, c.name
+    layout = re.search(r"TP(\d+) PP(\d+) CP(\d+) VP(\d+)", text).groups()
+    assert tuple(map(int, layout)) == (c.tp, c.pp, c.cp, c.vpp), c.name
+    assert tok == round(gbs * seq / step), c.name
+
+
 def _check_sc21_row(text: str, c) -> None:
     """A Table 1 case: GPUs, batch, hidden, layers and model-parallel size as the README image
     quotes them, TP/PP/MBS as the authors' run_table_1.sh sets them."""
@@ -217,6 +232,8 @@ def test_every_shipped_case_matches_the_published_numbers_it_cites():
                     assert int(local.group(1)) == c.micro_batch == gbs // gpus, c.name
             elif "teraFLOP/s per GPU" in text:  # Narayanan et al. SC'21 Table 1
                 _check_sc21_row(text, c)
+            elif "seconds per step" in text:  # NVIDIA LLM Benchmarking Collection READMEs
+                _check_step_time_row(text, c)
             elif "servers" in text:
                 servers = int(re.search(r"(\d+) DGX A100 servers", text).group(1))
                 assert servers * 8 == c.par.world_size
