@@ -42,8 +42,11 @@ def test_the_profiled_table_holds_exactly_the_kernels_the_layout_needs():
     table = read_table(PROFILED)
     assert table.gpu == "NVIDIA H100 80GB HBM3" and table.meta["sms"] == "132"
     assert "SwiGLU fused by torch.compile" in table.meta["source"]
-    assert sorted((r.kind, r.shape) for r in table.rows) == [
-        (s.kind, s.shape) for s in kernels_for(_model(), PAR)]
+    # profiled when simrun ran the spec's residual add as a dropout-add; the spec's
+    # hidden_dropout 0 (the recipe's) makes it a plain add now
+    asked = [(s.kind, s.shape) for s in kernels_for(_model(), PAR)]
+    profiled = sorted(("add" if r.kind == "dropout_add" else r.kind, r.shape) for r in table.rows)
+    assert profiled == sorted(asked)
 
 
 def test_the_profiled_table_times_the_layer_from_measured_shapes_near_the_real_layer():
@@ -51,12 +54,13 @@ def test_the_profiled_table_times_the_layer_from_measured_shapes_near_the_real_l
     rows = transformer_layer_rows(model, PAR, Dims.of(model, PAR), 0)
     timer = Timer(H100_SXM, H100, TableLookup(read_table(PROFILED), slots=132), PAR.backend)
     got_ms = timer.ops_ns([op for r in rows for op in (*r.fwd, *r.ig, *r.wg)], "bf16") / 1e6
-    # every kernel of the layer is a measured shape; only the residual-add backward and the
-    # rotary embedding of q and k (no kernel kinds in the table format) fall to the roofline
+    # every kernel of the layer is a measured shape but the residual adds (profiled as
+    # dropout-adds, see above) and the rotary embedding of q and k (no kernel kind in the
+    # table format), which fall to the roofline
     assert timer.hows == {EXACT: pytest.approx(timer.table_ns)}
     ops = [op for r in rows for op in (*r.fwd, *r.ig, *r.wg)]
     assert sorted(op.name for op in ops if timer.op_ns(op, "bf16")[1] == "roofline") == [
-        "attn_bda_grad", "mlp_bda_grad", "rope_k", "rope_k_grad", "rope_q", "rope_q_grad"]
+        "attn_bda", "mlp_bda", "rope_k", "rope_k_grad", "rope_q", "rope_q_grad"]
     assert timer.table_ns > 0.98 * (timer.table_ns + timer.roofline_ns)
     lines = [ln for ln in LAYERS.read_text().splitlines() if ln and not ln.startswith("#")]
     real = next(float(r["fwd_bwd_ms"]) for r in csv.DictReader(lines)

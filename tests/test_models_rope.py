@@ -17,7 +17,7 @@ from sim.models.compute import A100, H100, ops_time_ns
 from sim.models.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
-# a GPU of round bandwidth: at 80% of 2000 GB/s, 1.6 bytes per ns
+# a GPU of round bandwidth: at 80% of 2000 GB/s, 1600 bytes per ns
 GPU = GpuSpec("round", {"bf16": 100.0}, 80, 2000)
 H100_80 = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
 # 2 layers, sequence 8, hidden 16: 2 query heads of dim 8, 1 kv head (GQA)
@@ -46,7 +46,7 @@ def test_fused_kernels_hand_derived():
     assert rope_listing(row.fwd) == [("rope_q", 128 * 4 + 64 * 4), ("rope_k", 64 * 4 + 64 * 4)]
     assert rope_listing(row.ig) == [("rope_q_grad", 768), ("rope_k_grad", 512)]
     assert [op.name for op in row.ig][-1] == "qkv_dgrad"
-    # 2 kernels × 2 µs + 1280 bytes at 1.6 bytes/ns (0.8 ns) = 4000.8 ns → 4001 each way
+    # 2 kernels × 2 µs + 1280 bytes at 1600 bytes/ns (0.8 ns) = 4000.8 ns → 4001 each way
     fwd = [op for op in row.fwd if op.name.startswith("rope_")]
     assert ops_time_ns(fwd, GPU, A100, "bf16") == 4001
     both_layers = [op for r in build_model_plan(TINY, ParallelConfig(global_batch=1)).stages[0]
@@ -75,7 +75,7 @@ def test_unfused_kernels_hand_derived():
     assert len(fwd) == 24 and len(ig) == 10
     assert sum(b for _, b in fwd) == (24 * q + 48 * p) + (24 * k + 48 * p) == 10752
     assert sum(b for _, b in ig) == (20 * q + 4 * p) + (20 * k + 4 * p) == 4352
-    # 24 kernels × 2 µs + 10752 B / 1.6 = 48006.72 ns; backward 10 × 2 µs + 2720 ns/1000
+    # 24 kernels × 2 µs + 10752 B at 1600 B/ns = 48006.72 ns; backward 10 × 2 µs + 2.72 ns
     assert ops_time_ns([o for o in row.fwd if o.name.startswith("rope_")], GPU, A100,
                        "bf16") == 48007
     assert ops_time_ns([o for o in row.ig if o.name.startswith("rope_")], GPU, A100,

@@ -9,7 +9,7 @@ from sim.kernels.gpus import find
 from sim.models import eager, fp8, fsdp2, rope, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
-from sim.models.layers import DROPOUT_NOTE
+from sim.models.layers import dropout_note
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
 from sim.models.optimizer import PARAM_BYTES, ShampooPlan, bucket_params, grad_bytes
 from sim.models.parallel import ParallelConfig, attention_kernel
@@ -73,7 +73,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"{gpu.hbm_GBps:g} GB/s HBM",
         eager.describe(par),
         rope.describe(m, par, dm),
-        DROPOUT_NOTE,
+        dropout_note(m, par),
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
         "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
         "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group"

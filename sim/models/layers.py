@@ -33,16 +33,30 @@ from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
 from sim.models.spec import ModelSpec
 
-#: the assumption line of dropout (simrun's model specs carry no dropout probability)
-DROPOUT_NOTE = (
-    "dropout: attention dropout inside a fused (flash / cuDNN) attention kernel is taken as "
-    "free: no published H100 or A100 measurement of those kernels with and without dropout "
-    "was found (NeMo's GPT-3 recipes train with attention_dropout 0.1, its Llama and Nemotron "
-    "recipes with 0.0); unfused attention runs a dropout kernel over the b·(a/t)·s² "
-    "probabilities each way; hidden dropout is the fused bias-dropout-add kernel with its "
-    "1-byte mask (at probability 0, as in those Llama and Nemotron recipes, PyTorch skips the "
-    "dropout and the kernel is a plain add: not distinguished, the specs carry no "
-    "probability)")
+
+def dropout_note(model: ModelSpec, par: ParallelConfig) -> str:
+    """The assumption line of dropout: the model spec's probabilities and their kernels."""
+    hp, ap = model.hidden_dropout, model.attention_dropout
+    if not par.compile:
+        hidden = "none in torchtitan's block (--no-compile line)"
+    elif hp > 0:
+        hidden = ("the fused bias-dropout-add kernels write and read a 1-byte mask, and so does "
+                  "the embedding dropout")
+    else:
+        hidden = ("PyTorch's dropout returns its input: each bias-dropout-add is a residual add "
+                  "forward (the measured add kernel) and no kernel backward; no embedding "
+                  "dropout")
+    if not par.fused_attention:
+        attn = ("the unfused core's dropout kernel over the b·(a/t)·s² probabilities, each way"
+                if ap > 0 else "no dropout kernel in the unfused core")
+    elif ap > 0:
+        attn = ("inside the fused attention kernel, taken as free: no published H100 or A100 "
+                "measurement of those kernels with and without dropout was found")
+    else:
+        attn = "none in the fused attention kernel"
+    return (f"dropout (model spec; Megatron-Core's default 0.1): hidden_dropout {hp:g}: "
+            f"{hidden}; attention_dropout {ap:g}: {attn}; activation memory counts the "
+            "dropout masks either way")
 
 
 def _norm_params(model: ModelSpec) -> int:
@@ -59,23 +73,34 @@ def norm_block(name: str, model: ModelSpec, dm: Dims, pre: tuple[Op, ...] = ()) 
                  params=_norm_params(model))
 
 
-def bda_ops(name: str, dm: Dims) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
-    """Fused bias-dropout-add: forward reads x and residual, writes y and the mask (3A + 1);
-    backward reads dy and the mask, writes dx (2A + 1)."""
+def bda_ops(name: str, dm: Dims,
+            dropout: bool = True) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """Fused bias-dropout-add (Megatron-Core ``bias_dropout_add_fused_train``): forward reads x
+    and residual, writes y and the mask (3A + 1); backward reads dy and the mask, writes dx
+    (2A + 1). Without ``dropout`` (``hidden_dropout`` 0: PyTorch's ``dropout`` returns its
+    input, ``_dropout_impl`` in aten/src/ATen/native/Dropout.cpp, and no mask exists) it is a
+    residual add: forward reads x and the residual, writes y (3A, the measured ``add`` kind);
+    its backward hands the gradient to both inputs unchanged, no kernel (the sum of the
+    residual's two gradients is the norm backward's, 4A). A bias's gradient (a row sum) is
+    not counted, with or without dropout."""
     e = dm.nt * dm.h
+    if not dropout:
+        return (elementwise(name, 3 * A * e, "add", (dm.nt, dm.h)),), ()
     return ((elementwise(name, (3 * A + K) * e, "dropout_add", (dm.nt, dm.h)),),
             (elementwise(name + "_grad", (2 * A + K) * e),))
 
 
-def attention_core(par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
+def attention_core(par: ParallelConfig, dm: Dims, dropout: bool = True) -> tuple[tuple, tuple]:
     """Core attention forward and backward operators (per GPU: ``a/t`` heads).
 
     Unfused (Megatron 2022): QKᵀ and PV batched matmuls (2·b·s²·h/t FLOPs each), fused
     scale-mask-softmax (reads and writes the b·(a/t)·s² scores: 2A per element) and dropout
     (reads x, writes y and the mask: 2A + 1). Backward: four batched matmuls (2× forward
     FLOPs), dropout backward (2A + 1), softmax backward (reads y and dy, writes dx: 3A).
-    Flash attention: one forward kernel (4·b·s²·h/t FLOPs) and one backward kernel (8·b·s²·h/t
-    model FLOPs plus the 2·b·s²·h/t recomputation of QKᵀ).
+    Without ``dropout`` (``attention_dropout`` 0) the unfused core has no dropout kernels
+    (PyTorch's ``dropout`` returns its input). Flash attention: one forward kernel
+    (4·b·s²·h/t FLOPs) and one backward kernel (8·b·s²·h/t model FLOPs plus the 2·b·s²·h/t
+    recomputation of QKᵀ).
     """
     hb = dm.b * (dm.a // dm.t)  # batched heads on this GPU
     s, d = dm.s, dm.d
@@ -92,16 +117,18 @@ def attention_core(par: ParallelConfig, dm: Dims) -> tuple[tuple, tuple]:
         )
         return fwd, bwd
     x = hb * s * s
+    drop = (elementwise("attn_dropout", (2 * A + K) * x),) if dropout else ()
+    drop_grad = (elementwise("attn_dropout_grad", (2 * A + K) * x),) if dropout else ()
     fwd = (
         bmm("attn_scores", hb, s, d, s),
         elementwise("attn_softmax", 2 * A * x),
-        elementwise("attn_dropout", (2 * A + K) * x),
+        *drop,
         bmm("attn_values", hb, s, s, d),
     )
     bwd = (
         bmm("attn_values_grad_probs", hb, s, d, s),
         bmm("attn_values_grad_v", hb, s, s, d),
-        elementwise("attn_dropout_grad", (2 * A + K) * x),
+        *drop_grad,
         elementwise("attn_softmax_grad", 3 * A * x),
         bmm("attn_scores_grad_q", hb, s, s, d),
         bmm("attn_scores_grad_k", hb, s, s, d),
@@ -116,9 +143,12 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
     n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
     qkv_out = h + 2 * dm.kvh
-    core_f, core_b = attention_core(par, dm) if dm.cp == 1 else ((), ())
-    bda1_f, bda1_b = bda_ops("attn_bda", dm)
-    bda2_f, bda2_b = bda_ops("mlp_bda", dm)
+    core_f, core_b = (attention_core(par, dm, model.attention_dropout > 0) if dm.cp == 1
+                      else ((), ()))
+    # eager (--no-compile) replaces these kernels by torchtitan's adds, with or without dropout
+    hidden = model.hidden_dropout > 0 or not par.compile
+    bda1_f, bda1_b = bda_ops("attn_bda", dm, hidden)
+    bda2_f, bda2_b = bda_ops("mlp_bda", dm, hidden)
     items: list[Block | Conj] = [
         norm_block("attn_norm", model, dm),
         tp_enter(dm),
@@ -196,7 +226,8 @@ def embedding_rows(model: ModelSpec, dm: Dims) -> list[Row]:
     """Vocab-parallel word embedding (+ learned positions) on the first stage.
 
     Forward: lookup writes n·h (2A incl. the read of the rows), position add (3A), then the
-    TP all-reduce (SP: reduce-scatter) of the n·h output, then dropout (2A + 1). Weight grad:
+    TP all-reduce (SP: reduce-scatter) of the n·h output, then dropout (2A + 1; none at
+    ``hidden_dropout`` 0, where PyTorch's ``dropout`` returns its input). Weight grad:
     scatter-add of the n·h gradient into the fp32 main-grad rows (A + 8 per element for the
     positions, A·n·h + 8·n·h/t for the vocab shard).
     """
@@ -219,7 +250,8 @@ def embedding_rows(model: ModelSpec, dm: Dims) -> list[Row]:
         Block("embedding", fwd=look, wg=tuple(wg), params=params),
         comm,
         Block("embedding_dropout", fwd=(elementwise("embedding_dropout", (2 * A + K) * e),),
-              ig=(elementwise("embedding_dropout_grad", (2 * A + K) * e),)),
+              ig=(elementwise("embedding_dropout_grad", (2 * A + K) * e),))
+        if model.hidden_dropout > 0 else Block("embedding_dropout"),
     ]
     return rows_from_items(items)
 

@@ -21,6 +21,8 @@ YAML schema (unknown keys are rejected)::
     norm: layernorm          # optional: layernorm | rmsnorm
     position_embedding: learned   # optional: learned | rope | alibi (BLOOM: a score bias)
     tied_embeddings: true    # optional: output layer shares the word embedding
+    hidden_dropout: 0.1      # optional, 0 ≤ p < 1 (Megatron-Core's TransformerConfig default)
+    attention_dropout: 0.1   # optional, 0 ≤ p < 1 (likewise)
     moe:                     # optional: mixture of experts in every layer's MLP
       experts: 8             # > 1
       top_k: 2               # 1 ≤ top_k ≤ experts
@@ -41,6 +43,7 @@ from sim.yaml_load import field_line, load_yaml_with_lines
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
 _INT_OPTIONAL = ("ffn_hidden", "kv_heads")
 _BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
+_PROBABILITIES = ("hidden_dropout", "attention_dropout")
 _CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope",
                                                                     "alibi")}
 _MOE_KEYS = ("experts", "top_k")
@@ -91,6 +94,8 @@ class ModelSpec:
     position_embedding: str = "learned"
     tied_embeddings: bool = True
     moe: MoESpec | None = None
+    hidden_dropout: float = 0.1  # Megatron-Core TransformerConfig.hidden_dropout
+    attention_dropout: float = 0.1  # TransformerConfig.attention_dropout
 
     def __post_init__(self) -> None:
         if self.ffn_hidden == 0:
@@ -139,6 +144,9 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
         if key in data:
             kwargs[key] = _positive_int(data[key], file, key)
     kwargs.update(_flags_and_choices(data, file))
+    for key in _PROBABILITIES:
+        if key in data:
+            kwargs[key] = _probability(data[key], file, key)
     if "moe" in data and data["moe"] is not None:
         kwargs["moe"] = _moe(data["moe"], file)
     spec = ModelSpec(**kwargs)
@@ -192,6 +200,13 @@ def load_model(path: str | Path) -> ModelSpec:
             raise InputError(e.message, file=p, line=field_line(lines, e.field) or 1,
                              field=e.field) from None
         raise
+
+
+def _probability(value: Any, file: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise InputError(f"must be a probability 0 ≤ p < 1, got {show(value)}", file=file,
+                         field=key)
+    return float(value)
 
 
 def _positive_int(value: Any, file: str, key: str) -> int:

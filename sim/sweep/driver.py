@@ -74,13 +74,20 @@ def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
     return {
         "schema": "simrun.sweep-settings/1",
         "files": {"model": opts.model, "topology": opts.topology},  # informative, not compared
-        "model": asdict(model),
+        "model": _model_settings(model),
         "topology": {"name": topo.name, "sha256": _sha256(opts.topology), "nodes": topo.num_nodes},
         "gpus": gpus,
         "training": _training_settings(opts.training),
         "network": asdict(opts.network),
         "placement": opts.placement,
     }
+
+
+def _model_settings(model) -> dict[str, Any]:
+    """The model spec as recorded in the settings, without the dropout probabilities at their
+    default (sweeps recorded before the spec had them still resume)."""
+    later = {"hidden_dropout": 0.1, "attention_dropout": 0.1}
+    return {k: v for k, v in asdict(model).items() if not (k in later and v == later[k])}
 
 
 def _training_settings(training: Training) -> dict[str, Any]:
