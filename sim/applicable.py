@@ -33,6 +33,7 @@ from sim.applicable_log import LOG_VERDICTS
 from sim.comm import GroupKind
 from sim.engine.interference import NO_ASYNC
 from sim.errors import UsageError
+from sim.models.grad_sync import DELAY_SCHEDULES, delay_applies
 from sim.models.moe import dispatch_nodes
 from sim.workload import stages
 from sim.workload.model import Workload
@@ -75,7 +76,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
-               "--use-torch-fsdp2", "--no-rope-fusion")
+               "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -89,6 +90,12 @@ _MODEL_HOW = {
     "--overlap-grad-reduce": ("refused-if", "the default, stated; refused at DP 1 (no DP "
                                             "gradient collective)"),
     "--no-overlap-grad-reduce": ("refused-if", "refused at DP 1 (no DP gradient collective)"),
+    "--no-delay-grad-reduce": ("refused-if", "every pipeline stage reduces per bucket during "
+                                             "its last backward (assumption '--no-delay-grad-"
+                                             "reduce: ...'); refused without overlapped "
+                                             "gradient reduction, at PP 1 or DP 1, with ZeRO / "
+                                             "FSDP, and for schedules other than Megatron's "
+                                             "1f1b and interleaved"),
     "--overlap-param-gather": ("changes", "parameter all-gathers beside the forward (refused "
                                           "without --distributed-optimizer, with ZeRO-3)"),
     "--decoder-first-pipeline-num-layers": ("changes", "layers per stage (split assumption)"),
@@ -357,6 +364,10 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
                                          "optimizer state over at DP 1)")
     for flag in ("--overlap-grad-reduce", "--no-overlap-grad-reduce"):
         _refuse_if(given, flag, dp == 1, "needs DP > 1 (no gradient reduction at DP 1)")
+    _refuse_if(given, "--no-delay-grad-reduce", not delay_applies(par),
+               "Megatron delays gradient reductions only with --overlap-grad-reduce, PP > 1, "
+               f"DP > 1, Megatron DDP (no ZeRO / FSDP) and its {' or '.join(DELAY_SCHEDULES)} "
+               "schedule, so it changes nothing here")
     _refuse_if(given, "--expert-tensor-parallel-size", model_run.model.moe is None,
                "applies to mixture-of-experts models (a dense model has no experts)")
     _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "

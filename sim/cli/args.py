@@ -13,6 +13,7 @@ import sys
 from sim.cli.execution import add_execution_arguments, check_execution_flags, execution_options
 from sim.cli.expert_args import add_expert_tp_argument
 from sim.cli.fp8_args import add_fp8_arguments, recipe_of
+from sim.cli.grad_sync_args import add_grad_sync_arguments, delay_of
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -116,6 +117,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     ov.add_argument("--no-overlap-grad-reduce", action="store_true",
                     help="one blocking DP gradient collective after the backward instead of "
                          "per-bucket overlap")
+    add_grad_sync_arguments(g)
     g.add_argument("--overlap-param-gather", action="store_true",
                    help="Megatron-Core, with --distributed-optimizer: each bucket's parameter "
                         "all-gather runs beside the next iteration's forward; its first use "
@@ -183,6 +185,7 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
                     flash_attention=args.flash_attention,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                    delay_grad_reduce=delay_of(args),
                     attention_backend=getattr(args, "attention_backend", "") or "",
                     split=PipelineSplit(
                         getattr(args, "first_stage_layers", None),

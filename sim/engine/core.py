@@ -1,12 +1,12 @@
 """The SimPy event loop that times a pipeline-parallel iteration.
 
-Each simulated rank is one SimPy process walking its schedule (``sim.schedules``): for each
+Each simulated rank is one SimPy process walking its schedule (``sim.schedules``): per
 forward/backward op it waits for the activation/gradient from the neighbouring virtual stage,
-runs the chunk's compiled steps (``sim.engine.segments``) on its compute stream, and sends its
-output on. Blocking (TP/EP) collectives stall the compute stream; non-blocking (DP) ones run
-FIFO on a per-group communication stream and overlap later compute; epilogue optimizer work
-waits for them. A collective starts when every *simulated* member of its group has reached it
-(in symmetric mode the unsimulated copies are the network's business).
+runs the chunk's compiled steps (``sim.engine.segments``), issues the stage's delayed gradient
+syncs due after that backward, and sends its output on. Blocking (TP/EP) collectives stall the
+compute stream; non-blocking (DP) ones run FIFO on a per-group stream beside later compute;
+the optimizer waits for them. A collective starts when every *simulated* member of its group
+has reached it (symmetric mode: the unsimulated copies are the network's business).
 
 Pipeline sends are asynchronous: the transfer starts when the sender finishes the op, the
 receiver blocks until the data has arrived. Time a receiver waits before the sender has even
@@ -25,7 +25,7 @@ from sim.engine.interference import ComputeSharing, Interference
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.paired import detach_blocking, transfer
-from sim.engine.result import LayerStats, RankStats, SimResult
+from sim.engine.result import LayerStats, RankStats, SimResult, add_layer_totals
 from sim.engine.segments import (
     BACKWARD,
     AsyncIssue,
@@ -243,7 +243,7 @@ class _Engine:
         prog = self.prog.stages[stage]
         yield from self.tasks(rank, prog.prologue)
         st.pipeline_start_ns = env.now
-        ops = self.sched[stage]
+        ops, syncs, backwards = self.sched[stage], prog.syncs_by_backward(), 0
         for op, edges in zip(ops, op_edges(ops, self.split), strict=True):
             # a DualPipe F&B op: both inputs, both passes with collectives beside (paired.py)
             parts = (op,) if op.paired is None else (op, op.paired)
@@ -258,6 +258,9 @@ class _Engine:
             for group in waits:
                 yield from self.streams.await_overlap(rank, group)
             for o in parts:
+                if o.kind == "B":  # Megatron's grad_sync_func (sim.models.grad_sync), then send
+                    backwards += 1
+                    yield from self.tasks(rank, syncs.get(backwards - 1, ()))
                 self.send(rank, stage, o)
         st.pipeline_end_ns = env.now
         yield from self.tasks(rank, prog.epilogue)
@@ -385,16 +388,6 @@ class _Engine:
 
     def _layer_totals(self) -> None:
         for rank, comp in self._all_compiled:
-            n = comp.executions
-            if not n:
-                continue
-            layers = self.ledger.stats[rank].layers
-            for name, (f, ig, wg, comm, cnt) in comp.layer_totals.items():
-                ls = layers.setdefault(name, LayerStats())
-                ls.forward_ns += n * f
-                ls.input_grad_ns += n * ig
-                ls.weight_grad_ns += n * wg
-                ls.count += n * cnt
-                for g, ns in comm.items():
-                    ls.comm_ns[g] = ls.comm_ns.get(g, 0) + n * ns
-
+            if comp.executions:
+                add_layer_totals(self.ledger.stats[rank].layers, comp.layer_totals,
+                                 comp.executions)

@@ -99,3 +99,17 @@ class SimResult:
             if cur is None or (r.end_ns, -r.rank) > (cur.end_ns, -cur.rank):
                 best[r.stage] = r
         return [best[s] for s in sorted(best)]
+
+
+def add_layer_totals(layers: dict[str, LayerStats], totals: dict, n: int) -> None:
+    """Add ``n`` executions of a compiled pass's per-layer totals to ``layers``. ``totals``:
+    layer name → (forward, input-grad, weight-grad ns, comm ns by group name, forward count)
+    (:attr:`sim.engine.segments.Compiled.layer_totals`)."""
+    for name, (f, ig, wg, comm, cnt) in totals.items():
+        ls = layers.setdefault(name, LayerStats())
+        ls.forward_ns += n * f
+        ls.input_grad_ns += n * ig
+        ls.weight_grad_ns += n * wg
+        ls.count += n * cnt
+        for g, ns in comm.items():
+            ls.comm_ns[g] = ls.comm_ns.get(g, 0) + n * ns

@@ -12,7 +12,8 @@ Layout (as AICB writes seed 002; read back by :mod:`sim.workload.aicb` +
   layer have the same names), the last stage's output rows (``final_norm``, ``output_*``);
 - iteration-level rows after the blocks: ``fp8_weight_casts`` (the rows' once-per-iteration
   first-forward compute, summed: AICB's block repeats every microbatch alike) and the
-  representative stage's epilogue tasks as
+  representative stage's delayed gradient syncs (:mod:`sim.models.grad_sync`; all after the
+  last backward, where the interleaved schedule launches some earlier) and epilogue tasks as
   ``optimizer1``, ``optimizer2``, … (compute in the forward column; a TP collective in the
   forward column, others in the weight-grad column, which defaults to the DP group).
 
@@ -109,7 +110,9 @@ def representative_rows(program: PipelineProgram, stage: int = 0) -> tuple[list,
     once = sum(x.first_forward_ns for _n, x in block)
     if once:  # work of the iteration's first forward (FP8 weight casts): no slot in AICB's block
         iteration.append((FIRST_FORWARD_ROW, Layer(FIRST_FORWARD_ROW, forward=Phase(once))))
-    for t in st.epilogue:
+    # delayed gradient syncs (sim.models.grad_sync) as the first iteration-level rows: read
+    # back, they are issued after the last backward, before the optimizer waits for them
+    for t in (*(t for g in st.grad_syncs for t in g.tasks), *st.epilogue):
         lay = _task_layer(t)
         if lay.name != "embedding_grads":
             k += 1

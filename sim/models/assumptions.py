@@ -9,6 +9,7 @@ from sim.kernels.gpus import find
 from sim.models import eager, fp8, fsdp2, rope, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
+from sim.models.grad_sync import delay_applies, grad_sync_note
 from sim.models.layers import dropout_note
 from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
 from sim.models.optimizer import PARAM_BYTES, ShampooPlan, bucket_params, grad_bytes
@@ -111,6 +112,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         else:
             out.append(f"--no-overlap-grad-reduce: DP gradient {kind} after the backward, "
                        "blocking")
+        if delay_applies(par):
+            out.append(grad_sync_note(par))
         if par.overlap_param_gather:
             out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
                        "(2 bytes/parameter) per gradient bucket, non-blocking and in forward "

@@ -18,6 +18,7 @@ from sim.models import tp_overlap
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
+from sim.models.grad_sync import delays, launch_points
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import PARAM_BYTES, ShampooPlan, adam_ops, bucket_params, grad_bytes
 from sim.models.parallel import ParallelConfig, attention_kernel
@@ -28,7 +29,7 @@ from sim.models.zero import BYTES_16, zero3_layers
 from sim.schedules import stage_chunk
 from sim.topology.gpu import GpuSpec
 from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
+from sim.workload.program import GradSync, PipelineProgram, StageProgram, Task, TaskKind
 
 # ZeRO-3's collectives among one chunk's timed layers (one per row): (layers, rows, config)
 Zero3Units = Callable[[list[Layer], list[Row], ParallelConfig], list[Layer]]
@@ -94,8 +95,9 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                    optimizer: str | ShampooPlan, zero3: Zero3Units | None) -> StageProgram:
     par = plan.par
     chunks, prologue = [], []
+    delayed = delays(par, st.stage)
     for rows in st.chunks:
-        layers, index = _layers(rows, par, timer)
+        layers, index = _layers(rows, par, timer, delayed)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
             if zero3 is not None:
                 layers = list(zero3(layers, rows, par))
@@ -105,8 +107,27 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
         elif par.overlap_param_gather:
             _param_gathers(rows, par, layers, index, prologue)
         chunks.append(tuple(layers))
+    syncs = _grad_syncs(st, par) if delayed else ()
     return StageProgram(stage=st.stage, chunks=chunks, prologue=tuple(prologue),
-                        epilogue=_epilogue(st, plan, timer, optimizer))
+                        epilogue=_epilogue(st, plan, timer, optimizer), grad_syncs=syncs)
+
+
+def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:
+    """Megatron's delayed gradient reduction (:mod:`sim.models.grad_sync`): each model chunk's
+    bucket collectives — dense buckets in backward order, then expert buckets — launched
+    together after the backward op of :func:`launch_points`."""
+    out = []
+    for chunk, after in launch_points(par, st.stage):
+        buckets = sorted(_buckets(st.chunks[chunk], par), key=lambda b: (b[2], -b[0]))
+        tasks = []
+        for _first, n, expert in buckets:
+            comm = _dp_comm(par, n, expert, blocking=False)
+            if comm is not None:
+                tasks.append(Task(f"grad_sync.chunk{chunk}.bucket{len(tasks)}",
+                                  TaskKind.GRAD_SYNC, comm=comm))
+        if tasks:
+            out.append(GradSync(chunk, after, tuple(tasks)))
+    return tuple(out)
 
 
 def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], index: list[int],
@@ -140,7 +161,8 @@ def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> 
                 per_microbatch=par.zero >= 2)
 
 
-def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, list[Comm]]:
+def _bucket_comms(rows: list[Row], par: ParallelConfig,
+                  delayed: bool = False) -> dict[int, list[Comm]]:
     """Megatron DDP with overlapped gradient reduction: gradients fill buckets in backward order;
     a bucket's collective starts after the weight-grad of the row that completes it. A row
     can complete a dense (DP) and an expert (DP_EP) bucket at once: both are kept, dense first.
@@ -148,9 +170,10 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig) -> dict[int, list[Comm]]
     Buckets do not span the embedding / output rows and the transformer layers (Megatron's
     buckets do; the difference is a few bucket boundaries), so every stage with the same
     layers gets the same transformer-layer buckets (needed for a representative-stage file).
+    ``delayed``: the stage launches its buckets after a backward op instead (:func:`_grad_syncs`).
     """
     out: dict[int, list[Comm]] = {}
-    if not par.overlap_grad_reduce or par.zero >= 3:  # ZeRO-3: per-unit reduce-scatter
+    if not par.overlap_grad_reduce or par.zero >= 3 or delayed:  # ZeRO-3: per-unit RS
         return out
     for i, n, expert in _buckets(rows, par):
         comm = _dp_comm(par, n, expert, blocking=False)
@@ -187,11 +210,12 @@ def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]
     return out
 
 
-def _layers(rows: list[Row], par: ParallelConfig, timer: Timer) -> tuple[list[Layer], list[int]]:
+def _layers(rows: list[Row], par: ParallelConfig, timer: Timer,
+            delayed: bool = False) -> tuple[list[Layer], list[int]]:
     """The timed layers of ``rows`` and, per row, the index of its layer. A row that completes
     two gradient buckets carries the first; the second goes on a comm-only layer placed just
     before it (``<row>_grad_bucket``: walked right after the row in backward)."""
-    dp_comms = _bucket_comms(rows, par)
+    dp_comms = _bucket_comms(rows, par, delayed)
     dtype, m = par.dtype, par.microbatches
     layers: list[Layer] = []
     index: list[int] = []

@@ -62,7 +62,11 @@ class Training:
     topology and the placement; 1 when unknown or uneven). ``fp8_recipe``: Megatron-Core's
     ``--fp8-recipe`` with ``dtype`` fp8 (``delayed`` — its default — or ``tensorwise``;
     :mod:`sim.models.fp8`). ``apply_rope_fusion``: Megatron-Core's fused RoPE kernel (on
-    unless Megatron-LM's ``--no-rope-fusion``; :mod:`sim.models.rope`).
+    unless Megatron-LM's ``--no-rope-fusion``; :mod:`sim.models.rope`). ``delay_grad_reduce``:
+    Megatron-LM's (``--no-delay-grad-reduce`` turns it off): with ``overlap_grad_reduce`` and
+    pipeline parallelism only stage 0 reduces per bucket during its last backward; the other
+    stages launch their reductions after their last backward (interleaved: per model chunk);
+    :mod:`sim.models.grad_sync`.
     """
 
     global_batch: int | None = None
@@ -88,6 +92,7 @@ class Training:
     fp8_recipe: str = "delayed"
     use_torch_fsdp2: bool = False
     apply_rope_fusion: bool = True
+    delay_grad_reduce: bool = True
 
     @property
     def backend(self) -> str:
@@ -166,12 +171,14 @@ class ParallelConfig:
                  ep_nodes: int = 1, tp_comm_overlap: bool = False,
                  etp: int | None = None, compile: bool = True,
                  norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
-                 use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True) -> None:
+                 use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True,
+                 delay_grad_reduce: bool = True) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
                             flash_attention=flash_attention,
                             overlap_grad_reduce=overlap_grad_reduce,
+                            delay_grad_reduce=delay_grad_reduce,
                             attention_backend=attention_backend, split=split, fsdp=fsdp,
                             moe_load_imbalance=moe_load_imbalance,
                             moe_capacity_factor=moe_capacity_factor,
@@ -225,6 +232,7 @@ class ParallelConfig:
     distributed_optimizer = _part("training", "distributed_optimizer")
     flash_attention = _part("training", "flash_attention")
     overlap_grad_reduce = _part("training", "overlap_grad_reduce")
+    delay_grad_reduce = _part("training", "delay_grad_reduce")
     overlap_param_gather = _part("training", "overlap_param_gather")
     tp_comm_overlap = _part("training", "tp_comm_overlap")
     compile = _part("training", "compile")

@@ -9,7 +9,9 @@ order, backward in reverse order (input-gradient then weight-gradient phase of e
 Non-blocking (data-parallel) communications of per-microbatch layers are issued only in the
 backward of the last microbatch (gradient accumulation defers the sync, as Megatron and DDP do).
 ``prologue`` runs once before the first microbatch; ``epilogue`` once after the stage's last
-backward.
+backward. ``grad_syncs``: gradient collectives issued (non-blocking) after a given backward op
+of the stage instead of during it (Megatron's delayed gradient reduction,
+:mod:`sim.models.grad_sync`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,18 @@ class Task:
     param_bucket: int = -1  # a non-blocking parameter all-gather: the bucket it fills
 
 
+@dataclass(frozen=True, slots=True)
+class GradSync:
+    """Non-blocking gradient collectives (``tasks``, issued in order) launched right after the
+    stage's backward op number ``after_backward`` (0-based, counting the stage's ``B`` ops in
+    schedule order) finishes its compute — Megatron's ``grad_sync_func`` of model chunk
+    ``chunk``."""
+
+    chunk: int
+    after_backward: int
+    tasks: tuple[Task, ...]
+
+
 @dataclass
 class StageProgram:
     """The work of one pipeline stage (every rank of the stage runs the same program)."""
@@ -54,6 +68,14 @@ class StageProgram:
     chunks: list[tuple[Layer, ...]]
     prologue: tuple[Task, ...] = ()
     epilogue: tuple[Task, ...] = ()
+    grad_syncs: tuple[GradSync, ...] = ()
+
+    def syncs_by_backward(self) -> dict[int, tuple[Task, ...]]:
+        """The tasks of :attr:`grad_syncs` by the backward op number they follow."""
+        out: dict[int, tuple[Task, ...]] = {}
+        for g in self.grad_syncs:
+            out[g.after_backward] = out.get(g.after_backward, ()) + g.tasks
+        return out
 
 
 @dataclass
@@ -111,6 +133,7 @@ class PipelineProgram:
         out: dict[GroupKind, set[CollKind]] = {}
         for st in self.stages:
             comms = [t.comm for t in st.prologue + st.epilogue]
+            comms += [t.comm for g in st.grad_syncs for t in g.tasks]
             for chunk in st.chunks:
                 for lay in chunk:
                     for ph in (lay.forward, lay.input_grad, lay.weight_grad):

@@ -1,0 +1,24 @@
+"""``--no-delay-grad-reduce``: Megatron-LM's switch for where pipeline stages launch their
+data-parallel gradient reductions (:mod:`sim.models.grad_sync`); its own module to keep
+:mod:`sim.cli.args` small."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_grad_sync_arguments(g: argparse._ActionsContainer) -> None:
+    """Add ``--no-delay-grad-reduce`` (alias ``--no-align-grad-reduce``, Megatron-LM's name
+    since August 2024) to the model-driven workload group."""
+    g.add_argument("--no-delay-grad-reduce", "--no-align-grad-reduce", action="store_true",
+                   dest="no_delay_grad_reduce",
+                   help="Megatron-LM: with --overlap-grad-reduce and PP > 1 (1f1b or "
+                        "interleaved), every stage reduces its gradients per bucket during its "
+                        "last backward. Default (Megatron's delay_grad_reduce): only stage 0 "
+                        "does; the others launch theirs after their last backward (interleaved: "
+                        "per model chunk, offset by the pipeline rank)")
+
+
+def delay_of(args: argparse.Namespace) -> bool:
+    """Whether the run delays the gradient reductions of stages > 0 (Megatron's default)."""
+    return not getattr(args, "no_delay_grad_reduce", False)
