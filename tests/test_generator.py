@@ -121,6 +121,9 @@ def test_dp_gradient_sync_covers_every_parameter_once(distributed):
     plan = build_model_plan(GPT175, par)
     for st, sp in zip(prog.stages, plan.stages, strict=True):
         dp = [c for chunk in st.chunks for _, c in _comms(chunk) if c.group is GroupKind.DP]
+        # interleaved, Megatron's delayed reduction: every stage's buckets in its grad syncs
+        assert not dp and st.grad_syncs
+        dp = [t.comm for g in st.grad_syncs for t in g.tasks]
         assert all(not c.blocking for c in dp)
         kind = CollKind.REDUCESCATTER if distributed else CollKind.ALLREDUCE
         assert {c.kind for c in dp} == {kind}

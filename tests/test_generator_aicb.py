@@ -32,7 +32,9 @@ def _phases(layers):
 
 @pytest.mark.parametrize("kw", LAYOUTS)
 def test_round_trip_through_the_aicb_reader(tmp_path, kw):
-    par = ParallelConfig(**kw)
+    # the text holds one stage's gradient placement for all: every stage per bucket, as
+    # without Megatron's delayed reduction (delayed stages: the test below)
+    par = ParallelConfig(**kw, delay_grad_reduce=False)
     prog = generate(GPT175, par, A100_80)
     path = tmp_path / "w.txt"
     rows = write_aicb(prog, path)
@@ -51,6 +53,32 @@ def test_round_trip_through_the_aicb_reader(tmp_path, kw):
         [t.comm.group for t in prog.stages[0].epilogue if t.comm]
     assert back.stages[0].epilogue[0].wait_async
     assert rows == int(path.read_text().splitlines()[1])
+
+
+@pytest.mark.parametrize("kw", LAYOUTS[:2])
+def test_delayed_stage_written_as_iteration_rows(tmp_path, kw):
+    """A stage that delays its gradient reduction (sim/models/grad_sync.py) is written with
+    its grad syncs as the first iteration-level rows: read back, its layers carry no bucket
+    collective and its epilogue issues the same collectives, non-blocking, before the
+    optimizer waits for them."""
+    prog = generate(GPT175, ParallelConfig(**kw), A100_80)
+    st = prog.stages[1]
+    assert st.grad_syncs
+    path = tmp_path / "w.txt"
+    write_aicb(prog, path, stage=1)
+    back = build_program(read_aicb(path.read_text(), str(path)), LayoutOptions()).stages[1]
+    for c, chunk in enumerate(st.chunks):
+        assert _phases(back.chunks[c]) == _phases(chunk)
+    syncs = [t.comm for g in st.grad_syncs for t in g.tasks]
+    got = [t.comm for t in back.epilogue[:len(syncs)]]
+    assert [(c.kind, c.group, c.size_bytes, c.blocking) for c in got] == \
+        [(c.kind, c.group, c.size_bytes, False) for c in syncs]
+    rest = back.epilogue[len(syncs):]
+    def what(tasks):
+        return [(t.compute_ns, t.comm and (t.comm.kind, t.comm.group, t.comm.size_bytes))
+                for t in tasks]
+    assert what(rest) == what(st.epilogue)
+    assert not any(t.wait_async for t in back.epilogue[:len(syncs)]) and rest[0].wait_async
 
 
 def test_file_layout_like_seed_002(tmp_path):
@@ -96,7 +124,8 @@ def test_process_time_and_atomic_write(tmp_path):
 
 def test_ep_group_suffix(tmp_path):
     m = load_model(WORKLOADS / "models" / "moe-gpt-small.yaml")
-    par = ParallelConfig(tp=2, pp=2, dp=8, ep=4, global_batch=16, sequence_parallel=True)
+    par = ParallelConfig(tp=2, pp=2, dp=8, ep=4, global_batch=16, sequence_parallel=True,
+                         delay_grad_reduce=False)  # every stage per bucket, as the text holds
     text = aicb_text(generate(m, par, A100_80))
     assert "ALLTOALL_EP" in text and "_DP_EP" in text
     path = tmp_path / "moe.txt"
