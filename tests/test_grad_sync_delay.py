@@ -81,9 +81,9 @@ def test_1f1b_per_bucket_on_every_stage():
 
 def test_1f1b_stage_1_launches_after_its_last_backward():
     """Delayed: stage 1's B1 runs 100–140 unslowed and launches its bucket at 140 (140–160,
-    nothing beside; the rank waits for it, exposed DP); then the optimizer (160–165). Stage 0, per bucket as before, gets
-    the gradient at 140: L2 140–160, all-reduce 160–180 beside L1 160–186, optimizer 186–191:
-    6 ns earlier than per bucket everywhere (197)."""
+    nothing beside; the rank waits for it, exposed DP); then the optimizer (160–165). Stage 0,
+    per bucket as before, gets the gradient at 140: L2 140–160, all-reduce 160–180 beside L1
+    160–186, optimizer 186–191: 6 ns earlier than per bucket everywhere (197)."""
     res = _run([_stage_1f1b(0, False), _stage_1f1b(1, True)])
     assert res.iteration_ns == 191
     assert [x for x in _log(res) if x[2] == 2 and x[0] >= 100] == [
