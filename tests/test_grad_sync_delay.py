@@ -15,7 +15,10 @@ from sim.engine.interference import Interference
 from sim.models import ParallelConfig, generate
 from sim.models.grad_sync import delays, launch_points
 from sim.models.spec import ModelSpec
+from sim.network import build_network
 from sim.network.simple import AlphaBetaNetwork
+from sim.placement import Placement
+from sim.topology import load_topology
 from sim.topology.gpu import GpuSpec
 from sim.workload.model import Layer, Phase
 from sim.workload.program import GradSync, PipelineProgram, StageProgram, Task, TaskKind
@@ -201,6 +204,27 @@ def test_overlap_with_delay_is_never_slower_than_none(tmp_path, layout):
     if "16" in map(str, layout):  # 16 stages: per bucket everywhere, the drain carries the
         # slowed last backwards through every stage; delayed, stages > 0 reduce beside nothing
         assert it() < it("--no-delay-grad-reduce")
+
+
+@pytest.mark.parametrize("pp,vpp,order", [(2, 1, "tp-dp-pp"), (4, 1, "dp-tp-pp"),
+                                           (2, 2, "tp-pp-dp")])
+def test_symmetric_equals_per_rank_with_delayed_stages(pp, vpp, order):
+    """One simulated rank per stage (its DP peers' reductions are the network's copies) gives
+    the same iteration and per-stage breakdown as simulating every rank, with interference."""
+    t = load_topology(str(ROOT / "topologies" / "tiny-fattree-8.yaml"))
+    dp = 8 // pp
+    prog = generate(GPT_TINY, ParallelConfig(pp=pp, dp=dp, vpp=vpp, global_batch=4 * dp), A100)
+    assert any(st.grad_syncs for st in prog.stages)
+    pl = Placement(1, dp, pp, 1, order)
+
+    def breakdown(res):
+        return [(s.stage, s.compute_ns, s.optimizer_ns, s.bubble_ns, s.end_ns,
+                 tuple(sorted((g.value, ns) for g, ns in s.exposed_comm_ns.items())))
+                for s in res.stage_stats()]
+
+    sym = simulate(prog, build_network(t), placement=pl, interference=INTF)
+    full = simulate(prog, build_network(t), placement=pl, per_rank=True, interference=INTF)
+    assert sym.iteration_ns == full.iteration_ns and breakdown(sym) == breakdown(full)
 
 
 GPT1T = str(ROOT / "workloads" / "models" / "gpt-1t.yaml")
