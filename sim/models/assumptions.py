@@ -55,7 +55,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
     m, par, dm = plan.model, plan.par, plan.dims
     out = [
         f"workload generated from model spec {m.name}: {m.layers} layers, hidden {m.hidden}, "
-        f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}"
+        f"{m.heads} heads ({m.kv_heads} kv)"
+        + (f" of {m.head_dim} (kv_channels: Q {m.q_hidden} wide)"
+           if m.q_hidden != m.hidden else "") + f", ffn {m.ffn_hidden}"
         f"{' gated' if m.gated_mlp else ''}, vocab {m.vocab} padded to {dm.v} "
         f"(multiple of 128·tp), sequence {m.seq_len}"
         + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),

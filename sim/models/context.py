@@ -40,7 +40,7 @@ def ring_attention_blocks(dm: Dims) -> list[Block]:
     hb = dm.b * (dm.a // dm.t)
     sq = dm.s // dm.cp
     d = dm.d
-    qkvo = A * dm.n * (2 * dm.h + 2 * dm.kvh) // dm.t  # Q, O and one KV block
+    qkvo = A * dm.n * (2 * dm.q_width + 2 * dm.kvh) // dm.t  # Q, O and one KV block
     # A kernel table times each step as the causal attention kernel of the rank's s/N tokens:
     # exactly step 0 (the rank's two chunks against themselves) and the same executed work as
     # every later step (a non-causal half block, sq × sq/2).

@@ -22,7 +22,8 @@ from sim.models.spec import ModelSpec
 class Dims:
     """Per-microbatch sizes: ``n`` tokens (of this context-parallel rank: ``b·s/cp``), ``nt``
     tokens in the residual stream per GPU (``n/t`` with sequence parallelism), ``v`` padded
-    vocabulary, ``eg`` GEMM operand bytes, ``etp`` expert tensor-parallel size (0: ``t``)."""
+    vocabulary, ``eg`` GEMM operand bytes, ``etp`` expert tensor-parallel size (0: ``t``),
+    ``qh`` the width of Q and of the attention output (``heads · kv_channels``; 0: ``h``)."""
 
     b: int
     s: int
@@ -41,6 +42,12 @@ class Dims:
     ep: int
     cp: int = 1
     etp: int = 0
+    qh: int = 0  # Q / attention-output width heads·head_dim (0: h)
+
+    @property
+    def q_width(self) -> int:
+        """Width of Q and of the attention output (``qh``; 0 = ``h``)."""
+        return self.qh or self.h
 
     @property
     def expert_t(self) -> int:
@@ -56,6 +63,7 @@ class Dims:
             d=model.head_dim, kvh=model.kv_hidden, f=model.ffn_hidden, f1=f1,
             v=padded_vocab(model.vocab, par.tp), n=n, nt=n // par.tp if par.sp else n,
             sp=par.sp, eg=1 if par.dtype == "fp8" else 2, ep=par.ep, cp=par.cp, etp=par.etp,
+            qh=model.q_hidden,
         )
 
 

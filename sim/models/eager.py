@@ -131,7 +131,7 @@ def _swiglu(fwd: bool, e: int) -> tuple[Op, ...]:
 
 def _attention_fwd(dm: Dims) -> tuple[Op, ...]:
     """Rotary embedding of q and k, then ``repeat_kv`` of k and v (GQA)."""
-    q, k = dm.n * dm.h // dm.t, dm.n * dm.kvh // dm.t
+    q, k = dm.n * dm.q_width // dm.t, dm.n * dm.kvh // dm.t
     ops = rope_ops("rope_q", q, dm.s, dm.d) + rope_ops("rope_k", k, dm.s, dm.d)
     if k < q:
         ops += tuple(elementwise(f"repeat_kv_{x}", A * (k + q)) for x in ("k", "v"))
@@ -139,7 +139,7 @@ def _attention_fwd(dm: Dims) -> tuple[Op, ...]:
 
 
 def _attention_bwd(dm: Dims) -> tuple[Op, ...]:
-    q, k = dm.n * dm.h // dm.t, dm.n * dm.kvh // dm.t
+    q, k = dm.n * dm.q_width // dm.t, dm.n * dm.kvh // dm.t
     ops: tuple[Op, ...] = ()
     if k < q:
         ops += tuple(elementwise(f"repeat_kv_{x}_grad", A * (k + q)) for x in ("k", "v"))

@@ -34,8 +34,8 @@ def _mlp_flops(model: ModelSpec, f: int) -> int:
 def layer_params(model: ModelSpec, moe: bool = True) -> int:
     """Parameters of one transformer layer: all routed and shared experts and the router for an
     MoE layer (``moe=False``: a dense layer of an MoE model)."""
-    h, kv = model.hidden, model.kv_hidden
-    attn = h * (h + 2 * kv) + h * h + ((h + 2 * kv) + h if model.bias else 0)
+    h, q, kv = model.hidden, model.q_hidden, model.kv_hidden
+    attn = h * (q + 2 * kv) + q * h + ((q + 2 * kv) + h if model.bias else 0)
     norms = 2 * (2 if model.norm == "layernorm" else 1) * h
     if model.moe is not None and moe:
         me = model.moe
@@ -71,8 +71,8 @@ def narayanan_params(model: ModelSpec) -> int:
 def _layer_forward_flops_per_token(model: ModelSpec) -> tuple[int, int]:
     """(linear-layer FLOPs summed over the layers, attention-core FLOPs of one layer) of the
     forward, per token. MoE layers: ``top_k`` routed plus the shared experts, and the router."""
-    h, kv, s = model.hidden, model.kv_hidden, model.seq_len
-    linear = 2 * h * (h + 2 * kv) + 2 * h * h
+    h, q, kv, s = model.hidden, model.q_hidden, model.kv_hidden, model.seq_len
+    linear = 2 * h * (q + 2 * kv) + 2 * q * h
     dense = _dense_layers(model)
     total = dense * (linear + _mlp_flops(model, model.ffn_hidden))
     if model.moe is not None:
@@ -80,15 +80,15 @@ def _layer_forward_flops_per_token(model: ModelSpec) -> tuple[int, int]:
         moe = me.top_k * _mlp_flops(model, me.expert_ffn_hidden) + (
             _mlp_flops(model, me.shared_ffn_hidden) if me.shared_ffn_hidden else 0)
         total += (model.layers - dense) * (linear + moe + 2 * h * me.experts)
-    return total, 4 * s * h
+    return total, 4 * s * q
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch: int,
                               vocab: int | None = None) -> int:
     """Model FLOPs of one iteration (forward + backward, no recomputation), all GPUs.
 
-    ``3 · B·s · [L·(linear + 4·s·h) + 2·h·V]`` with per-token forward linear FLOPs
-    ``2h(h + 2·kv) + 2h² + MLP`` (MLP ``4hf``, gated ``6hf``, MoE ``top_k×`` plus the router).
+    ``3 · B·s · [L·(linear + 4·s·q) + 2·h·V]`` with per-token forward linear FLOPs
+    ``2h(q + 2·kv) + 2qh + MLP`` (``q`` = heads·kv_channels, ``h`` by default) (MLP ``4hf``, gated ``6hf``, MoE ``top_k×`` plus the router).
     Equals ``72·B·L·s·h²·(1 + s/(6h) + V/(12hL))`` for GPT-style models.
     """
     v = model.vocab if vocab is None else vocab

@@ -105,7 +105,7 @@ def attention_core(par: ParallelConfig, dm: Dims, dropout: bool = True) -> tuple
     hb = dm.b * (dm.a // dm.t)  # batched heads on this GPU
     s, d = dm.s, dm.d
     if par.fused_attention:
-        qkvo = A * dm.n * (2 * dm.h + 2 * dm.kvh) // dm.t
+        qkvo = A * dm.n * (2 * dm.q_width + 2 * dm.kvh) // dm.t
         shape = (dm.b, dm.a // dm.t, max(1, dm.kvh // d // dm.t), s, d, 1)
         fwd = (Op("flash_attn", OpKind.FLASH_FWD, 4 * hb * s * s * d, qkvo, kernel="attn_fwd",
                   shape=shape),)
@@ -142,7 +142,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
                            index: int) -> list[Row]:
     """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
     n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
-    qkv_out = h + 2 * dm.kvh
+    qh = dm.q_width  # heads·kv_channels: h unless the spec sets kv_channels
+    qkv_out = qh + 2 * dm.kvh
     core_f, core_b = (attention_core(par, dm, model.attention_dropout > 0) if dm.cp == 1
                       else ((), ()))
     # eager (--no-compile) replaces these kernels by torchtitan's adds, with or without dropout
@@ -162,10 +163,10 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         *(ring_attention_blocks(dm) if dm.cp > 1 else ()),
         sp_regather(dm),
         Block("attn_proj",
-              fwd=(gemm("proj", n, h // t, h, eg),),
-              ig=(gemm("proj_dgrad", n, h, h // t, eg),),
-              wg=(wgrad("proj_wgrad", n, h // t, h, eg),),
-              params=linear_params(model, h, h, t, False)),
+              fwd=(gemm("proj", n, qh // t, h, eg),),
+              ig=(gemm("proj_dgrad", n, h, qh // t, eg),),
+              wg=(wgrad("proj_wgrad", n, qh // t, h, eg),),
+              params=linear_params(model, qh, h, t, False)),
         tp_exit(dm),
     ]
     mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f)

@@ -92,11 +92,11 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
     sbh = s * b * h
     if rc == "full":
         return 2 * sbh // (t if sp else 1)
-    kvh, f = model.kv_hidden, model.ffn_hidden
+    kvh, f, qh = model.kv_hidden, model.ffn_hidden, model.q_hidden
     f1 = 2 * f if model.gated_mlp else f
     sb = s * b
-    # split across TP: Q, K, V, projection input
-    split = sb * (2 * h + 4 * kvh + 2 * h)
+    # split across TP: Q, K, V, projection input (Q and the projection input heads·kv_channels)
+    split = sb * (2 * qh + 4 * kvh + 2 * qh)
     if model.moe is None:
         replicated = 10 * sbh
         split += sb * (2 * f1 + 2 * f)

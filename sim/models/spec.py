@@ -16,6 +16,9 @@ YAML schema (unknown keys are rejected)::
     seq_len: 2048            # required, > 0
     ffn_hidden: 49152        # optional, default 4·hidden
     kv_heads: 96             # optional, default heads (GQA/MQA when smaller; divides heads)
+    kv_channels: 128         # optional, per-head width (Megatron's --kv-channels), default
+                             # hidden/heads; Q is heads·kv_channels wide, K and V
+                             # kv_heads·kv_channels, the projection heads·kv_channels → hidden
     gated_mlp: false         # optional (SwiGLU: fc1 produces 2·ffn_hidden)
     bias: true               # optional, linear-layer biases
     norm: layernorm          # optional: layernorm | rmsnorm
@@ -41,7 +44,7 @@ from sim.limits import MAX_LAYERS
 from sim.yaml_load import field_line, load_yaml_with_lines
 
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
-_INT_OPTIONAL = ("ffn_hidden", "kv_heads")
+_INT_OPTIONAL = ("ffn_hidden", "kv_heads", "kv_channels")
 _BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
 _PROBABILITIES = ("hidden_dropout", "attention_dropout")
 _CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope",
@@ -88,6 +91,7 @@ class ModelSpec:
     seq_len: int
     ffn_hidden: int = 0  # 0 → 4·hidden (resolved in __post_init__)
     kv_heads: int = 0  # 0 → heads
+    kv_channels: int = 0  # 0 → hidden // heads (Megatron-Core's kv_channels default)
     gated_mlp: bool = False
     bias: bool = True
     norm: str = "layernorm"
@@ -104,10 +108,19 @@ class ModelSpec:
             object.__setattr__(self, "moe", replace(self.moe, expert_ffn_hidden=self.ffn_hidden))
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
+        if self.kv_channels == 0:
+            object.__setattr__(self, "kv_channels", self.hidden // self.heads)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Per-head width of Q, K and V: ``kv_channels`` (default ``hidden / heads``)."""
+        return self.kv_channels
+
+    @property
+    def q_hidden(self) -> int:
+        """Width of the Q projection and of the attention output: ``heads · head_dim``
+        (``hidden`` unless ``kv_channels`` says otherwise, as in Qwen3 and GPT-OSS)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_hidden(self) -> int:
@@ -120,6 +133,7 @@ class ModelSpec:
         return (
             self.ffn_hidden == 4 * self.hidden
             and self.kv_heads == self.heads
+            and self.q_hidden == self.hidden
             and not self.gated_mlp
             and self.bias
             and self.norm == "layernorm"
@@ -150,7 +164,7 @@ def model_from_dict(data: Any, *, file: str = "<model>") -> ModelSpec:
     if "moe" in data and data["moe"] is not None:
         kwargs["moe"] = _moe(data["moe"], file)
     spec = ModelSpec(**kwargs)
-    _check_consistency(spec, file)
+    _check_consistency(spec, file, "kv_channels" in data)
     return spec
 
 
@@ -249,14 +263,16 @@ def _moe(data: Any, file: str) -> MoESpec:
     return MoESpec(experts=experts, top_k=top_k, **extra)
 
 
-def _check_consistency(spec: ModelSpec, file: str) -> None:
+def _check_consistency(spec: ModelSpec, file: str, explicit_kv_channels: bool = False) -> None:
+    """Sizes that contradict each other (``hidden`` must divide by ``heads`` unless
+    ``kv_channels`` sets the head width)."""
     if spec.layers > MAX_LAYERS:  # checked before anything is generated (sim/limits.py)
         raise InputError(f"{spec.layers:,} layers exceed simrun's work budget: at most "
                          f"{MAX_LAYERS:,} layers per model", file=file, field="layers")
     if spec.moe is not None and spec.moe.dense_layers >= spec.layers:
         raise InputError(f"must be below the {spec.layers} layers, got {spec.moe.dense_layers}",
                          file=file, field="moe.dense_layers")
-    if spec.hidden % spec.heads:
+    if not explicit_kv_channels and spec.hidden % spec.heads:
         raise InputError(f"hidden {spec.hidden} is not divisible by heads {spec.heads}",
                          file=file, field="heads")
     if spec.heads % spec.kv_heads:
