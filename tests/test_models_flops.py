@@ -85,7 +85,8 @@ def test_padded_vocabulary_enters_the_generated_logits():
     assert plan.iteration_flops()[0] == model_flops_per_iteration(model, 4, vocab=50688)
 
 
-@pytest.mark.parametrize("name", ["llama2-70b", "mixtral-8x7b", "moe-gpt-small", "llama3-8b"])
+@pytest.mark.parametrize("name", ["llama2-70b", "mixtral-8x7b", "moe-gpt-small", "llama3-8b",
+                                  "qwen3-30b-a3b"])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 @pytest.mark.parametrize("flash", [False, True])
 def test_non_gpt_models_match_general_closed_form(name, recompute, flash):
@@ -108,6 +109,22 @@ def test_llama_forward_flops_per_token_by_hand():
     h, f, s, V, L = 8192, 28672, 4096, 32000, 80
     per_layer = 2 * h * (h + 2 * 1024) + 2 * h * h + 3 * 2 * h * f + 4 * s * h
     assert model_flops_per_iteration(m, 1) == 3 * s * (L * per_layer + 2 * h * V)
+
+
+def test_kv_channels_widen_q_and_the_projection_by_hand():
+    """Qwen3-30B-A3B (kv_channels 128 ≠ hidden/heads = 64): Q is 32·128 = 4096 wide, K and V
+    4·128 = 512, the projection 4096 → 2048, the attention core 4·s·4096; MoE top-8 of 768-wide
+    SwiGLU experts plus the 2048×128 router. Forward per token per layer, ×3 for fwd + bwd."""
+    m = load_model(MODELS / "qwen3-30b-a3b.yaml")
+    h, q, kv, s, V, L, fe = 2048, 4096, 512, 4096, 151936, 48, 768
+    per_layer = (2 * h * (q + 2 * kv) + 2 * q * h + 8 * 3 * 2 * h * fe + 2 * h * 128
+                 + 4 * s * q)
+    assert (m.head_dim, m.q_hidden, m.kv_hidden) == (128, q, kv)
+    assert model_flops_per_iteration(m, 1) == 3 * s * (L * per_layer + 2 * h * V)
+    # the generated operators carry the same widths (one GPU: TP 1, EP 1)
+    par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1)
+    plan = build_model_plan(m, par)
+    assert plan.iteration_flops()[0] == model_flops_per_iteration(m, 1, vocab=plan.dims.v)
 
 
 @pytest.mark.parametrize("model, time_s, mfu_paper, hfu_paper, batch, gpus", [

@@ -66,10 +66,40 @@ def test_every_shipped_spec_loads():
     assert len(set(names)) == len(names)
 
 
+def test_qwen3_moe_parameter_counts_by_hand():
+    """Qwen3-30B-A3B per layer: QKV 2048·(32·128 + 2·4·128), projection 4096·2048, 128 SwiGLU
+    experts of 3·2048·768, router 2048·128, two RMSNorms; plus untied embedding and output
+    151936·2048 and the final norm. Qwen3-235B-A22B likewise (94 × hidden 4096, 64 heads,
+    experts of 1536)."""
+    def total(L, h, a, kv, fe):
+        q = a * 128
+        layer = h * (q + 2 * kv * 128) + q * h + 128 * 3 * h * fe + h * 128 + 2 * h
+        return L * layer + 2 * 151936 * h + h
+    assert total(48, 2048, 32, 4, 768) == 30_532_110_336
+    assert total_params(load_model(MODELS / "qwen3-30b-a3b.yaml")) == 30_532_110_336
+    assert total_params(load_model(MODELS / "qwen3-235b-a22b.yaml")) == total(
+        94, 4096, 64, 4, 1536)
+
+
+def test_kv_channels_need_not_divide_hidden():
+    """Megatron-Core's kv_channels sets the head width; hidden need not be heads·kv_channels
+    (nor divisible by heads) then, and without it hidden must divide by heads."""
+    m = model_from_dict({"name": "x", "layers": 2, "hidden": 2880, "heads": 64, "kv_heads": 8,
+                         "kv_channels": 64, "vocab": 100, "seq_len": 32})
+    assert (m.head_dim, m.q_hidden, m.kv_hidden, m.is_gpt_style) == (64, 4096, 512, False)
+    m = model_from_dict({"name": "x", "layers": 2, "hidden": 100, "heads": 3,
+                         "kv_channels": 32, "vocab": 100, "seq_len": 32})
+    assert m.q_hidden == 96
+    with pytest.raises(InputError, match="not divisible by heads"):
+        model_from_dict({"name": "x", "layers": 2, "hidden": 100, "heads": 3, "vocab": 100,
+                         "seq_len": 32})
+
+
 def test_defaults():
     m = model_from_dict({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100,
                          "seq_len": 32})
     assert (m.ffn_hidden, m.kv_heads, m.head_dim, m.kv_hidden) == (256, 4, 16, 64)
+    assert (m.kv_channels, m.q_hidden) == (16, 64)
     assert m.is_gpt_style and m.moe is None
 
 

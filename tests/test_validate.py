@@ -203,7 +203,8 @@ def _check_sc21_row(text: str, c) -> None:
 
 def test_every_shipped_case_matches_the_published_numbers_it_cites():
     """Each case's layout, batch and measurement are the ones its ``published`` text quotes
-    from the source (the NeMo table rows: GPUs, GBS, MBS, TP/PP/CP/VP, tokens/s/GPU; MT-NLG:
+    from the source (the NeMo table rows: GPUs, GBS, MBS, TP/PP/CP/VP, EP, GA, tokens/s/GPU;
+    MT-NLG:
     servers, global batch, s/iteration), and every case names its source and role."""
     files = sorted((WORKLOADS / "validation").glob("*.yaml"))
     assert len(files) >= 3
@@ -227,6 +228,13 @@ def test_every_shipped_case_matches_the_published_numbers_it_cites():
                 layout = re.search(r"TP(\d+) PP(\d+) CP(\d+) VP(\d+)", text)
                 if layout:
                     assert tuple(map(int, layout.groups())) == (c.tp, c.pp, c.cp, c.vpp)
+                ep = re.search(r"EP (\d+)", text)
+                if ep:  # the Megatron-Bridge tables' expert-parallel column
+                    assert int(ep.group(1)) == c.ep, c.name
+                ga = re.search(r"GA (\d+)", text)
+                if ga:  # gradient accumulation = GBS / (MBS · DP): the microbatch count
+                    assert int(ga.group(1)) == c.par.microbatches == gbs // (
+                        c.micro_batch * c.dp), c.name
                 local = re.search(r"batch size (\d+) \(GBS", text)
                 if local:  # torchtitan: one microbatch of the local batch per iteration
                     assert int(local.group(1)) == c.micro_batch == gbs // gpus, c.name
@@ -252,3 +260,23 @@ def test_a_layout_megatron_refuses_is_named_at_load_time(tmp_path):
                  "     global_batch: 6, micro_batch: 1, measured_s: 1.0}\n")
     with pytest.raises(InputError, match=r"v.yaml:3: cases\[0\]: .*\(--pp\)"):
         load_cases(v)
+
+
+def test_a_measured_run_the_memory_model_cannot_fit_is_reported(tmp_path, capsys):
+    """A case whose layout needs more memory than the GPU has is still predicted, and the
+    report names it with its predicted memory (a finding about the memory model, not hidden):
+    two layers of hidden 4096 at micro batch 128 of 4096 tokens keep far more than 80 GB of
+    activations on one H100."""
+    (tmp_path / "m.yaml").write_text(
+        "name: m\nlayers: 2\nhidden: 4096\nheads: 32\nvocab: 1000\nseq_len: 4096\n")
+    topo = WORKLOADS.parent / "topologies" / "dgx-h100-1024.yaml"
+    v = tmp_path / "v.yaml"
+    v.write_text(f"topology: {topo}\ncases:\n  - {{name: big, model: m.yaml, tp: 1, pp: 1,\n"
+                 "     global_batch: 128, micro_batch: 128, measured_s: 1.0, source: s}\n")
+    out = tmp_path / "v.json"
+    assert main(["validate", str(v), "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["cases"]
+    assert not row["memory_feasible"] and row["memory_per_gpu_bytes"] > 80e9
+    text = capsys.readouterr().out
+    assert (f"measured runs that do not fit simrun's memory model (predicted anyway): big "
+            f"({row['memory_per_gpu_bytes'] / 1e9:.1f} GB)") in text

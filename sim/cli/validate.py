@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         text.append("options of the measured runs not modelled yet (the prediction runs "
                     f"without them): {', '.join(missing)}")
+    over = [f"{r['name']} ({r['memory_per_gpu_bytes'] / 1e9:.1f} GB)" for r in rows
+            if not r["memory_feasible"]]
+    if over:  # a measured run that does not fit is a finding about the memory model
+        text.append("measured runs that do not fit simrun's memory model (predicted anyway): "
+                    + ", ".join(over))
     text.append("no per-case tuning: one compute model per GPU family, the network model of "
                 "the topology file; see docs/validation.md")
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only

@@ -88,7 +88,8 @@ def model_flops_per_iteration(model: ModelSpec, global_batch: int,
     """Model FLOPs of one iteration (forward + backward, no recomputation), all GPUs.
 
     ``3 · B·s · [L·(linear + 4·s·q) + 2·h·V]`` with per-token forward linear FLOPs
-    ``2h(q + 2·kv) + 2qh + MLP`` (``q`` = heads·kv_channels, ``h`` by default) (MLP ``4hf``, gated ``6hf``, MoE ``top_k×`` plus the router).
+    ``2h(q + 2·kv) + 2qh + MLP`` (``q`` = heads·kv_channels, ``h`` by default; MLP ``4hf``,
+    gated ``6hf``, MoE ``top_k×`` plus the router).
     Equals ``72·B·L·s·h²·(1 + s/(6h) + V/(12hL))`` for GPT-style models.
     """
     v = model.vocab if vocab is None else vocab
