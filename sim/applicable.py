@@ -76,7 +76,8 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
-               "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce")
+               "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
+               "--overlap-moe-expert-parallel-comm")
 _MODEL_HOW = {
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
@@ -121,6 +122,12 @@ _MODEL_HOW = {
                                                      "shapes and gradient reduction (layout "
                                                      "line, MoE assumption line); refused for a "
                                                      "dense model"),
+    "--overlap-moe-expert-parallel-comm": ("refused-if", "combined 1F1B: steady-state F&B ops "
+                                                         "with the EP all-to-alls beside the "
+                                                         "compute (MoE assumption lines); "
+                                                         "refused for a dense model, EP 1, "
+                                                         "full recompute, PP > 1 without the "
+                                                         "interleaved schedule"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
     "--fp8-recipe": ("refused-if", "Transformer Engine's FP8 cast kernels and amax "
                                    "reductions of the recipe (assumption '--fp8-recipe ...'); "

@@ -51,7 +51,7 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                     ("refused", "Megatron's; " + _LOG_PLACES)),
     **dict.fromkeys(("--moe-load-imbalance", "--moe-expert-capacity-factor",
                      "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
-                     "--expert-tensor-parallel-size"),
+                     "--expert-tensor-parallel-size", "--overlap-moe-expert-parallel-comm"),
                     ("refused", "the log is of a dense model; leave it out")),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
     "--no-rope-fusion": ("refused", "the log is DeepSpeed's, without Megatron-Core's RoPE "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.errors import UsageError
 
@@ -72,3 +72,20 @@ def op_edges(ops: list[ScheduleOp], split: bool) -> list[tuple[bool, bool]]:
 
     return [(edge(i, op), edge(i, op.paired) if op.paired else False)
             for i, op in enumerate(ops)]
+
+
+def pair_steady_state(ops: list[ScheduleOp]) -> list[ScheduleOp]:
+    """``ops`` with every forward that a backward directly follows (the 1F1B steady state) made
+    one F&B op with it (:attr:`ScheduleOp.paired`); warm-up forwards and cool-down backwards
+    stay alone."""
+    out: list[ScheduleOp] = []
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if op.kind == "F" and i + 1 < len(ops) and ops[i + 1].kind == "B":
+            out.append(replace(op, paired=ops[i + 1]))
+            i += 2
+        else:
+            out.append(op)
+            i += 1
+    return out

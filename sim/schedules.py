@@ -12,7 +12,7 @@ from __future__ import annotations
 from sim.dualpipe import check_dualpipe, dualpipe, dualpipe_peers, dualpipe_stage
 from sim.errors import UsageError
 from sim.limits import MAX_WORK
-from sim.schedule_ops import ScheduleOp, check_args
+from sim.schedule_ops import ScheduleOp, check_args, pair_steady_state
 
 __all__ = ["ScheduleOp", "check_args"]  # the op type's home is sim.schedule_ops
 
@@ -80,10 +80,11 @@ def gpipe(p: int, r: int, m: int) -> list[ScheduleOp]:
     return [ScheduleOp("F", i) for i in range(m)] + [ScheduleOp("B", i) for i in range(m)]
 
 
-def one_f_one_b(p: int, r: int, m: int) -> list[ScheduleOp]:
-    """Non-interleaved 1F1B: warmup ``min(p−r−1, M)`` forwards, steady F/B pairs, cooldown."""
+def one_f_one_b(p: int, r: int, m: int, extra_warmup: int = 0) -> list[ScheduleOp]:
+    """Non-interleaved 1F1B: warmup ``min(p−r−1, M)`` forwards (``extra_warmup`` more: see
+    :func:`combined_1f1b`), steady F/B pairs, cooldown."""
     _check(p, r, m)
-    w = min(p - r - 1, m)
+    w = min(p - r - 1 + extra_warmup, m)
     steady = m - w
     ops = [ScheduleOp("F", i) for i in range(w)]
     for i in range(steady):
@@ -246,13 +247,15 @@ def interleaved_table(m: int, v: int, n: int) -> list[tuple[int, int]]:
     return table
 
 
-def interleaved(p: int, r: int, m: int, v: int, n: int | None = None) -> list[ScheduleOp]:
-    """Interleaved 1F1B with ``v`` chunks per stage (virtual stage of chunk c = c·p + r)."""
+def interleaved(p: int, r: int, m: int, v: int, n: int | None = None,
+                extra_warmup: int = 0) -> list[ScheduleOp]:
+    """Interleaved 1F1B with ``v`` chunks per stage (virtual stage of chunk c = c·p + r);
+    ``extra_warmup`` more warm-up forwards (:func:`combined_1f1b`)."""
     _check(p, r, m)
     group = check_interleaved(p, m, v, n)
     table = interleaved_table(m, v, group)
     total = m * v
-    w = min(2 * (p - r - 1) + (v - 1) * group, total)
+    w = min(2 * (p - r - 1) + (v - 1) * group + extra_warmup, total)
     steady = total - w
 
     def fwd(k: int) -> ScheduleOp:
@@ -269,6 +272,26 @@ def interleaved(p: int, r: int, m: int, v: int, n: int | None = None) -> list[Sc
         ops.append(bwd(k))
     ops.extend(bwd(k) for k in range(steady, total))
     return ops
+
+
+def combined_1f1b(name: str, p: int, r: int, m: int, v: int = 1,
+                  n: int | None = None) -> list[ScheduleOp]:
+    """Megatron-Core's order with ``--overlap-moe-expert-parallel-comm`` (megatron/core/
+    pipeline_parallel/schedules.py ``get_pp_rank_microbatches``: one warm-up forward more than
+    the interleaved schedule, "to ensure the forward and backward computations are independent
+    in all 1f1b steps"; without pipelining, combined_1f1b.py: the first forward alone, then
+    the backward of microbatch i with the forward of i + 1, then the last backward): each
+    steady-state forward runs with the backward after it as one F&B op (:func:`~sim.
+    schedule_ops.pair_steady_state`). Megatron needs the interleaved schedule when ``p > 1``."""
+    if name == "interleaved":
+        ops = interleaved(p, r, m, v, n, extra_warmup=1)
+    elif name == "1f1b" and p == 1:
+        ops = one_f_one_b(p, r, m, extra_warmup=1)
+    else:
+        raise UsageError("with pipeline parallelism, Megatron-Core overlaps the expert-parallel "
+                         "all-to-alls only in the interleaved schedule (set --vpp)",
+                         field="--overlap-moe-expert-parallel-comm")
+    return pair_steady_state(ops)
 
 
 MAX_OPS = MAX_WORK
@@ -311,9 +334,10 @@ def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, 
 
 
 def schedule_table(
-    name: str, p: int, m: int, v: int = 1, n: int | None = None
+    name: str, p: int, m: int, v: int = 1, n: int | None = None, ep_a2a_overlap: bool = False
 ) -> list[list[ScheduleOp]]:
-    """Per-stage op order for schedule ``name`` (one list per stage, stage 0 first)."""
+    """Per-stage op order for schedule ``name`` (one list per stage, stage 0 first);
+    ``ep_a2a_overlap``: Megatron-Core's combined 1F1B (:func:`combined_1f1b`)."""
     per = 3 if name in SPLIT_BACKWARD or name == "dualpipe" else 2
     n_ops = per * p * m * (1 if name == "dualpipe" else v)  # dualpipe: M/2 per chunk
     if n_ops > MAX_OPS:
@@ -322,6 +346,8 @@ def schedule_table(
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
                          field="--microbatches")
     check_schedule(name, p, m, v, n)
+    if ep_a2a_overlap:
+        return [combined_1f1b(name, p, r, m, v, n) for r in range(p)]
     if name == "interleaved":
         return [interleaved(p, r, m, v, n) for r in range(p)]
     fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2,

@@ -163,6 +163,11 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                                                             "--sequence-parallel"]),
                           "*": ["--tp-comm-overlap"]},
     "--compile": {"*": ["--compile"]},
+    # model: on MOE_MODEL (EP 4, PP 1); refused at EP 1
+    "--overlap-moe-expert-parallel-comm": {
+        "model": (["--overlap-moe-expert-parallel-comm", "--ep", "1"],
+                  ["--overlap-moe-expert-parallel-comm"]),
+        "*": ["--overlap-moe-expert-parallel-comm"]},
     "--use-torch-fsdp2": {"model": (["--use-torch-fsdp2"], ["--use-torch-fsdp2", "--fsdp"]),
                           "*": ["--use-torch-fsdp2"]},
     # model: on LLAMA_MODEL (torchtitan's Llama block); unfused attention is refused with it
@@ -253,6 +258,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--no-compile"): LLAMA_MODEL, ("model", "--norm-type"): LLAMA_MODEL,
     ("model", "--no-rope-fusion"): LLAMA_MODEL,
     ("model", "--expert-tensor-parallel-size"): MOE_MODEL,
+    ("model", "--overlap-moe-expert-parallel-comm"): MOE_MODEL,
     # the default (auto) runs cuDNN's fused kernel, timed like FlashAttention-2 by the
     # roofline: the H100's measured table tells the two apart
     ("model", "--flash-attention"): H100_MODEL,

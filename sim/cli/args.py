@@ -14,6 +14,7 @@ from sim.cli.execution import add_execution_arguments, check_execution_flags, ex
 from sim.cli.expert_args import add_expert_tp_argument
 from sim.cli.fp8_args import add_fp8_arguments, recipe_of
 from sim.cli.grad_sync_args import add_grad_sync_arguments, delay_of
+from sim.cli.moe_args import add_moe_overlap_argument, check_moe_overlap_flag, moe_overlap_options
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -174,6 +175,7 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
                    help="MoE: width of the shared-expert MLP (Megatron-Core; replaces the "
                         "model spec's shared experts)")
     add_expert_tp_argument(g)
+    add_moe_overlap_argument(g)
     add_execution_arguments(g)
 
 
@@ -200,7 +202,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     moe_shared_expert_intermediate_size=getattr(
                         args, "moe_shared_expert_intermediate_size", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
-                    fp8_recipe=recipe_of(args), **execution_options(args))
+                    fp8_recipe=recipe_of(args), **execution_options(args),
+                    **moe_overlap_options(args))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:
@@ -229,6 +232,7 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
                          "times)", field="--attention-backend" if getattr(
                              args, "attention_backend", "") else "--flash-attention")
     check_execution_flags(args)
+    check_moe_overlap_flag(args)
     if getattr(args, "moe_load_imbalance", 1.0) != 1.0:
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
                          field="--moe-load-imbalance")

@@ -109,7 +109,7 @@ class _Engine:
         self.p, self.v, self.m = prog.pp, prog.vpp, prog.microbatches
         self.split = prog.schedule in SPLIT_BACKWARD  # B = input-gradient pass, W separate
         self.sched = schedule_table(prog.schedule, self.p, self.m, self.v,
-                                    prog.microbatch_group_size)
+                                    prog.microbatch_group_size, prog.ep_a2a_overlap)
         self.sim_ranks = list(classes.reps)
         sim_set = frozenset(self.sim_ranks)
         for r in self.scale:
@@ -245,14 +245,14 @@ class _Engine:
         st.pipeline_start_ns = env.now
         ops, syncs, backwards = self.sched[stage], prog.syncs_by_backward(), 0
         for op, edges in zip(ops, op_edges(ops, self.split), strict=True):
-            # a DualPipe F&B op: both inputs, both passes with collectives beside (paired.py)
+            # an F&B op (DualPipe, combined 1F1B): both inputs, both passes, comms beside
             parts = (op,) if op.paired is None else (op, op.paired)
             waits: tuple[GroupKind, ...] = ()
             for o in parts:
                 yield from self.recv(rank, stage, o)
             for o, edge in zip(parts, edges, strict=False):
                 comp = self.op_pass(rank, stage, o, edge, len(parts) > 1)
-                comp, more = detach_blocking(comp) if len(parts) > 1 else (comp, ())
+                comp, more = detach_blocking(comp, len(parts) > 1, self.prog.ep_a2a_overlap)
                 waits += more
                 yield from self.run_steps(rank, comp, o.microbatch, o.chunk, o.kind)
             for group in waits:

@@ -10,6 +10,10 @@ when its compute and all those collectives are done. The dependency of a layer's
 its own collective inside the op is not enforced: that is the hiding DualPipe's rearrangement
 buys (each collective of one pass is covered by the other pass's compute), made exact. Pipeline
 sends leave when the op ends, as for every op.
+
+Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs the same kind of op in the steady
+state of its 1F1B schedules (combined 1F1B, :func:`sim.schedules.combined_1f1b`): there only
+the expert-parallel all-to-alls leave the compute stream (:func:`detach_blocking`).
 """
 
 from __future__ import annotations
@@ -20,17 +24,27 @@ from sim.schedule_ops import ScheduleOp
 from sim.schedules import pipe_peers, virtual_stage
 
 
-def detach_blocking(comp: Compiled) -> tuple[Compiled, tuple[GroupKind, ...]]:
+def detach_blocking(comp: Compiled, paired: bool = True,
+                    ep_only: bool = False) -> tuple[Compiled, tuple[GroupKind, ...]]:
     """``comp`` with its blocking collectives issued on their group's overlap stream instead
     of waited for, and the groups to await at the end of the op, one per collective in issue
-    order. A group the pass already overlaps itself (an :class:`AsyncIssue` with ``overlap``,
-    awaited inside the pass) keeps its collectives blocking, so the stream's FIFO waits stay
-    matched."""
+    order (``comp`` unchanged and nothing to await when the op is not ``paired``). A group the
+    pass already overlaps itself (an :class:`AsyncIssue` with ``overlap``, awaited inside the
+    pass) keeps its collectives blocking, so the stream's FIFO waits stay matched.
+
+    ``ep_only``: Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``;
+    megatron/core/pipeline_parallel/combined_1f1b.py: "EP A2A in forward step is hidden by the
+    attention/mlp computation in the backward step, and vice versa") moves only the
+    expert-parallel all-to-alls to the communication stream; TP collectives stay inside the
+    attention and MLP computations, blocking as in a single pass."""
+    if not paired:
+        return comp, ()
     own = {s.comm.group for s in comp.steps if type(s) is AsyncIssue and s.overlap}
     steps = []
     waits: list[GroupKind] = []
     for s in comp.steps:
-        if type(s) is Blocking and s.comm.group not in own:
+        if type(s) is Blocking and s.comm.group not in own and (
+                not ep_only or s.comm.group is GroupKind.EP):
             steps.append(AsyncIssue(s.comm, s.phase, s.layer, overlap=True))
             waits.append(s.comm.group)
         else:

@@ -11,7 +11,12 @@ from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.grad_sync import delay_applies, grad_sync_note
 from sim.models.layers import dropout_note
-from sim.models.moe import dispatch_nodes, distinct_nodes, moe_load_factor
+from sim.models.moe import (
+    describe_ep_a2a_overlap,
+    dispatch_nodes,
+    distinct_nodes,
+    moe_load_factor,
+)
 from sim.models.optimizer import PARAM_BYTES, ShampooPlan, bucket_params, grad_bytes
 from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan
@@ -158,6 +163,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             + "; " + _expert_tp_note(par) + "; " + _dispatch_note(plan)
             + "; expert gradients synced in DP_EP"
             + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""))
+        if par.overlap_moe_expert_parallel_comm:
+            out.append(describe_ep_a2a_overlap(par))
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
                "bytes), CPU launch overheads, memory allocator effects")
     mf = model_flops_per_iteration(m, par.global_batch)

@@ -72,6 +72,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         etp=par.layout.etp, microbatches=par.microbatches, pp_bytes=pp_bytes, stages=stages,
         schedule=par.schedule_name, source=source or f"model {model.name}",
         microbatch_group_size=par.microbatch_group_size,
+        ep_a2a_overlap=par.overlap_moe_expert_parallel_comm,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
     program.assumptions += compute_notes(setup, timer)

@@ -170,7 +170,7 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     """Per-GPU memory of every stage and feasibility on ``gpu`` (capacity ``hbm_GB·1e9``)."""
     plan = plan or build_model_plan(model, par)
     table = schedule_table(par.schedule_name, par.pp, par.microbatches, par.vpp,
-                           par.microbatch_group_size)
+                           par.microbatch_group_size, par.overlap_moe_expert_parallel_comm)
     g = grad_bytes(par.dtype)
     stages = []
     for st in plan.stages:

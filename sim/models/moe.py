@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 
 from sim.comm import CollKind, Comm, GroupKind
+from sim.errors import UsageError
 from sim.models.dims import Dims, linear_params, tp_enter, tp_exit
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import Op, OpKind, elementwise, gemm, wgrad
@@ -171,3 +172,38 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
               ig=(elementwise("moe_unpermute_grad", A * (routed + dm.nt) * h),)),
     ]
     return items
+
+
+_A2A_FLAG = "--overlap-moe-expert-parallel-comm"
+
+
+def check_ep_a2a_overlap(model: ModelSpec, par: ParallelConfig) -> None:
+    """Megatron-Core's ``overlap_moe_expert_parallel_comm`` asserts (megatron/core/transformer/
+    transformer_config.py, ``__post_init__``): expert parallelism (an MoE model, EP > 1), the
+    alltoall or flex dispatcher (simrun's two), no full recomputation, and with pipeline
+    parallelism a virtual pipeline (the interleaved schedule; :func:`sim.schedules.
+    combined_1f1b`). Raises :class:`UsageError` naming the flag."""
+    if not par.overlap_moe_expert_parallel_comm:
+        return
+    if model.moe is None or par.ep < 2:
+        raise UsageError("needs a mixture-of-experts model with expert parallelism (--ep > 1):"
+                         " it overlaps the EP all-to-alls", field=_A2A_FLAG)
+    if par.recompute == "full":
+        raise UsageError("Megatron-Core refuses it with full recomputation", field=_A2A_FLAG)
+    ok = par.schedule_name == "interleaved" or (par.pp == 1 and par.schedule_name == "1f1b")
+    if not ok:
+        raise UsageError("with pipeline parallelism it needs the interleaved schedule (set "
+                         f"--vpp > 1), got {par.schedule_name}", field=_A2A_FLAG)
+
+
+def describe_ep_a2a_overlap(par: ParallelConfig) -> str:
+    """The assumption line of ``--overlap-moe-expert-parallel-comm`` (empty when off)."""
+    if not par.overlap_moe_expert_parallel_comm:
+        return ""
+    return ("--overlap-moe-expert-parallel-comm (Megatron-Core combined 1F1B): one more "
+            "warm-up forward, then each steady-state forward and the backward after it run as "
+            "one op: both passes' compute back to back, their EP all-to-alls on the EP stream "
+            "beside it (a layer's compute does not wait for its own all-to-all inside the op: "
+            "the hiding Megatron's per-layer interleaving buys), TP collectives blocking as "
+            "usual; the op ends when its compute and all-to-alls are done; delay_wgrad_compute "
+            "(the weight gradients moved behind the combine all-to-all) is within that bound")

@@ -66,7 +66,9 @@ class Training:
     Megatron-LM's (``--no-delay-grad-reduce`` turns it off): with ``overlap_grad_reduce`` and
     pipeline parallelism only stage 0 reduces per bucket during its last backward; the other
     stages launch their reductions after their last backward (interleaved: per model chunk);
-    :mod:`sim.models.grad_sync`.
+    :mod:`sim.models.grad_sync`. ``overlap_moe_expert_parallel_comm``: Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm`` (combined 1F1B: the EP all-to-alls of one
+    microbatch beside another's compute; :func:`sim.schedules.combined_1f1b`).
     """
 
     global_batch: int | None = None
@@ -93,6 +95,7 @@ class Training:
     use_torch_fsdp2: bool = False
     apply_rope_fusion: bool = True
     delay_grad_reduce: bool = True
+    overlap_moe_expert_parallel_comm: bool = False
 
     @property
     def backend(self) -> str:
@@ -172,7 +175,8 @@ class ParallelConfig:
                  etp: int | None = None, compile: bool = True,
                  norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
                  use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True,
-                 delay_grad_reduce: bool = True) -> None:
+                 delay_grad_reduce: bool = True,
+                 overlap_moe_expert_parallel_comm: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -190,7 +194,8 @@ class ParallelConfig:
                             compile=compile, norm_type=norm_type,
                             fp8_recipe=fp8_recipe,
                             use_torch_fsdp2=use_torch_fsdp2,
-                            apply_rope_fusion=apply_rope_fusion)
+                            apply_rope_fusion=apply_rope_fusion,
+                            overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -250,6 +255,7 @@ class ParallelConfig:
     moe_capacity_factor = _part("training", "moe_capacity_factor")
     moe_token_dispatcher = _part("training", "moe_token_dispatcher")
     ep_nodes = _part("training", "ep_nodes")
+    overlap_moe_expert_parallel_comm = _part("training", "overlap_moe_expert_parallel_comm")
 
     @property
     def shards_optimizer(self) -> bool:

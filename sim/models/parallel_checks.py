@@ -8,6 +8,7 @@ from __future__ import annotations
 from sim.errors import UsageError
 from sim.models import eager, rope
 from sim.models.fp8 import check_recipe
+from sim.models.moe import check_ep_a2a_overlap
 from sim.models.parallel import (
     ATTENTION_BACKENDS,
     DTYPES,
@@ -33,6 +34,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     check_context_parallel(model, par)
     check_zero(model, par)
     _check_moe_options(model, par)
+    check_ep_a2a_overlap(model, par)
     _check_schedule(par)
     eager.check(model, par)
     rope.check(model, par)

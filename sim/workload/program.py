@@ -88,6 +88,8 @@ class PipelineProgram:
     reduced over them); ``cp``: context-parallel ranks within them (``sim.placement``).
     ``microbatch_group_size``: Megatron's ``microbatch_group_size_per_vp_stage`` (interleaved
     only; ``None`` = pipeline size). ``etp``: expert tensor-parallel size (``None``: TP).
+    ``ep_a2a_overlap``: Megatron-Core's ``--overlap-moe-expert-parallel-comm`` (combined 1F1B:
+    :func:`sim.schedules.combined_1f1b`, :mod:`sim.engine.paired`).
     """
 
     tp: int
@@ -104,6 +106,7 @@ class PipelineProgram:
     assumptions: list[str] = field(default_factory=list)
     cp: int = 1
     etp: int | None = None
+    ep_a2a_overlap: bool = False
 
     @classmethod
     def of(cls, layout: Layout, **rest) -> PipelineProgram:
