@@ -20,7 +20,7 @@ from sim.models.compute_setup import ComputeSetup
 from sim.models.dims import Dims
 from sim.models.layers import output_rows, transformer_layer_rows
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec
+from sim.models.spec import ModelSpec, MoESpec
 from sim.network.simple import AlphaBetaNetwork
 from sim.topology.gpu import GpuSpec
 
@@ -106,6 +106,35 @@ def test_tensorwise_tp2_sp_bytes_by_hand():
         "mlp_fc1_weight_cast_transpose": ("first_fwd", 4 * H * F // t),
         "mlp_fc2_weight_amax": ("first_fwd", 2 * F // t * H),
         "mlp_fc2_weight_cast_transpose": ("first_fwd", 4 * F // t * H),
+    }
+
+
+def test_grouped_linear_casts_of_the_routed_experts_by_hand():
+    """TE's GroupedLinear (split_quantize over the experts' token splits) under current
+    scaling, TP 2 with SP, ETP = TP, EP 1: 4 experts of 96, top-2 → the expert shards see the
+    gathered n·top_k = 64·2 = 128 token copies; fc1 is 64 → 2·96/2 = 96 wide (SwiGLU off),
+    fc2 48 → 64. Every operand: amax 2 B + cast-transpose 4 B per element, on all 128 rows
+    (the dispatcher gathers bf16 tokens: no FP8 gather); weights: 4 local experts' shards."""
+    moe = ModelSpec("m", layers=2, hidden=64, heads=4, vocab=1024, seq_len=32,
+                    moe=MoESpec(experts=4, top_k=2, expert_ffn_hidden=96))
+    par = ParallelConfig(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
+                         fp8_recipe="tensorwise", sequence_parallel=True)
+    got = _casts(transformer_layer_rows(moe, par, Dims.of(moe, par), 0))
+    m, fc1, fc2 = 128, 96 // 2, 96 // 2  # token copies; fc1 output and fc2 input per rank
+    experts = {k: v for k, v in got.items() if k.startswith("moe_")}
+    assert experts == {
+        "moe_fc1_input_amax": ("fwd", 2 * m * H),
+        "moe_fc1_input_cast_transpose": ("fwd", 4 * m * H),
+        "moe_fc1_grad_output_amax": ("ig", 2 * m * fc1),
+        "moe_fc1_grad_output_cast_transpose": ("ig", 4 * m * fc1),
+        "moe_fc2_input_amax": ("fwd", 2 * m * fc2),
+        "moe_fc2_input_cast_transpose": ("fwd", 4 * m * fc2),
+        "moe_fc2_grad_output_amax": ("ig", 2 * m * H),
+        "moe_fc2_grad_output_cast_transpose": ("ig", 4 * m * H),
+        "moe_fc1_weight_amax": ("first_fwd", 2 * 4 * H * fc1),
+        "moe_fc1_weight_cast_transpose": ("first_fwd", 4 * 4 * H * fc1),
+        "moe_fc2_weight_amax": ("first_fwd", 2 * 4 * fc2 * H),
+        "moe_fc2_weight_cast_transpose": ("first_fwd", 4 * 4 * fc2 * H),
     }
 
 

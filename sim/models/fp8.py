@@ -61,7 +61,15 @@ BYTES = {"fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax":
 #: separate norm (TEColumnParallelLinear).
 LINEARS = {"attn_qkv": ("column", True), "attn_proj": ("row", False),
            "mlp_fc1": ("column", True), "mlp_fc2": ("row", False),
-           "shared_mlp_fc1": ("column", False), "shared_mlp_fc2": ("row", False)}
+           "shared_mlp_fc1": ("column", False), "shared_mlp_fc2": ("row", False),
+           "moe_fc1": ("column", False), "moe_fc2": ("row", False)}
+#: the routed experts' TE ``GroupedLinear`` (transformer_engine/pytorch/module/
+#: grouped_linear.py, v2.9: ``tex.split_quantize`` of the input over the experts' token
+#: splits, row- and column-wise, in forward; of the output gradient in backward; each expert's
+#: weight cached with ``is_first_microbatch``): the same bytes as a linear over all the
+#: token copies, one kernel per operand (a multi-tensor quantize); the tokens arrive from the
+#: dispatcher in bf16, so nothing is gathered in FP8 (no sequence-parallel split)
+GROUPED = frozenset({"moe_fc1", "moe_fc2"})
 #: FP8 scaling-factor meta tensors TE keeps per GEMM: forward (input, weight, output) and
 #: backward (output gradient, input gradient); one fp32 amax each is reduced
 FWD_METAS, BWD_METAS = 3, 2
@@ -124,20 +132,22 @@ def add_casts(items: list, recipe: str, sp: bool, t: int) -> int:
     for it in items:
         if not isinstance(it, Block) or it.name not in LINEARS:
             continue
-        gemm = next((op for op in it.fwd if op.kind is OpKind.GEMM and op.kernel == "gemm"),
+        gemm = next((op for op in it.fwd if op.kind is OpKind.GEMM and len(op.shape) == 3),
                     None)
         if gemm is None:
             continue
         mode, norm = LINEARS[it.name]
         m, k, n = gemm.shape
+        gsp = sp and it.name not in GROUPED
         x_fwd, x_wg = operand_casts(f"{it.name}_input", m, k, recipe, norm_fused=norm,
-                                    gathered=sp and mode == "column", t=t)
+                                    gathered=gsp and mode == "column", t=t)
         dy_ig, dy_wg = operand_casts(f"{it.name}_grad_output", m, n, recipe,
-                                     gathered=sp and mode == "row", t=t)
+                                     gathered=gsp and mode == "row", t=t)
         it.fwd = _insert_before(it.fwd, gemm.name, x_fwd)
         it.ig = _insert_before(it.ig, f"{gemm.name}_dgrad", dy_ig)
         it.wg = x_wg + dy_wg + it.wg
-        it.first_fwd = it.first_fwd + weight_casts(it.name, k, n, recipe)
+        # a grouped linear's weights: one k × n per local expert
+        it.first_fwd = it.first_fwd + weight_casts(it.name, k * gemm.count, n, recipe)
         done += 1
     return done
 
@@ -211,5 +221,7 @@ def describe(recipe: str, sp: bool) -> str:
                "reduction; the TP all-reduce of the amax of sequence-parallel operands "
                "(4 bytes) is not modelled")
     return (f"{how}: {common}; {rec}; the output layer (Megatron-Core ColumnParallelLinear, "
-            "outside TE), attention, norms and activations stay bf16; MoE expert and router "
-            "GEMMs: no casts modelled")
+            "outside TE), attention, norms and activations stay bf16; MoE: the routed experts' "
+            "TE GroupedLinear (fc1, fc2) casts its input and output gradient over all token "
+            "copies (split_quantize; the tokens arrive in bf16, nothing gathered in FP8) and "
+            "each local expert's weight once; the router GEMM has no casts")

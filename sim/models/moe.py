@@ -77,13 +77,15 @@ def expert_tp_exit(dm: Dims, tokens: int) -> Conj:
 
 def grouped_gemm(name: str, m_total: int, k: int, n: int, count: int, eg: int,
                  weight_grad: bool = False) -> Op:
-    """``count`` GEMMs (one per local expert) over ``m_total`` tokens in total, weights ``k×n``."""
+    """``count`` GEMMs (one per local expert) over ``m_total`` tokens in total, weights ``k×n``.
+    ``shape`` ``(m_total, k, n)`` records the operands for the FP8 casts (:mod:`sim.models.fp8`);
+    no ``kernel``: the roofline times it (a kernel table's single GEMMs are not grouped ones)."""
     flops = 2 * m_total * k * n
     if weight_grad:
         nbytes = eg * (m_total * k + m_total * n) + 8 * count * k * n
     else:
         nbytes = eg * (m_total * k + count * k * n) + A * m_total * n
-    return Op(name, OpKind.GEMM, flops, nbytes, count=count)
+    return Op(name, OpKind.GEMM, flops, nbytes, count=count, shape=(m_total, k, n))
 
 
 def moe_load_factor(par: ParallelConfig) -> float:
