@@ -10,7 +10,7 @@ from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models import generate
 from sim.models.parallel import ParallelConfig
-from sim.models.spec import MoESpec, ModelSpec
+from sim.models.spec import ModelSpec, MoESpec
 from sim.network.simple import AlphaBetaNetwork
 from sim.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
