@@ -133,15 +133,18 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
     arriving = math.ceil(routed * load)  # token copies the busiest GPU receives
     act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
     e = m * f // t
+    # Megatron-Core's TopKRouter is a plain torch linear (outside Transformer Engine): its
+    # GEMMs stay bf16 in an fp8 run, like the output layer's
+    rg, rd = (A, "bf16") if eg == 1 else (eg, "")
     items: list[Block | Conj] = [
         Block("moe_router",
-              fwd=(gemm("router", dm.nt, h, n_exp, eg),
+              fwd=(gemm("router", dm.nt, h, n_exp, rg, dtype=rd),
                    elementwise("router_topk", 8 * dm.nt * n_exp),
                    elementwise("moe_permute", 2 * A * routed * h)),
               ig=(elementwise("moe_permute_grad", 2 * A * routed * h),
                   elementwise("router_topk_grad", 12 * dm.nt * n_exp),
-                  gemm("router_dgrad", dm.nt, n_exp, h, eg)),
-              wg=(wgrad("router_wgrad", dm.nt, h, n_exp, eg),),
+                  gemm("router_dgrad", dm.nt, n_exp, h, rg, dtype=rd)),
+              wg=(wgrad("router_wgrad", dm.nt, h, n_exp, rg, dtype=rd),),
               params=h * n_exp),
     ]
     a2a = Conj()
