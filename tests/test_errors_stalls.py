@@ -64,8 +64,8 @@ def test_receive_whose_send_never_comes(monkeypatch):
     """Stage 0's schedule loses its second forward: stage 1 waits for that activation."""
     real = core.schedule_table
 
-    def lossy(name, p, m, v=1, n=None):
-        table = real(name, p, m, v, n)
+    def lossy(name, p, m, v=1, n=None, ep_a2a_overlap=False):
+        table = real(name, p, m, v, n, ep_a2a_overlap)
         table[0] = [op for op in table[0] if not (op.kind == "F" and op.microbatch == 1)]
         table[0] = [op for op in table[0] if not (op.kind == "B" and op.microbatch == 1)]
         return table
@@ -104,8 +104,8 @@ def test_send_without_its_receive_is_reported(monkeypatch):
     """Stage 0's schedule loses its last backward: stage 1 sends a gradient nobody receives."""
     real = core.schedule_table
 
-    def lossy(name, p, m, v=1, n=None):
-        table = real(name, p, m, v, n)
+    def lossy(name, p, m, v=1, n=None, ep_a2a_overlap=False):
+        table = real(name, p, m, v, n, ep_a2a_overlap)
         table[0] = [op for op in table[0] if not (op.kind == "B" and op.microbatch == m - 1)]
         return table
 
