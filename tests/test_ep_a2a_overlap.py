@@ -84,6 +84,9 @@ def test_hand_derived_timeline_comm_hidden():
     assert (28, 36) in ep and (38, 46) in ep and (58, 66) in ep and (68, 76) in ep
     # exposed: the lone F0's and B2's all-to-alls (8 + 8); the F&B ops' are hidden
     assert res.ranks[0].exposed_comm_ns[GroupKind.EP] == 16
+    # the per-layer report counts the passes run inside F&B ops too: 3 forwards, 3 backwards
+    moe = res.ranks[0].layers["moe"]
+    assert (moe.count, moe.forward_ns, moe.input_grad_ns, moe.weight_grad_ns) == (3, 30, 30, 30)
 
 
 def test_hand_derived_timeline_comm_bound():

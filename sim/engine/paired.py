@@ -36,7 +36,8 @@ def detach_blocking(comp: Compiled, paired: bool = True,
     megatron/core/pipeline_parallel/combined_1f1b.py: "EP A2A in forward step is hidden by the
     attention/mlp computation in the backward step, and vice versa") moves only the
     expert-parallel all-to-alls to the communication stream; TP collectives stay inside the
-    attention and MLP computations, blocking as in a single pass."""
+    attention and MLP computations, blocking as in a single pass. The execution is counted on
+    ``comp`` (the per-layer report reads it there)."""
     if not paired:
         return comp, ()
     own = {s.comm.group for s in comp.steps if type(s) is AsyncIssue and s.overlap}
@@ -49,6 +50,9 @@ def detach_blocking(comp: Compiled, paired: bool = True,
             waits.append(s.comm.group)
         else:
             steps.append(s)
+    # the engine runs the detached copy once, and its per-layer totals count the executions of
+    # the pass it compiled (``comp``): count this one there
+    comp.executions += 1
     return Compiled(tuple(steps), comp.layer_totals, barrier=comp.barrier), tuple(waits)
 
 
