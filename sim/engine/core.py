@@ -24,7 +24,7 @@ from sim.engine.critical import critical_path
 from sim.engine.interference import ComputeSharing, Interference
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
-from sim.engine.paired import detach_blocking, transfer
+from sim.engine.paired import detach_blocking, detached, transfer
 from sim.engine.result import LayerStats, RankStats, SimResult, add_layer_totals
 from sim.engine.segments import (
     BACKWARD,
@@ -161,13 +161,13 @@ class _Engine:
         comp = self._compiled.get(key)
         if comp is None:
             layers = self.prog.stages[stage].chunks[chunk]
-            forward = kind == "F"
+            forward, ep_only = kind == "F", self.prog.ep_a2a_overlap
             passes = {"W": (PhaseKind.WEIGHT_GRAD,), "I": (PhaseKind.INPUT_GRAD,)}.get(
                 kind, BACKWARD)
             scale = self.scale.get(rank, 1.0)
 
-            def cost(c: Comm) -> tuple[int, str] | None:
-                return None if overlapped else self.fused_cost(rank, c)
+            def cost(c: Comm) -> tuple[int, str] | None:  # F&B ops: detached comms unfused
+                return None if overlapped and detached(c, ep_only) else self.fused_cost(rank, c)
             # a pass depends on the rank only through its compute scale and the fused costs
             # of its blocking comms: ranks that agree on them share the compiled steps
             sig = (stage, chunk, forward, passes, last, scale, overlapped, tuple(

@@ -18,10 +18,17 @@ the expert-parallel all-to-alls leave the compute stream (:func:`detach_blocking
 
 from __future__ import annotations
 
-from sim.comm import GroupKind
+from sim.comm import Comm, GroupKind
 from sim.engine.segments import AsyncIssue, Blocking, Compiled
 from sim.schedule_ops import ScheduleOp
 from sim.schedules import pipe_peers, virtual_stage
+
+
+def detached(comm: Comm, ep_only: bool) -> bool:
+    """Whether an F&B op moves ``comm`` beside its compute: every blocking collective
+    (DualPipe), or only the expert-parallel ones (``ep_only``: Megatron-Core's combined 1F1B).
+    The others stay blocking and keep the engine's fused costs."""
+    return not ep_only or comm.group is GroupKind.EP
 
 
 def detach_blocking(comp: Compiled, paired: bool = True,
@@ -44,8 +51,7 @@ def detach_blocking(comp: Compiled, paired: bool = True,
     steps = []
     waits: list[GroupKind] = []
     for s in comp.steps:
-        if type(s) is Blocking and s.comm.group not in own and (
-                not ep_only or s.comm.group is GroupKind.EP):
+        if type(s) is Blocking and s.comm.group not in own and detached(s.comm, ep_only):
             steps.append(AsyncIssue(s.comm, s.phase, s.layer, overlap=True))
             waits.append(s.comm.group)
         else:
