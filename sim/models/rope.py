@@ -59,7 +59,7 @@ def applies(model: ModelSpec) -> bool:
 
 def _tensors(dm: Dims) -> tuple[tuple[str, int], ...]:
     """The rotated tensors of one layer on one GPU: name and element count."""
-    return (("q", dm.n * dm.h // dm.t), ("k", dm.n * dm.kvh // dm.t))
+    return (("q", dm.n * dm.q_width // dm.t), ("k", dm.n * dm.kvh // dm.t))
 
 
 def _freqs(dm: Dims) -> int:
