@@ -30,20 +30,19 @@ def test_sweep_of_28_layouts_of_175b_on_1024_gpus_within_30_s(tmp_path):
     assert wall < 30, f"{wall:.1f} s"
 
 
-def test_validate_within_270_cpu_s(tmp_path):
-    """All shipped measured cases (29, up to 3360 GPUs) on 2 local workers: measured 60 CPU-s
-    in total on main 4039e3e (~30 s of wall time on 2 free cores). CPU time (this process and
-    its workers) is the bound, so the check holds on a loaded machine; 90 s leaves room for
-    slower CI cores. The Megatron-Bridge MoE cases add 157-169 CPU-s (measured with --workers
-    1; Qwen3-235B-A22B alone ~160: its 256 GPUs' EP-32 all-to-alls over 4 nodes run beside
-    the compute on the flow network for 128 microbatches; Qwen3-30B ~6): the bound is
-    90 + 180 s."""
+def test_validate_within_360_cpu_s(tmp_path):
+    """All shipped measured cases on 2 local workers. CPU time (this process and its workers)
+    is the bound, so the check holds on a loaded machine. Measured: 29 cases 60 CPU-s on main
+    4039e3e; 58 cases 180 CPU-s on main b5c0ffe (docs/validation.md, NeMo 25.02 section); the
+    two Megatron-Bridge MoE cases add 157-169 CPU-s (--workers 1; Qwen3-235B-A22B alone ~160:
+    its 256 GPUs' EP-32 all-to-alls over 4 nodes run beside the compute on the flow network for
+    128 microbatches; Qwen3-30B ~6). 360 s: the sum, with room for slower CI cores."""
     before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     assert main(["validate", "--workers", "2", "--json", str(tmp_path / "v.json")]) == 0
     after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime
               for a, b in zip(after, before, strict=True))
-    assert cpu < 270, f"{cpu:.1f} CPU-s"
+    assert cpu < 360, f"{cpu:.1f} CPU-s"
     # a coarse guard on the whole set (docs/validation.md has the numbers: mean absolute error
     # 12.0%, the largest 27.3% on MT-NLG); a broken mechanism that doubles or halves a class of
     # iterations fails it, the refinement of a model does not. One case is outside it and
