@@ -34,7 +34,7 @@ def test_validate_within_360_cpu_s(tmp_path):
     """All shipped measured cases on 2 local workers. CPU time (this process and its workers)
     is the bound, so the check holds on a loaded machine. Measured: 29 cases 60 CPU-s on main
     4039e3e; 58 cases 180 CPU-s on main b5c0ffe (docs/validation.md, NeMo 25.02 section); the
-    two Megatron-Bridge MoE cases add 157-169 CPU-s (--workers 1; Qwen3-235B-A22B alone ~160:
+    two Megatron-Bridge MoE cases add 140-169 CPU-s (--workers 1; Qwen3-235B-A22B alone ~150:
     its 256 GPUs' EP-32 all-to-alls over 4 nodes run beside the compute on the flow network for
     128 microbatches; Qwen3-30B ~6). 360 s: the sum, with room for slower CI cores."""
     before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
