@@ -299,8 +299,10 @@ def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, A
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Error statistics of all cases (``all``) and of each role (``calibration``,
-    ``evaluation``), in percent of the measured time; each group's ``cases`` is its count."""
+    """Error statistics of all cases (``all``), of each role (``calibration``,
+    ``evaluation``) and of the evaluation cases of each source (``evaluation_by_source``:
+    source line → statistics, in file order), in percent of the measured time; each group's
+    ``cases`` is its count."""
 
     def stats(group: list[dict[str, Any]]) -> dict[str, float]:
         errs = [r["error_pct"] for r in group]
@@ -311,8 +313,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "mean_error_pct": sum(errs) / len(errs),
                 "max_abs_error_pct": max(abs(e) for e in errs)}
 
+    evaluation = [r for r in rows if r["role"] == "evaluation"]
     return {"all": stats(rows), **{role: stats([r for r in rows if r["role"] == role])
-                                   for role in ROLES}}
+                                   for role in ROLES},
+            "evaluation_by_source": {src: stats([r for r in evaluation if r["source"] == src])
+                                     for src in dict.fromkeys(r["source"] for r in evaluation)}}
 
 
 def default_files() -> list[Path]:

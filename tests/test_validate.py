@@ -280,3 +280,26 @@ def test_a_measured_run_the_memory_model_cannot_fit_is_reported(tmp_path, capsys
     text = capsys.readouterr().out
     assert (f"measured runs that do not fit simrun's memory model (predicted anyway): big "
             f"({row['memory_per_gpu_bytes'] / 1e9:.1f} GB)") in text
+
+
+def test_evaluation_errors_are_also_given_per_source():
+    """Each source's evaluation cases get their own statistics (a source with many weak-scaling
+    rows would otherwise dominate the mean), calibration cases stay out, file order is kept."""
+    from sim.cli.validate import table
+    from sim.validate import summary
+    rows = [{"name": n, "role": role, "source": src, "error_pct": e, "gpu": "H100-SXM5-80GB",
+             "gpus": 8, "layout": "TP1", "measured_s": 2.0, "predicted_s": 2.0,
+             "mfu_at_measured_s": 0.4, "predicted_mfu": 0.4}
+            for n, role, src, e in (("a", "evaluation", "B", -10.0), ("b", "calibration", "A", 1.0),
+                                    ("c", "evaluation", "A", 4.0), ("d", "evaluation", "B", 2.0))]
+    by = summary(rows)["evaluation_by_source"]
+    assert list(by) == ["B", "A"]
+    assert by["B"] == {"cases": 2, "mean_abs_error_pct": 6.0, "mean_error_pct": -4.0,
+                       "max_abs_error_pct": 10.0}
+    assert by["A"] == {"cases": 1, "mean_abs_error_pct": 4.0, "mean_error_pct": 4.0,
+                       "max_abs_error_pct": 4.0}
+    text = table(rows, summary(rows))
+    at = text.index("evaluation cases by source:")
+    assert text[at + 1:] == [
+        "  B: mean absolute error 6.0% over 2 cases (mean signed error -4.0%, max 10.0%)",
+        "  A: mean absolute error 4.0% over 1 case (mean signed error +4.0%, max 4.0%)"]

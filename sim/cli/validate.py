@@ -48,7 +48,8 @@ def _row(r: dict[str, Any]) -> list[str]:
 
 
 def _stats_line(s: dict[str, Any]) -> str:
-    return (f"mean absolute error {s['mean_abs_error_pct']:.1f}% over {s['cases']} cases "
+    return (f"mean absolute error {s['mean_abs_error_pct']:.1f}% over {s['cases']} "
+            f"case{'s' if s['cases'] != 1 else ''} "
             f"(mean signed error {s['mean_error_pct']:+.1f}%, max {s['max_abs_error_pct']:.1f}%)")
 
 
@@ -70,6 +71,10 @@ def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
         out += [fmt(b) for b in group]
         out.append(f"{role}: {_stats_line(stats[role])}")
     out.append(f"all: {_stats_line(stats['all'])}")
+    by_source = stats.get("evaluation_by_source", {})
+    if len(by_source) > 1:  # weak-scaling rows of one source weigh as much as their count
+        out.append("evaluation cases by source:")
+        out += [f"  {src}: {_stats_line(s)}" for src, s in by_source.items()]
     return out
 
 
