@@ -92,24 +92,26 @@ def _unfused_bwd(name: str, x: int, p: int) -> tuple[Op, ...]:
     )
 
 
-def forward_ops(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[Op, ...]:
-    """The RoPE kernels after the QKV GEMM (none without rotary embeddings)."""
+def _ops(model: ModelSpec, par: ParallelConfig, dm: Dims, suffix: str, unfused) -> tuple[Op, ...]:
+    """The fused kernel per tensor (reads the tensor and the fp32 freqs, writes the result), or
+    ``unfused(name, x, p)``'s kernels per tensor; none without rotary embeddings."""
     if not applies(model):
         return ()
     p = _freqs(dm)
     if par.apply_rope_fusion:
-        return tuple(elementwise(f"rope_{t}", 2 * A * x + F32 * p) for t, x in _tensors(dm))
-    return tuple(op for t, x in _tensors(dm) for op in _unfused_fwd(f"rope_{t}", x, p))
+        return tuple(elementwise(f"rope_{t}{suffix}", 2 * A * x + F32 * p)
+                     for t, x in _tensors(dm))
+    return tuple(op for t, x in _tensors(dm) for op in unfused(f"rope_{t}{suffix}", x, p))
+
+
+def forward_ops(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[Op, ...]:
+    """The RoPE kernels after the QKV GEMM (none without rotary embeddings)."""
+    return _ops(model, par, dm, "", _unfused_fwd)
 
 
 def backward_ops(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[Op, ...]:
     """The RoPE gradient kernels before the QKV input-gradient GEMM."""
-    if not applies(model):
-        return ()
-    p = _freqs(dm)
-    if par.apply_rope_fusion:
-        return tuple(elementwise(f"rope_{t}_grad", 2 * A * x + F32 * p) for t, x in _tensors(dm))
-    return tuple(op for t, x in _tensors(dm) for op in _unfused_bwd(f"rope_{t}_grad", x, p))
+    return _ops(model, par, dm, "_grad", _unfused_bwd)
 
 
 def check(model: ModelSpec, par: ParallelConfig) -> None:
