@@ -33,6 +33,8 @@ from sim.applicable_log import LOG_VERDICTS
 from sim.comm import GroupKind
 from sim.engine.interference import NO_ASYNC
 from sim.errors import UsageError
+from sim.models.defer_wgrad import LIMIT_FLAG
+from sim.models.defer_wgrad import VERDICTS as DEFER_VERDICTS
 from sim.models.grad_sync import DELAY_SCHEDULES, delay_applies
 from sim.models.moe import dispatch_nodes
 from sim.workload import stages
@@ -77,8 +79,9 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
                "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
-               "--overlap-moe-expert-parallel-comm")
+               "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS)
 _MODEL_HOW = {
+    **DEFER_VERDICTS,  # sim.models.defer_wgrad
     "--dp": ("changes", "the data-parallel size (layout line)"),
     "--micro-batch": ("changes", "sequences per microbatch (training options)"),
     "--global-batch": ("changes", "the number of microbatches (layout line)"),
@@ -375,6 +378,8 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
                "Megatron delays gradient reductions only with --overlap-grad-reduce, PP > 1, "
                f"DP > 1, Megatron DDP (no ZeRO / FSDP) and its {' or '.join(DELAY_SCHEDULES)} "
                "schedule, so it changes nothing here")
+    _refuse_if(given, LIMIT_FLAG, 0 < par.wgrad_deferral_limit >= par.microbatches, "every "
+               f"one of the {par.microbatches} microbatches is deferred, as with 0")
     _refuse_if(given, "--expert-tensor-parallel-size", model_run.model.moe is None,
                "applies to mixture-of-experts models (a dense model has no experts)")
     _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "

@@ -53,6 +53,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                      "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
                      "--expert-tensor-parallel-size", "--overlap-moe-expert-parallel-comm"),
                     ("refused", "the log is of a dense model; leave it out")),
+    **dict.fromkeys(("--defer-embedding-wgrad-compute", "--wgrad-deferral-limit"),
+                    ("refused", "Megatron-Core's pipeline flush; " + _NO_PIPELINE)),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
     "--no-rope-fusion": ("refused", "the log is DeepSpeed's, without Megatron-Core's RoPE "
                                     "option; the model times its compute with Megatron-Core's "

@@ -126,6 +126,15 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--no-delay-grad-reduce": {"model": (["--no-delay-grad-reduce"],
                                          ["--no-delay-grad-reduce", "--tp", "1", "--pp", "2"]),
                                "*": ["--no-delay-grad-reduce"]},
+    "--defer-embedding-wgrad-compute": {
+        "model": (["--defer-embedding-wgrad-compute"],  # PP 1: Megatron-Core refuses it
+                  ["--defer-embedding-wgrad-compute", "--pp", "2"]),
+        "*": ["--defer-embedding-wgrad-compute"]},
+    "--wgrad-deferral-limit": {
+        "model": (["--wgrad-deferral-limit", "2", "--pp", "2"],  # without the option
+                  ["--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", "1", "--pp",
+                   "2"]),
+        "*": ["--wgrad-deferral-limit", "2"]},
     "--overlap-param-gather": {"model": ["--overlap-param-gather", "--distributed-optimizer"],
                                "*": ["--overlap-param-gather"]},
     "--decoder-first-pipeline-num-layers": {"*": ["--decoder-first-pipeline-num-layers", "8"]},
@@ -247,6 +256,8 @@ BEFORE: dict[tuple[str, str], list[str]] = {
     ("model", "--account-for-loss-in-pipeline-split"): [
         "--account-for-embedding-in-pipeline-split"],
     ("model", "--expert-tensor-parallel-size"): ["--ep", "2"],
+    ("model", "--defer-embedding-wgrad-compute"): ["--pp", "2"],
+    ("model", "--wgrad-deferral-limit"): ["--defer-embedding-wgrad-compute", "--pp", "2"],
 }
 BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--microbatches"): ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2",

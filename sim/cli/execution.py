@@ -2,12 +2,14 @@
 ``training.compile``: fused element-wise kernels, or PyTorch eager) and ``--norm-type``
 (torchtitan's ``model.norm_type`` in eager mode), modelled by :mod:`sim.models.eager`;
 ``--use-torch-fsdp2`` (Megatron-LM's name: PyTorch FSDP2's kernels), :mod:`sim.models.fsdp2`;
-``--no-rope-fusion`` (Megatron-LM's name), :mod:`sim.cli.rope_args`."""
+``--no-rope-fusion`` (Megatron-LM's name), :mod:`sim.cli.rope_args`; Megatron-LM's
+``--defer-embedding-wgrad-compute`` / ``--wgrad-deferral-limit``, :mod:`sim.cli.defer_args`."""
 
 from __future__ import annotations
 
 import argparse
 
+from sim.cli.defer_args import add_defer_arguments, defer_options
 from sim.cli.rope_args import add_rope_arguments, rope_options
 from sim.errors import UsageError
 from sim.models.eager import NORM_TYPES
@@ -33,13 +35,15 @@ def add_execution_arguments(g: argparse._ActionsContainer) -> None:
                         "PyTorch operators) or fused_rmsnorm (its Triton kernel) (default: "
                         "rmsnorm)")
     add_rope_arguments(g)
+    add_defer_arguments(g)
 
 
 def execution_options(args: argparse.Namespace) -> dict:
     """``compile`` and ``norm_type`` of :class:`~sim.models.parallel.Training`."""
     return {"compile": not getattr(args, "no_compile", False),
             "norm_type": getattr(args, "norm_type", None) or "rmsnorm",
-            "use_torch_fsdp2": getattr(args, "use_torch_fsdp2", False), **rope_options(args)}
+            "use_torch_fsdp2": getattr(args, "use_torch_fsdp2", False), **rope_options(args),
+            **defer_options(args)}
 
 
 def check_execution_flags(args: argparse.Namespace) -> None:
@@ -48,7 +52,9 @@ def check_execution_flags(args: argparse.Namespace) -> None:
     for dest, flag in (("compile", "--compile"), ("no_compile", "--no-compile"),
                        ("norm_type", "--norm-type"),
                        ("use_torch_fsdp2", "--use-torch-fsdp2"),
-                       ("no_rope_fusion", "--no-rope-fusion")):
+                       ("no_rope_fusion", "--no-rope-fusion"),
+                       ("defer_embedding_wgrad_compute", "--defer-embedding-wgrad-compute"),
+                       ("wgrad_deferral_limit", "--wgrad-deferral-limit")):
         if getattr(args, dest, None):
             raise UsageError("applies to --model runs (a workload file fixes its compute "
                              "times)", field=flag)

@@ -159,8 +159,8 @@ class _Engine:
         a DualPipe F&B op (:mod:`sim.engine.paired`; nothing fused)."""
         key = (rank, chunk, kind, last, overlapped)
         comp = self._compiled.get(key)
-        if comp is None:
-            layers = self.prog.stages[stage].chunks[chunk]
+        if comp is None:  # kind Bd: backward without the deferred output-layer wgrad
+            layers = self.prog.stages[stage].pass_layers(chunk, kind)
             forward, ep_only = kind == "F", self.prog.ep_a2a_overlap
             passes = {"W": (PhaseKind.WEIGHT_GRAD,), "I": (PhaseKind.INPUT_GRAD,)}.get(
                 kind, BACKWARD)
@@ -170,8 +170,8 @@ class _Engine:
                 return None if overlapped and detached(c, ep_only) else self.fused_cost(rank, c)
             # a pass depends on the rank only through its compute scale and the fused costs
             # of its blocking comms: ranks that agree on them share the compiled steps
-            sig = (stage, chunk, forward, passes, last, scale, overlapped, tuple(
-                cost(c) for c in self.blocking_comms(stage, chunk, forward, passes)))
+            sig = (stage, chunk, kind, passes, last, scale, overlapped, tuple(
+                cost(c) for c in self.blocking_comms(stage, chunk, forward, passes, kind)))
             shared = self._passes.get(sig)
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
@@ -189,14 +189,15 @@ class _Engine:
         return comp
 
     def blocking_comms(self, stage: int, chunk: int, forward: bool,
-                       passes: tuple[PhaseKind, ...] = BACKWARD) -> tuple[Comm, ...]:
+                       passes: tuple[PhaseKind, ...] = BACKWARD,
+                       kind: str = "") -> tuple[Comm, ...]:
         """The distinct blocking comms of a pass, in the order the pass issues them."""
-        key = (stage, chunk, forward, passes)
+        key = (stage, chunk, forward, passes, kind)
         got = self._blocking.get(key)
         if got is None:
             seen: dict[Comm, None] = {}
-            for _lay, _kind, ph in phases(self.prog.stages[stage].chunks[chunk], forward,
-                                          passes):
+            for _lay, _kind, ph in phases(self.prog.stages[stage].pass_layers(chunk, kind),
+                                          forward, passes):
                 if ph.comm is not None and ph.comm.blocking:
                     seen.setdefault(ph.comm, None)
                 for o in ph.overlaps:
@@ -263,13 +264,15 @@ class _Engine:
                     yield from self.tasks(rank, syncs.get(backwards - 1, ()))
                 self.send(rank, stage, o)
         st.pipeline_end_ns = env.now
-        yield from self.tasks(rank, prog.epilogue)
+        yield from self.tasks(rank, prog.tail)  # deferred output-layer wgrad, then epilogue
         yield from self.streams.drain(rank)
         st.end_ns = env.now
 
     def op_pass(self, rank: int, stage: int, op: ScheduleOp, edge: bool, ov: bool) -> Compiled:
         """The pass of ``op`` (``edge``: see ``op_edges``; ``ov``: in a DualPipe F&B op)."""
         kind = "I" if op.kind == "B" and op.input_grad_only(self.split) else op.kind
+        if kind == "B" and self.prog.stages[stage].defers(op.chunk, op.microbatch):
+            kind = "Bd"  # Megatron-Core's defer_embedding_wgrad_compute (sim.models.defer_wgrad)
         return self.compiled(rank, stage, op.chunk, kind, edge, ov)
 
     def recv(self, rank: int, stage: int, op: ScheduleOp):
@@ -367,7 +370,7 @@ class _Engine:
                 else:
                     st.compute_ns += compute_ns
                 ledger.span(rank, "compute", t0, t0 + compute_ns,
-                            "optimizer" if t.kind is TaskKind.OPTIMIZER else "forward", t.label)
+                            t.kind.span, t.label)
             if t.comm is None:
                 continue
             if t.comm.blocking:

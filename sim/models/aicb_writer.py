@@ -127,6 +127,10 @@ def aicb_text(program: PipelineProgram, *, stage: int = 0, process_ns: int = 0) 
                                                        lay.weight_grad)):
         raise UsageError("AICB text has one collective per phase after its compute: it cannot "
                          "hold a collective pipelined with a GEMM", field="--tp-comm-overlap")
+    if any(st.deferred is not None for st in program.stages):
+        raise UsageError("AICB text repeats one row list per microbatch: it cannot hold the "
+                         "output-layer weight gradients deferred to the pipeline flush",
+                         field="--defer-embedding-wgrad-compute")
     if program.etp not in (None, program.tp):
         raise UsageError("AICB text has no expert tensor-parallel group (its header and comm "
                          "suffixes know TP, EP and DP_EP only)",

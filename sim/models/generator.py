@@ -14,7 +14,7 @@ from dataclasses import replace
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe
-from sim.models import tp_overlap
+from sim.models import defer_wgrad, tp_overlap
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
@@ -75,7 +75,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         ep_a2a_overlap=par.overlap_moe_expert_parallel_comm,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
-    program.assumptions += compute_notes(setup, timer)
+    program.assumptions += compute_notes(setup, timer) + defer_wgrad.notes(program, par)
     return program
 
 
@@ -96,7 +96,7 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                    optimizer: str | ShampooPlan, zero3: Zero3Units | None) -> StageProgram:
     par = plan.par
     chunks, prologue = [], []
-    delayed = delays(par, st.stage)
+    delayed, deferred = delays(par, st.stage), None
     for rows in st.chunks:
         layers, index = _layers(rows, par, timer, delayed)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
@@ -107,10 +107,12 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                     ops, par.dtype, par.microbatches)))
         elif par.overlap_param_gather:
             _param_gathers(rows, par, layers, index, prologue)
+        deferred = deferred or defer_wgrad.build(rows, layers, index, par, len(chunks))
         chunks.append(tuple(layers))
     syncs = _grad_syncs(st, par) if delayed else ()
     return StageProgram(stage=st.stage, chunks=chunks, prologue=tuple(prologue),
-                        epilogue=_epilogue(st, plan, timer, optimizer), grad_syncs=syncs)
+                        epilogue=_epilogue(st, plan, timer, optimizer), grad_syncs=syncs,
+                        deferred=deferred)
 
 
 def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from sim.comm import CollKind
 from sim.models import eager, fp8, rope, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
+from sim.models.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
 from sim.models.dims import (
     Dims,
     linear_params,
@@ -279,7 +280,8 @@ def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[R
                        ig=(gemm("logits_dgrad", n, v // t, h, eg, dtype=gd),),
                        wg=(wgrad("logits_wgrad", n, h, v // t, eg, dtype=gd),),
                        params=out_params))
-    items.append(sp_regather(dm))
+    regather = sp_regather(dm)
+    items.append(regather)
     ce_fwd = [(A + 4 + 8) * e, 8 * e, 8 * e]
     for i, nbytes in enumerate(ce_fwd, start=1):
         ig = (elementwise("cross_entropy_grad", (8 + 4 + A) * e),) if i == 1 else ()
@@ -287,4 +289,10 @@ def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[R
                            fwd=(elementwise(f"cross_entropy{i}", nbytes),), ig=ig))
         if t > 1:
             items.append(Conj(tp_collective(CollKind.ALLREDUCE, n * 4), None))
-    return rows_from_items(items)
+    rows = rows_from_items(items)
+    for r in rows:  # what defer_embedding_wgrad_compute moves (sim.models.defer_wgrad)
+        if r.name == "output_logits":
+            r.tags[DEFER_WGRAD_TAG] = 1
+        if regather.bwd is not None and r.ig_comm is regather.bwd:
+            r.tags[DEFER_REGATHER_TAG] = 1
+    return rows

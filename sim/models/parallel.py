@@ -69,6 +69,9 @@ class Training:
     :mod:`sim.models.grad_sync`. ``overlap_moe_expert_parallel_comm``: Megatron-Core's
     ``--overlap-moe-expert-parallel-comm`` (combined 1F1B: the EP all-to-alls of one
     microbatch beside another's compute; :func:`sim.schedules.combined_1f1b`).
+    ``defer_embedding_wgrad_compute`` / ``wgrad_deferral_limit``: Megatron-Core's (the output
+    layer's weight-gradient GEMMs of the first N microbatches, 0 = all, run at the pipeline
+    flush; :mod:`sim.models.defer_wgrad`).
     """
 
     global_batch: int | None = None
@@ -96,6 +99,8 @@ class Training:
     apply_rope_fusion: bool = True
     delay_grad_reduce: bool = True
     overlap_moe_expert_parallel_comm: bool = False
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
 
     @property
     def backend(self) -> str:
@@ -176,7 +181,9 @@ class ParallelConfig:
                  norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
                  use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True,
                  delay_grad_reduce: bool = True,
-                 overlap_moe_expert_parallel_comm: bool = False) -> None:
+                 overlap_moe_expert_parallel_comm: bool = False,
+                 defer_embedding_wgrad_compute: bool = False,
+                 wgrad_deferral_limit: int = 0) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -195,7 +202,9 @@ class ParallelConfig:
                             fp8_recipe=fp8_recipe,
                             use_torch_fsdp2=use_torch_fsdp2,
                             apply_rope_fusion=apply_rope_fusion,
-                            overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm)
+                            overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
+                            defer_embedding_wgrad_compute=defer_embedding_wgrad_compute,
+                            wgrad_deferral_limit=wgrad_deferral_limit)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -256,6 +265,8 @@ class ParallelConfig:
     moe_token_dispatcher = _part("training", "moe_token_dispatcher")
     ep_nodes = _part("training", "ep_nodes")
     overlap_moe_expert_parallel_comm = _part("training", "overlap_moe_expert_parallel_comm")
+    defer_embedding_wgrad_compute = _part("training", "defer_embedding_wgrad_compute")
+    wgrad_deferral_limit = _part("training", "wgrad_deferral_limit")
 
     @property
     def shards_optimizer(self) -> bool:

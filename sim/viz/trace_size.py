@@ -59,7 +59,7 @@ def stage_counts(prog: PipelineProgram, st: StageProgram) -> tuple[int, int]:
     sends = ops if prog.pp > 1 else 0
     events += 2 * ops + sends
     size += ops * (OP_BYTES + WAIT_BYTES) + sends * SEND_BYTES
-    for task in (*st.prologue, *st.epilogue, *(t for g in st.grad_syncs for t in g.tasks)):
+    for task in (*st.prologue, *st.tail, *(t for g in st.grad_syncs for t in g.tasks)):
         events += 2
         size += TASK_BYTES + 2 * len(task.label) + COMM_BYTES + len(task.label)
     return events, size

@@ -11,7 +11,8 @@ backward of the last microbatch (gradient accumulation defers the sync, as Megat
 ``prologue`` runs once before the first microbatch; ``epilogue`` once after the stage's last
 backward. ``grad_syncs``: gradient collectives issued (non-blocking) after a given backward op
 of the stage instead of during it (Megatron's delayed gradient reduction,
-:mod:`sim.models.grad_sync`).
+:mod:`sim.models.grad_sync`). ``deferred``: Megatron-Core's ``defer_embedding_wgrad_compute``
+on the stage that holds the output layer (:mod:`sim.models.defer_wgrad`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ class TaskKind(str, Enum):
 
     COMPUTE = "compute"  # counted as compute
     OPTIMIZER = "optimizer"  # optimizer step compute
+    WEIGHT_GRAD = "weight_grad"  # deferred weight-gradient compute, counted as compute
+
+    @property
+    def span(self) -> str:
+        """The kind of the task's compute span in traces (other than these: ``forward``)."""
+        return self.value if self.value in ("optimizer", "weight_grad") else "forward"
     GRAD_SYNC = "grad_sync"  # gradient / parameter collectives around the optimizer
 
 
@@ -60,6 +67,21 @@ class GradSync:
     tasks: tuple[Task, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class DeferredWgrad:
+    """Megatron-Core's ``defer_embedding_wgrad_compute`` (:mod:`sim.models.defer_wgrad`): the
+    backward of the first ``microbatches`` microbatches of model chunk ``chunk`` runs
+    ``layers`` (the chunk without the output layer's weight-gradient GEMM and its
+    sequence-parallel input all-gather) instead of the chunk's layers, and ``drain`` (the
+    deferred all-gathers and GEMMs) runs after the stage's last backward, before the
+    epilogue."""
+
+    chunk: int
+    microbatches: int
+    layers: tuple[Layer, ...]
+    drain: tuple[Task, ...]
+
+
 @dataclass
 class StageProgram:
     """The work of one pipeline stage (every rank of the stage runs the same program)."""
@@ -69,6 +91,23 @@ class StageProgram:
     prologue: tuple[Task, ...] = ()
     epilogue: tuple[Task, ...] = ()
     grad_syncs: tuple[GradSync, ...] = ()
+    deferred: DeferredWgrad | None = None
+
+    def pass_layers(self, chunk: int, kind: str) -> tuple[Layer, ...]:
+        """The layers op ``kind`` runs on ``chunk``; ``Bd``: a backward whose output-layer
+        weight gradient is deferred (:attr:`deferred`)."""
+        d = self.deferred
+        return d.layers if kind == "Bd" and d is not None else self.chunks[chunk]
+
+    def defers(self, chunk: int, microbatch: int) -> bool:
+        """Whether the backward of ``microbatch`` on ``chunk`` defers its output-layer wgrad."""
+        d = self.deferred
+        return d is not None and chunk == d.chunk and microbatch < d.microbatches
+
+    @property
+    def tail(self) -> tuple[Task, ...]:
+        """What runs after the stage's last backward: the deferred drain, then the epilogue."""
+        return (self.deferred.drain if self.deferred else ()) + self.epilogue
 
     def syncs_by_backward(self) -> dict[int, tuple[Task, ...]]:
         """The tasks of :attr:`grad_syncs` by the backward op number they follow."""
@@ -135,9 +174,9 @@ class PipelineProgram:
         ``SENDRECV`` when stages exchange activations); tells the network what can meet."""
         out: dict[GroupKind, set[CollKind]] = {}
         for st in self.stages:
-            comms = [t.comm for t in st.prologue + st.epilogue]
+            comms = [t.comm for t in st.prologue + st.tail]
             comms += [t.comm for g in st.grad_syncs for t in g.tasks]
-            for chunk in st.chunks:
+            for chunk in (*st.chunks, st.deferred.layers if st.deferred else ()):
                 for lay in chunk:
                     for ph in (lay.forward, lay.input_grad, lay.weight_grad):
                         comms.append(ph.comm)
