@@ -79,7 +79,8 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--ignore-memory", "--tp-comm-overlap", "--expert-tensor-parallel-size",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
                "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
-               "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS)
+               "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS,
+               "--fp8-param-gather")
 _MODEL_HOW = {
     **DEFER_VERDICTS,  # sim.models.defer_wgrad
     "--dp": ("changes", "the data-parallel size (layout line)"),
@@ -132,6 +133,9 @@ _MODEL_HOW = {
                                                          "full recompute, PP > 1 without the "
                                                          "interleaved schedule"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
+    "--fp8-param-gather": ("refused-if", "FP8 weights: 1-byte parameter all-gathers, quantised "
+                           "after the optimizer step (assumption '--fp8-param-gather ...'); "
+                           "refused without --dtype fp8, the distributed optimizer, or with FSDP"),
     "--fp8-recipe": ("refused-if", "Transformer Engine's FP8 cast kernels and amax "
                                    "reductions of the recipe (assumption '--fp8-recipe ...'); "
                                    "refused without --dtype fp8"),

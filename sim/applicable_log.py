@@ -47,7 +47,7 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
     "--attention-backend": ("changes", "the attention backend (training options)"),
     **dict.fromkeys(("--distributed-optimizer", "--overlap-grad-reduce",
                      "--no-overlap-grad-reduce", "--overlap-param-gather",
-                     "--no-delay-grad-reduce"),
+                     "--no-delay-grad-reduce", "--fp8-param-gather"),
                     ("refused", "Megatron's; " + _LOG_PLACES)),
     **dict.fromkeys(("--moe-load-imbalance", "--moe-expert-capacity-factor",
                      "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",

@@ -15,6 +15,7 @@ from sim.cli.expert_args import add_expert_tp_argument
 from sim.cli.fp8_args import add_fp8_arguments, recipe_of
 from sim.cli.grad_sync_args import add_grad_sync_arguments, delay_of
 from sim.cli.moe_args import add_moe_overlap_argument, check_moe_overlap_flag, moe_overlap_options
+from sim.cli.param_gather_args import add_param_gather_arguments, param_gather_options
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -129,6 +130,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                         "with the GEMMs they feed (with CP too; MoE layers: attention and "
                         "shared experts, not routed experts) (needs --sequence-parallel)")
     add_fp8_arguments(g)
+    add_param_gather_arguments(g)
     _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
@@ -203,7 +205,7 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                         args, "moe_shared_expert_intermediate_size", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
                     fp8_recipe=recipe_of(args), **execution_options(args),
-                    **moe_overlap_options(args))
+                    **moe_overlap_options(args), **param_gather_options(args))
 
 
 def check_model_only_flags(args: argparse.Namespace) -> None:

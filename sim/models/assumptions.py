@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sim.dualpipe import describe as describe_dualpipe
 from sim.kernels.gpus import find
-from sim.models import eager, fp8, fsdp2, rope, tp_overlap
+from sim.models import eager, fp8, fp8_params, fsdp2, rope, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.grad_sync import delay_applies, grad_sync_note
@@ -54,6 +54,14 @@ def _attention_text(par: ParallelConfig, family: str) -> str:
     return f"{how}: {names[attention_kernel(par.training, family)]}"
 
 
+def _fp8_notes(par: ParallelConfig) -> list[str]:
+    """The FP8 lines: the recipe's casts and, with ``--fp8-param-gather``, the FP8 weights."""
+    if par.dtype != "fp8":
+        return []
+    out = [fp8.describe(par.fp8_recipe, par.sp, par.fp8_param_gather)]
+    return out + ([fp8_params.describe(par)] if par.fp8_param_gather else [])
+
+
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                 optimizer: str | ShampooPlan) -> list[str]:
     """Human-readable list of every modelling choice behind a generated program."""
@@ -93,8 +101,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
         "pp_bytes (no scatter/gather optimisation)",
     ]
-    if par.dtype == "fp8":
-        out.append(fp8.describe(par.fp8_recipe, par.sp))
+    out += _fp8_notes(par)
     if par.tp_comm_overlap:
         out.append(tp_overlap.describe(*gpu_sms(gpu)))
     if par.schedule_name == "dualpipe":
@@ -121,14 +128,15 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                        "blocking")
         if delay_applies(par):
             out.append(grad_sync_note(par))
+        pb = "1 byte per FP8 weight, 2 per other" if par.fp8_param_gather else "2 bytes"
         if par.overlap_param_gather:
             out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
-                       "(2 bytes/parameter) per gradient bucket, non-blocking and in forward "
+                       f"({pb}/parameter) per gradient bucket, non-blocking and in forward "
                        "order from the start of the iteration (the previous step's all-gathers "
                        "overlapping this forward); the first forward use of a bucket waits for "
                        "its all-gather")
         elif par.distributed_optimizer:
-            out.append("distributed optimizer: parameter all-gather (2 bytes/parameter) after "
+            out.append(f"distributed optimizer: parameter all-gather ({pb}/parameter) after "
                        "the optimizer step, not overlapped with the next iteration "
                        "(--overlap-param-gather overlaps it)")
     out.append("optimizer: Adam, memory-bound (30 bytes per updated parameter + gradient norm "

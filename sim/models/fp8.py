@@ -124,10 +124,14 @@ def _insert_before(ops: tuple[Op, ...], name: str, extra: tuple[Op, ...]) -> tup
     return ops[:i] + extra + ops[i:]
 
 
-def add_casts(items: list, recipe: str, sp: bool, t: int) -> int:
+def add_casts(items: list, recipe: str, sp: bool, t: int, weights: str = "cast") -> int:
     """Add TE's FP8 quantisation kernels to the TE linears among ``items`` (one transformer
     layer's blocks and operators, in place); returns how many linears got them. ``sp``:
-    sequence parallelism in effect; ``t``: TP size."""
+    sequence parallelism in effect; ``t``: TP size. ``weights``: ``cast`` — bf16 weights, cast
+    once per iteration in the first forward; with ``--fp8-param-gather`` the weights are FP8
+    parameters (counted in the blocks' ``fp8_params`` / ``fp8_expert_params``;
+    :mod:`sim.models.fp8_params`): ``transpose`` — their FP8 transpose after the all-gather
+    runs in the first forward; ``none`` — it runs in the optimizer step."""
     done = 0
     for it in items:
         if not isinstance(it, Block) or it.name not in LINEARS:
@@ -147,7 +151,16 @@ def add_casts(items: list, recipe: str, sp: bool, t: int) -> int:
         it.ig = _insert_before(it.ig, f"{gemm.name}_dgrad", dy_ig)
         it.wg = x_wg + dy_wg + it.wg
         # a grouped linear's weights: one k × n per local expert
-        it.first_fwd = it.first_fwd + weight_casts(it.name, k * gemm.count, n, recipe)
+        if weights == "cast":
+            it.first_fwd = it.first_fwd + weight_casts(it.name, k * gemm.count, n, recipe)
+        else:
+            if it.name in GROUPED:
+                it.fp8_expert_params = k * gemm.count * n
+            else:
+                it.fp8_params = k * n
+            if weights == "transpose":
+                it.first_fwd = it.first_fwd + (
+                    kernel(f"{it.name}_weight_transpose", "fp8_transpose", k * gemm.count, n),)
         done += 1
     return done
 
@@ -194,15 +207,18 @@ def region_rows(layer_rows: list[Row], recipe: str, linears: int,
     return [out[0], *layer_rows, out[1]]
 
 
-def describe(recipe: str, sp: bool) -> str:
-    """The assumption line of an FP8 run."""
+def describe(recipe: str, sp: bool, fp8_weights: bool = False) -> str:
+    """The assumption line of an FP8 run (``fp8_weights``: ``--fp8-param-gather``, whose line
+    says what happens to the weights)."""
     how = f"--fp8-recipe {recipe}" + (" (Megatron-Core's default)"
                                       if recipe == DEFAULT_RECIPE else "")
     common = ("Transformer Engine FP8 casts per TE linear (qkv, proj, fc1, fc2) and microbatch, "
               "timed at the kernel table's streaming bandwidth for their bytes: input "
               "activation cast+transpose (2 B read, 1+1 B written per element), output "
-              "gradient cast+transpose before the dgrad GEMM, weights cast+transpose once per "
-              "iteration in the first microbatch's forward (is_first_microbatch caching)")
+              "gradient cast+transpose before the dgrad GEMM, " + (
+                  "weights FP8 parameters (--fp8-param-gather line)" if fp8_weights else
+                  "weights cast+transpose once per iteration in the first microbatch's forward "
+                  "(is_first_microbatch caching)"))
     if sp:
         common += ("; with sequence parallelism the gathered operands are cast on the local "
                    "shard (3 B/element) and transposed after the gather (2 B/element) before "
@@ -217,7 +233,8 @@ def describe(recipe: str, sp: bool) -> str:
     else:
         rec = ("current (per-tensor) scaling: an amax pass (2 B/element) reads each operand "
                "before its cast (fused into the norm for qkv/fc1, which then writes bf16 and "
-               "is cast), and each weight before its cast; no amax history or region "
+               "is cast)" + ("" if fp8_weights else ", and each weight before its cast")
+               + "; no amax history or region "
                "reduction; the TP all-reduce of the amax of sequence-parallel operands "
                "(4 bytes) is not modelled")
     return (f"{how}: {common}; {rec}; the output layer (Megatron-Core ColumnParallelLinear, "

@@ -14,13 +14,13 @@ from dataclasses import replace
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe
-from sim.models import defer_wgrad, tp_overlap
+from sim.models import defer_wgrad, fp8_params, tp_overlap
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.grad_sync import delays, launch_points
 from sim.models.ops import ACT_BYTES
-from sim.models.optimizer import PARAM_BYTES, ShampooPlan, adam_ops, bucket_params, grad_bytes
+from sim.models.optimizer import ShampooPlan, adam_ops, bucket_params, grad_bytes
 from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.rows import Row
@@ -140,13 +140,13 @@ def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], in
     the steady state of all-gathers launched after the previous optimizer step — and waited
     for by the bucket's first layer in the first forward. Appends to ``prologue`` and marks
     ``layers`` in place."""
-    for first, params, expert in sorted(_buckets(rows, par)):
+    for first, params, expert, fp8 in sorted(_bucket_spans(rows, par)):
         size = par.edp if expert else par.dp_cp
         if size == 1:
             continue
         bucket = len(prologue)
         comm = Comm(CollKind.ALLGATHER, GroupKind.DP_EP if expert else GroupKind.DP,
-                    params * PARAM_BYTES, blocking=False)
+                    fp8_params.gather_bytes(params, fp8), blocking=False)
         prologue.append(Task(f"param_allgather.bucket{bucket}", TaskKind.GRAD_SYNC, comm=comm,
                              param_bucket=bucket))
         lay = layers[index[first]]
@@ -188,7 +188,12 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig,
 def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]]:
     """(first row, parameters, expert?) of each gradient bucket, in the order they close in
     backward (see :func:`_bucket_comms`)."""
-    out: list[tuple[int, int, bool]] = []
+    return [(first, n, expert) for first, n, expert, _ in _bucket_spans(rows, par)]
+
+
+def _bucket_spans(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool, int]]:
+    """:func:`_buckets` with the FP8 parameters (``--fp8-param-gather``) of each bucket."""
+    out: list[tuple[int, int, bool, int]] = []
     limit = bucket_params(par.dp_cp)
     segments: list[list[int]] = []
     for i, r in enumerate(rows):
@@ -199,17 +204,19 @@ def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]
             segments.append([i])
     for seg in segments:
         for expert in (False, True):
-            acc, last = 0, -1
+            acc, acc8, last = 0, 0, -1
             for i in reversed(seg):
-                n = rows[i].expert_params if expert else rows[i].params
+                r = rows[i]
+                n, n8 = ((r.expert_params, r.fp8_expert_params) if expert
+                         else (r.params, r.fp8_params))
                 if n == 0:
                     continue
-                acc, last = acc + n, i
+                acc, acc8, last = acc + n, acc8 + n8, i
                 if acc >= limit:
-                    out.append((i, acc, expert))
-                    acc = 0
+                    out.append((i, acc, expert, acc8))
+                    acc, acc8 = 0, 0
             if acc:
-                out.append((last, acc, expert))
+                out.append((last, acc, expert, acc8))
     return out
 
 
@@ -288,16 +295,20 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
         ops += (optimizer.stage_op(layers, first, par.dp_cp),)
     tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
                       compute_ns=timer.ops_ns(ops, par.dtype), wait_async=True))
+    rows = list(st.rows())
+    tasks += fp8_params.optimizer_tasks(rows, par, lambda o: timer.ops_ns(o, par.dtype))
     if isinstance(optimizer, ShampooPlan) and par.dp_cp > 1:
         size = optimizer.root_bytes(layers, first)
         tasks.append(Task("shampoo_root_allgather", TaskKind.GRAD_SYNC,
                           comm=Comm(CollKind.ALLGATHER, GroupKind.DP, size, blocking=True)))
     if par.shards_optimizer and par.zero < 3 and not par.overlap_param_gather:
-        for n, is_expert, size in ((dense, False, par.dp_cp),
-                                   (expert, True, par.edp)):
+        fp8 = (sum(r.fp8_params for r in rows), sum(r.fp8_expert_params for r in rows))
+        for n, n8, is_expert, size in ((dense, fp8[0], False, par.dp_cp),
+                                       (expert, fp8[1], True, par.edp)):
             if n and size > 1:
                 group = GroupKind.DP_EP if is_expert else GroupKind.DP
                 tasks.append(Task("param_allgather" + ("_experts" if is_expert else ""),
-                                  TaskKind.GRAD_SYNC,
-                                  comm=Comm(CollKind.ALLGATHER, group, n * PARAM_BYTES)))
+                                  TaskKind.GRAD_SYNC, comm=Comm(
+                                      CollKind.ALLGATHER, group, fp8_params.gather_bytes(n, n8))))
+        tasks += fp8_params.transpose_task(rows, lambda o: timer.ops_ns(o, par.dtype))
     return tuple(tasks)

@@ -183,7 +183,9 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     if par.dtype == "fp8":  # Transformer Engine's casts around each FP8 GEMM
-        fp8.add_casts(items, par.fp8_recipe, dm.sp, t)
+        weights = ("cast" if not par.fp8_param_gather else
+                   "transpose" if par.overlap_param_gather else "none")
+        fp8.add_casts(items, par.fp8_recipe, dm.sp, t, weights)
     rows = eager.apply(rows_from_items(items), par, dm)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)

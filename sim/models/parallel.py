@@ -72,6 +72,9 @@ class Training:
     ``defer_embedding_wgrad_compute`` / ``wgrad_deferral_limit``: Megatron-Core's (the output
     layer's weight-gradient GEMMs of the first N microbatches, 0 = all, run at the pipeline
     flush; :mod:`sim.models.defer_wgrad`).
+    ``fp8_param_gather``: Megatron-Core's ``--fp8-param-gather`` with ``dtype`` fp8 and the
+    distributed optimizer (the TE linears' weights kept in FP8, quantised after the optimizer
+    step, all-gathered at 1 byte per parameter; :mod:`sim.models.fp8_params`).
     """
 
     global_batch: int | None = None
@@ -101,6 +104,7 @@ class Training:
     overlap_moe_expert_parallel_comm: bool = False
     defer_embedding_wgrad_compute: bool = False
     wgrad_deferral_limit: int = 0
+    fp8_param_gather: bool = False
 
     @property
     def backend(self) -> str:
@@ -183,7 +187,8 @@ class ParallelConfig:
                  delay_grad_reduce: bool = True,
                  overlap_moe_expert_parallel_comm: bool = False,
                  defer_embedding_wgrad_compute: bool = False,
-                 wgrad_deferral_limit: int = 0) -> None:
+                 wgrad_deferral_limit: int = 0,
+                 fp8_param_gather: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -204,7 +209,8 @@ class ParallelConfig:
                             apply_rope_fusion=apply_rope_fusion,
                             overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
                             defer_embedding_wgrad_compute=defer_embedding_wgrad_compute,
-                            wgrad_deferral_limit=wgrad_deferral_limit)
+                            wgrad_deferral_limit=wgrad_deferral_limit,
+                            fp8_param_gather=fp8_param_gather)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -267,6 +273,7 @@ class ParallelConfig:
     overlap_moe_expert_parallel_comm = _part("training", "overlap_moe_expert_parallel_comm")
     defer_embedding_wgrad_compute = _part("training", "defer_embedding_wgrad_compute")
     wgrad_deferral_limit = _part("training", "wgrad_deferral_limit")
+    fp8_param_gather = _part("training", "fp8_param_gather")
 
     @property
     def shards_optimizer(self) -> bool:

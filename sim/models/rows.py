@@ -26,7 +26,9 @@ class Block:
     """Compute of one row: forward, input-gradient and weight-gradient operators (per GPU).
 
     ``params`` / ``expert_params``: parameters on this GPU whose gradients the block produces
-    (dense parameters sync in the DP group, expert parameters in the DP_EP group).
+    (dense parameters sync in the DP group, expert parameters in the DP_EP group);
+    ``fp8_params`` / ``fp8_expert_params``: those of them kept in FP8 with Megatron-Core's
+    ``--fp8-param-gather`` (the TE linears' weights, :mod:`sim.models.fp8_params`).
     """
 
     name: str
@@ -36,6 +38,8 @@ class Block:
     params: int = 0
     expert_params: int = 0
     first_fwd: tuple[Op, ...] = ()  # once per iteration, in the first microbatch's forward
+    fp8_params: int = 0
+    fp8_expert_params: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class Row:
     ig_ovl: tuple[tuple[Comm, str, str], ...] = ()
     wg_ovl: tuple[tuple[Comm, str, str], ...] = ()
     first_fwd: tuple[Op, ...] = ()  # once per iteration, in the first microbatch's forward
+    fp8_params: int = 0  # of params / expert_params: FP8 weights (--fp8-param-gather)
+    fp8_expert_params: int = 0
 
     def ops(self) -> tuple[Op, ...]:
         return self.fwd + self.ig + self.wg
@@ -78,7 +84,8 @@ def rows_from_items(items: list[Block | Conj]) -> list[Row]:
     for item in items:
         if isinstance(item, Block):
             row = Row(item.name, fwd=item.fwd, ig=item.ig, wg=item.wg, params=item.params,
-                      expert_params=item.expert_params, first_fwd=item.first_fwd)
+                      expert_params=item.expert_params, first_fwd=item.first_fwd,
+                      fp8_params=item.fp8_params, fp8_expert_params=item.fp8_expert_params)
             if pending_bwd:
                 # Backward runs this block's input grad, then the operators' backward comms in
                 # reverse forward order: the last operator's comm goes in this row, the earlier

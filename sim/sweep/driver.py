@@ -97,7 +97,8 @@ def _training_settings(training: Training) -> dict[str, Any]:
     defaults, which a sweep does not vary)."""
     later = {"attention_backend": "", "split": asdict(Training().split), "fsdp": False,
              "moe_load_imbalance": 1.0, "moe_capacity_factor": None, "compile": True,
-             "norm_type": "rmsnorm", "use_torch_fsdp2": False, "apply_rope_fusion": True}
+             "norm_type": "rmsnorm", "use_torch_fsdp2": False, "apply_rope_fusion": True,
+             "fp8_param_gather": False}
     return {k: v for k, v in asdict(training).items()
             if k != "micro_batch" and not (k in later and v == later[k])}
 
