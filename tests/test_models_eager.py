@@ -130,21 +130,26 @@ def test_eager_layer_extra_time_hand_derived():
     cm = replace(A100, elementwise_overhead_ns=0.0, gemm_overhead_ns=0.0)
     r, h, f, s, d = 4096, 5120, 13824, 4096, 128
     e, fe = r * h, r * f
-    norms = 2 * ((36 * e + 24 * r + 2 * h) - 4 * e) + 2 * ((92 * e + 40 * r + 4 * h) - 8 * e)
+    # the fused norm: forward reads x, writes y (4e); backward reads x, dy, writes dx (6e)
+    norms = 2 * ((36 * e + 24 * r + 2 * h) - 4 * e) + 2 * ((92 * e + 40 * r + 4 * h) - 6 * e)
     # q and k (MHA: k = q), forward and backward: eager's three kernels replace Transformer
     # Engine's fused one (reads and writes the tensor, reads the fp32 frequencies)
     rope = 2 * 2 * (20 * e + 8 * s * d // 2) - 2 * 2 * (4 * e + 4 * s * d)
     swiglu = (10 * fe - 6 * fe) + (18 * fe - 10 * fe)
-    # the recipe's hidden_dropout 0: the fused layer's residual add (6e) forward, no kernel
-    # backward; eager adds forward (6e) and its gradient accumulate backward (6e)
-    residual = 2 * (6 * e - 6 * e) + 2 * (6 * e - 0)
+    # the recipe's hidden_dropout 0: the fused layer's residual add (6e) forward and autograd's
+    # sum of the residual's two gradients (6e) backward; eager: the same add forward and its
+    # gradient accumulate backward
+    residual = 2 * (6 * e - 6 * e) + 2 * (6 * e - 6 * e)
     dgrad_adds = 3 * 6 * e
+    # Megatron-Core's QKV split (fused layer only; torchtitan has separate wq/wk/wv): the copy
+    # of v forward (4e, MHA) and the cat of dq, dk, dv backward (12e)
+    split = -(4 * e + 12 * e)
     ew = [op for row in layer_rows(model, True, micro_batch=1).values() for op in row.ops()
           if op.flops == 0 and op.kind.value == "elementwise"]
     eew = [op for row in layer_rows(model, False, micro_batch=1).values() for op in row.ops()
            if op.flops == 0 and op.kind.value == "elementwise"]
     extra = sum(op.bytes for op in eew) - sum(op.bytes for op in ew)
-    assert extra == norms + rope + swiglu + residual + dgrad_adds
+    assert extra == norms + rope + swiglu + residual + dgrad_adds + split
     assert (ops_time_ns(eew, gpu, cm, "bf16") - ops_time_ns(ew, gpu, cm, "bf16")
             == pytest.approx(extra, abs=2))
 

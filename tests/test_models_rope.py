@@ -42,7 +42,9 @@ def test_fused_kernels_hand_derived():
     # fp32. One kernel per tensor and direction reads and writes the tensor (2 + 2 bytes per
     # element) and reads the frequencies (4 bytes each)
     row = qkv_row(TINY)
-    assert [op.name for op in row.fwd] == ["qkv", "rope_q", "rope_k", "flash_attn"]
+    # (then Megatron-Core's QKV-split copies of q and v: tests/test_layers_autograd_glue.py)
+    assert [op.name for op in row.fwd] == ["qkv", "rope_q", "rope_k", "qkv_split_query_copy",
+                                           "qkv_split_value_copy", "flash_attn"]
     assert rope_listing(row.fwd) == [("rope_q", 128 * 4 + 64 * 4), ("rope_k", 64 * 4 + 64 * 4)]
     assert rope_listing(row.ig) == [("rope_q_grad", 768), ("rope_k_grad", 512)]
     assert [op.name for op in row.ig][-1] == "qkv_dgrad"

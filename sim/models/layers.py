@@ -60,18 +60,37 @@ def dropout_note(model: ModelSpec, par: ParallelConfig) -> str:
             "dropout masks either way")
 
 
+#: suffix of the autograd sum of a residual stream's two gradients (:func:`norm_block`)
+RESIDUAL_GRAD_ADD = "_residual_grad_add"
+
+
 def _norm_params(model: ModelSpec) -> int:
     return (2 if model.norm == "layernorm" else 1) * model.hidden
 
 
-def norm_block(name: str, model: ModelSpec, dm: Dims, pre: tuple[Op, ...] = ()) -> Block:
+def norm_block(name: str, model: ModelSpec, dm: Dims, pre: tuple[Op, ...] = (),
+               residual: bool = False) -> Block:
     """LayerNorm/RMSNorm over the residual stream: forward reads x, writes y (2A per element);
-    backward reads x, dy and the residual gradient, writes dx (4A)."""
+    backward reads x and dy, writes dx (3A): Transformer Engine's ``rmsnorm_bwd`` /
+    ``layernorm_bwd`` take ``(dz, x, rsigma / mu, gamma)`` and nothing else
+    (transformer_engine/pytorch/module/layernorm_linear.py, ``_LayerNormLinear.backward``, at
+    v1.9 e79d915a and v2.1 450146ae; apex's fused LayerNorm likewise).
+
+    ``residual``: the norm's input is also the residual of the following bias-dropout-add
+    (every norm of a transformer layer, not the final norm). Its two gradients — the norm's
+    ``dx`` and the one the add passes through — are summed by PyTorch's autograd engine when
+    they meet (``InputBuffer::add``: one ``add`` kernel, reads 2A, writes A per element),
+    because Megatron-Core calls its TE modules eagerly (Megatron-Core ``TransformerLayer``:
+    ``residual = hidden_states`` feeds both ``linear_qkv``/``linear_fc1`` and the
+    bias-dropout-add); timed as the measured ``add`` kind. ``torch.compile``d and eager
+    torchtitan blocks differ: :mod:`sim.models.eager` counts its own adds."""
     e = dm.nt * dm.h
     norm, shape = model.norm, (dm.nt, dm.h)
+    ig = (elementwise(name + "_grad", 3 * A * e, f"{norm}_bwd", shape),)
+    if residual:
+        ig += (elementwise(name + RESIDUAL_GRAD_ADD, 3 * A * e, "add", shape),)
     return Block(name, fwd=pre + (elementwise(name, 2 * A * e, f"{norm}_fwd", shape),),
-                 ig=(elementwise(name + "_grad", 4 * A * e, f"{norm}_bwd", shape),),
-                 params=_norm_params(model))
+                 ig=ig, params=_norm_params(model))
 
 
 def bda_ops(name: str, dm: Dims,
@@ -81,8 +100,8 @@ def bda_ops(name: str, dm: Dims,
     (2A + 1). Without ``dropout`` (``hidden_dropout`` 0: PyTorch's ``dropout`` returns its
     input, ``_dropout_impl`` in aten/src/ATen/native/Dropout.cpp, and no mask exists) it is a
     residual add: forward reads x and the residual, writes y (3A, the measured ``add`` kind);
-    its backward hands the gradient to both inputs unchanged, no kernel (the sum of the
-    residual's two gradients is the norm backward's, 4A). A bias's gradient (a row sum) is
+    its backward hands the gradient to both inputs unchanged, no kernel (the residual's two
+    gradients are summed by autograd: :func:`norm_block`). A bias's gradient (a row sum) is
     not counted, with or without dropout."""
     e = dm.nt * dm.h
     if not dropout:
@@ -151,13 +170,15 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     hidden = model.hidden_dropout > 0 or not par.compile
     bda1_f, bda1_b = bda_ops("attn_bda", dm, hidden)
     bda2_f, bda2_b = bda_ops("mlp_bda", dm, hidden)
+    res = par.compile  # eager torchtitan blocks count their residual adds in sim.models.eager
     items: list[Block | Conj] = [
-        norm_block("attn_norm", model, dm),
+        norm_block("attn_norm", model, dm, residual=res),
         tp_enter(dm),
         Block("attn_qkv",
               fwd=(gemm("qkv", n, h, qkv_out // t, eg),) + rope.forward_ops(model, par, dm)
-              + core_f,
+              + rope.split_forward_ops(model, par, dm) + core_f,
               ig=core_b + rope.backward_ops(model, par, dm)
+              + rope.split_backward_ops(model, par, dm)
               + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
               wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
               params=linear_params(model, h, qkv_out, t, True)),
@@ -170,7 +191,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
               params=linear_params(model, qh, h, t, False)),
         tp_exit(dm),
     ]
-    mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f)
+    mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f, residual=res)
     mlp_norm.ig = mlp_norm.ig + bda1_b
     items.append(mlp_norm)
     if model.moe is None or index < model.moe.dense_layers:

@@ -114,6 +114,47 @@ def backward_ops(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[Op, .
     return _ops(model, par, dm, "_grad", _unfused_bwd)
 
 
+def split_forward_ops(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[Op, ...]:
+    """Copies Megatron-Core's QKV split makes around the rotary embedding, forward (none
+    without RoPE or in PyTorch eager, whose torchtitan block has separate q/k/v linears).
+
+    Megatron-Core (``SelfAttention.get_query_key_value_tensors``, megatron/core/transformer/
+    attention.py, identical at core_v0.8.0 baf94af3 and core_v0.12.0 d580efc6) views the QKV
+    output as ``[s, b, ng, (np/ng + 2)·hn]`` and splits it (TE ``SplitAlongDim``) into views:
+    ``query [s, b, ng, np/ng·hn]``, ``key``/``value [s, b, ng, hn]``. Then
+
+    * GQA (``np > ng``): ``query.reshape(s, b, np, hn)`` cannot be a view (the group stride is
+      ``(np/ng + 2)·hn``, not ``np/ng·hn``), so PyTorch copies q: reads and writes ``Q``;
+    * Transformer Engine's attention (flash or cuDNN backend) calls ``get_qkv_layout``
+      (transformer_engine/pytorch/attention.py at v1.9 e79d915a and v2.1 450146ae): k is the
+      rotary kernel's new tensor, v still the strided view, so their strides differ, no layout
+      matches and it runs ``.contiguous()`` on q, k and v — a copy of v (``K``, read and
+      written); q and k are left as they are (counted: none).
+    """
+    if not (applies(model) and par.compile):
+        return ()
+    (_, q), (_, k) = _tensors(dm)
+    ops: tuple[Op, ...] = ()
+    if dm.q_width > dm.kvh:  # heads per group > 1
+        ops += (elementwise("qkv_split_query_copy", 2 * A * q),)
+    if par.fused_attention:
+        ops += (elementwise("qkv_split_value_copy", 2 * A * k),)
+    return ops
+
+
+def split_backward_ops(model: ModelSpec, par: ParallelConfig, dm: Dims) -> tuple[Op, ...]:
+    """The backward of Megatron-Core's QKV split with rotary embedding: TE's
+    ``_SplitAlongDim.backward`` (transformer_engine/pytorch/attention.py at v1.9 e79d915a,
+    ``transformer_engine/pytorch/utils.py`` from v2.4) returns the gradients without a copy
+    only when they are adjacent views of one buffer; dq and dk are the rotary backward's new
+    tensors, so it runs ``torch.cat(grad_outputs, dim=split_dim)``: reads dq, dk, dv and
+    writes dqkv, ``2A·(Q + 2K)``. None without RoPE or in PyTorch eager."""
+    if not (applies(model) and par.compile):
+        return ()
+    (_, q), (_, k) = _tensors(dm)
+    return (elementwise("qkv_split_grad_cat", 2 * A * (q + 2 * k)),)
+
+
 def check(model: ModelSpec, par: ParallelConfig) -> None:
     """``--no-rope-fusion`` only where it changes the run: a RoPE model in Megatron-Core's
     fused layer (PyTorch eager counts torchtitan's own RoPE kernels)."""
