@@ -33,7 +33,7 @@ def test_gpt3_tp8_kernels_are_the_layer_gemms_attention_and_elementwise():
     """GPT-3 175B, TP 8, micro-batch 1, s = 2048 (n = 2048 tokens, h = 12288): the four linear
     layers' forward, input-grad and weight-grad GEMMs (weight grad as (k, tokens, n)), the
     logits GEMMs (vocab 51200 / 8 = 6400), flash attention at 12 heads per GPU, LayerNorm,
-    GeLU on 6144 columns, dropout-add, and AdamW."""
+    GeLU on 6144 columns, dropout-add, the residual-gradient add, and AdamW."""
     model = load_model(WORKLOADS / "models" / "gpt3-175b.yaml")
     par = ParallelConfig(tp=8, flash_attention=True)
     k = _by_kind(kernels_for(model, par))
@@ -48,9 +48,11 @@ def test_gpt3_tp8_kernels_are_the_layer_gemms_attention_and_elementwise():
     assert k["layernorm_fwd"] == [{"tokens": n, "h": h}] == k["layernorm_bwd"]
     assert k["gelu_fwd"] == [{"tokens": n, "h": 6144}] == k["gelu_bwd"]
     assert k["dropout_add"] == [{"tokens": n, "h": h}]
+    assert k["add"] == [{"tokens": n, "h": h}]  # autograd's sum of the residual gradients
     assert k["adamw_fused_fp32"] == [{"params": 50_000_000}]
     assert set(k) == {"gemm_bf16", "attn_flash_fwd", "attn_flash_bwd", "layernorm_fwd",
-                      "layernorm_bwd", "gelu_fwd", "gelu_bwd", "dropout_add", "adamw_fused_fp32"}
+                      "layernorm_bwd", "gelu_fwd", "gelu_bwd", "dropout_add", "add",
+                      "adamw_fused_fp32"}
 
 
 def test_fp8_and_backend_choose_the_kinds():

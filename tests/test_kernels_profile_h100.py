@@ -54,14 +54,17 @@ def test_the_profiled_table_times_the_layer_from_measured_shapes_near_the_real_l
     rows = transformer_layer_rows(model, PAR, Dims.of(model, PAR), 0)
     timer = Timer(H100_SXM, H100, TableLookup(read_table(PROFILED), slots=132), PAR.backend)
     got_ms = timer.ops_ns([op for r in rows for op in (*r.fwd, *r.ig, *r.wg)], "bf16") / 1e6
-    # every kernel of the layer is a measured shape but the residual adds (profiled as
-    # dropout-adds, see above) and the rotary embedding of q and k (no kernel kind in the
-    # table format), which fall to the roofline
+    # every kernel of the layer is a measured shape but the residual adds and the residual-
+    # gradient adds (profiled as dropout-adds, see above), the rotary embedding of q and k and
+    # Megatron-Core's QKV-split copies (no kernel kind in the table format), which fall to the
+    # roofline
     assert timer.hows == {EXACT: pytest.approx(timer.table_ns)}
     ops = [op for r in rows for op in (*r.fwd, *r.ig, *r.wg)]
     assert sorted(op.name for op in ops if timer.op_ns(op, "bf16")[1] == "roofline") == [
-        "attn_bda", "mlp_bda", "rope_k", "rope_k_grad", "rope_q", "rope_q_grad"]
-    assert timer.table_ns > 0.98 * (timer.table_ns + timer.roofline_ns)
+        "attn_bda", "attn_norm_residual_grad_add", "mlp_bda", "mlp_norm_residual_grad_add",
+        "qkv_split_grad_cat", "qkv_split_query_copy", "qkv_split_value_copy", "rope_k",
+        "rope_k_grad", "rope_q", "rope_q_grad"]
+    assert timer.table_ns > 0.97 * (timer.table_ns + timer.roofline_ns)  # those: 2.4%
     lines = [ln for ln in LAYERS.read_text().splitlines() if ln and not ln.startswith("#")]
     real = next(float(r["fwd_bwd_ms"]) for r in csv.DictReader(lines)
                 if (r["case"], r["variant"]) == ("llama3-8b-tp1-s8192", "compiled_flash"))
