@@ -80,7 +80,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
                "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
                "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS,
-               "--fp8-param-gather")
+               "--fp8-param-gather", "--grad-reduce-in-bf16")
 _MODEL_HOW = {
     **DEFER_VERDICTS,  # sim.models.defer_wgrad
     "--dp": ("changes", "the data-parallel size (layout line)"),
@@ -101,6 +101,7 @@ _MODEL_HOW = {
                                              "gradient reduction, at PP 1 or DP 1, with ZeRO / "
                                              "FSDP, and for schedules other than Megatron's "
                                              "1f1b and interleaved"),
+    "--grad-reduce-in-bf16": ("refused-if", "bf16 gradients; refused: fp16, ZeRO / FSDP"),
     "--overlap-param-gather": ("changes", "parameter all-gathers beside the forward (refused "
                                           "without --distributed-optimizer, with ZeRO-3)"),
     "--decoder-first-pipeline-num-layers": ("changes", "layers per stage (split assumption)"),
@@ -384,6 +385,8 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
                "schedule, so it changes nothing here")
     _refuse_if(given, LIMIT_FLAG, 0 < par.wgrad_deferral_limit >= par.microbatches, "every "
                f"one of the {par.microbatches} microbatches is deferred, as with 0")
+    _refuse_if(given, "--grad-reduce-in-bf16", par.dtype == "fp16" or bool(par.zero) or par.fsdp,
+               "fp16 and ZeRO / FSDP gradients are 16-bit already; it changes nothing here")
     _refuse_if(given, "--expert-tensor-parallel-size", model_run.model.moe is None,
                "applies to mixture-of-experts models (a dense model has no experts)")
     _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "

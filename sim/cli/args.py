@@ -13,7 +13,7 @@ import sys
 from sim.cli.execution import add_execution_arguments, check_execution_flags, execution_options
 from sim.cli.expert_args import add_expert_tp_argument
 from sim.cli.fp8_args import add_fp8_arguments, recipe_of
-from sim.cli.grad_sync_args import add_grad_sync_arguments, delay_of
+from sim.cli.grad_sync_args import add_grad_sync_arguments, grad_sync_options
 from sim.cli.moe_args import add_moe_overlap_argument, check_moe_overlap_flag, moe_overlap_options
 from sim.cli.param_gather_args import add_param_gather_arguments, param_gather_options
 from sim.cli.training_args import add_shared_training_arguments
@@ -189,7 +189,7 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
                     flash_attention=args.flash_attention,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    delay_grad_reduce=delay_of(args),
+                    **grad_sync_options(args),
                     attention_backend=getattr(args, "attention_backend", "") or "",
                     split=PipelineSplit(
                         getattr(args, "first_stage_layers", None),

@@ -1,6 +1,7 @@
 """``--no-delay-grad-reduce``: Megatron-LM's switch for where pipeline stages launch their
-data-parallel gradient reductions (:mod:`sim.models.grad_sync`); its own module to keep
-:mod:`sim.cli.args` small."""
+data-parallel gradient reductions (:mod:`sim.models.grad_sync`), and ``--grad-reduce-in-bf16``
+(the gradient buffer's dtype: :mod:`sim.models.memory`, DP message sizes); its own module to
+keep :mod:`sim.cli.args` small."""
 
 from __future__ import annotations
 
@@ -17,8 +18,19 @@ def add_grad_sync_arguments(g: argparse._ActionsContainer) -> None:
                         "last backward. Default (Megatron's delay_grad_reduce): only stage 0 "
                         "does; the others launch theirs after their last backward (interleaved: "
                         "per model chunk, offset by the pipeline rank)")
+    g.add_argument("--grad-reduce-in-bf16", action="store_true",
+                   help="Megatron-LM (Megatron-Core DDP grad_reduce_in_fp32=False), dtype bf16 "
+                        "or fp8: gradients accumulated and reduced in bf16, 2 bytes per "
+                        "parameter in the gradient buffer and the DP collectives instead of 4; "
+                        "the optimizer step casts its shard to fp32 (default: fp32 gradients)")
 
 
 def delay_of(args: argparse.Namespace) -> bool:
     """Whether the run delays the gradient reductions of stages > 0 (Megatron's default)."""
     return not getattr(args, "no_delay_grad_reduce", False)
+
+
+def grad_sync_options(args: argparse.Namespace) -> dict[str, bool]:
+    """The :class:`~sim.models.parallel.Training` options of this module's flags."""
+    return {"delay_grad_reduce": delay_of(args),
+            "grad_reduce_in_bf16": getattr(args, "grad_reduce_in_bf16", False)}

@@ -81,7 +81,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
         f"schedule {par.schedule_name}; " + _split_note(m, par),
         f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
-        f"gradients {grad_bytes(par.dtype)} bytes per parameter, weights {PARAM_BYTES}",
+        f"gradients {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} bytes per parameter"
+        + (" (--grad-reduce-in-bf16: bf16 gradient buffer and reduction)"
+           if par.grad_reduce_in_bf16 else "") + f", weights {PARAM_BYTES}",
         f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
         + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp else "")
         + "; attention: " + _attention_text(par, gpu_family(gpu)),
@@ -150,9 +152,10 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                    "roots all-gathered in DP")
     if m.tied_embeddings and par.pp > 1:
         out.append(f"tied embeddings: the word-embedding gradient ({dm.v // dm.t * dm.h:,} "
-                   f"parameters per GPU, {grad_bytes(par.dtype)} bytes each) all-reduced "
-                   "between the first and the last stage (Megatron's embedding group) after the "
-                   "DP gradient sync, before the optimizer step; blocking")
+                   f"parameters per GPU, {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} "
+                   "bytes each) all-reduced between the first and the last stage (Megatron's "
+                   "embedding group) after the DP gradient sync, before the optimizer step; "
+                   "blocking")
     if m.moe is not None:
         me = m.moe
         load = moe_load_factor(par)

@@ -159,7 +159,7 @@ def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> 
         return None
     kind = CollKind.REDUCESCATTER if par.shards_optimizer else CollKind.ALLREDUCE
     group = GroupKind.DP_EP if expert else GroupKind.DP
-    per_param = BYTES_16 if par.zero else grad_bytes(par.dtype)
+    per_param = BYTES_16 if par.zero else grad_bytes(par.dtype, par.grad_reduce_in_bf16)
     return Comm(kind, group, params * per_param, blocking=blocking,
                 per_microbatch=par.zero >= 2)
 
@@ -267,7 +267,7 @@ def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
     last = stage_chunk(par.schedule_name, par.pp, par.pp * par.vpp - 1)[0]
     if not m.tied_embeddings or last == 0 or stage not in (0, last):
         return None
-    size = dm.v // dm.t * dm.h * grad_bytes(par.dtype)
+    size = dm.v // dm.t * dm.h * grad_bytes(par.dtype, par.grad_reduce_in_bf16)
     return Comm(CollKind.ALLREDUCE, GroupKind.EMB, size, blocking=True)
 
 
@@ -285,10 +285,10 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
     emb = embedding_grad_comm(plan, st.stage)
     if emb is not None:
         tasks.append(Task("embedding_grads", TaskKind.GRAD_SYNC, comm=emb, wait_async=True))
-    ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, grad_bytes(par.dtype))
+    g = grad_bytes(par.dtype, par.grad_reduce_in_bf16)
+    ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, g)
     if expert:
-        ops += adam_ops(expert, par.edp, par.shards_optimizer,
-                        grad_bytes(par.dtype))
+        ops += adam_ops(expert, par.edp, par.shards_optimizer, g)
     layers = sum(len(ids) for ids in st.layers)
     first = st.stage == 0
     if isinstance(optimizer, ShampooPlan):

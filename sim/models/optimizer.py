@@ -89,10 +89,13 @@ class ShampooPlan:
 PARAM_BYTES = 2  # bf16/fp16 model weights (fp8 runs keep bf16 weights)
 
 
-def grad_bytes(dtype: str) -> int:
-    """Bytes per gradient element in the DP reduction: fp32 main grads for bf16/fp8 (Megatron's
-    ``accumulate_allreduce_grads_in_fp32``), fp16 for fp16."""
-    return 2 if dtype == "fp16" else 4
+def grad_bytes(dtype: str, reduce_in_bf16: bool = False) -> int:
+    """Bytes per element of the main-gradient buffer and the DP reduction: fp32 main grads for
+    bf16/fp8 (Megatron-LM sets ``accumulate_allreduce_grads_in_fp32`` for bf16), fp16 for fp16,
+    bf16 with ``--grad-reduce-in-bf16`` (``reduce_in_bf16``; Megatron-Core DDP
+    ``grad_reduce_in_fp32 = False``: the buffer's dtype is the parameter's,
+    megatron/core/distributed/param_and_grad_buffer.py ``group_params_for_buffers``)."""
+    return 2 if dtype == "fp16" or reduce_in_bf16 else 4
 
 
 def bucket_params(dp: int) -> int:

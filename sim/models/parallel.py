@@ -75,6 +75,10 @@ class Training:
     ``fp8_param_gather``: Megatron-Core's ``--fp8-param-gather`` with ``dtype`` fp8 and the
     distributed optimizer (the TE linears' weights kept in FP8, quantised after the optimizer
     step, all-gathered at 1 byte per parameter; :mod:`sim.models.fp8_params`).
+    ``grad_reduce_in_bf16``: Megatron-LM's ``--grad-reduce-in-bf16`` (Megatron-Core DDP
+    ``grad_reduce_in_fp32 = False``) with dtype bf16/fp8: the main-gradient buffer and the DP
+    gradient collectives in bf16 (2 bytes per parameter) instead of fp32; the optimizer casts its
+    shard to an fp32 copy for the step (:mod:`sim.models.memory`).
     """
 
     global_batch: int | None = None
@@ -105,6 +109,7 @@ class Training:
     defer_embedding_wgrad_compute: bool = False
     wgrad_deferral_limit: int = 0
     fp8_param_gather: bool = False
+    grad_reduce_in_bf16: bool = False
 
     @property
     def backend(self) -> str:
@@ -188,7 +193,8 @@ class ParallelConfig:
                  overlap_moe_expert_parallel_comm: bool = False,
                  defer_embedding_wgrad_compute: bool = False,
                  wgrad_deferral_limit: int = 0,
-                 fp8_param_gather: bool = False) -> None:
+                 fp8_param_gather: bool = False,
+                 grad_reduce_in_bf16: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -210,7 +216,8 @@ class ParallelConfig:
                             overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
                             defer_embedding_wgrad_compute=defer_embedding_wgrad_compute,
                             wgrad_deferral_limit=wgrad_deferral_limit,
-                            fp8_param_gather=fp8_param_gather)
+                            fp8_param_gather=fp8_param_gather,
+                            grad_reduce_in_bf16=grad_reduce_in_bf16)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -274,6 +281,7 @@ class ParallelConfig:
     defer_embedding_wgrad_compute = _part("training", "defer_embedding_wgrad_compute")
     wgrad_deferral_limit = _part("training", "wgrad_deferral_limit")
     fp8_param_gather = _part("training", "fp8_param_gather")
+    grad_reduce_in_bf16 = _part("training", "grad_reduce_in_bf16")
 
     @property
     def shards_optimizer(self) -> bool:

@@ -98,7 +98,8 @@ def _training_settings(training: Training) -> dict[str, Any]:
     later = {"attention_backend": "", "split": asdict(Training().split), "fsdp": False,
              "moe_load_imbalance": 1.0, "moe_capacity_factor": None, "compile": True,
              "norm_type": "rmsnorm", "use_torch_fsdp2": False, "apply_rope_fusion": True,
-             "fp8_param_gather": False}
+             "fp8_param_gather": False,
+             "grad_reduce_in_bf16": False}
     return {k: v for k, v in asdict(training).items()
             if k != "micro_batch" and not (k in later and v == later[k])}
 
