@@ -260,7 +260,8 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         "recompute-dependent; no dropout masks at p = 0"
         + ("; FP8 linear inputs kept at 1 byte" if par.dtype == "fp8" else "")
         + ("; fused attention: output and fp32 softmax statistics, no s×s"
-           if par.fused_attention else "") + "), microbatches in flight from the exact schedule",
+           if par.fused_attention and par.recompute == "none" else "")
+        + "), microbatches in flight from the exact schedule",
         f"reserved {reserved_bytes / gb:g} GB per GPU (CUDA context, workspaces); no allocator "
         "fragmentation model; capacity = hbm_GB × 1e9 bytes",
     ]
