@@ -141,9 +141,12 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             out.append(f"distributed optimizer: parameter all-gather ({pb}/parameter) after "
                        "the optimizer step, not overlapped with the next iteration "
                        "(--overlap-param-gather overlaps it)")
-    out.append("optimizer: Adam, memory-bound (30 bytes per updated parameter + gradient norm "
-               "and buffer zeroing)" + ("; distributed over DP" if par.shards_optimizer
-                                        else ""))
+    adam = ("Adam with Megatron's fp16 optimizer, memory-bound (bytes per updated parameter: "
+            "fp16 -> fp32 gradient copy 6, unscale + inf check 8, gradient norm 4, Adam 28, "
+            "fp32 -> fp16 parameter copy 6; + buffer zeroing)" if par.dtype == "fp16" else
+            "Adam, memory-bound (30 bytes per updated parameter + gradient norm and buffer "
+            "zeroing)")
+    out.append(f"optimizer: {adam}" + ("; distributed over DP" if par.shards_optimizer else ""))
     if isinstance(optimizer, ShampooPlan):
         out.append(f"Shampoo: {len(optimizer.layer_blocks)} preconditioned blocks per layer; "
                    f"inverse 4th roots by {optimizer.newton_steps}-step coupled Newton "

@@ -5,6 +5,7 @@ fp32 gradient (``g`` bytes: 4, or 2 with fp16 gradients), reads and writes the f
 weight, ``m`` and ``v`` (3 × 8 bytes) and writes the 16-bit weight (2): ``g + 26`` bytes; the
 gradient-norm pass reads the gradient again (``g``); the gradient buffer is zeroed (``g`` per
 local parameter). With the distributed optimizer a GPU updates ``1/dp`` of its parameters.
+fp16 runs add the fp16 optimizer's gradient copy, unscale and parameter copy (``adam_ops``).
 
 Shampoo (blocked, as in seed 000): for a block ``m×n`` with left ``m×m`` and right ``n×n``
 factors, each step costs ``2m²n + 2mn²`` FLOPs to update the statistics (G·Gᵀ, Gᵀ·G),
@@ -23,8 +24,28 @@ from sim.models.ops import Op, OpKind
 
 
 def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4) -> tuple[Op, ...]:
-    """Memory-bound Adam step of one GPU holding ``local_params`` parameters (see module doc)."""
+    """Memory-bound Adam step of one GPU holding ``local_params`` parameters (see module doc).
+
+    fp16 gradients (``grad_bytes`` 2) take Megatron's ``Float16OptimizerWithFloat16Params``
+    path (NVIDIA/Megatron-LM megatron/optimizer/optimizer.py ``step`` at commit
+    6985e58938d40ad91ac07b0fddcfad8132e1447e), per updated parameter: copy the fp16 gradient
+    to an fp32 main gradient (``.float()``: reads 2, writes 4), unscale it in place and check
+    for inf/nan (``_amp_foreach_non_finite_check_and_unscale_``: reads 4, writes 4), the
+    gradient norm over the fp32 main gradients (clip_grads.py asserts FloatTensor: reads 4),
+    apex ``FusedAdam`` on the fp32 main parameters (reads the fp32 gradient, reads and writes
+    p, m, v: 28) and the fp32 → fp16 parameter copy (``_multi_tensor_copy_this_to_that``:
+    reads 4, writes 2); the fp16 gradient buffer is zeroed (2 per local parameter)."""
     updated = -(-local_params // dp) if distributed else local_params
+    if grad_bytes == 2:
+        return (
+            Op("copy_model_grads_to_main_grads", OpKind.OPTIMIZER, 0, (2 + 4) * updated),
+            Op("unscale_and_check_inf", OpKind.OPTIMIZER, 0, (4 + 4) * updated),
+            Op("grad_norm", OpKind.OPTIMIZER, 0, 4 * updated),
+            Op("adam_step", OpKind.OPTIMIZER, 0, (4 + 24) * updated,
+               kernel="adamw_fused_fp32" if updated else "", shape=(updated,)),
+            Op("copy_main_params_to_model_params", OpKind.OPTIMIZER, 0, (4 + 2) * updated),
+            Op("zero_grad_buffer", OpKind.OPTIMIZER, 0, 2 * local_params),
+        )
     return (
         Op("grad_norm", OpKind.OPTIMIZER, 0, grad_bytes * updated),
         Op("adam_step", OpKind.OPTIMIZER, 0, (grad_bytes + 26) * updated,
