@@ -23,7 +23,7 @@ def _bytes(ops):
 
 
 def test_fp16_epilogue_kernels_and_bytes():
-    got = _bytes(adam_ops(1000, 1, False, grad_bytes("fp16")))
+    got = _bytes(adam_ops(1000, 1, False, grad_bytes("fp16"), fp16=True))
     assert got == {
         "copy_model_grads_to_main_grads": 6000,
         "unscale_and_check_inf": 8000,
@@ -35,8 +35,13 @@ def test_fp16_epilogue_kernels_and_bytes():
 
 
 def test_fp16_distributed_updates_a_shard_but_zeroes_all():
-    got = _bytes(adam_ops(1000, 4, True, 2))  # 250 updated parameters
+    got = _bytes(adam_ops(1000, 4, True, 2, fp16=True))  # 250 updated parameters
     assert sum(got.values()) == 52 * 250 + 2 * 1000
+
+
+def test_bf16_grads_in_bf16_keep_the_plain_epilogue():
+    # --grad-reduce-in-bf16: 2-byte bf16 main grads, no fp16 optimizer kernels: 2 + 28 + 2
+    assert sum(_bytes(adam_ops(1000, 1, False, grad_bytes("bf16", True))).values()) == 32000
 
 
 def test_bf16_epilogue_unchanged():
@@ -55,5 +60,6 @@ def test_sc21_1p7b_stage_epilogue_bytes():
     assert par.dtype == "fp16" and not par.shards_optimizer
     st = build_model_plan(load_model(case.model_path), par).stages[0]
     assert st.params == params
-    ops = adam_ops(st.params, par.dp_cp, par.shards_optimizer, grad_bytes(par.dtype))
+    ops = adam_ops(st.params, par.dp_cp, par.shards_optimizer, grad_bytes(par.dtype),
+                   par.dtype == "fp16")
     assert sum(op.bytes for op in ops) == 54 * params

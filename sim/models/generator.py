@@ -286,9 +286,9 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
     if emb is not None:
         tasks.append(Task("embedding_grads", TaskKind.GRAD_SYNC, comm=emb, wait_async=True))
     g = grad_bytes(par.dtype, par.grad_reduce_in_bf16)
-    ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, g)
+    ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, g, par.dtype == "fp16")
     if expert:
-        ops += adam_ops(expert, par.edp, par.shards_optimizer, g)
+        ops += adam_ops(expert, par.edp, par.shards_optimizer, g, par.dtype == "fp16")
     layers = sum(len(ids) for ids in st.layers)
     first = st.stage == 0
     if isinstance(optimizer, ShampooPlan):

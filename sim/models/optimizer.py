@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from sim.models.ops import Op, OpKind
 
 
-def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4) -> tuple[Op, ...]:
+def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4,
+             fp16: bool = False) -> tuple[Op, ...]:
     """Memory-bound Adam step of one GPU holding ``local_params`` parameters (see module doc).
 
-    fp16 gradients (``grad_bytes`` 2) take Megatron's ``Float16OptimizerWithFloat16Params``
+    fp16 runs (``fp16``) take Megatron's ``Float16OptimizerWithFloat16Params``
     path (NVIDIA/Megatron-LM megatron/optimizer/optimizer.py ``step`` at commit
     6985e58938d40ad91ac07b0fddcfad8132e1447e), per updated parameter: copy the fp16 gradient
     to an fp32 main gradient (``.float()``: reads 2, writes 4), unscale it in place and check
@@ -36,7 +37,7 @@ def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4)
     p, m, v: 28) and the fp32 → fp16 parameter copy (``_multi_tensor_copy_this_to_that``:
     reads 4, writes 2); the fp16 gradient buffer is zeroed (2 per local parameter)."""
     updated = -(-local_params // dp) if distributed else local_params
-    if grad_bytes == 2:
+    if fp16:
         return (
             Op("copy_model_grads_to_main_grads", OpKind.OPTIMIZER, 0, (2 + 4) * updated),
             Op("unscale_and_check_inf", OpKind.OPTIMIZER, 0, (4 + 4) * updated),
