@@ -26,6 +26,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                      "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                      "--account-for-embedding-in-pipeline-split",
                      "--account-for-loss-in-pipeline-split"), ("refused", _NO_PIPELINE)),
+    "--host-dispatch-us": ("refused", "the log's collectives are not kernels the model "
+                                      "launches in order; use --model alone; leave it out"),
     "--row-placement": ("refused", "the log's rows are collectives, placed by the model's rows; "
                                    "leave it out"),
     "--placement": ("refused", "one data-parallel group: every order places rank r on GPU r; "

@@ -211,6 +211,7 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                                           ["--comm-overlap-slowdown", "4"]),
                                 "aicb-csv": ["--comm-overlap-slowdown", "4"]},
     # variability: every sample simulates every rank (64 of the AICB file's, at DP 1)
+    "--host-dispatch-us": {"*": ["--host-dispatch-us", "200"]},
     "--jitter": {"aicb": ["--jitter", "0.05", "--gpus", "64"], "*": ["--jitter", "0.05"]},
     "--samples": {"aicb": (["--samples", "2"], None),
                   "*": (["--samples", "2"], ["--jitter", "0.05", "--samples", "2"])},

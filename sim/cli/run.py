@@ -26,6 +26,7 @@ from sim.cli.args import (
     output_options,
     warn_topology,
 )
+from sim.cli.host_args import add_host_dispatch_argument, host_dispatch_ns
 from sim.cli.types import (
     Parser,
     at_least_one,
@@ -111,6 +112,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                    help="variability samples with --jitter (default: 1)")
     g.add_argument("--seed", type=nonneg_int, metavar="S",
                    help="seed of the --jitter draws (default: 0); same seed, same output")
+    add_host_dispatch_argument(g)
     add_network_arguments(p)
     add_compute_arguments(p)
     add_fault_arguments(p)
@@ -158,6 +160,7 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
                                      placement=args.placement,
                                      nccl_channels=args.nccl_channels,
                                      comm_overlap_slowdown=args.comm_overlap_slowdown,
+                                     host_dispatch_ns=host_dispatch_ns(args),
                                      **_variability(args)),
         outputs=output_options(args), compute=compute_options(args),
         topology_overrides=tuple(args.set))

@@ -21,6 +21,7 @@ from sim.comm import Comm, GroupKind
 from sim.engine.clock import Clock
 from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
+from sim.engine.host import HostDispatch
 from sim.engine.interference import ComputeSharing, Interference
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
@@ -39,7 +40,7 @@ from sim.engine.segments import (
     phases,
     scaled,
 )
-from sim.engine.steps import fused_shared, fused_spans, overlap_blocking
+from sim.engine.steps import blocking, fused_shared, fused_spans, overlap_blocking
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.placement import Placement
@@ -63,6 +64,7 @@ def simulate(
     until_ns: int | None = None,
     interference: Interference | None = None,
     jitter: Jitter | None = None,
+    host_dispatch_ns: int = 0,
 ) -> SimResult:
     """Simulate one iteration of ``program`` on ``network``.
 
@@ -78,7 +80,8 @@ def simulate(
     (:mod:`sim.engine.interference`; ``None``: overlap is free). ``jitter``: seeded random
     factors on kernel and transfer times (:mod:`sim.engine.jitter`); the simulated members of a
     group then drift apart, so every collective is a rendezvous (pass per-rank classes to let
-    each synchronisation wait for its slowest member).
+    each synchronisation wait for its slowest member). ``host_dispatch_ns``: the CPU's time to
+    issue one kernel (:mod:`sim.engine.host`; 0: the host is never the bottleneck).
     """
     if placement is None:
         placement = Placement(program.tp, program.dp, program.pp, program.ep, cp=program.cp,
@@ -86,7 +89,7 @@ def simulate(
     if classes is None:
         classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
     return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
-                   fuse, interference, jitter).run(until_ns)
+                   fuse, interference, jitter, host_dispatch_ns).run(until_ns)
 
 
 class _Engine:
@@ -96,7 +99,7 @@ class _Engine:
     def __init__(self, prog: PipelineProgram, net: Network, pl: Placement,
                  classes: RankClasses, scale: dict[int, float], record: bool,
                  fuse: bool, interference: Interference | None = None,
-                 jitter: Jitter | None = None) -> None:
+                 jitter: Jitter | None = None, host_ns: int = 0) -> None:
         if (pl.tp, pl.dp, pl.pp) != (prog.tp, prog.dp, prog.pp):
             raise ValueError("placement does not match the program's layout")
         if classes.placement is not pl:
@@ -125,6 +128,7 @@ class _Engine:
         self.groups = Groups(pl, sim_set)
         self.rdv = Rendezvous(env, net, self.groups, self.ledger, jitter)
         self.sharing = ComputeSharing(env, interference) if interference is not None else None
+        self.host = HostDispatch(env, self.ledger, host_ns) if host_ns > 0 else None
         self.streams = AsyncStreams(env, self.rdv, self.ledger, self.sharing)
         # (rank, bucket) -> the issued parameter all-gather and its group
         self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}
@@ -299,9 +303,11 @@ class _Engine:
             yield from self.rdv.barrier(rank, comp.barrier)
             st.exposed_comm_ns[comp.barrier] += env.now - t0
         for i, step in enumerate(comp.steps):
+            if jitter is not None and type(step) is Fused:
+                step = jitter.fused(step, rank, mb, chunk, op, i)  # noqa: PLW2901
+            if self.host is not None:  # the GPU waits until the CPU has issued the step
+                yield from self.host.before(rank, step, mb, chunk)
             if type(step) is Fused:
-                if jitter is not None:
-                    step = jitter.fused(step, rank, mb, chunk, op, i)  # noqa: PLW2901
                 if sharing is not None and not sharing.quiet(rank) and step.duration_ns:
                     yield from fused_shared(sharing, ledger, rank, step, mb, chunk)
                     continue
@@ -314,17 +320,7 @@ class _Engine:
                 if ledger.spans is not None:
                     fused_spans(self.ledger, rank, t0, step, mb, chunk)
             elif type(step) is Blocking:
-                t0 = env.now
-                what = f"{step.layer} {step.phase.value}"
-                res, _ = yield from self.rdv.collective(rank, step.comm, what)
-                d = env.now - t0
-                g = step.comm.group
-                st.exposed_comm_ns[g] += d
-                ls = st.layers.setdefault(step.layer, LayerStats())
-                ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + d
-                ledger.span(rank, g.value, t0, env.now, "comm",
-                            f"{step.layer}.{step.phase.value}", mb, chunk,
-                            comm_args(step.comm, res.algorithm if res else ""))
+                yield from blocking(env, self.rdv, ledger, rank, step, mb, chunk)
             elif type(step) is OverlapBlocking:
                 yield from overlap_blocking(self.env, self.rdv, self.ledger, rank, step, mb, chunk)
             elif type(step) is Await:

@@ -37,6 +37,7 @@ class RankStats:
     optimizer_ns: int = 0
     exposed_comm_ns: dict[GroupKind, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
     bubble_ns: int = 0  # all idle time: pipeline bubble plus the wait after end_ns
+    host_wait_ns: int = 0  # the part of bubble_ns the GPU waited for the host (sim.engine.host)
     end_ns: int = 0  # when this rank's last work finished
     pipeline_start_ns: int = 0  # when the schedule's first op began (after the prologue)
     pipeline_end_ns: int = 0  # when the schedule's last op finished (before the epilogue)

@@ -24,6 +24,8 @@ class Part:
     """A piece of a fused run: ``offset_ns`` from its start, lasting ``duration_ns``.
 
     ``group`` is ``None`` for compute, else the group of the (blocking) communication.
+    ``kernels_ns`` / ``sync_kernels``: a compute part's launches and host wait (the phase's,
+    :class:`~sim.workload.model.Phase`; :mod:`sim.engine.host`).
     """
 
     offset_ns: int
@@ -33,6 +35,8 @@ class Part:
     group: GroupKind | None
     comm: Comm | None = None
     algorithm: str = ""
+    kernels_ns: tuple[int, ...] = ()
+    sync_kernels: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +222,8 @@ def _compute(ph: Phase, kind: PhaseKind, layer: str, scale: float, cost: CostFn,
               if o.comm.size_bytes > 0]
     alone = compute_ns - sum(g for _o, g, fused in costed if fused is None)
     if alone:
-        parts.append(Part(run[0], alone, kind, layer, None))
+        parts.append(Part(run[0], alone, kind, layer, None, kernels_ns=ph.kernels_ns,
+                          sync_kernels=ph.sync_kernels))
         run[0] += alone
         run[1] += alone
     for o, g, fused in costed:

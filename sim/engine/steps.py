@@ -1,6 +1,6 @@
-"""Two kinds of step the event loop runs that need more than a timeout: the spans of a fused
-run (:func:`fused_spans`) and a GEMM-overlapped collective costed as it runs
-(:func:`overlap_blocking`)."""
+"""Kinds of step the event loop runs that need more than a timeout: the spans of a fused run
+(:func:`fused_spans`), a non-fusable blocking collective (:func:`blocking`) and a
+GEMM-overlapped collective costed as it runs (:func:`overlap_blocking`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sim.engine.interference import ComputeSharing
 from sim.engine.ledger import Ledger
 from sim.engine.overlap import overlapped_ns
 from sim.engine.result import LayerStats
-from sim.engine.segments import Fused, OverlapBlocking
+from sim.engine.segments import Blocking, Fused, OverlapBlocking
 
 
 def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
@@ -35,6 +35,20 @@ def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, ra
     ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + exposed
     ledger.span(rank, g.value, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
                 chunk, comm_args(o.comm, res.algorithm if res else ""))
+
+
+def blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
+             step: Blocking, mb: int, chunk: int):
+    """A non-fusable blocking collective: its time (rendezvous wait included) is exposed
+    communication of its group."""
+    st, t0 = ledger.stats[rank], env.now
+    res, _ = yield from rdv.collective(rank, step.comm, f"{step.layer} {step.phase.value}")
+    d, g = env.now - t0, step.comm.group
+    st.exposed_comm_ns[g] += d
+    ls = st.layers.setdefault(step.layer, LayerStats())
+    ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + d
+    ledger.span(rank, g.value, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
+                chunk, comm_args(step.comm, res.algorithm if res else ""))
 
 
 def fused_spans(ledger: Ledger, rank: int, t0: int, step: Fused, mb: int, chunk: int) -> None:

@@ -19,6 +19,7 @@ from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
 from sim.models.grad_sync import delays, launch_points
+from sim.models.launches import phase_launches
 from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops, bucket_params, grad_bytes
 from sim.models.parallel import ParallelConfig, attention_kernel
@@ -243,14 +244,21 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer,
         layers.append(Layer(
             name=r.name,
             forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm,
-                          overlaps=ovl(r.fwd_ovl, r.fwd)),
+                          overlaps=ovl(r.fwd_ovl, r.fwd),
+                          **_launches(timer, r.fwd, dtype)),
             input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm,
-                             overlaps=ovl(r.ig_ovl, r.ig)),
+                             overlaps=ovl(r.ig_ovl, r.ig), **_launches(timer, r.ig, dtype)),
             weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None,
-                              overlaps=ovl(r.wg_ovl, r.wg)),
+                              overlaps=ovl(r.wg_ovl, r.wg), **_launches(timer, r.wg, dtype)),
             first_forward_ns=timer.ops_ns(r.first_fwd, dtype),
         ))
     return layers, index
+
+
+def _launches(timer: Timer, ops, dtype: str) -> dict:
+    """The ``kernels_ns`` / ``sync_kernels`` fields of a phase running ``ops``."""
+    kernels, sync = phase_launches(timer, ops, dtype)
+    return {"kernels_ns": kernels, "sync_kernels": sync}
 
 
 def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:

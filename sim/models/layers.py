@@ -26,7 +26,12 @@ from sim.models.dims import (
     tp_enter,
     tp_exit,
 )
-from sim.models.moe import dispatch_nodes, moe_load_factor, moe_mlp_items
+from sim.models.moe import (
+    dispatch_nodes,
+    dispatcher_syncs_host,
+    moe_load_factor,
+    moe_mlp_items,
+)
 from sim.models.ops import ACT_BYTES as A
 from sim.models.ops import MASK_BYTES as K
 from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
@@ -201,7 +206,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         if fs:  # Megatron-Core SharedExpertMLP: a TP-split dense MLP
             sdm = replace(dm, f=fs, f1=2 * fs if model.gated_mlp else fs)
             items += _dense_mlp(model, sdm, "shared_")
-        items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par))
+        items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par),
+                               dispatcher_syncs_host(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     if par.dtype == "fp8":  # Transformer Engine's casts around each FP8 GEMM
         weights = ("cast" if not par.fp8_param_gather else

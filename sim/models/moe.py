@@ -39,6 +39,7 @@ exactly the TP-group form above (``nt·TP = n``).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
@@ -117,10 +118,28 @@ def dispatch_nodes(par: ParallelConfig) -> int:
     return 1
 
 
+def dispatcher_syncs_host(par: ParallelConfig) -> bool:
+    """Whether each MoE layer's forward blocks the host until the router's kernels have run:
+    Megatron-Core's ``MoEAlltoAllTokenDispatcher`` (NVIDIA/Megatron-LM, megatron/core/
+    transformer/moe/token_dispatcher.py at commit 0014f13713bfa38a8bab4ae11edd6917d35165ce)
+    copies the tokens-per-expert counts to the CPU on a side stream at ``cuda_dtoh_point``
+    ("before_permutation_1", after ``preprocess``) and, unless it pads to capacity, waits for
+    that copy (``_maybe_dtoh_and_synchronize``: ``self.d2h_event.synchronize()``) at
+    ``cuda_sync_point``: "before_ep_alltoall" when EP or TP > 1 ("A synchronization is needed
+    before expert parallel AlltoAll communication to get the `input_splits` and
+    `output_splits` CPU values"), "before_finish" otherwise, "before_permutation_1" with a
+    capacity factor. Its backward reuses the split sizes already on the CPU: no wait. simrun
+    has no pad-to-capacity option, so every alltoall run syncs; the flex (DeepEP) dispatcher is
+    not modelled as syncing."""
+    return par.moe_token_dispatcher == "alltoall"
+
+
 def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
-                  nodes: int = 1) -> list[Block | Conj]:
+                  nodes: int = 1, host_sync: bool = False) -> list[Block | Conj]:
     """Blocks and operators of an MoE MLP (see the module docstring); ``load``:
-    :func:`moe_load_factor`; ``nodes``: :func:`dispatch_nodes`."""
+    :func:`moe_load_factor`; ``nodes``: :func:`dispatch_nodes`; ``host_sync``: the alltoall
+    dispatcher's host synchronisation (:func:`dispatcher_syncs_host`), marked on the top-k
+    kernel whose routing counts the host waits for."""
     assert model.moe is not None
     n_exp, k = model.moe.experts, model.moe.top_k
     local = n_exp // dm.ep
@@ -139,7 +158,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
     items: list[Block | Conj] = [
         Block("moe_router",
               fwd=(gemm("router", dm.nt, h, n_exp, rg, dtype=rd),
-                   elementwise("router_topk", 8 * dm.nt * n_exp),
+                   replace(elementwise("router_topk", 8 * dm.nt * n_exp), host_waits=host_sync),
                    elementwise("moe_permute", 2 * A * routed * h)),
               ig=(elementwise("moe_permute_grad", 2 * A * routed * h),
                   elementwise("router_topk_grad", 12 * dm.nt * n_exp),

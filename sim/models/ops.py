@@ -38,7 +38,9 @@ class Op:
     backward kernel counted apart); a memory-bound kind of the table (``"layernorm_fwd"``,
     ``"gelu_fwd"``, ``"dropout_add"``, ...) ``(tokens, h)``; ``"adamw_fused_fp32"``
     ``(params,)``. Empty: only the roofline times it. ``dtype``: the dtype a GEMM runs in when
-    it is not the run's (``""``: the run's; an fp8 run's output layer runs in bf16)."""
+    it is not the run's (``""``: the run's; an fp8 run's output layer runs in bf16).
+    ``host_waits``: the host later blocks until this kernel (and every kernel before it) has
+    finished, to copy its result to the CPU (:mod:`sim.engine.host`)."""
 
     name: str
     kind: OpKind
@@ -49,6 +51,7 @@ class Op:
     kernel: str = ""
     shape: tuple[int, ...] = ()
     dtype: str = ""  # a GEMM's dtype when not the run's (bf16 outside Transformer Engine's fp8)
+    host_waits: bool = False
 
 
 def gemm(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,

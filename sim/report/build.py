@@ -103,6 +103,7 @@ def rank_entry(st: RankStats, result: SimResult, span: int) -> dict[str, Any]:
     it = result.iteration_ns
     busy = st.pipeline_busy_ns
     bubble = span - busy
+    host = {"host_wait_s": _s(st.host_wait_ns)} if st.host_wait_ns else {}
     return {
         "stage": st.stage,
         "rank": st.rank,
@@ -112,6 +113,7 @@ def rank_entry(st: RankStats, result: SimResult, span: int) -> dict[str, Any]:
                            if (g is not GroupKind.CP or result.program.cp > 1)
                            and (g is not GroupKind.ETP or _own_etp(result.program))},
         "bubble_s": _s(st.bubble_ns),
+        **host,
         "pipeline_bubble_s": _s(bubble),
         "pipeline_busy_s": _s(busy),
         "bubble_fraction": bubble / busy if busy > 0 else 0.0,

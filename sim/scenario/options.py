@@ -92,7 +92,8 @@ class SimulationOptions:
     each; fewer for small messages) an asynchronous collective holds while it runs (0: overlap
     is free), ``comm_overlap_slowdown`` (≥ 1) on its time;
     variability (:mod:`sim.scenario.variability`): ``jitter_cv`` (0: none) of seeded kernel and
-    transfer noise, ``samples`` runs drawn with ``seed``."""
+    transfer noise, ``samples`` runs drawn with ``seed``; ``host_dispatch_ns``: the CPU's time
+    to issue one kernel (:mod:`sim.engine.host`; 0: off)."""
 
     per_rank: bool = False
     fuse: bool = True
@@ -103,6 +104,7 @@ class SimulationOptions:
     jitter_cv: float = 0.0
     samples: int = 1
     seed: int = 0
+    host_dispatch_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 # engine.simulate, report.build_report and stages.build_program are looked up per call (a test
 # may stand in for them)
 from sim import applicable, engine, report
+from sim.engine.host import describe as host_describe
 from sim.engine.interference import DEFAULT_SMS, Interference
 from sim.engine.jitter import Jitter
 from sim.engine.result import SimResult
@@ -207,18 +208,21 @@ def run_scenario(s: Scenario) -> ScenarioResult:
         result = simulate_watched(engine.simulate, prog, net,
                                   max_sim_time_s=sim_opts.max_sim_time_s, placement=placement,
                                   classes=classes, compute_scale=scale, fuse=sim_opts.fuse,
-                                  record_spans=s.outputs.wants_spans, interference=intf)
+                                  record_spans=s.outputs.wants_spans, interference=intf,
+                                  host_dispatch_ns=sim_opts.host_dispatch_ns)
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})",
              intf.describe(intf_src, result.beside_compute_ns > 0, result.nccl_ctas)] + \
-        fault_notes
+        fault_notes + ([host_describe(sim_opts.host_dispatch_ns)]
+                       if sim_opts.host_dispatch_ns else [])
     fault_report = healthy = None
     if not faults.empty:  # the same run on a healthy cluster, for the comparison
         healthy_net = network_of(dataclasses.replace(topo, faults=Faults()), net_opts)
         with Progress("simulating the healthy cluster for the comparison"):
             healthy = engine.simulate(prog, healthy_net, placement=placement,
-                                      fuse=sim_opts.fuse, interference=intf)
+                                      fuse=sim_opts.fuse, interference=intf,
+                                      host_dispatch_ns=sim_opts.host_dispatch_ns)
         fault_report = faults.report(result.iteration_ns, healthy.iteration_ns)
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
@@ -231,7 +235,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
         times = variability.sample_times_ns(
             prog, lambda: network_of(dataclasses.replace(topo, faults=faults), s.network),
             placement, jit, sim_opts.samples, compute_scale=scale, fuse=sim_opts.fuse,
-            interference=intf)
+            interference=intf, host_dispatch_ns=sim_opts.host_dispatch_ns)
         report_extra["variability"] = variability.summary(times, result.iteration_ns, jit)
         extra += variability.notes(jit, sim_opts.samples)
     rep = report.build_report(result, workload=s.workload.path, topology=s.topology,

@@ -42,12 +42,18 @@ class GemmOverlap:
 class Phase:
     """Compute (ns) followed by an optional communication. ``await_group``: first wait for the
     oldest outstanding prefetched (``Comm.prefetch``) communication of that group.
-    ``overlaps``: blocking collectives run pipelined with GEMMs of this phase's compute."""
+    ``overlaps``: blocking collectives run pipelined with GEMMs of this phase's compute.
+    ``kernels_ns``: the GPU time (ns) of each kernel launch of the compute, in issue order
+    (generated programs; empty: not known — a workload file's row); ``sync_kernels``: the host
+    waits, after issuing the compute and before the comm, until the first ``sync_kernels`` of
+    them have finished (a device-to-host copy it needs; 0: no wait). See :mod:`sim.engine.host`."""
 
     compute_ns: int = 0
     comm: Comm | None = None
     await_group: GroupKind | None = None
     overlaps: tuple[GemmOverlap, ...] = ()
+    kernels_ns: tuple[int, ...] = ()
+    sync_kernels: int = 0
 
 
 NO_PHASE = Phase()
