@@ -113,7 +113,9 @@ def build(rows, layers: list[Layer], index: list[int], par,
     out = list(layers)
     lay = out[index[wg]]
     gemm_ns = lay.weight_grad.compute_ns
-    out[index[wg]] = replace(lay, weight_grad=replace(lay.weight_grad, compute_ns=0))
+    # its GEMM launches move to the drain too (sim.engine.host: a phase's kernel list)
+    out[index[wg]] = replace(lay, weight_grad=replace(lay.weight_grad, compute_ns=0,
+                                                      kernels_ns=(), sync_kernels=0))
     gather = None
     rg = next((i for i, r in enumerate(rows) if DEFER_REGATHER_TAG in r.tags), None)
     if rg is not None:
