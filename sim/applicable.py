@@ -65,8 +65,6 @@ def _kinds(aicb: tuple[str, str], optable: tuple[str, str],
 
 _FILE_FIXES = ("refused", "applies to --model runs only: a workload file fixes the compute times "
                           "and message sizes; leave it out, or use --model")
-_NO_KERNELS = ("refused", "applies to --model runs: a workload file's rows give compute "
-                          "times, not the kernels the host launches; leave it out")
 _GENERATED = "applies to workload files (how a file is read); with --model the workload is " \
              "generated, leave it out"
 _LAYOUT = "the layout; stated in the report's layout line and assumptions"
@@ -239,9 +237,9 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                 "block and assumptions (the breakdown stays deterministic)"),
     "--samples": _all("refused-if", "variability samples; refused without --jitter"),
     "--seed": _all("refused-if", "the noise draws; refused without --jitter"),
-    "--host-dispatch-us": _kinds(_NO_KERNELS, _NO_KERNELS, (
-        "changes", "the CPU's time per kernel launch: GPU idle until each kernel is issued "
-                   "(assumption 'host dispatch: ...'; 0, the default, is off)")),
+    "--host-dispatch-us": _kinds(*[("refused", "applies to --model runs (a file has no kernel "
+                                   "list); leave it out")] * 2, ("changes", "assumption 'host "
+                                   "dispatch: ...': GPU waits for each kernel's issue")),
     "--per-rank": _all("mode", "every rank simulated (simulation mode assumption)"),
     "--no-fuse": _all("mode", "every step its own event (same times)"),
     "--max-sim-time-s": _all("output", "watchdog"),
