@@ -237,9 +237,7 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                 "block and assumptions (the breakdown stays deterministic)"),
     "--samples": _all("refused-if", "variability samples; refused without --jitter"),
     "--seed": _all("refused-if", "the noise draws; refused without --jitter"),
-    "--host-dispatch-us": _kinds(*[("refused", "applies to --model runs (a file has no kernel "
-                                   "list); leave it out")] * 2, ("changes", "assumption 'host "
-                                   "dispatch: ...': GPU waits for each kernel's issue")),
+    "--host-dispatch-us": _kinds(*[("refused", "--model runs only")] * 2, ("changes", "host wait")),
     "--per-rank": _all("mode", "every rank simulated (simulation mode assumption)"),
     "--no-fuse": _all("mode", "every step its own event (same times)"),
     "--max-sim-time-s": _all("output", "watchdog"),
