@@ -180,7 +180,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         if par.overlap_moe_expert_parallel_comm:
             out.append(describe_ep_a2a_overlap(par))
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
-               "bytes), CPU launch overheads, memory allocator effects")
+               "bytes), CPU launch overheads (unless --host-dispatch-us is given), memory "
+               "allocator effects")
     mf = model_flops_per_iteration(m, par.global_batch)
     out.append(f"model FLOPs per iteration (for MFU): {mf:.4e} (vocab {m.vocab}, unpadded)")
     return out
