@@ -19,7 +19,8 @@ Every flag of ``simrun`` (the main run) is entered in :data:`TABLE`, once per in
   (:func:`check_workload`) or after the run, before anything is written (:func:`check_effect`).
 
 A flag added to the run's parser must be entered here (tests/test_no_silent_whatifs.py fails
-otherwise); docs/errors.md lists the refusals.
+otherwise); docs/errors.md lists the refusals. The model-driven training flags' verdicts are in
+:mod:`sim.applicable_model`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.applicable_log import LOG_VERDICTS
+from sim.applicable_model import MODEL_HOW
 from sim.comm import GroupKind
 from sim.engine.interference import NO_ASYNC
 from sim.errors import UsageError
@@ -81,84 +83,6 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
                "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS,
                "--fp8-param-gather", "--grad-reduce-in-bf16")
-_MODEL_HOW = {
-    **DEFER_VERDICTS,  # sim.models.defer_wgrad
-    "--dp": ("changes", "the data-parallel size (layout line)"),
-    "--micro-batch": ("changes", "sequences per microbatch (training options)"),
-    "--global-batch": ("changes", "the number of microbatches (layout line)"),
-    "--sequence-parallel": ("refused-if", "refused at TP 1, where Megatron ignores it"),
-    "--recompute": ("changes", "activation recomputation (training options, memory)"),
-    "--dtype": ("changes", "GEMM peak and MFU reference (training options)"),
-    "--distributed-optimizer": ("refused-if", "refused at DP 1 (nothing to shard over)"),
-    "--flash-attention": ("changes", "the attention backend (training options)"),
-    "--attention-backend": ("changes", "the attention backend (training options)"),
-    "--overlap-grad-reduce": ("refused-if", "the default, stated; refused at DP 1 (no DP "
-                                            "gradient collective)"),
-    "--no-overlap-grad-reduce": ("refused-if", "refused at DP 1 (no DP gradient collective)"),
-    "--no-delay-grad-reduce": ("refused-if", "every pipeline stage reduces per bucket during "
-                                             "its last backward (assumption '--no-delay-grad-"
-                                             "reduce: ...'); refused without overlapped "
-                                             "gradient reduction, at PP 1 or DP 1, with ZeRO / "
-                                             "FSDP, and for schedules other than Megatron's "
-                                             "1f1b and interleaved"),
-    "--grad-reduce-in-bf16": ("refused-if", "bf16 gradients; refused: fp16, ZeRO / FSDP"),
-    "--overlap-param-gather": ("changes", "parameter all-gathers beside the forward (refused "
-                                          "without --distributed-optimizer, with ZeRO-3)"),
-    "--decoder-first-pipeline-num-layers": ("changes", "layers per stage (split assumption)"),
-    "--decoder-last-pipeline-num-layers": ("changes", "layers per stage (split assumption)"),
-    "--account-for-embedding-in-pipeline-split": ("changes", "layers per stage"),
-    "--account-for-loss-in-pipeline-split": ("changes", "layers per stage"),
-    "--context-parallel-size": ("changes", "CP groups and ring attention (layout line)"),
-    "--moe-load-imbalance": ("changes", "the busiest expert GPU's tokens (refused for a "
-                                        "dense model)"),
-    "--moe-expert-capacity-factor": ("changes", "tokens dropped beyond capacity (refused for "
-                                                "a dense model)"),
-    "--moe-token-dispatcher-type": ("refused-if", "flex: one token copy per destination node "
-                                                  "and the hierarchical all-to-all (MoE "
-                                                  "assumption line, 'chosen: EP alltoall'); "
-                                                  "alltoall states the default; flex refused "
-                                                  "where the EP group lies in one node or EP is "
-                                                  "1, and for a dense model"),
-    "--moe-shared-expert-intermediate-size": ("changes", "the shared-expert MLP's width (MoE "
-                                                         "assumption line; refused for a dense "
-                                                         "model)"),
-    "--expert-tensor-parallel-size": ("refused-if", "the experts' tensor-parallel size: the "
-                                                     "ETP x EP x EDP expert groups, expert GEMM "
-                                                     "shapes and gradient reduction (layout "
-                                                     "line, MoE assumption line); refused for a "
-                                                     "dense model"),
-    "--overlap-moe-expert-parallel-comm": ("refused-if", "combined 1F1B: steady-state F&B ops "
-                                                         "with the EP all-to-alls beside the "
-                                                         "compute (MoE assumption lines); "
-                                                         "refused for a dense model, EP 1, "
-                                                         "full recompute, PP > 1 without the "
-                                                         "interleaved schedule"),
-    "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
-    "--fp8-param-gather": ("refused-if", "FP8 weights: 1-byte parameter all-gathers, quantised "
-                           "after the optimizer step (assumption '--fp8-param-gather ...'); "
-                           "refused without --dtype fp8, the distributed optimizer, or with FSDP"),
-    "--fp8-recipe": ("refused-if", "Transformer Engine's FP8 cast kernels and amax "
-                                   "reductions of the recipe (assumption '--fp8-recipe ...'); "
-                                   "refused without --dtype fp8"),
-    "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
-                                        "(assumption); refused without sequence parallelism at "
-                                        "TP > 1"),
-    "--compile": ("states", "the default: fused element-wise kernels (assumption "
-                            "'element-wise kernels fused ...')"),
-    "--no-compile": ("refused-if", "PyTorch eager element-wise kernels of torchtitan's Llama "
-                                   "block (assumption '--no-compile: ...'); refused for other "
-                                   "models (LayerNorm, GeLU, learned positions, MoE), fp8, "
-                                   "unfused attention, --tp-comm-overlap"),
-    "--norm-type": ("refused-if", "torchtitan's norm_type in eager mode (assumption "
-                                  "'--no-compile: ... RMSNorm ...'); refused without "
-                                  "--no-compile"),
-    "--use-torch-fsdp2": ("refused-if", "PyTorch FSDP2's copies and fp32 reduce-scatter "
-                                        "(assumption '--use-torch-fsdp2: ...'); refused "
-                                        "without --fsdp"),
-    "--no-rope-fusion": ("refused-if", "Megatron-Core's unfused RoPE kernels on q and k "
-                                       "(assumption 'RoPE: --no-rope-fusion ...'); refused for "
-                                       "models without rope positions and with --no-compile"),
-}
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")
 _SCALED = ("refused-if", "refused unless the file's compute times are scaled from another GPU "
@@ -216,7 +140,7 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--model": _kinds(("refused", "give --workload or --model, not both"),
                       ("refused", "give --workload or --model, not both"),
                       ("input", "the generated workload")),
-    **{f: _kinds(_FILE_FIXES, _FILE_FIXES, _MODEL_HOW[f]) for f in _MODEL_ONLY},
+    **{f: _kinds(_FILE_FIXES, _FILE_FIXES, MODEL_HOW[f]) for f in _MODEL_ONLY},
     "--zero": _kinds(("changes", "an AICB DeepSpeed file read with ZeRO semantics (refused for "
                                  "TP > 1)"),
                      ("refused", "applies to --model runs and AICB DeepSpeed files"),
