@@ -31,12 +31,12 @@ class TaskKind(str, Enum):
     COMPUTE = "compute"  # counted as compute
     OPTIMIZER = "optimizer"  # optimizer step compute
     WEIGHT_GRAD = "weight_grad"  # deferred weight-gradient compute, counted as compute
+    GRAD_SYNC = "grad_sync"  # gradient / parameter collectives around the optimizer
 
     @property
     def span(self) -> str:
         """The kind of the task's compute span in traces (other than these: ``forward``)."""
         return self.value if self.value in ("optimizer", "weight_grad") else "forward"
-    GRAD_SYNC = "grad_sync"  # gradient / parameter collectives around the optimizer
 
 
 @dataclass(frozen=True, slots=True)
