@@ -42,6 +42,36 @@ def test_makespan_hand_derived():
     assert unit_makespan(1024, 4, False, True, 132, 1.0) == 9.0
 
 
+def test_makespan_of_non_square_calls_hand_derived():
+    """A call with more keys than queries (a ring-attention half step): 256 queries (2 tiles)
+    against 512 keys (4 blocks). Forward: 2 query tiles of 0.5 + 4 each; backward: 4 key tiles
+    of 0.5 + 2 each."""
+    assert unit_makespan(256, 1, False, False, 2, 0.5, 512) == 4.5   # 2 tiles, 2 SMs
+    assert unit_makespan(256, 1, True, False, 2, 0.5, 512) == 5.0    # 4 tiles of 2.5, 2 SMs
+    assert unit_makespan(256, 3, False, False, 4, 0.5, 512) == 9.0   # 6 tiles of 4.5, 4 SMs
+    # the transposed call swaps the roles: 512 queries (4 tiles of 2.5) against 256 keys
+    assert unit_makespan(512, 1, False, False, 2, 0.5, 256) == 5.0
+    assert unit_makespan(256, 1, False, False, 2, 0.5) == unit_makespan(256, 1, False, False,
+                                                                        2, 0.5, 256)
+    with pytest.raises(ValueError, match="causal"):
+        AttnShape(1, 8, 256, 128, True, s_kv=512)
+
+
+def test_kv_heads_other_than_measured_answer_from_the_row_and_say_so():
+    """Llama 3 8B at TP 4 (b 1, 8 query heads, 2 KV heads, s 8192, d 128): the table measured
+    8 query heads only with 8 KV heads (attn_cudnn_fwd 0.28026 ms). It answers with that row,
+    labelled: the table shows no dependence on KV heads (sim.kernels.attention)."""
+    from sim.kernels.lookup import EXACT, INTERPOLATED, OTHER_KV
+
+    lk = TableLookup(TABLE, slots=132)
+    hit = lk.attention_ns("cudnn", AttnShape(1, 8, 8192, 128, hkv=2))
+    assert hit.time_ns == pytest.approx(0.28026e6) and hit.how == OTHER_KV
+    assert lk.attention_ns("cudnn", AttnShape(1, 8, 8192, 128, hkv=8)).how == EXACT
+    # a non-square call is never a measured shape (the rows are square)
+    assert lk.attention_ns("cudnn", AttnShape(1, 8, 8192, 128, False, s_kv=4096,
+                                              hkv=8)).how == INTERPOLATED
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_fit_on_calibration_shapes_predicts_held_out_within_15_percent(kind):
     rows = TABLE.of_kind(kind)

@@ -39,7 +39,8 @@ def test_attention_and_memory_kernels_equal_the_table_at_measured_shapes(lk):
     for r in TABLE.rows:
         if r.kind.startswith("attn_"):
             _, backend, way = r.kind.split("_")
-            sh = AttnShape(r.get("b"), r.get("hq"), r.get("s"), r.get("d"), True, way == "bwd")
+            sh = AttnShape(r.get("b"), r.get("hq"), r.get("s"), r.get("d"), True, way == "bwd",
+                           hkv=r.get("hkv"))
             hit = lk.attention_ns(backend, sh)
         elif r.kind in BYTES_PER_ELEMENT and r.kind != "adamw_fused_fp32":
             shape = (r.get("tokens"), r.get("h"))

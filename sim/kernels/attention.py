@@ -5,7 +5,10 @@ FlashAttention-2 and cuDNN's fused attention split each (batch, head) into tiles
 blocks of the other side, ``j + 1`` of them for forward tile ``j`` under a causal mask (all
 ``n = ceil(s/128)`` without one) and ``n - j`` for backward tile ``j``. The GPU runs one tile per
 SM at a time (``slots`` = SM count) and hands the next tile to the first SM that frees, in launch
-order (heads one after another). A tile costs ``c0 + blocks · cb`` µs, so the kernel takes::
+order (heads one after another). A call whose keys are not its queries (``s_kv ≠ s``, the
+non-causal half-size calls of context-parallel ring attention, :mod:`sim.models.context`) has
+``ceil(s/128)`` forward tiles of ``ceil(s_kv/128)`` blocks each and ``ceil(s_kv/128)`` backward
+tiles of ``ceil(s/128)`` blocks each. A tile costs ``c0 + blocks · cb`` µs, so the kernel takes::
 
     t = t_launch + makespan(tiles, slots)
 
@@ -14,7 +17,15 @@ dimension ``d`` (fitted per measured ``d``; between measured ``d`` linear in ``d
 ``cb`` scales with ``d`` as the matrix work does and ``c0`` is the nearest one's);
 ``t_launch`` is shared. The shape effects follow from this: few heads per call leave SMs idle
 in the last wave, short sequences pay ``c0`` more often, the causal triangle makes tiles uneven.
-Key/value heads (GQA) do not enter (the FLOPs are those of the query heads).
+Key/value heads (GQA) do not enter (the FLOPs are those of the query heads). The measured
+table cannot show a dependence on them: no two of its rows differ only in ``hkv``, and its GQA
+rows (``hq/hkv`` = 4 and 8: b 1, d 128, hq 32 and 64) are also its only d-128 rows with 32 or
+more heads in one call, so an ``hkv`` effect and an ``hq`` effect are confounded. The residuals
+of this fit hint at one, within the fit's spread: the GQA rows' backward runs 0.5–6.1% slower
+than fitted (cuDNN −2.5, −3.5, −6.1%; FlashAttention −2.8, −1.3, −0.5%, model minus measured)
+where the MHA rows of 4096+ tokens run 0.5–5.2% faster (+5.2, +2.5, +0.5; +1.7, +2.0, +2.1%),
+and FlashAttention's GQA forward runs faster (+2.8, +3.2, +4.5% against −1.8, −9.0, −3.8%);
+cuDNN's forward shows nothing. A measurement of one ``hq`` at several ``hkv`` would settle it.
 
 Fit (:func:`fit`): for every combination of ratios ``c0/cb`` on a fixed grid (one per ``d``)
 the model is linear in ``t_launch`` and the ``cb``; weighted least squares on relative error,
@@ -37,7 +48,9 @@ RATIO_GRID = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.
 
 @dataclass(frozen=True)
 class AttnShape:
-    """One attention call: batch ``b``, query heads ``hq``, sequence ``s``, head dim ``d``."""
+    """One attention call: batch ``b``, query heads ``hq``, query length ``s``, head dim ``d``;
+    ``s_kv``: key/value length when not ``s`` (0: ``s``; only without the causal mask);
+    ``hkv``: key/value heads (0: not given), matched against measured rows only."""
 
     b: int
     hq: int
@@ -45,6 +58,17 @@ class AttnShape:
     d: int
     causal: bool = True
     bwd: bool = False
+    s_kv: int = 0
+    hkv: int = 0
+
+    def __post_init__(self) -> None:
+        if self.causal and self.s_kv not in (0, self.s):
+            raise ValueError("a causal attention call has as many keys as queries")
+
+    @property
+    def kv_len(self) -> int:
+        """Key/value sequence length (tokens)."""
+        return self.s_kv or self.s
 
 
 @dataclass(frozen=True)
@@ -71,19 +95,23 @@ class AttnFit:
     def time_us(self, sh: AttnShape) -> float:
         c0, cb = self.params(sh.d)
         return self.launch_us + unit_makespan(sh.s, sh.b * sh.hq, sh.bwd, sh.causal,
-                                              self.slots, c0 / cb) * cb
+                                              self.slots, c0 / cb, sh.kv_len) * cb
 
 
 @lru_cache(maxsize=4096)
-def unit_makespan(s: int, heads: int, bwd: bool, causal: bool, slots: int, ratio: float) -> float:
-    """Makespan of the tiles of ``heads`` (batch × query heads) sequences of length ``s`` on
-    ``slots`` SMs, in units of one block (``cb = 1``, ``c0 = ratio``), greedy in launch order."""
+def unit_makespan(s: int, heads: int, bwd: bool, causal: bool, slots: int, ratio: float,
+                  s_kv: int = 0) -> float:
+    """Makespan of the tiles of ``heads`` (batch × query heads) sequences of ``s`` queries (and
+    ``s_kv`` keys, 0: ``s``; non-causal only) on ``slots`` SMs, in units of one block
+    (``cb = 1``, ``c0 = ratio``), greedy in launch order."""
     n = -(-s // BLOCK)
     if causal:
         costs = [ratio + (n - j if bwd else j + 1) for j in range(n)]
     else:
-        costs = [ratio + n] * n
-    if heads * n <= slots:
+        nk = -(-(s_kv or s) // BLOCK)
+        tiles, walk = (nk, n) if bwd else (n, nk)
+        costs = [ratio + walk] * tiles
+    if heads * len(costs) <= slots:
         return max(costs)
     free = [0.0] * slots
     for _ in range(heads):

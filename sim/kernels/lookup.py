@@ -11,7 +11,10 @@
   median FLOP/s per octave), piecewise-linear in log-FLOPs between octaves. Below the smallest
   measured GEMM nothing is taken from the table (the roofline times it); above the largest, the
   largest octave's FLOP/s is held (the roofline at the nearest measured efficiency).
-* **Attention** (rows ``attn_<backend>_<fwd|bwd>``): the measured shape, else the tile model of
+* **Attention** (rows ``attn_<backend>_<fwd|bwd>``): the measured shape (batch, query heads,
+  sequence, head dim, mask; the rows are square: as many keys as queries) — with other
+  key/value heads than measured it still answers, labelled :data:`OTHER_KV` (the table shows
+  no dependence on them, :mod:`sim.kernels.attention`) — else the tile model of
   :mod:`sim.kernels.attention` fitted to the table's rows of that kind.
 * **Memory-bound kernels** (norms, GeLU, add, dropout-add, AdamW): the measured ``(tokens, h)``
   (or parameter count), else the achieved bandwidth piecewise-linear in log-bytes between the
@@ -38,14 +41,19 @@ from sim.kernels.table import KernelRow, KernelTable
 BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "rmsnorm_bwd": 6,
                      "gelu_fwd": 4, "gelu_bwd": 6, "swiglu_fwd": 6, "swiglu_bwd": 10, "add": 6,
                      "dropout_add": 7, "adamw_fused_fp32": 28,
-                     "fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2}
+                     "fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2,
+                     "cp_copy": 4, "cp_out_correction": 6, "cp_lse_correction": 12}
 #: memory-bound kernels no table measures, timed at the achieved bandwidth of a measured
 #: streaming kernel at the same bytes: Transformer Engine's FP8 casts (sim.models.fp8) stream
 #: their bytes as the element-wise add does
+#: and so do the element-wise kernels of context-parallel ring attention (sim.models.context:
+#: bf16 copies, the LSE-scaled output merge; the fp32 LSE merge, counted per query row and head)
 STREAMING_PROXY = {"fp8_cast": "add", "fp8_cast_transpose": "add", "fp8_transpose": "add",
-                   "fp8_amax": "add"}
+                   "fp8_amax": "add", "cp_copy": "add", "cp_out_correction": "add",
+                   "cp_lse_correction": "add"}
 
 EXACT, INTERPOLATED, HELD = "measured shape", "interpolated", "held beyond the measured range"
+OTHER_KV = "measured shape but its KV heads"
 
 
 @dataclass(frozen=True)
@@ -146,10 +154,14 @@ class TableLookup:
     def attention_ns(self, backend: str, sh: AttnShape) -> Hit | None:
         kind = f"attn_{backend}_{'bwd' if sh.bwd else 'fwd'}"
         rows = self.table.of_kind(kind)
-        for r in rows:
-            if (r.get("b"), r.get("hq"), r.get("s"), r.get("d"), r.get("causal")) == (
-                    sh.b, sh.hq, sh.s, sh.d, int(sh.causal)):
+        same = [r for r in rows if sh.kv_len == sh.s and (
+            r.get("b"), r.get("hq"), r.get("s"), r.get("d"), r.get("causal")) == (
+                sh.b, sh.hq, sh.s, sh.d, int(sh.causal))]
+        for r in same:
+            if not sh.hkv or r.get("hkv") == sh.hkv:
                 return Hit(r.time_ms * 1e6, EXACT)
+        if same:  # no dependence on KV heads can be read from the table (sim.kernels.attention)
+            return Hit(same[0].time_ms * 1e6, OTHER_KV)
         model = self.attention_model(kind)
         if model is None:
             return None
@@ -196,4 +208,4 @@ def _elements(r: KernelRow) -> int:
 
 def _attn_shape(r: KernelRow) -> AttnShape:
     return AttnShape(r.get("b"), r.get("hq"), r.get("s"), r.get("d"), bool(r.get("causal")),
-                     r.kind.endswith("_bwd"))
+                     r.kind.endswith("_bwd"), hkv=r.get("hkv"))
