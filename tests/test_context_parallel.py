@@ -92,17 +92,61 @@ def test_generated_layers_have_cp_attention_steps_with_ring_exchanges():
     model = load_model(MODEL)
     plan = build_model_plan(model, _par(4))
     rows = [r for r in plan.stages[0].chunks[0] if r.name.startswith("layer0_attn_cp")]
-    assert [r.name for r in rows] == [f"layer0_attn_cp{k}" for k in range(4)]
+    assert [r.name for r in rows] == [f"layer0_attn_cp{k}{x}" for k in range(4)
+                                      for x in ("_dkv", "")] + ["layer0_attn_cp_merge"]
     s_local, kvh, t = model.seq_len // 4, model.kv_hidden, 2
     kv = 2 * s_local * kvh // t * 2  # K and V of the rank's tokens, bf16, this TP shard
-    for k, r in enumerate(rows):
-        assert r.ig_comm == Comm(CollKind.ALLGATHER, GroupKind.CP, 2 * kv * 4 // 3,
+    steps = [r for r in rows if r.name[len("layer0_attn_cp"):].isdigit()]
+    for k, r in enumerate(steps):
+        # backward (TransformerEngine step 3 − k): KV only first, dKV only last, both between
+        carried = kv if k in (0, 3) else 2 * kv
+        assert r.ig_comm == Comm(CollKind.ALLGATHER, GroupKind.CP, carried * 4 // 3,
                                  blocking=False, overlap=True)
         if k < 3:
             assert r.fwd_comm == Comm(CollKind.ALLGATHER, GroupKind.CP, kv * 4 // 3,
                                       blocking=False, overlap=True)
         else:
             assert r.fwd_comm is None
+    assert all(r.fwd_comm is None and r.ig_comm is None for r in rows if r not in steps)
+
+
+def test_dkv_update_waits_for_the_exchange_hand_derived_timeline():
+    """cp = 2 as the generator lays it out: rows dkv0, cp0, dkv1, cp1, merge. α = 0, 1 GB/s:
+    an exchange of S bytes (the all-gather size, 2 blocks at cp 2) costs S/2 ns. Forward: the
+    KV concatenation 0-2, step 0 2-12 with its KV exchange 2-22, step 1 22-32, the output merge
+    32-37. Backward (reversed): the KV copy 37-40; step "1" issues the KV exchange (40-60) and
+    computes 40-55; its dK/dV update waits for the exchange: 60-64; step "0" issues the dKV
+    exchange 64-84 and computes 64-79; the last dK/dV update 84-88."""
+    def ring(size):
+        return Comm(CollKind.ALLGATHER, GroupKind.CP, size, blocking=False, overlap=True)
+
+    layers = (Layer("dkv0", Phase(2), Phase(4)), Layer("cp0", Phase(10, ring(40)),
+                                                        Phase(15, ring(40))),
+              Layer("dkv1", Phase(0), Phase(4)), Layer("cp1", Phase(10), Phase(15, ring(40))),
+              Layer("merge", Phase(5), Phase(3)))
+    prog = PipelineProgram(tp=1, pp=1, dp=2, ep=1, vpp=1, microbatches=1, pp_bytes=0,
+                           stages=[StageProgram(0, [layers])], schedule="1f1b", cp=2)
+    res = simulate(prog, AlphaBetaNetwork(0, {GroupKind.CP: 1.0}), record_spans=True)
+    log = sorted((s.start_ns, s.end_ns, s.stream, s.kind, s.label) for s in res.spans
+                 if s.kind != "bubble" and s.end_ns > s.start_ns)
+    assert log == [
+        (0, 2, "compute", "forward", "dkv0"),
+        (2, 12, "compute", "forward", "cp0"),
+        (2, 22, "CP", "comm", "cp0.forward"),
+        (12, 22, "compute", "comm_wait", "wait CP"),
+        (22, 32, "compute", "forward", "cp1"),
+        (32, 37, "compute", "forward", "merge"),
+        (37, 40, "compute", "input_grad", "merge"),
+        (40, 55, "compute", "input_grad", "cp1"),
+        (40, 60, "CP", "comm", "cp1.input_grad"),
+        (55, 60, "compute", "comm_wait", "wait CP"),
+        (60, 64, "compute", "input_grad", "dkv1"),
+        (64, 79, "compute", "input_grad", "cp0"),
+        (64, 84, "CP", "comm", "cp0.input_grad"),
+        (79, 84, "compute", "comm_wait", "wait CP"),
+        (84, 88, "compute", "input_grad", "dkv0"),
+    ]
+    assert res.iteration_ns == 88
 
 
 def test_cp_keeps_the_model_flops_and_divides_activations():

@@ -129,8 +129,8 @@ def test_generated_cp2_layer_overlaps_the_ranks_s_over_cp_tokens():
     # no TP collective left serial; the ring exchanges kept, in the CP group
     assert [r.name for r in layer0 if any(
         c is not None and c.group is TP for c in (r.fwd_comm, r.ig_comm, r.wg_comm))] == []
-    cp_rows = [r for r in layer0 if r.name.startswith("layer0_attn_cp")]
-    assert [r.name for r in cp_rows] == ["layer0_attn_cp0", "layer0_attn_cp1"]
+    cp_rows = [r for r in layer0 if r.name in ("layer0_attn_cp0", "layer0_attn_cp1")]
+    assert len(cp_rows) == 2  # the ring steps (sim.models.context)
     assert all(r.ig_comm.group is CP for r in cp_rows) and cp_rows[0].fwd_comm.group is CP
 
 

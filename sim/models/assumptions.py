@@ -115,7 +115,10 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                    f"TransformerEngine): {m.seq_len // par.cp} tokens per rank (2·cp chunks, "
                    "causal load balancing); attention in cp steps, each overlapped with the P2P "
                    "exchange of a KV block (backward: KV and dK/dV) around the CP ring, costed "
-                   "as one ring all-gather step; DP gradients reduced over DP×CP "
+                   "as one ring all-gather step; step 0 the causal call, later steps the slower "
+                   "of the two half-size non-causal calls, plus TE's output/LSE merges and "
+                   "dQ/dK/dV accumulation at the add kernel's bandwidth, the forward's two "
+                   "streams run back to back; DP gradients reduced over DP×CP "
                    f"({par.dp_cp} ranks); activations ÷ cp")
     if par.dp_cp > 1 and not par.zero:
         kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"

@@ -204,6 +204,10 @@ class Timer:
 
 
 _TABLE_BACKEND = {"flash": "flash", "fused": "cudnn"}
+#: attention kernels (sim.models.ops.Op): ``*_ring`` is a context-parallel half step, shape
+#: ``(b, hq, hkv, s, d, 0, s_kv)``, timed as the slower of ``s × s_kv`` and ``s_kv × s``
+#: (sim.models.context: the ring's ranks run both at once)
+_ATTN_KERNELS = ("attn_fwd", "attn_bwd", "attn_bwd_part", "attn_fwd_ring", "attn_bwd_ring")
 
 
 def _table_hit(lookup, op: Op, dtype: str, backend: str):
@@ -214,13 +218,20 @@ def _table_hit(lookup, op: Op, dtype: str, backend: str):
     if k == "gemm":
         gemm_dtype = dtype if op.kind is OpKind.GEMM else "bf16"
         return lookup.gemm_ns(gemm_dtype, *sh)
-    if k in ("attn_fwd", "attn_bwd", "attn_bwd_part"):
+    if k in _ATTN_KERNELS:
         tb = _TABLE_BACKEND.get(backend)
         if tb is None:
             return None
-        b, hq, _hkv, s, d, causal = sh
-        hit = lookup.attention_ns(tb, AttnShape(b, hq, s, d, bool(causal), k != "attn_fwd"))
-        if k == "attn_bwd_part" and hit is not None:
+        b, hq, hkv, s, d, causal, *kv = sh
+        s_kv, bwd = (kv[0] if kv else 0), not k.startswith("attn_fwd")
+        calls = [AttnShape(b, hq, s, d, bool(causal), bwd, s_kv, hkv)]
+        if k.endswith("_ring"):  # a ring-attention half step: the slower of its two calls
+            calls.append(AttnShape(b, hq, s_kv, d, False, bwd, s, hkv))
+        hits = [lookup.attention_ns(tb, c) for c in calls]
+        if None in hits:
+            return None
+        hit = max(hits, key=lambda h: h.time_ns)
+        if k == "attn_bwd_part":
             return Hit(0.0, EXACT if hit.how == EXACT else hit.how)  # in the backward kernel
         return hit
     if k == "adamw_fused_fp32":

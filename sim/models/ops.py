@@ -35,7 +35,9 @@ class Op:
     ``kernel`` and ``shape`` say which measured kernel a kernel table may time it by (one
     kernel's shape; see :mod:`sim.kernels.lookup`): ``"gemm"`` ``(m, k, n)``; ``"attn_fwd"`` /
     ``"attn_bwd"`` ``(b, hq, hkv, s, d, causal)`` (``"attn_bwd_part"``: FLOPs of the same
-    backward kernel counted apart); a memory-bound kind of the table (``"layernorm_fwd"``,
+    backward kernel counted apart; ``"attn_fwd_ring"`` / ``"attn_bwd_ring"``
+    ``(b, hq, hkv, s, d, 0, s_kv)``: a context-parallel ring step, :mod:`sim.models.context`);
+    a memory-bound kind of the table (``"layernorm_fwd"``,
     ``"gelu_fwd"``, ``"dropout_add"``, ...) ``(tokens, h)``; ``"adamw_fused_fp32"``
     ``(params,)``. Empty: only the roofline times it. ``dtype``: the dtype a GEMM runs in when
     it is not the run's (``""``: the run's; an fp8 run's output layer runs in bf16).
