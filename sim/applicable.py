@@ -281,9 +281,7 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
     is written. ``model_run``: the :class:`~sim.scenario.model_run.ModelRun` of a model run,
     ``None`` for a workload file; ``overrides``: the ``--set KEY=VALUE`` texts."""
     given = set(given)
-    for flag in ("--nccl-channels", "--comm-overlap-slowdown"):
-        _refuse_if(given, flag, NO_ASYNC in assumptions, "the run has no asynchronous "
-                   "collective (nothing runs beside compute), so it would change nothing")
+    check_interference(given, assumptions)
     if model_run is None:
         scaled = any(a.startswith("compute times measured on") and " scaled by " in a
                      for a in assumptions)
@@ -296,7 +294,24 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
             if key.startswith("node.gpu.") and not scaled:
                 raise UsageError(f"{unused}; leave it out", field=f"--set {key}")
         return
-    par, fits = model_run.par, model_run.memory.feasible
+    check_layout(given, model_run.model, model_run.par)
+    _refuse_if(given, "--ignore-memory", model_run.memory.feasible, "the layout fits in GPU "
+               "memory, so it changes nothing")
+
+
+def check_interference(given: Iterable[str], assumptions: list[str]) -> None:
+    """The SM-interference flags, refused when the run had no asynchronous collective (its
+    ``assumptions`` hold :data:`~sim.engine.interference.NO_ASYNC`)."""
+    for flag in ("--nccl-channels", "--comm-overlap-slowdown"):
+        _refuse_if(set(given), flag, NO_ASYNC in assumptions, "the run has no asynchronous "
+                   "collective (nothing runs beside compute), so it would change nothing")
+
+
+def check_layout(given: Iterable[str], model: Any, par: Any) -> None:
+    """The ``refused-if`` checks of a model run that need only the model spec and the layout
+    (:class:`~sim.models.parallel.ParallelConfig`, its ``ep_nodes`` set for the cluster):
+    :func:`check_effect`, and ``simrun sweep`` for each layout before simulating it."""
+    given = set(given)
     tp, dp = par.layout.tp, par.dp_cp  # Megatron shards over the DP group with CP
     _refuse_if(given, "--sequence-parallel", tp == 1, "needs TP > 1 (Megatron ignores it at TP 1)")
     for flag in ("--distributed-optimizer", "--zero", "--fsdp"):
@@ -312,12 +327,10 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
                f"one of the {par.microbatches} microbatches is deferred, as with 0")
     _refuse_if(given, "--grad-reduce-in-bf16", par.dtype == "fp16" or bool(par.zero) or par.fsdp,
                "fp16 and ZeRO / FSDP gradients are 16-bit already; it changes nothing here")
-    _refuse_if(given, "--expert-tensor-parallel-size", model_run.model.moe is None,
+    _refuse_if(given, "--expert-tensor-parallel-size", model.moe is None,
                "applies to mixture-of-experts models (a dense model has no experts)")
     _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "
                f"(a {par.dtype} run has no FP8 casts or scaling factors)")
-    _refuse_if(given, "--ignore-memory", fits, "the layout fits in GPU memory, so it changes "
-                                               "nothing")
     _refuse_if(given, "--moe-token-dispatcher-type",
                par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1,
                "the EP group lies inside one node (or EP is 1), where the flex dispatcher moves "

@@ -83,22 +83,17 @@ def test_ep_nodes_from_placement(tp, dp, ep, order, nodes):
 
 def test_dispatcher_network_options():
     par = ParallelConfig(dp=16, ep=16, global_batch=16, moe_token_dispatcher="flex")
-
-    class Run:
-        pass
-
-    run = Run()
-    run.par = par
-    got = dispatcher_network(NetworkOptions(), run).algorithm
+    got = dispatcher_network(NetworkOptions(), par).algorithm
     assert got == "alltoall=hierarchical"
-    got = dispatcher_network(NetworkOptions(algorithm="allreduce=tree"), run).algorithm
+    got = dispatcher_network(NetworkOptions(algorithm="allreduce=tree"), par).algorithm
     assert got == "allreduce=tree,alltoall=hierarchical"
     mine = NetworkOptions(algorithm="alltoall=direct")  # the user's choice wins
-    assert dispatcher_network(mine, run) is mine
-    got = dispatcher_network(NetworkOptions(algorithm="ring"), run).algorithm
+    assert dispatcher_network(mine, par) is mine
+    got = dispatcher_network(NetworkOptions(algorithm="ring"), par).algorithm
     assert "alltoall=hierarchical" in got and "allreduce=ring" in got
-    run.par = ParallelConfig(dp=16, ep=16, global_batch=16)
-    assert dispatcher_network(NetworkOptions(), run).algorithm is None
+    par = ParallelConfig(dp=16, ep=16, global_batch=16)
+    assert dispatcher_network(NetworkOptions(), par).algorithm is None
+    assert dispatcher_network(NetworkOptions(), None).algorithm is None  # a workload file
 
 
 def test_shared_expert_intermediate_size_changes_params_and_flops():

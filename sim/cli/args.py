@@ -12,10 +12,16 @@ import sys
 
 from sim.cli.execution import add_execution_arguments, check_execution_flags, execution_options
 from sim.cli.expert_args import add_expert_tp_argument
-from sim.cli.fp8_args import add_fp8_arguments, recipe_of
-from sim.cli.grad_sync_args import add_grad_sync_arguments, grad_sync_options
-from sim.cli.moe_args import add_moe_overlap_argument, check_moe_overlap_flag, moe_overlap_options
-from sim.cli.param_gather_args import add_param_gather_arguments, param_gather_options
+from sim.cli.fp8_args import recipe_of
+from sim.cli.grad_sync_args import grad_sync_options
+from sim.cli.moe_args import check_moe_overlap_flag, moe_overlap_options
+from sim.cli.param_gather_args import param_gather_options
+from sim.cli.run_training_args import (
+    add_fsdp_argument,
+    add_moe_arguments,
+    add_overlap_arguments,
+    add_split_arguments,
+)
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
 from sim.errors import UsageError
@@ -71,9 +77,7 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
                         "flight; zb-v: two chunks per stage in V placement, vpp 2; both need ≥ "
                         "2·PP−1 microbatches); dualpipe: DeepSeek-V3's bidirectional DualPipe "
                         "(--model only; even PP, vpp 2, ≥ 2·PP microbatches); docs/schedules.md")
-    g.add_argument("--microbatch-group-size", type=positive_int,
-                   help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
-                        "(Megatron's microbatch_group_size_per_vp_stage; default PP)")
+    add_group_size_argument(g)
     g.add_argument("--pp-comm-bytes", type=nonneg_int,
                    help="bytes sent between adjacent stages per microbatch (default: header "
                         "pp_comm, else derived from the TP collective sizes; stated in output)")
@@ -83,6 +87,13 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
                         "on every stage (default: %(default)s)")
     g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
                    help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
+
+
+def add_group_size_argument(g: argparse._ActionsContainer) -> None:
+    """``--microbatch-group-size`` (also ``simrun sweep``'s)."""
+    g.add_argument("--microbatch-group-size", type=positive_int,
+                   help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
+                        "(Megatron's microbatch_group_size_per_vp_stage; default PP)")
 
 
 def layout_request(args: argparse.Namespace) -> LayoutRequest:
@@ -112,25 +123,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
                    help="sequences per iteration; microbatches = global / (micro·DP) (required "
                         "unless --microbatches is given)")
     add_shared_training_arguments(g, every_layout=False)
-    ov = g.add_mutually_exclusive_group()
-    ov.add_argument("--overlap-grad-reduce", action="store_true",
-                    help="Megatron-Core: DP gradient collective per bucket as its gradients are "
-                         "ready in the last microbatch's backward (the default)")
-    ov.add_argument("--no-overlap-grad-reduce", action="store_true",
-                    help="one blocking DP gradient collective after the backward instead of "
-                         "per-bucket overlap")
-    add_grad_sync_arguments(g)
-    g.add_argument("--overlap-param-gather", action="store_true",
-                   help="Megatron-Core, with --distributed-optimizer: each bucket's parameter "
-                        "all-gather runs beside the next iteration's forward; its first use "
-                        "waits for it (default: all-gathers after the optimizer step)")
-    g.add_argument("--tp-comm-overlap", action="store_true",
-                   help="Megatron-Core with Transformer Engine userbuffers: each layer's "
-                        "sequence-parallel all-gathers/reduce-scatters pipelined in chunks "
-                        "with the GEMMs they feed (with CP too; MoE layers: attention and "
-                        "shared experts, not routed experts) (needs --sequence-parallel)")
-    add_fp8_arguments(g)
-    add_param_gather_arguments(g)
+    add_overlap_arguments(g)
     _add_modern_arguments(g)
     g.add_argument("--ignore-memory", action="store_true",
                    help="simulate even when the layout does not fit in GPU memory")
@@ -138,19 +131,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
 
 def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
     """Uneven pipeline split, context parallelism, ZeRO/FSDP and MoE routing flags."""
-    g.add_argument("--decoder-first-pipeline-num-layers", "--first-stage-layers",
-                   type=positive_int, metavar="N", dest="first_stage_layers",
-                   help="transformer layers on the first pipeline stage; the others are split "
-                        "evenly over the remaining stages (Megatron-Core)")
-    g.add_argument("--decoder-last-pipeline-num-layers", "--last-stage-layers",
-                   type=positive_int, metavar="N", dest="last_stage_layers",
-                   help="transformer layers on the last pipeline stage (Megatron-Core)")
-    g.add_argument("--account-for-embedding-in-pipeline-split", action="store_true",
-                   help="count the embedding as one layer when splitting layers over stages "
-                        "(first virtual stage runs one layer fewer; Megatron-Core)")
-    g.add_argument("--account-for-loss-in-pipeline-split", action="store_true",
-                   help="count the output layer and loss as one layer when splitting (last "
-                        "virtual stage runs one layer fewer; Megatron-Core)")
+    add_split_arguments(g)
     g.add_argument("--context-parallel-size", "--cp", type=positive_int, default=1, metavar="N",
                    dest="cp",
                    help="context parallelism (Megatron-Core ring attention): each sequence "
@@ -159,31 +140,15 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--zero", type=int, choices=(1, 2, 3), default=0, metavar="STAGE",
                    help="DeepSpeed ZeRO stage: 1 shards the optimizer state, 2 also the "
                         "gradients, 3 also the parameters (per-layer all-gathers)")
-    g.add_argument("--fsdp", action="store_true",
-                   help="PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics)")
-    g.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
-                   help="MoE: tokens the busiest expert GPU receives ÷ the balanced share "
-                        "(default: %(default)s = perfectly balanced)")
-    g.add_argument("--moe-expert-capacity-factor", type=float, metavar="C",
-                   help="MoE: Megatron's expert capacity factor, tokens beyond it dropped "
-                        "(default: dropless)")
-    g.add_argument("--moe-token-dispatcher-type", choices=("alltoall", "flex"),
-                   default="alltoall",
-                   help="MoE: Megatron-Core's token dispatcher: alltoall (NCCL all-to-all of "
-                        "every token copy) or flex (DeepEP: one copy per destination node, "
-                        "hierarchical NVLink/RDMA all-to-all when EP spans nodes) (default: "
-                        "%(default)s)")
-    g.add_argument("--moe-shared-expert-intermediate-size", type=positive_int, metavar="N",
-                   help="MoE: width of the shared-expert MLP (Megatron-Core; replaces the "
-                        "model spec's shared experts)")
+    add_fsdp_argument(g)
+    add_moe_arguments(g)
     add_expert_tp_argument(g)
-    add_moe_overlap_argument(g)
     add_execution_arguments(g)
 
 
 def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
-    """The training options of :func:`add_model_arguments` (or the sweep's flags, whose micro
-    batch varies per layout; the sweep has no split, FSDP or MoE routing flags)."""
+    """The training options of :func:`add_model_arguments` (or the sweep's same flags, whose
+    micro batch varies per layout)."""
     return Training(global_batch=args.global_batch, micro_batch=micro_batch,
                     sequence_parallel=args.sequence_parallel, recompute=args.recompute,
                     dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
@@ -262,6 +227,16 @@ def model_input(args: argparse.Namespace) -> ModelInput:
 def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the compute-model flags (docs/kernel-tables.md)."""
     g = parser.add_argument_group("compute model (docs/kernel-tables.md)")
+    add_model_compute_arguments(g)
+    g.add_argument("--source-gpu", metavar="NAME",
+                   help="workload files: the GPU their compute times were measured on; times "
+                        "are scaled to the topology's GPU by the compute models' time ratio")
+    g.add_argument("--compute-scale", type=positive_float, metavar="F",
+                   help="workload files: multiply every compute time by F instead")
+
+
+def add_model_compute_arguments(g: argparse._ActionsContainer) -> None:
+    """``--kernel-table`` and ``--compute-efficiency`` (also ``simrun sweep``'s)."""
     g.add_argument("--kernel-table", metavar="FILE|NAME",
                    help="measured kernel times (CSV, e.g. from simrun profile, or a shipped "
                         "table's name: 'simrun list kernels') to time operators by; 'none': "
@@ -270,11 +245,6 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--compute-efficiency", type=fraction, metavar="FRACTION",
                    help="large-GEMM fraction of the GPU's dense peak for the roofline (needed "
                         "for a GPU the catalogue does not know; replaces a known GPU's)")
-    g.add_argument("--source-gpu", metavar="NAME",
-                   help="workload files: the GPU their compute times were measured on; times "
-                        "are scaled to the topology's GPU by the compute models' time ratio")
-    g.add_argument("--compute-scale", type=positive_float, metavar="F",
-                   help="workload files: multiply every compute time by F instead")
 
 
 def compute_options(args: argparse.Namespace) -> ComputeOptions:

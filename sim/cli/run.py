@@ -27,15 +27,14 @@ from sim.cli.args import (
     warn_topology,
 )
 from sim.cli.host_args import add_host_dispatch_argument, host_dispatch_ns
+from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.types import (
     Parser,
-    at_least_one,
     nonneg_float,
     nonneg_int,
     positive_float,
     positive_int,
 )
-from sim.engine.interference import DEFAULT_NCCL_CHANNELS
 from sim.errors import UsageError
 from sim.outputs import is_stdout
 from sim.report import format_report
@@ -92,17 +91,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     g.add_argument("--no-fuse", action="store_true",
                    help="give every compute and collective its own event (slower; for checking)")
     add_watchdog_argument(g)
-    g.add_argument("--nccl-channels", type=nonneg_int, default=DEFAULT_NCCL_CHANNELS,
-                   metavar="N",
-                   help="SM interference: NCCL channels of a communicator (like "
-                        "NCCL_MAX_NCHANNELS); an asynchronous collective's kernel holds one SM "
-                        "per channel NCCL's tuning gives its size (at most N) while it runs "
-                        "beside compute, which runs on the other SMs meanwhile; 0: overlap is "
-                        "free (default: %(default)s, an observed H100 all-gather's)")
-    g.add_argument("--comm-overlap-slowdown", type=at_least_one, default=1.0, metavar="F",
-                   help="SM interference: factor on an asynchronous collective's time while "
-                        "compute runs beside it (default: %(default)s; no published figure "
-                        "found)")
+    add_interference_arguments(g)
     g.add_argument("--jitter", type=nonneg_float, default=0.0, metavar="CV",
                    help="variability: multiply every kernel time by a seeded lognormal factor "
                         "(mean 1, coefficient of variation CV) and every transfer by the same "

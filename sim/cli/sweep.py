@@ -11,13 +11,27 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 
-from sim.cli.args import add_network_arguments, network_options, training_of
-from sim.cli.fp8_args import add_fp8_arguments
+from sim import applicable
+from sim.cli.args import (
+    add_group_size_argument,
+    add_model_compute_arguments,
+    add_network_arguments,
+    add_set_argument,
+    add_watchdog_argument,
+    network_options,
+    training_of,
+)
+from sim.cli.host_args import add_host_dispatch_argument
+from sim.cli.run_training_args import add_run_training_arguments
+from sim.cli.simulation_args import add_interference_arguments
+from sim.cli.sweep_args import add_refused_arguments, layout_checked, simulation_options
 from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
 from sim.limits import parse_int
+from sim.models.compute_setup import ComputeOptions
 from sim.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
 from sim.sweep.runner import DASK_MISSING
@@ -38,6 +52,7 @@ def build_parser() -> Parser:
     g.add_argument("--nodes", type=positive_int, help="number of nodes (default: the file's)")
     g.add_argument("--gpus", type=positive_int,
                    help="GPUs every layout uses: TP·PP·DP·CP = GPUS (default: all of the topology)")
+    add_set_argument(g)
     g = p.add_argument_group("layout space (comma-separated lists)")
     g.add_argument("--tp", metavar="LIST", help="TP sizes (default: powers of two up to the "
                                                 "GPUs of one node)")
@@ -54,26 +69,29 @@ def build_parser() -> Parser:
                    help="expert tensor-parallel sizes, MoE models: each expert's weights split "
                         "N ways, the stage's ranks regrouped ETP x EP x EDP (Megatron-Core; "
                         "default: each layout's TP)")
-    g.add_argument("--cp", metavar="LIST", default="1",
+    g.add_argument("--context-parallel-size", "--cp", metavar="LIST", default="1", dest="cp",
                    help="context-parallel sizes (default: %(default)s; > 1 needs a fused "
                         "attention backend: the default)")
-    g.add_argument("--zero", metavar="LIST", default="0",
-                   help="ZeRO stages among 0,1,2,3 (default: %(default)s; 0 = Megatron DDP / "
-                        "--distributed-optimizer)")
+    g.add_argument("--zero", metavar="LIST",
+                   help="ZeRO stages among 0,1,2,3 (default: 0 = Megatron DDP / "
+                        "--distributed-optimizer; 3 with --fsdp)")
     g.add_argument("--schedule", metavar="LIST", default="",
                    help=f"pipeline schedules among {','.join(SCHEDULES)} (default: "
                         "interleaved if vpp > 1, else 1f1b)")
+    add_group_size_argument(g)
     g = p.add_argument_group("training (shared by every layout)")
-    g.add_argument("--global-batch", type=positive_int, required=True,
+    g.add_argument("--global-batch", type=positive_int, required=True, metavar="B",
                    help="sequences per iteration")
     add_shared_training_arguments(g, every_layout=True)
-    add_fp8_arguments(g)
-    g.add_argument("--no-overlap-grad-reduce", action="store_true",
-                   help="one blocking DP gradient collective after the backward (default: off, "
-                        "overlapped per bucket)")
+    add_run_training_arguments(g)
+    g = p.add_argument_group("simulation (as in a single run)")
     g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
                    help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
+    add_interference_arguments(g)
+    add_host_dispatch_argument(g)
+    add_watchdog_argument(g)
     add_network_arguments(p)
+    add_model_compute_arguments(p.add_argument_group("compute model (docs/kernel-tables.md)"))
     g = p.add_argument_group("execution and outputs")
     g.add_argument("--out", metavar="DIR",
                    help="results directory (default: sweep-<model>-<GPUS>gpu)")
@@ -97,6 +115,7 @@ def build_parser() -> Parser:
     g.add_argument("--no-plot", action="store_true", help="do not write ranking.png/heatmap.png")
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     g.add_argument("--quiet", action="store_true", help="do not print the table")
+    add_refused_arguments(p)
     return p
 
 
@@ -139,23 +158,30 @@ def parse_schedules(text: str) -> tuple[str, ...]:
     return out
 
 
-def sweep_options(args: argparse.Namespace) -> SweepOptions:
-    """The sweep the parsed arguments describe."""
+def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> SweepOptions:
+    """The sweep the parsed arguments describe; ``given``: the flags on the command line
+    (:func:`sim.applicable.given_flags`), refused per layout where they do not apply."""
+    if args.fsdp and args.zero is None:  # FSDP FULL_SHARD: ZeRO-3 semantics, as in a run
+        args.zero = "3"
     space = Space(
         gpus=args.gpus, tp=parse_list(args.tp, "--tp") if args.tp else None,
         pp=parse_list(args.pp, "--pp") if args.pp else None,
         vpp=parse_list(args.vpp, "--vpp") if args.vpp is not None else (),
         micro_batch=parse_list(args.micro_batch, "--micro-batch"),
-        ep=parse_list(args.ep, "--ep"), cp=parse_list(args.cp, "--cp"),
+        ep=parse_list(args.ep, "--ep"), cp=parse_list(args.cp, "--context-parallel-size"),
         etp=parse_list(args.etp, "--expert-tensor-parallel-size") if args.etp else (0,),
-        zero=parse_stages(args.zero), schedule=parse_schedules(args.schedule))
+        zero=parse_stages(args.zero or "0"), schedule=parse_schedules(args.schedule),
+        group_size=args.microbatch_group_size or 0)
     return SweepOptions(
         model=args.model, topology=args.topo, training=training_of(args), space=space,
         nodes=args.nodes, network=network_options(args),
         placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,
         workers=args.workers, scheduler=args.scheduler,
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
-        plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet)
+        plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
+        simulation=simulation_options(args),
+        compute=ComputeOptions(args.kernel_table, args.compute_efficiency),
+        overrides=tuple(args.set), given=layout_checked(set(given or ())))
 
 
 def dask_installed() -> bool:
@@ -165,10 +191,11 @@ def dask_installed() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun sweep``; returns the exit code (errors raise to sim.cli)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.scheduler and not dask_installed():  # refused before any work
         raise UsageError(DASK_MISSING, field="--scheduler")
     if args.fp8_recipe and args.dtype != "fp8":
         raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 casts)",
                          field="--fp8-recipe")
-    return run_sweep(sweep_options(args))
+    return run_sweep(sweep_options(args, applicable.given_flags(build_parser(), argv)))

@@ -86,12 +86,13 @@ def network_of(topology: Topology, opts: NetworkOptions):
                          collnet_enable=opts.collnet_enable)
 
 
-def dispatcher_network(opts: NetworkOptions, run: ModelRun | None) -> NetworkOptions:
+def dispatcher_network(opts: NetworkOptions, par: ParallelConfig | None) -> NetworkOptions:
     """``opts`` with the all-to-all algorithm of Megatron-Core's flex dispatcher (DeepEP):
     ``hierarchical`` (intra-node, then inter-node among GPUs of the same local index) unless
-    ``--algorithm`` names one for all-to-alls; unchanged for other runs. (A group inside one
+    ``--algorithm`` names one for all-to-alls; unchanged for other runs (``par`` ``None``: a
+    workload file). (A group inside one
     node has no hierarchical plan and keeps the direct all-to-all.)"""
-    if run is None or run.par.moe_token_dispatcher != "flex" or run.par.ep == 1:
+    if par is None or par.moe_token_dispatcher != "flex" or par.ep == 1:
         return opts
     given = parse_algorithm(opts.algorithm)
     if isinstance(given, dict):
@@ -200,7 +201,7 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                                 classes.label == "per-rank", classes.reps, s.outputs.force)
         if note:
             print(f"simrun: warning: --trace: {note}", file=sys.stderr)
-    net_opts = dispatcher_network(s.network, run)
+    net_opts = dispatcher_network(s.network, run.par if run else None)
     net = network_of(dataclasses.replace(topo, faults=faults), net_opts)
     intf, intf_src = interference_of(topo.gpu, sim_opts)
     t_sim = time.perf_counter()

@@ -17,17 +17,20 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sim import progress
+from sim import applicable, progress
 from sim.catalog import resolve
 from sim.errors import UsageError
 from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
+from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.parallel import Training
 from sim.models.spec import load_model
 from sim.process import Terminated
-from sim.scenario import NetworkOptions
+from sim.scenario import NetworkOptions, SimulationOptions
+from sim.scenario.model_run import with_training_overrides
 from sim.sweep.evaluate import SweepContext
 from sim.sweep.output import ranked, table_lines, write_outputs
 from sim.sweep.runner import run_tasks
+from sim.sweep.simulate import with_ep_nodes
 from sim.sweep.space import Space, enumerate_layouts
 from sim.sweep.store import ResultStore
 from sim.topology import load_topology
@@ -42,7 +45,12 @@ class SweepOptions:
     results directory (``None``: ``sweep-<model>-<GPUS>gpu``); ``resume`` / ``overwrite``
     what to do with earlier results there; ``workers`` local processes, ``scheduler`` a Dask
     address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now; ``top``
-    rows in the table; ``plot``, ``progress``, ``quiet`` (no table) for the outputs."""
+    rows in the table; ``plot``, ``progress``, ``quiet`` (no table) for the outputs.
+    As in a single run: ``simulation`` the engine options (interference, host dispatch,
+    watchdog; its placement is ``placement``), ``compute`` the compute model's options,
+    ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
+    single-run refusals apply per layout (:func:`sim.applicable.check_layout`,
+    :func:`sim.applicable.check_interference`; :func:`sim.cli.sweep_args.layout_checked`)."""
 
     model: str
     topology: str
@@ -62,6 +70,10 @@ class SweepOptions:
     plot: bool = True
     progress: bool = True
     quiet: bool = False
+    simulation: SimulationOptions = field(default_factory=SimulationOptions)
+    compute: ComputeOptions = field(default_factory=ComputeOptions)
+    overrides: tuple[str, ...] = ()
+    given: frozenset[str] = frozenset()
 
 
 def _sha256(path: str) -> str:
@@ -71,7 +83,7 @@ def _sha256(path: str) -> str:
 
 def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
     """What a resumed sweep must share with the original (the layout lists may differ)."""
-    return {
+    out = {
         "schema": "simrun.sweep-settings/1",
         "files": {"model": opts.model, "topology": opts.topology},  # informative, not compared
         "model": _model_settings(model),
@@ -81,6 +93,33 @@ def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
         "network": asdict(opts.network),
         "placement": opts.placement,
     }
+    # options a sweep has had since it takes every run flag: recorded when not the default
+    # (sweeps recorded before them still resume)
+    if opts.overrides:
+        out["topology"]["overrides"] = list(opts.overrides)
+    default = SimulationOptions()
+    sim = {k: getattr(opts.simulation, k) for k in SIMULATION_KEYS
+           if getattr(opts.simulation, k) != getattr(default, k)}
+    if sim:
+        out["simulation"] = sim
+    compute = {k: v for k, v in asdict(opts.compute).items() if v is not None}
+    if compute:
+        out["compute"] = compute
+    given = sorted(set(opts.given) & set(PRESENCE_MATTERS))
+    if given:
+        out["flags"] = given
+    return out
+
+
+PRESENCE_MATTERS = ("--nccl-channels", "--comm-overlap-slowdown")
+"""Flags whose presence, not only their value, decides a layout's outcome (given at their
+default they still make layouts without an asynchronous collective ``inapplicable``); the
+other per-layout refusals are of values recorded in ``training``."""
+
+
+SIMULATION_KEYS = ("nccl_channels", "comm_overlap_slowdown", "host_dispatch_ns",
+                   "max_sim_time_s")
+"""The engine options a sweep takes (its placement is recorded on its own)."""
 
 
 def _model_settings(model) -> dict[str, Any]:
@@ -110,17 +149,16 @@ def run_sweep(opts: SweepOptions) -> int:
     if opts.resume and opts.overwrite:
         raise UsageError("give --resume or --overwrite, not both", field="--resume")
     model = load_model(opts.model)
-    topo = load_topology(opts.topology, nodes=opts.nodes)
+    topo = load_topology(opts.topology, nodes=opts.nodes, overrides=opts.overrides)
     gpus = opts.space.gpus or topo.num_gpus
     if gpus > topo.num_gpus:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
                          "--nodes", field="--gpus")
     space = replace(opts.space, gpus=gpus)
-    layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node)
+    layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node,
+                                         check=_layout_check(opts, model, topo))
     if not layouts:
-        why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])
-        raise UsageError(f"no valid layout among {len(skipped)} combinations ({why}"
-                         f"{' …' if len(skipped) > 3 else ''})", field="--tp")
+        _refuse_no_layout(skipped, opts.given)
     dtype = opts.training.dtype
     if dtype not in topo.gpu.peak_tflops:
         raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="--dtype")
@@ -129,9 +167,10 @@ def run_sweep(opts: SweepOptions) -> int:
     store = ResultStore(out)
     done = store.open(settings, resume=opts.resume, overwrite=opts.overwrite)
     ctx = SweepContext(model, topo, opts.training, network=opts.network,
-                       placement=opts.placement)
+                       placement=opts.placement, simulation=opts.simulation,
+                       compute=resolve_compute(topo.gpu, opts.compute), given=opts.given)
     t0 = time.perf_counter()
-    backend, ran = _run_pending(opts, ctx, gpus, layouts, len(skipped), store, done, out)
+    backend, ran = _run_pending(opts, ctx, gpus, layouts, skipped, store, done, out)
     wall = time.perf_counter() - t0
     rows = ranked(done[lay.key] for lay in layouts if lay.key in done)
     complete = len(rows) == len(layouts)
@@ -145,6 +184,8 @@ def run_sweep(opts: SweepOptions) -> int:
         "layouts": len(layouts),
         "ok": len(ok),
         "infeasible": sum(r["status"] == "infeasible" for r in rows),
+        **({"inapplicable": n} if (n := sum(r["status"] == "inapplicable" for r in rows))
+           else {}),
         "errors": sum(r["status"] == "error" for r in rows),
         "best": ok[0]["layout"] if ok else None,
         "skipped_invalid": [{"layout": k, "reason": r} for k, r in skipped],
@@ -162,7 +203,38 @@ def run_sweep(opts: SweepOptions) -> int:
     return 0
 
 
-def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts, skipped: int,
+def _layout_check(opts: SweepOptions, model, topo):
+    """The single run's refusals of the given flags for one layout (those that need only the
+    layout: :func:`sim.applicable.check_layout`), with the EP group's nodes on ``topo``."""
+    spec = with_training_overrides(model, opts.training)
+    return lambda par: applicable.check_layout(opts.given, spec,
+                                               with_ep_nodes(par, topo, opts.placement))
+
+
+def _by_flag(skipped: list[tuple[str, str]], given: frozenset[str]) -> dict[str, list[str]]:
+    """The skip reasons that name a flag given on the command line, by flag."""
+    out: dict[str, list[str]] = {}
+    for _, reason in skipped:
+        flag = reason.split(": ", 1)[0]
+        if flag in given:
+            out.setdefault(flag, []).append(reason.split(": ", 1)[1])
+    return out
+
+
+def _refuse_no_layout(skipped: list[tuple[str, str]], given: frozenset[str]) -> None:
+    """No valid layout: when one given flag applies to none, the error names it and why."""
+    flags = _by_flag(skipped, given)
+    if len(flags) == 1 and sum(map(len, flags.values())) == len(skipped):
+        flag, reasons = next(iter(flags.items()))
+        raise UsageError(f"applies to no layout of the sweep ({plural(len(skipped), 'layout')}"
+                         f"; e.g. {skipped[0][0]}: {reasons[0]})", field=flag)
+    why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])
+    raise UsageError(f"no valid layout among {len(skipped)} combinations ({why}"
+                     f"{' …' if len(skipped) > 3 else ''})", field="--tp")
+
+
+def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
+                 skipped: list[tuple[str, str]],
                  store: ResultStore, done: dict[str, Any], out: Path) -> tuple[str, int]:
     """Simulate the layouts not yet in ``done`` (at most ``opts.limit``), appending each row
     to ``store`` as it comes; returns the backend's description and how many ran."""
@@ -173,9 +245,12 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts, skip
         pending = pending[:opts.limit]
     err = sys.stderr
     print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
-          f"{plural(len(layouts), 'valid layout')} ({plural(skipped, 'combination')} skipped "
-          "as invalid), "
+          f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
+          "skipped as invalid), "
           f"{already} already done, {len(pending)} to run; results in {out}/", file=err)
+    for flag, reasons in _by_flag(skipped, opts.given).items():  # never silently
+        print(f"  {flag} does not apply to {plural(len(reasons), 'layout')}, skipped (e.g. "
+              f"{reasons[0]}; each reason in results.json)", file=err)
     # a bar only on a terminal (never in pipes, files or CI logs), after 2 s like the run's and
     # validate's progress line (sim/progress.py), and closed before any message
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,

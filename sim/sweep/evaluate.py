@@ -10,12 +10,16 @@ remote workers need simrun installed but not the input files.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.applicable import check_interference
+from sim.errors import UsageError
+from sim.models.compute_setup import ComputeSetup
 from sim.models.parallel import Training
 from sim.models.spec import ModelSpec
-from sim.scenario import NetworkOptions, simulate_model
+from sim.scenario import NetworkOptions, SimulationOptions
+from sim.sweep.simulate import simulate_layout
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
@@ -24,13 +28,19 @@ GROUPS = ("TP", "EP", "PP", "DP", "DP_EP")
 
 @dataclass(frozen=True)
 class SweepContext:
-    """What every task of one sweep shares."""
+    """What every task of one sweep shares: ``simulation`` the engine options (its placement
+    is ``placement``'s), ``compute`` the resolved compute setup (``None``: the topology GPU's
+    default), ``given`` the flags on the command line whose refusals need the simulated
+    layout (:func:`sim.applicable.check_interference`)."""
 
     model: ModelSpec
     topology: Topology
     training: Training
     network: NetworkOptions = field(default_factory=NetworkOptions)
     placement: str = "tp-dp-pp"
+    simulation: SimulationOptions = field(default_factory=SimulationOptions)
+    compute: ComputeSetup | None = None
+    given: frozenset[str] = frozenset()
 
 
 def base_row(layout: SweepPoint) -> dict[str, Any]:
@@ -48,7 +58,9 @@ def base_row(layout: SweepPoint) -> dict[str, Any]:
 def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     """Memory check + simulation of ``layout``; returns a JSON-ready row (units in the keys):
 
-    ``status`` (``ok`` | ``infeasible`` | ``error``), ``reason``, ``microbatches``,
+    ``status`` (``ok`` | ``infeasible`` | ``inapplicable`` (a given flag changes nothing in
+    this layout, known only after simulating it; the reason says which) | ``error``),
+    ``reason``, ``microbatches``,
     ``schedule``, ``memory_per_gpu_bytes`` (busiest stage), ``memory_capacity_bytes``,
     ``iteration_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu``,
     ``bubble_fraction``, ``ideal_bubble_fraction``, ``exposed_<GROUP>_s`` (mean over stages),
@@ -67,13 +79,19 @@ def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
 def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     par = layout.config(ctx.training)
     out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
-    done = simulate_model(ctx.model, par, ctx.topology, network=ctx.network,
-                          placement=ctx.placement, skip_infeasible=True)
+    sim = replace(ctx.simulation, placement=ctx.placement)
+    done, lines = simulate_layout(ctx.model, par, ctx.topology, network=ctx.network,
+                                  simulation=sim, compute=ctx.compute)
     mem = done.memory
     out["memory_per_gpu_bytes"] = mem.peak.total_bytes
     out["memory_capacity_bytes"] = mem.capacity_bytes
     if done.report is None or done.metrics is None or done.result is None:
         out.update(status="infeasible", reason=mem.reason)
+        return out
+    try:
+        check_interference(ctx.given, lines)
+    except UsageError as exc:
+        out.update(status="inapplicable", reason=str(exc))
         return out
     rep, m = done.report, done.metrics
     n = max(len(rep["stages"]), 1)

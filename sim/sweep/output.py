@@ -2,9 +2,9 @@
 
 Everything here is a pure function of the set of rows, never of the order they finished in:
 rows are ranked (feasible layouts by iteration time, ties by layout key; then infeasible ones,
-then failed ones, each by key), the wall-clock ``elapsed_s`` of a task is dropped, and files are
-written atomically (:func:`sim.outputs.atomic_write`). An interrupted-and-resumed sweep
-therefore writes byte-identical files to an uninterrupted one.
+inapplicable ones, then failed ones, each by key), the wall-clock ``elapsed_s`` of a task is
+dropped, and files are written atomically (:func:`sim.outputs.atomic_write`). An
+interrupted-and-resumed sweep therefore writes byte-identical files to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sim.sweep.evaluate import GROUPS
 from sim.words import plural
 
 SCHEMA = "simrun.sweep/1"
-STATUS_ORDER = {"ok": 0, "infeasible": 1, "error": 2}
+STATUS_ORDER = {"ok": 0, "infeasible": 1, "inapplicable": 2, "error": 3}
 COLUMNS = ("rank", "layout", "status", "tp", "pp", "dp", "vpp", "ep", "micro_batch",
            "microbatches", "schedule", "iteration_time_s", "tokens_per_s", "tflops_per_gpu",
            "mfu", "memory_per_gpu_bytes", "memory_capacity_bytes", "bubble_fraction",
@@ -38,7 +38,7 @@ CSV_COLUMNS = COLUMNS[:COLUMNS.index("micro_batch")] + tuple(CSV_DEFAULTS) + COL
 def ranked(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows in final order with a ``rank`` (1 = fastest; ``None`` for layouts not simulated)."""
     def order(r):
-        st = STATUS_ORDER.get(r.get("status", "error"), 3)
+        st = STATUS_ORDER.get(r.get("status", "error"), len(STATUS_ORDER))
         return (st, r.get("iteration_time_s") if st == 0 else 0.0, r["layout"])
 
     out = []

@@ -14,6 +14,7 @@ later, per layout (:mod:`sim.sweep.evaluate`), and recorded as a result.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.errors import UsageError
@@ -38,18 +39,20 @@ class SweepPoint:
     zero: int = 0
     schedule: str = ""  # "" = the default for vpp (interleaved if vpp > 1, else 1f1b)
     etp: int = 0  # expert tensor-parallel size; 0 = TP (Megatron-Core's default)
+    group_size: int = 0  # --microbatch-group-size; 0 = PP (Megatron's default)
 
     @property
     def key(self) -> str:
         """Canonical string naming the point (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``
-        (``-ep``, ``-cp``, ``-zero``, the schedule and ``-etp`` appended when not the
-        default)."""
+        (``-ep``, ``-cp``, ``-zero``, the schedule, ``-etp`` and ``-mgs`` (the interleaved
+        schedule's microbatch group size) appended when not the default)."""
         return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}-vpp{self.vpp}-mb{self.micro_batch}"
                 + (f"-ep{self.ep}" if self.ep > 1 else "")
                 + (f"-cp{self.cp}" if self.cp > 1 else "")
                 + (f"-zero{self.zero}" if self.zero else "")
                 + (f"-{self.schedule}" if self.schedule else "")
-                + (f"-etp{self.etp}" if self.etp else ""))
+                + (f"-etp{self.etp}" if self.etp else "")
+                + (f"-mgs{self.group_size}" if self.group_size else ""))
 
     def config(self, training: Training) -> ParallelConfig:
         """The :class:`ParallelConfig` of this point trained with ``training`` (its micro batch
@@ -57,6 +60,7 @@ class SweepPoint:
         return ParallelConfig(
             tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep, cp=self.cp,
             zero=self.zero, schedule=self.schedule or None, etp=self.etp or None,
+            microbatch_group_size=self.group_size or None,
             **fields_of(replace(training, micro_batch=self.micro_batch,
                                 distributed_optimizer=training.distributed_optimizer
                                 and not self.zero)))
@@ -78,6 +82,7 @@ class Space:
     zero: tuple[int, ...] = (0,)
     schedule: tuple[str, ...] = ("",)
     etp: tuple[int, ...] = (0,)  # 0: the layout's TP
+    group_size: int = 0  # --microbatch-group-size of every layout (0: Megatron's default, PP)
 
 
 def divisors(n: int) -> list[int]:
@@ -106,9 +111,13 @@ def _points(space: Space):
             yield vpp, mb, ep, zero, sched
 
 
-def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
-                      gpus_per_node: int) -> tuple[list[SweepPoint], list[tuple[str, str]]]:
-    """Valid layouts (sorted by key) and the skipped combinations as ``(description, reason)``."""
+def enumerate_layouts(model: ModelSpec, space: Space, training: Training, gpus_per_node: int,
+                      check: Callable[[ParallelConfig], None] | None = None,
+                      ) -> tuple[list[SweepPoint], list[tuple[str, str]]]:
+    """Valid layouts (sorted by key) and the skipped combinations as ``(description, reason)``
+    (the reason names the flag). ``check``: more refusals per layout, after Megatron's
+    (:func:`~sim.models.parallel_checks.validate`): a :class:`UsageError` skips the layout (the
+    sweep's flags that change nothing in it: :func:`sim.applicable.check_layout`)."""
     if space.gpus is None:
         raise ValueError("the sweep space's GPU count is not resolved")
     tps, pps = candidates(model, space, gpus_per_node)
@@ -124,11 +133,15 @@ def enumerate_layouts(model: ModelSpec, space: Space, training: Training,
         # an expert TP size equal to TP is the default (0): one layout, not two
         etps = sorted({0 if e == tp else e for e in space.etp})
         for (vpp, mb, ep, zero, sched), etp in itertools.product(_points(space), etps):
-            lay = SweepPoint(tp, pp, dp, vpp, mb, ep, cp, zero, sched, etp)
+            lay = SweepPoint(tp, pp, dp, vpp, mb, ep, cp, zero, sched, etp, space.group_size)
             try:
-                validate(model, lay.config(training))
+                par = lay.config(training)
+                validate(model, par)
+                if check is not None:
+                    check(par)
             except UsageError as exc:
-                skipped.append((lay.key, exc.message))
+                skipped.append((lay.key, f"{exc.field}: {exc.message}" if exc.field
+                                else exc.message))
                 continue
             ok.append(lay)
     ok.sort(key=lambda x: x.key)
