@@ -71,10 +71,22 @@ def test_delayed_tp1_bytes_by_hand():
     }
 
 
+def _scale_kernels(names: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """TE's two single-thread kernels of each current-scaling quantisation (operand → phase):
+    amax zeroing (4 B written) and the scale from the amax (4 B read, 4 B written)."""
+    out = {}
+    for operand, phase in names.items():
+        out[f"{operand}_amax_zero"] = (phase, 4)
+        out[f"{operand}_scale"] = (phase, 8)
+    return out
+
+
 def test_tensorwise_tp2_sp_bytes_by_hand():
     n, t = 64, 2  # with SP each rank casts n/t rows of a gathered operand
     got = _casts(_layer("tensorwise", tp=2, sp=True))
-    assert got == {
+    operands = {f"{lin}_{x}": ph for lin in ("attn_qkv", "attn_proj", "mlp_fc1", "mlp_fc2")
+                for x, ph in (("input", "fwd"), ("grad_output", "ig"), ("weight", "first_fwd"))}
+    assert got == _scale_kernels(operands) | {
         # the norm computes the amax; cast of the local shard, transpose after the gather
         "attn_qkv_input_cast": ("fwd", 3 * n // t * H),
         "attn_qkv_input_transpose": ("wg", 2 * n * H),
@@ -122,7 +134,12 @@ def test_grouped_linear_casts_of_the_routed_experts_by_hand():
     got = _casts(transformer_layer_rows(moe, par, Dims.of(moe, par), 0))
     m, fc1, fc2 = 128, 96 // 2, 96 // 2  # token copies; fc1 output and fc2 input per rank
     experts = {k: v for k, v in got.items() if k.startswith("moe_")}
-    assert experts == {
+    # current scaling quantises each expert's split and weight one by one (split_quantize →
+    # multi_tensor_quantize_impl): 4 zeroing (4 B) and 4 scale (8 B) kernels per operand
+    per_expert = {f"moe_{lin}_{x}_{k}": (ph, 4 * b) for lin in ("fc1", "fc2")
+                  for x, ph in (("input", "fwd"), ("grad_output", "ig"), ("weight", "first_fwd"))
+                  for k, b in (("amax_zero", 4), ("scale", 8))}
+    assert experts == per_expert | {
         "moe_fc1_input_amax": ("fwd", 2 * m * H),
         "moe_fc1_input_cast_transpose": ("fwd", 4 * m * H),
         "moe_fc1_grad_output_amax": ("ig", 2 * m * fc1),
@@ -205,17 +222,20 @@ def _op_ns(ops) -> float:
 def test_recipes_differ_by_the_closed_form():
     """tensorwise − delayed on one GPU (no amax group): per microbatch and layer the qkv/fc1
     inputs are cast (4 B) instead of transposed (2 B), an amax pass reads the proj/fc2 inputs
-    and every output gradient (2 B/element, 6 kernels), the delayed recipe's two amax/scale
-    update kernels per chunk are gone; once per iteration an amax pass reads every weight."""
+    and every output gradient (2 B/element, 6 kernels), each of the 8 quantisations adds
+    TE's amax-zeroing and scale kernels (4 + 8 B, 2 kernels), the delayed recipe's two
+    amax/scale update kernels per chunk are gone; once per iteration an amax pass reads
+    every weight, with its zeroing and scale kernels."""
     m = 3
     n, layers = 64, TINY.layers
     bw = 0.8 * 3350e9 / 1e9  # bytes per ns
     o = H100.elementwise_overhead_ns
+    scale = (4 + 8) / bw + 2 * o  # zeroing + scale kernels of one quantisation
     per_layer = (2 * (2 * n * H) + 2 * n * H + 2 * n * F + 2 * n * (QKV + H + F + H)) / bw \
-        + 6 * o
+        + 6 * o + 8 * scale
     linears = 4 * layers
     updates = 2 * (linears * 3 * 4) / bw + o + 2 * (linears * 2 * 4) / bw + o
-    weights = 2 * (H * QKV + H * H + H * F + F * H) * layers / bw + linears * o
+    weights = 2 * (H * QKV + H * H + H * F + F * H) * layers / bw + linears * (o + scale)
     expected = m * (layers * per_layer - updates) + weights
     tw, _ = _iteration("tensorwise", m)
     dl, _ = _iteration("delayed", m)

@@ -34,8 +34,10 @@ transposed, so Transformer Engine keeps two FP8 copies of every activation opera
   one fused amax/scale update kernel (``quantization.py``
   ``reduce_and_update_fp8_tensors``). ``tensorwise`` (current scaling, Bridge's "FP8-CS") —
   the scale comes from the tensor itself: an extra amax pass reads every operand before its
-  cast (2 B/element; fused into the norm kernel for the LayerNormLinear inputs), no amax
-  history and no region reduction.
+  cast (2 B/element; fused into the norm kernel for the LayerNormLinear inputs), each
+  quantisation adds two single-thread kernels (amax zeroing, scale) and, for the operands
+  gathered under sequence parallelism, a blocking TP all-reduce of the amax
+  (:mod:`sim.models.fp8_current`); no amax history and no region reduction.
 
 Every kernel is a memory-bound :func:`~sim.models.ops.elementwise` op whose time the kernel
 table gives at the measured streaming bandwidth of the same bytes (:mod:`sim.kernels.lookup`),
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
+from sim.models import fp8_current
 from sim.models.ops import Op, OpKind, elementwise
 from sim.models.rows import Block, Row
 
@@ -93,16 +96,21 @@ def kernel(name: str, kind: str, rows: int, cols: int) -> Op:
 
 
 def operand_casts(name: str, rows: int, cols: int, recipe: str, *, norm_fused: bool = False,
-                  gathered: bool = False, t: int = 1) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+                  gathered: bool = False, t: int = 1,
+                  tensors: int = 1) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """Kernels that quantise one bf16 GEMM operand of ``rows × cols`` (as the GEMM reads it):
     ``(before the GEMM, before the wgrad GEMM)``. ``norm_fused``: produced by a TE
     LayerNormLinear's norm; ``gathered``: sequence-parallel, cast on ``rows / t`` rows and
-    all-gathered in FP8 (transposed after the gather)."""
+    all-gathered in FP8 (transposed after the gather); ``tensors``: how many tensors TE
+    quantises one by one (a grouped linear's experts: their current-scaling kernels)."""
     local = rows // t if gathered else rows
     fused = norm_fused and recipe == "delayed"  # the norm writes FP8 itself
     before: list[Op] = []
-    if recipe == "tensorwise" and not norm_fused:  # the norm computes the amax when fused
-        before.append(kernel(f"{name}_amax", "fp8_amax", local, cols))
+    if recipe == fp8_current.RECIPE:  # zero the amax, amax pass (unless the norm computes
+        before.append(fp8_current.zero_op(name, tensors))  # it), then the scale kernel
+        if not norm_fused:
+            before.append(kernel(f"{name}_amax", "fp8_amax", local, cols))
+        before.append(fp8_current.scale_op(name, tensors))
     if gathered:
         if not fused:
             before.append(kernel(f"{name}_cast", "fp8_cast", local, cols))
@@ -112,10 +120,14 @@ def operand_casts(name: str, rows: int, cols: int, recipe: str, *, norm_fused: b
     return tuple(before), ()
 
 
-def weight_casts(name: str, k: int, n: int, recipe: str) -> tuple[Op, ...]:
-    """The once-per-iteration quantisation of a ``k × n`` weight (first microbatch)."""
-    amax = (kernel(f"{name}_weight_amax", "fp8_amax", k, n),) if recipe == "tensorwise" else ()
-    return amax + (kernel(f"{name}_weight_cast_transpose", "fp8_cast_transpose", k, n),)
+def weight_casts(name: str, k: int, n: int, recipe: str, tensors: int = 1) -> tuple[Op, ...]:
+    """The once-per-iteration quantisation of a ``k × n`` weight (first microbatch; ``tensors``
+    weights of ``k / tensors`` rows for a grouped linear); current scaling: amax zeroing,
+    amax pass and scale kernel first (no reduction: per TP shard)."""
+    w = f"{name}_weight"
+    amax = ((fp8_current.zero_op(w, tensors), kernel(f"{w}_amax", "fp8_amax", k, n),
+             fp8_current.scale_op(w, tensors)) if recipe == fp8_current.RECIPE else ())
+    return amax + (kernel(f"{w}_cast_transpose", "fp8_cast_transpose", k, n),)
 
 
 def _insert_before(ops: tuple[Op, ...], name: str, extra: tuple[Op, ...]) -> tuple[Op, ...]:
@@ -143,16 +155,18 @@ def add_casts(items: list, recipe: str, sp: bool, t: int, weights: str = "cast")
         mode, norm = LINEARS[it.name]
         m, k, n = gemm.shape
         gsp = sp and it.name not in GROUPED
+        each = gemm.count if it.name in GROUPED else 1  # tensors quantised one by one
         x_fwd, x_wg = operand_casts(f"{it.name}_input", m, k, recipe, norm_fused=norm,
-                                    gathered=gsp and mode == "column", t=t)
+                                    gathered=gsp and mode == "column", t=t, tensors=each)
         dy_ig, dy_wg = operand_casts(f"{it.name}_grad_output", m, n, recipe,
-                                     gathered=gsp and mode == "row", t=t)
+                                     gathered=gsp and mode == "row", t=t, tensors=each)
         it.fwd = _insert_before(it.fwd, gemm.name, x_fwd)
         it.ig = _insert_before(it.ig, f"{gemm.name}_dgrad", dy_ig)
         it.wg = x_wg + dy_wg + it.wg
         # a grouped linear's weights: one k × n per local expert
         if weights == "cast":
-            it.first_fwd = it.first_fwd + weight_casts(it.name, k * gemm.count, n, recipe)
+            it.first_fwd = it.first_fwd + weight_casts(it.name, k * gemm.count, n, recipe,
+                                                       each)
         else:
             if it.name in GROUPED:
                 it.fp8_expert_params = k * gemm.count * n
@@ -234,9 +248,12 @@ def describe(recipe: str, sp: bool, fp8_weights: bool = False) -> str:
         rec = ("current (per-tensor) scaling: an amax pass (2 B/element) reads each operand "
                "before its cast (fused into the norm for qkv/fc1, which then writes bf16 and "
                "is cast)" + ("" if fp8_weights else ", and each weight before its cast")
-               + "; no amax history or region "
-               "reduction; the TP all-reduce of the amax of sequence-parallel operands "
-               "(4 bytes) is not modelled")
+               + ", each quantisation with TE's two single-thread kernels (amax zeroing, "
+               "scale from the amax; 4 and 8 B); no amax history or region reduction" + (
+                   "; with sequence parallelism the qkv/fc1 inputs and the proj/fc2 output "
+                   "gradients, quantised on the local rows before their FP8 all-gather, "
+                   "all-reduce their 4-byte amax in the TP group (blocking the compute "
+                   "stream) between the amax and the cast" if sp else ""))
     return (f"{how}: {common}; {rec}; the output layer (Megatron-Core ColumnParallelLinear, "
             "outside TE), attention, norms and activations stay bf16; MoE: the routed experts' "
             "TE GroupedLinear (fc1, fc2) casts its input and output gradient over all token "

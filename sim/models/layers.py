@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import eager, fp8, rope, tp_overlap
+from sim.models import eager, fp8, fp8_current, rope, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
 from sim.models.dims import (
@@ -218,6 +218,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         attach_ring_exchanges(rows, dm)
     if par.tp_comm_overlap:
         tp_overlap.apply(rows, moe=model.moe is not None and index >= model.moe.dense_layers)
+    if par.dtype == "fp8":  # current scaling: TP amax all-reduces of the gathered operands
+        rows = fp8_current.reduction_rows(rows, par.fp8_recipe, dm.sp, t)
     if par.recompute == "full":
         rows += recompute_rows(rows)
     for r in rows:
