@@ -82,7 +82,7 @@ _MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel",
                "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
                "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
                "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS,
-               "--fp8-param-gather", "--grad-reduce-in-bf16")
+               "--fp8-param-gather", "--grad-reduce-in-bf16", "--ddp-bucket-size")
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")
 _SCALED = ("refused-if", "refused unless the file's compute times are scaled from another GPU "
@@ -325,6 +325,10 @@ def check_layout(given: Iterable[str], model: Any, par: Any) -> None:
                "schedule, so it changes nothing here")
     _refuse_if(given, LIMIT_FLAG, 0 < par.wgrad_deferral_limit >= par.microbatches, "every "
                f"one of the {par.microbatches} microbatches is deferred, as with 0")
+    _refuse_if(given, "--ddp-bucket-size", dp == 1 or not par.overlap_grad_reduce
+               or bool(par.zero) or par.fsdp, "Megatron-Core buckets DP gradients only with "
+               "DP > 1 and --overlap-grad-reduce in its DDP (no ZeRO / FSDP), so it changes "
+               "nothing here")
     _refuse_if(given, "--grad-reduce-in-bf16", par.dtype == "fp16" or bool(par.zero) or par.fsdp,
                "fp16 and ZeRO / FSDP gradients are 16-bit already; it changes nothing here")
     _refuse_if(given, "--expert-tensor-parallel-size", model.moe is None,

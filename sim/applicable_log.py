@@ -50,7 +50,7 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("--distributed-optimizer", "--overlap-grad-reduce",
                      "--no-overlap-grad-reduce", "--overlap-param-gather",
                      "--no-delay-grad-reduce", "--fp8-param-gather",
-                     "--grad-reduce-in-bf16"),
+                     "--grad-reduce-in-bf16", "--ddp-bucket-size"),
                     ("refused", "Megatron's; " + _LOG_PLACES)),
     **dict.fromkeys(("--moe-load-imbalance", "--moe-expert-capacity-factor",
                      "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",

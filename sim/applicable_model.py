@@ -28,6 +28,9 @@ MODEL_HOW: dict[str, tuple[str, str]] = {
                                              "FSDP, and for schedules other than Megatron's "
                                              "1f1b and interleaved"),
     "--grad-reduce-in-bf16": ("refused-if", "bf16 gradients; refused: fp16, ZeRO / FSDP"),
+    "--ddp-bucket-size": ("refused-if", "the DP gradient buckets (assumption '--overlap-grad-"
+                                        "reduce: ...'); refused without overlapped gradient "
+                                        "reduction, at DP 1, with ZeRO / FSDP"),
     "--overlap-param-gather": ("changes", "parameter all-gathers beside the forward (refused "
                                           "without --distributed-optimizer, with ZeRO-3)"),
     "--decoder-first-pipeline-num-layers": ("changes", "layers per stage (split assumption)"),

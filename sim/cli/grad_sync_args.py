@@ -1,11 +1,14 @@
 """``--no-delay-grad-reduce``: Megatron-LM's switch for where pipeline stages launch their
 data-parallel gradient reductions (:mod:`sim.models.grad_sync`), and ``--grad-reduce-in-bf16``
-(the gradient buffer's dtype: :mod:`sim.models.memory`, DP message sizes); its own module to
-keep :mod:`sim.cli.args` small."""
+(the gradient buffer's dtype: :mod:`sim.models.memory`, DP message sizes) and ``--ddp-bucket-size``
+(parameters per DP gradient bucket, :func:`sim.models.optimizer.bucket_params`); its own module
+to keep :mod:`sim.cli.args` small."""
 
 from __future__ import annotations
 
 import argparse
+
+from sim.cli.types import positive_int
 
 
 def add_grad_sync_arguments(g: argparse._ActionsContainer) -> None:
@@ -23,6 +26,10 @@ def add_grad_sync_arguments(g: argparse._ActionsContainer) -> None:
                         "or fp8: gradients accumulated and reduced in bf16, 2 bytes per "
                         "parameter in the gradient buffer and the DP collectives instead of 4; "
                         "the optimizer step casts its shard to fp32 (default: fp32 gradients)")
+    g.add_argument("--ddp-bucket-size", type=positive_int, metavar="N",
+                   help="Megatron-LM (Megatron-Core DDP bucket_size): parameters per DP "
+                        "gradient bucket with --overlap-grad-reduce (default: Megatron-Core's "
+                        "max(40,000,000, 1,000,000 x DP), DP without CP)")
 
 
 def delay_of(args: argparse.Namespace) -> bool:
@@ -30,7 +37,8 @@ def delay_of(args: argparse.Namespace) -> bool:
     return not getattr(args, "no_delay_grad_reduce", False)
 
 
-def grad_sync_options(args: argparse.Namespace) -> dict[str, bool]:
+def grad_sync_options(args: argparse.Namespace) -> dict[str, bool | int | None]:
     """The :class:`~sim.models.parallel.Training` options of this module's flags."""
     return {"delay_grad_reduce": delay_of(args),
-            "grad_reduce_in_bf16": getattr(args, "grad_reduce_in_bf16", False)}
+            "grad_reduce_in_bf16": getattr(args, "grad_reduce_in_bf16", False),
+            "ddp_bucket_size": getattr(args, "ddp_bucket_size", None)}

@@ -17,7 +17,13 @@ from sim.models.moe import (
     distinct_nodes,
     moe_load_factor,
 )
-from sim.models.optimizer import PARAM_BYTES, ShampooPlan, bucket_params, grad_bytes
+from sim.models.optimizer import (
+    PARAM_BYTES,
+    ShampooPlan,
+    bucket_params,
+    bucket_source,
+    grad_bytes,
+)
 from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan
 from sim.models.spec import ModelSpec
@@ -124,8 +130,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
         if par.overlap_grad_reduce:
             out.append(f"--overlap-grad-reduce: DP gradient {kind} per Megatron DDP bucket "
-                       f"(≥ {bucket_params(par.dp_cp):,} parameters, in backward order, per model "
-                       "chunk; embedding and output layer in buckets of their own), "
+                       f"(≥ {bucket_params(par.dp, par.ddp_bucket_size):,} parameters"
+                       f"{bucket_source(par.dp, par.ddp_bucket_size)}, in backward order, "
+                       "per model chunk; embedding and output layer in buckets of their own), "
                        "non-blocking, issued in the last "
                        "microbatch's backward; the optimizer waits for them")
         else:

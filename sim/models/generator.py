@@ -195,7 +195,7 @@ def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]
 def _bucket_spans(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool, int]]:
     """:func:`_buckets` with the FP8 parameters (``--fp8-param-gather``) of each bucket."""
     out: list[tuple[int, int, bool, int]] = []
-    limit = bucket_params(par.dp_cp)
+    limit = bucket_params(par.dp, par.ddp_bucket_size)
     segments: list[list[int]] = []
     for i, r in enumerate(rows):
         kind = "layer" in r.tags

@@ -120,6 +120,22 @@ def grad_bytes(dtype: str, reduce_in_bf16: bool = False) -> int:
     return 2 if dtype == "fp16" or reduce_in_bf16 else 4
 
 
-def bucket_params(dp: int) -> int:
-    """Megatron DDP bucket size in parameters: ``max(40M, 1M · dp)``."""
+def bucket_params(dp: int, ddp_bucket_size: int | None = None) -> int:
+    """Megatron DDP bucket size in parameters: ``ddp_bucket_size`` where given (Megatron-LM's
+    ``--ddp-bucket-size``, Megatron-Core ``DistributedDataParallelConfig.bucket_size``), else
+    Megatron-Core's default ``max(40,000,000, 1,000,000 · dp)`` with ``dp`` the data-parallel
+    size **without** context parallelism: ``parallel_state.get_data_parallel_world_size()``,
+    whose ``with_context_parallel`` defaults to False (NVIDIA/Megatron-LM
+    megatron/core/distributed/distributed_data_parallel.py lines 56-59 and
+    megatron/core/parallel_state.py line 1727 at ee6737da824b18f945946b4c798adf2328374cb7,
+    the commit of the NeMo 25.02 benchmark runs; ``dp_group.size()`` at d98e8a64dd, 2026)."""
+    if ddp_bucket_size is not None:
+        return ddp_bucket_size
     return max(40_000_000, 1_000_000 * dp)
+
+
+def bucket_source(dp: int, ddp_bucket_size: int | None = None) -> str:
+    """Where :func:`bucket_params` took its size from, for the assumption line."""
+    if ddp_bucket_size is not None:
+        return ": --ddp-bucket-size"
+    return f": Megatron-Core's default max(40,000,000, 1,000,000·DP), DP {dp} without CP"

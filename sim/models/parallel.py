@@ -79,6 +79,9 @@ class Training:
     ``grad_reduce_in_fp32 = False``) with dtype bf16/fp8: the main-gradient buffer and the DP
     gradient collectives in bf16 (2 bytes per parameter) instead of fp32; the optimizer casts its
     shard to an fp32 copy for the step (:mod:`sim.models.memory`).
+    ``ddp_bucket_size``: Megatron-LM's ``--ddp-bucket-size`` (Megatron-Core DDP
+    ``bucket_size``, parameters per gradient bucket; None: Megatron-Core's default,
+    :func:`sim.models.optimizer.bucket_params`).
     """
 
     global_batch: int | None = None
@@ -110,6 +113,7 @@ class Training:
     wgrad_deferral_limit: int = 0
     fp8_param_gather: bool = False
     grad_reduce_in_bf16: bool = False
+    ddp_bucket_size: int | None = None
 
     @property
     def backend(self) -> str:
@@ -194,7 +198,8 @@ class ParallelConfig:
                  defer_embedding_wgrad_compute: bool = False,
                  wgrad_deferral_limit: int = 0,
                  fp8_param_gather: bool = False,
-                 grad_reduce_in_bf16: bool = False) -> None:
+                 grad_reduce_in_bf16: bool = False,
+                 ddp_bucket_size: int | None = None) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -217,7 +222,8 @@ class ParallelConfig:
                             defer_embedding_wgrad_compute=defer_embedding_wgrad_compute,
                             wgrad_deferral_limit=wgrad_deferral_limit,
                             fp8_param_gather=fp8_param_gather,
-                            grad_reduce_in_bf16=grad_reduce_in_bf16)
+                            grad_reduce_in_bf16=grad_reduce_in_bf16,
+                            ddp_bucket_size=ddp_bucket_size)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
                         microbatches=_microbatches(global_batch, micro_batch, dp),
@@ -282,6 +288,7 @@ class ParallelConfig:
     wgrad_deferral_limit = _part("training", "wgrad_deferral_limit")
     fp8_param_gather = _part("training", "fp8_param_gather")
     grad_reduce_in_bf16 = _part("training", "grad_reduce_in_bf16")
+    ddp_bucket_size = _part("training", "ddp_bucket_size")
 
     @property
     def shards_optimizer(self) -> bool:
