@@ -72,8 +72,30 @@ def test_fp8_and_backend_choose_the_kinds():
 
 def test_standard_sweep_is_fixed_and_distinct():
     specs = standard_kernels()
-    assert len(specs) == len(set(specs)) == 2 * 3 * 7 + 2 * 2 * 6 + 6 * 4 + 2
+    # 5 GEMM kinds on 4 × 10 shapes, 2 backends × 2 directions on 14 attention shapes, 8
+    # memory-bound kinds on 5 shapes, SwiGLU both ways on 2, AdamW on 3 sizes
+    assert len(specs) == len(set(specs)) == 5 * 4 * 10 + 2 * 2 * 14 + 8 * 5 + 2 * 2 + 3
     assert specs == sorted(specs)
+
+
+def test_standard_sweep_is_the_shipped_tables_grid_with_mha_twins():
+    """Every GEMM and attention shape of the shipped H100 table is in the sweep (so a profile on
+    another GPU can be compared row by row), attention rows in the table's column order (b, s,
+    hq, hkv, d); three MHA twins of GQA rows differ from them only in the KV-head count."""
+    from sim.kernels.table import shipped_table
+
+    table = shipped_table("h100-sxm.csv")
+    std = {(s.kind, s.shape) for s in standard_kernels()}
+    for r in table.rows:
+        if r.kind in ("gemm_bf16", "gemm_fp8") or r.kind.startswith(("attn_flash", "attn_cudnn")):
+            assert (r.kind, r.shape) in std, r
+    attn = {tuple(v for _, v in s.shape) for s in standard_kernels()
+            if s.kind == "attn_cudnn_fwd"}
+    for b, s, hq, hkv, d, causal in sorted(attn):
+        assert hkv <= hq and s >= 1024 and causal == 1
+    twins = {(b, s, hq, d) for b, s, hq, hkv, d, _ in attn if hkv == hq} & {
+        (b, s, hq, d) for b, s, hq, hkv, d, _ in attn if hkv < hq}
+    assert twins == {(1, 4096, 32, 128), (1, 4096, 64, 128), (1, 8192, 32, 128)}
 
 
 def test_table_written_by_the_writer_round_trips_into_the_compute_model(tmp_path):

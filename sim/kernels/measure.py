@@ -45,16 +45,31 @@ def bench_ms(fn: Callable[[], object], warmup_ms: float = 10.0, rep_ms: float = 
 
 
 def _gemm(kind: str, m: int, k: int, n: int):
+    """``A[m×k] @ B[k×n]`` as the table kind says (docs/kernel-tables.md, "GEMM kinds").
+
+    fp8 (``torch._scaled_mm``, e4m3 operands, B column-major as cuBLASLt's fp8 kernels need,
+    unit scales): ``gemm_fp8`` with the split accumulator (``use_fast_accum=False``, TE's
+    dgrad/wgrad GEMMs), ``gemm_fp8_fastacc`` with fast accumulation (TE's forward GEMMs),
+    both bf16 out; ``gemm_fp8_acc32`` split accumulator, fp32 out (a weight gradient written into
+    an fp32 main-grad buffer; ``_scaled_mm`` cannot add into an existing buffer, so the read of
+    the old gradient is not in this time). 16-bit: ``A @ B``; ``gemm_bf16_acc32`` is
+    ``torch.addmm(C, A, B, out_dtype=float32)`` with ``C`` fp32: the GEMM reads the fp32 buffer
+    and writes the sum, as Megatron's ``wgrad_gemm_accum_fp32`` (cuBLAS with ``beta = 1``)."""
     import torch  # optional heavy dependency
 
-    if kind == "gemm_fp8":
+    if kind.startswith("gemm_fp8"):
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
         one = torch.tensor(1.0, device="cuda")
+        out = torch.float32 if kind == "gemm_fp8_acc32" else torch.bfloat16
+        fast = kind == "gemm_fp8_fastacc"
         return lambda: torch._scaled_mm(  # noqa: SLF001 (PyTorch's fp8 GEMM entry point)
-            a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            a, b, scale_a=one, scale_b=one, out_dtype=out, use_fast_accum=fast)
     dt = torch.float16 if kind == "gemm_fp16" else torch.bfloat16
     a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
+    if kind == "gemm_bf16_acc32":
+        c = torch.randn(m, n, device="cuda", dtype=torch.float32)
+        return lambda: torch.addmm(c, a, b, out_dtype=torch.float32)
     return lambda: a @ b
 
 
@@ -168,7 +183,10 @@ def device_meta(timer: str) -> tuple[str, dict[str, str]]:
         "source": (f"simrun profile on one {props.name} ({props.multi_processor_count} SMs), "
                    f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}; {timer}; random "
                    "inputs; backward kernels = forward+backward minus forward; SwiGLU fused by "
-                   "torch.compile as Megatron-Core fuses it"
+                   "torch.compile as Megatron-Core fuses it; fp8 GEMMs torch._scaled_mm e4m3 "
+                   "with unit scales, gemm_fp8 split accumulator, gemm_fp8_fastacc fast "
+                   "accumulation, gemm_fp8_acc32 fp32 out; gemm_bf16_acc32 torch.addmm into an "
+                   "fp32 buffer"
                    + "".join(f"; {n}" for n in sorted(_NOTES))),
         "sms": str(props.multi_processor_count),
     }
@@ -192,7 +210,7 @@ def profile(specs: list[KernelSpec], warmup_ms: float = 10.0, rep_ms: float = 40
         label = f"{spec.kind} {dict(spec.shape)}"
         try:
             t = measure(spec, warmup_ms, rep_ms)
-        except (RuntimeError, ValueError) as e:  # no kernel for this shape on this stack
+        except (RuntimeError, ValueError, TypeError) as e:  # no kernel or API on this stack
             skipped.append(f"{label}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
             continue
         if t <= 0:

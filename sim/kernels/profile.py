@@ -61,25 +61,36 @@ def kernels_for(model: ModelSpec, par: ParallelConfig) -> list[KernelSpec]:
     return sorted(out)
 
 
-STD_M = (512, 2048, 8192)
-STD_KN = ((1024, 1024), (1024, 4096), (4096, 4096), (8192, 8192), (12288, 4608),
-          (12288, 6144), (1536, 12288))
-STD_ATTN = ((8, 16, 16, 1024, 128), (4, 12, 12, 2048, 128), (1, 8, 8, 4096, 128),
-            (1, 32, 8, 4096, 128), (1, 32, 8, 8192, 128), (4, 32, 32, 2048, 64))
-STD_MEM = ((8192, 1024), (8192, 4096), (2048, 12288), (8192, 12288))
+#: the shipped H100 table's grid (sim/data/kernels/h100-sxm.csv): GEMMs ``m × (k, n)`` ...
+STD_M = (512, 2048, 8192, 32768)
+STD_KN = ((1024, 1024), (1024, 4096), (2048, 6144), (4096, 4096), (4096, 16384), (8192, 8192),
+          (12288, 4608), (12288, 6144), (16384, 16384), (1536, 12288))
+STD_GEMM_KINDS = ("gemm_bf16", "gemm_bf16_acc32", "gemm_fp8", "gemm_fp8_acc32",
+                  "gemm_fp8_fastacc")
+#: ... causal attention ``(b, s, hq, hkv, d)`` (the last three: the MHA twins of GQA rows, so
+#: that the table shows what the KV-head count does) ...
+STD_ATTN = ((8, 1024, 16, 16, 64), (8, 1024, 16, 16, 128), (4, 2048, 12, 12, 128),
+            (2, 2048, 16, 16, 128), (1, 4096, 8, 8, 128), (1, 4096, 32, 8, 128),
+            (1, 4096, 64, 8, 128), (1, 8192, 8, 8, 128), (1, 8192, 32, 8, 128),
+            (1, 16384, 8, 8, 128), (4, 2048, 32, 32, 64),
+            (1, 4096, 32, 32, 128), (1, 4096, 64, 64, 128), (1, 8192, 32, 32, 128))
+#: ... and memory-bound kernels on ``[tokens × h]`` (SwiGLU, compiled per shape, on two)
+STD_MEM = ((8192, 1024), (8192, 4096), (4096, 8192), (2048, 12288), (8192, 12288))
+STD_MEM_KINDS = ("layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd", "gelu_fwd",
+                 "gelu_bwd", "add", "dropout_add")
+STD_GATED = ((8192, 4096), (8192, 14336))
 
 
 def standard_kernels() -> list[KernelSpec]:
-    """A fixed sweep: bf16 and fp8 GEMMs on ``STD_M × STD_KN``, flash and cuDNN attention
-    forward/backward on ``STD_ATTN`` (b, hq, hkv, s, d; causal), norms/GeLU/add/dropout-add on
-    ``STD_MEM``, AdamW on 50M and 200M parameters."""
-    out = [_spec(g, (m, k, n)) for g in ("gemm_bf16", "gemm_fp8") for m in STD_M
-           for k, n in STD_KN]
+    """A fixed sweep: every GEMM kind of ``STD_GEMM_KINDS`` on ``STD_M × STD_KN``, flash and
+    cuDNN attention forward/backward on ``STD_ATTN``, ``STD_MEM_KINDS`` on ``STD_MEM``, SwiGLU on
+    ``STD_GATED``, AdamW on 50M, 200M and 800M parameters."""
+    out = [_spec(g, (m, k, n)) for g in STD_GEMM_KINDS for m in STD_M for k, n in STD_KN]
     out += [_spec(f"attn_{be}_{way}", (*a, 1)) for be in ("flash", "cudnn")
             for way in ("fwd", "bwd") for a in STD_ATTN]
-    out += [_spec(k, s) for k in ("layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "gelu_fwd",
-                                  "add", "dropout_add") for s in STD_MEM]
-    out += [_spec("adamw_fused_fp32", (p,)) for p in (50_000_000, 200_000_000)]
+    out += [_spec(k, s) for k in STD_MEM_KINDS for s in STD_MEM]
+    out += [_spec(k, s) for k in ("swiglu_fwd", "swiglu_bwd") for s in STD_GATED]
+    out += [_spec("adamw_fused_fp32", (p,)) for p in (50_000_000, 200_000_000, 800_000_000)]
     return sorted(out)
 
 

@@ -22,7 +22,13 @@ from sim.inputs import decode_text, read_bytes, split_lines
 from sim.outputs import atomic_write
 
 ATTN_BACKENDS = ("flash", "cudnn", "efficient")  # PyTorch SDPA backends as measured
-GEMM_KINDS = ("gemm_bf16", "gemm_fp16", "gemm_fp8")
+#: ``gemm_<dtype>``: output in the 16-bit activation dtype, no accumulation (fp8: Transformer
+#: Engine's split accumulator, ``use_split_accumulator=True``, as its dgrad and wgrad GEMMs run);
+#: ``gemm_fp8_fastacc``: fp8 with fast accumulation (TE's forward GEMMs, ``_2X_ACC_FPROP =
+#: False``); ``gemm_<dtype>_acc32``: a weight-gradient GEMM written in fp32 into the main-grad
+#: buffer (Megatron's gradient-accumulation fusion; docs/kernel-tables.md says how each was timed)
+GEMM_KINDS = ("gemm_bf16", "gemm_fp16", "gemm_fp8", "gemm_fp8_fastacc", "gemm_bf16_acc32",
+              "gemm_fp8_acc32")
 ATTN_KINDS = tuple(f"attn_{b}_{d}" for b in ATTN_BACKENDS for d in ("fwd", "bwd"))
 ELEMENTWISE_KINDS = ("layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd", "gelu_fwd",
                      "gelu_bwd", "swiglu_fwd", "swiglu_bwd", "add", "dropout_add")

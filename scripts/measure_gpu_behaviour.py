@@ -1,0 +1,232 @@
+"""Measure, on the local GPU, three behaviours a kernel table alone does not show.
+
+Run on the GPU machine (needs PyTorch with CUDA; ``nvidia-ml-py`` for clocks and power):
+``python scripts/measure_gpu_behaviour.py --out DIR`` writes ``DIR/behaviour.json`` and prints a
+summary. Each part is independent; a part that fails is recorded with its error.
+
+1. **Sustained GEMM load** (``sustained``): one 8192³ GEMM (fp8 ``torch._scaled_mm`` e4m3 with the
+   split accumulator, bf16 out; then bf16 ``A @ B``) launched back to back for ``--seconds``
+   seconds. Every ~0.25 s window records the achieved TFLOP/s (CUDA events around the window's
+   GEMMs), the SM clock (MHz), the board power (W) and the temperature (°C) read through NVML.
+   Before and after, the same GEMM is timed the way kernel tables are
+   (``triton.testing.do_bench``, L2 flushed, 10 ms warm-up, 40 ms timed, median): the question
+   is whether short-burst table times hold under the sustained load of training.
+2. **The main-gradient accumulation** (``accumulate``): at weight-gradient shapes ``(m, k, n)``
+   (``k`` the token count), bf16 ``A @ B`` (bf16 out), ``torch.mm(A, B, out_dtype=float32)``
+   (fp32 out, nothing read), ``torch.addmm(C, A, B, out_dtype=float32)`` (fp32 ``C`` read and
+   the sum written: cuBLAS with ``beta = 1``, what Megatron's ``wgrad_gemm_accum_fp32`` runs),
+   and fp8 ``_scaled_mm`` with split / fast accumulation, bf16 / fp32 out; all timed as above.
+   The bf16 pair (fp32 out with and without reading ``C``) measures what reading the old
+   gradient costs, which ``_scaled_mm`` cannot do.
+3. **Host dispatch** (``host``): the CPU time PyTorch eager takes to issue one kernel, for tiny
+   kernels the GPU runs in a few µs (element-wise add, LayerNorm, ``F.linear`` (cuBLAS),
+   ``_scaled_mm`` (cuBLASLt), flash attention forward): ``N`` launches timed on the host clock
+   (``time.perf_counter``) without synchronising, then once more until the GPU has finished;
+   the GPU time of the same ``N`` kernels from CUDA events. Host-bound when the host time per
+   launch exceeds the GPU's. The CPU model is recorded (host times are a property of the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+import traceback
+
+SHAPES_WGRAD = ((4096, 8192, 14336), (14336, 8192, 4096), (4096, 8192, 6144),
+                (8192, 4096, 8192), (12288, 2048, 6144), (4096, 4096, 4096),
+                (1536, 2048, 12288), (2048, 8192, 1536), (8192, 8192, 28672 // 8))
+
+
+def _bench(fn) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # noqa: BLE001 (no NVML: clocks and power not recorded)
+        return None, None
+
+
+def _reading(nv, h) -> dict:
+    if nv is None:
+        return {}
+    return {"sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)}
+
+
+def _gemm(kind: str, m: int, k: int, n: int):
+    import torch
+
+    if kind.startswith("fp8"):
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0, device="cuda")
+        out = torch.float32 if kind.endswith("fp32") else torch.bfloat16
+        fast = "fast" in kind
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,  # noqa: SLF001
+                                        out_dtype=out, use_fast_accum=fast)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    if kind == "bf16_out32":
+        return lambda: torch.mm(a, b, out_dtype=torch.float32)
+    if kind == "bf16_acc32":
+        c = torch.randn(m, n, device="cuda", dtype=torch.float32)
+        return lambda: torch.addmm(c, a, b, out_dtype=torch.float32)
+    return lambda: a @ b
+
+
+def sustained(seconds: float) -> dict:
+    import torch
+
+    nv, h = _nvml()
+    out = {}
+    for kind, secs in (("fp8_split_bf16", seconds), ("bf16", seconds / 2)):
+        fn = _gemm(kind, 8192, 8192, 8192)
+        flops = 2 * 8192 ** 3
+        before = _bench(fn)
+        windows = []
+        t_end = time.perf_counter() + secs
+        per = max(1, int(250.0 / before))  # GEMMs in ~0.25 s (before: ms per GEMM)
+        while time.perf_counter() < t_end:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(per):
+                fn()
+            e.record()
+            time.sleep(0.1)  # read NVML while the window's GEMMs run
+            r = _reading(nv, h)
+            e.synchronize()
+            ms = s.elapsed_time(e)
+            windows.append({"t_s": round(secs - (t_end - time.perf_counter()), 3),
+                            "tflops": round(per * flops / (ms * 1e-3) / 1e12, 1), **r})
+        after = _bench(fn)
+        out[kind] = {"bench_before_ms": before, "bench_after_ms": after,
+                     "bench_before_tflops": flops / (before * 1e-3) / 1e12,
+                     "bench_after_tflops": flops / (after * 1e-3) / 1e12,
+                     "gemms_per_window": per, "windows": windows}
+        torch.cuda.synchronize()
+        time.sleep(2.0)  # cool down a little before the next kind
+    return out
+
+
+def accumulate() -> list[dict]:
+    import torch
+
+    kinds = ("bf16", "bf16_out32", "bf16_acc32", "fp8_split_bf16", "fp8_fast_bf16",
+             "fp8_split_fp32")
+    rows = []
+    for m, k, n in SHAPES_WGRAD:
+        row = {"m": m, "k": k, "n": n}
+        for kind in kinds:
+            try:
+                row[kind + "_ms"] = round(_bench(_gemm(kind, m, k, n)), 6)
+            except Exception as exc:  # noqa: BLE001 (an API this PyTorch lacks: recorded)
+                row[kind + "_ms"] = None
+                row[kind + "_error"] = str(exc).splitlines()[0][:200]
+            torch.cuda.empty_cache()
+        rows.append(row)
+    return rows
+
+
+def host(n: int = 20000) -> dict:
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    a8 = torch.randn(64, 64, device="cuda").to(torch.float8_e4m3fn)
+    b8 = torch.randn(64, 64, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0, device="cuda")
+    q = torch.randn(1, 4, 128, 64, device="cuda", dtype=torch.bfloat16)
+    ln_w = torch.ones(64, device="cuda", dtype=torch.bfloat16)
+    cases = {
+        "add": lambda: torch.add(x, x, out=y),
+        "layer_norm": lambda: F.layer_norm(x, (64,), ln_w),
+        "linear_cublas": lambda: F.linear(x, w),
+        "scaled_mm_cublaslt": lambda: torch._scaled_mm(a8, b8, scale_a=one,  # noqa: SLF001
+                                                       scale_b=one, out_dtype=torch.bfloat16),
+        "sdpa_flash_fwd": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+    }
+    out = {}
+    for name, fn in cases.items():
+        try:
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            s.record()
+            for _ in range(n):
+                fn()
+            e.record()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            out[name] = {"launches": n, "host_us_per_launch": (t1 - t0) / n * 1e6,
+                         "wall_us_per_launch": (t2 - t0) / n * 1e6,
+                         "gpu_us_per_kernel": s.elapsed_time(e) * 1e3 / n}
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"error": str(exc).splitlines()[0][:200]}
+    return out
+
+
+def environment() -> dict:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       "")
+    except OSError:
+        pass
+    smi = ""
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,"
+                              "clocks.max.sm,clocks.max.mem", "--format=csv"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cpu": cpu, "cpus": os.cpu_count(),
+            "python": platform.python_version(), "nvidia_smi": smi,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--parts", default="host,accumulate,sustained")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    result: dict = {"environment": environment()}
+    parts = {"host": host, "accumulate": accumulate,
+             "sustained": lambda: sustained(args.seconds)}
+    for name in args.parts.split(","):
+        t0 = time.perf_counter()
+        try:
+            result[name] = parts[name]()
+        except Exception:  # noqa: BLE001 (one part failing keeps the others)
+            result[name] = {"error": traceback.format_exc()[-2000:]}
+        print(f"{name}: {time.perf_counter() - t0:.1f} s", flush=True)
+        with open(os.path.join(args.out, "behaviour.json"), "w") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps(result, indent=1)[:20000])
+
+
+if __name__ == "__main__":
+    main()
