@@ -91,7 +91,7 @@ def test_standard_sweep_is_the_shipped_tables_grid_with_mha_twins():
             assert (r.kind, r.shape) in std, r
     attn = {tuple(v for _, v in s.shape) for s in standard_kernels()
             if s.kind == "attn_cudnn_fwd"}
-    for b, s, hq, hkv, d, causal in sorted(attn):
+    for _b, s, hq, hkv, _d, causal in sorted(attn):
         assert hkv <= hq and s >= 1024 and causal == 1
     twins = {(b, s, hq, d) for b, s, hq, hkv, d, _ in attn if hkv == hq} & {
         (b, s, hq, d) for b, s, hq, hkv, d, _ in attn if hkv < hq}

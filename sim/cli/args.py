@@ -23,7 +23,7 @@ from sim.cli.run_training_args import (
     add_split_arguments,
 )
 from sim.cli.training_args import add_shared_training_arguments
-from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s
+from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s, slowdown
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
 from sim.layout import LayoutRequest
@@ -245,13 +245,18 @@ def add_model_compute_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--compute-efficiency", type=fraction, metavar="FRACTION",
                    help="large-GEMM fraction of the GPU's dense peak for the roofline (needed "
                         "for a GPU the catalogue does not know; replaces a known GPU's)")
+    g.add_argument("--sustained-slowdown", type=slowdown, metavar="F",
+                   help="factor on kernel-table times for the sustained load of training (the "
+                        "GPU at its power limit; 1: times as measured, kernel by kernel; "
+                        "default: the table's measured sustained_slowdown_<dtype>)")
 
 
 def compute_options(args: argparse.Namespace) -> ComputeOptions:
     """The :class:`ComputeOptions` of :func:`add_compute_arguments`."""
     return ComputeOptions(kernel_table=args.kernel_table,
                           compute_efficiency=args.compute_efficiency,
-                          source_gpu=args.source_gpu, compute_scale=args.compute_scale)
+                          source_gpu=args.source_gpu, compute_scale=args.compute_scale,
+                          sustained_slowdown=args.sustained_slowdown)
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:

@@ -180,7 +180,8 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
         simulation=simulation_options(args),
-        compute=ComputeOptions(args.kernel_table, args.compute_efficiency),
+        compute=ComputeOptions(args.kernel_table, args.compute_efficiency,
+                               sustained_slowdown=args.sustained_slowdown),
         overrides=tuple(args.set), given=layout_checked(set(given or ())))
 
 

@@ -37,6 +37,7 @@ positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
 fraction = _number(parse_float, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
 nonneg_float = _number(parse_float, lambda v: 0 <= v <= 10, "a number in [0, 10]")
 at_least_one = _number(parse_float, lambda v: 1 <= v < 1e6, "a number ≥ 1")
+slowdown = _number(parse_float, lambda v: 1 <= v <= 3, "a factor from 1 to 3")
 
 
 def sim_time_s(text: str) -> float:

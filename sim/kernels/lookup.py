@@ -94,8 +94,17 @@ class TableLookup:
                     r.time_ms * 1e6)
 
     # GEMMs -------------------------------------------------------------------------------
-    def gemm_ns(self, dtype: str, m: int, k: int, n: int) -> Hit | None:
-        kind = f"gemm_{dtype}"
+    def has(self, kind: str) -> bool:
+        """Whether the table measured any row of ``kind``."""
+        return bool(self.table.of_kind(kind)) if not kind.startswith("gemm_") else (
+            kind in self._gemm)
+
+    def gemm_ns(self, dtype: str, m: int, k: int, n: int, kind: str = "") -> Hit | None:
+        """``kind``: a GEMM kind of ``dtype`` other than ``gemm_<dtype>`` (fast-accumulation
+        forward, fp32 main-grad weight gradient); the ``gemm_<dtype>`` rows answer when the
+        table has none of it (the caller reports that)."""
+        if kind not in self._gemm:
+            kind = f"gemm_{dtype}"
         if kind not in self._gemm and dtype == "fp16":
             kind = "gemm_bf16"
         pts = self._gemm.get(kind)

@@ -118,6 +118,9 @@ def parse_table(text: str, file: str) -> KernelTable:
             continue
         if stripped:
             body.append((no, raw))
+    for key, value in meta.items():
+        if key.startswith("sustained_slowdown"):
+            _check_sustained(key, value, file, text)
     if "gpu" not in meta or not meta["gpu"]:
         raise InputError("missing '# gpu: NAME' header comment", file=file, line=1, field="gpu")
     if not body:
@@ -135,6 +138,25 @@ def parse_table(text: str, file: str) -> KernelTable:
         raise InputError(f"more than {MAX_ROWS} rows", file=file, line=body[MAX_ROWS + 1][0])
     rows = [_row(header, no, raw, file) for no, raw in body[1:]]
     return KernelTable(gpu=meta["gpu"], rows=rows, path=file, meta=meta)
+
+
+#: ``# sustained_slowdown_<dtype>: F`` header keys (docs/kernel-tables.md, "Sustained load")
+SUSTAINED_KEYS = ("sustained_slowdown_bf16", "sustained_slowdown_fp8")
+
+
+def _check_sustained(key: str, value: str, file: str, text: str) -> None:
+    line = next((no for no, raw in enumerate(split_lines(text), start=1)
+                 if raw.strip().startswith("#") and raw.strip()[1:].strip().startswith(key)), 1)
+    if key not in SUSTAINED_KEYS:
+        raise InputError(f"unknown header key (known: {', '.join(SUSTAINED_KEYS)})", file=file,
+                         line=line, field=key)
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = math.nan
+    if not (math.isfinite(factor) and 1.0 <= factor <= 3.0):
+        raise InputError(f"must be a factor from 1 to 3 (times under sustained load ÷ times as "
+                         f"measured), got {value!r}", file=file, line=line, field=key)
 
 
 def _row(header: list[str], no: int, raw: str, file: str) -> KernelRow:

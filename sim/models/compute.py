@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from sim.kernels.attention import AttnShape
 from sim.kernels.lookup import EXACT, Hit, TableLookup
-from sim.models.ops import Op, OpKind
+from sim.models.ops import FPROP, WGRAD, Op, OpKind
 from sim.topology.gpu import GpuSpec
 
 
@@ -158,24 +158,40 @@ class Timer:
 
     ``lookup``: a :class:`~sim.kernels.lookup.TableLookup` or ``None`` (roofline only);
     ``backend``: the attention backend (``flash``/``fused``/``unfused``) whose kernels the
-    table's ``attn_flash_*`` / ``attn_cudnn_*`` rows time.
+    table's ``attn_flash_*`` / ``attn_cudnn_*`` rows time; ``main_grad_fp32``: weight
+    gradients accumulate into fp32 main-grad buffers (:func:`gemm_table_kind`);
+    ``sustained``: factor on every table time (kernels measured in bursts, run under the
+    sustained load of training: :mod:`sim.models.compute_setup`). ``missing``: GEMM kinds the
+    table lacked, answered by its ``gemm_<dtype>`` rows.
     """
 
     gpu: GpuSpec
     cm: ComputeModel
     lookup: TableLookup | None = None
     backend: str = "flash"
+    main_grad_fp32: bool = True
+    sustained: float = 1.0
     table_ns: float = 0.0
     roofline_ns: float = 0.0
     hows: dict[str, float] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
 
     def op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
         """Time of ``op`` (ns) and its source: ``"roofline"`` or how the table answered."""
         dtype = op.dtype or dtype
-        hit = _table_hit(self.lookup, op, dtype, self.backend) if self.lookup else None
+        hit = self._hit(op, dtype) if self.lookup else None
         if hit is None:
             return op_time_ns(op, self.gpu, self.cm, dtype), "roofline"
-        return hit.time_ns * op.count, hit.how
+        return hit.time_ns * op.count * self.sustained, hit.how
+
+    def _hit(self, op: Op, dtype: str):
+        if op.kernel == "gemm" and op.shape:
+            gd = dtype if op.kind is OpKind.GEMM else "bf16"
+            kind = gemm_table_kind(op, gd, self.main_grad_fp32)
+            if kind != f"gemm_{gd}" and not self.lookup.has(kind):
+                self.missing.add(kind)
+            return self.lookup.gemm_ns(gd, *op.shape, kind=kind)
+        return _table_hit(self.lookup, op, self.backend)
 
     def ops_ns(self, ops, dtype: str, weight: int = 1) -> int:
         """Total time of ``ops`` back to back (whole ns, as :func:`ops_time_ns`)."""
@@ -210,14 +226,25 @@ _TABLE_BACKEND = {"flash": "flash", "fused": "cudnn"}
 _ATTN_KERNELS = ("attn_fwd", "attn_bwd", "attn_bwd_part", "attn_fwd_ring", "attn_bwd_ring")
 
 
-def _table_hit(lookup, op: Op, dtype: str, backend: str):
-    """The kernel table's answer for ``op`` or ``None`` (see :mod:`sim.kernels.lookup`)."""
+def gemm_table_kind(op: Op, dtype: str, main_grad_fp32: bool) -> str:
+    """The kernel-table kind of GEMM ``op`` run in ``dtype`` (docs/kernel-tables.md):
+    ``gemm_<dtype>_acc32`` for a weight gradient written into an fp32 main-grad buffer
+    (Megatron's gradient-accumulation fusion: ``wgrad_gemm_accum_fp32`` for bf16, Transformer
+    Engine's ``fuse_wgrad_accumulation`` for fp8); ``gemm_fp8_fastacc`` for an FP8 forward
+    GEMM (Transformer Engine ``module/base.py``: ``_2X_ACC_FPROP = False``, where dgrad and
+    wgrad use the split accumulator); else ``gemm_<dtype>``."""
+    if op.role == WGRAD and main_grad_fp32 and dtype in ("bf16", "fp8"):
+        return f"gemm_{dtype}_acc32"
+    if op.role == FPROP and dtype == "fp8":
+        return "gemm_fp8_fastacc"
+    return f"gemm_{dtype}"
+
+
+def _table_hit(lookup, op: Op, backend: str):
+    """The kernel table's answer for non-GEMM ``op`` or ``None`` (:mod:`sim.kernels.lookup`)."""
     k, sh = op.kernel, op.shape
-    if not k or not sh:
+    if not k or not sh or k == "gemm":
         return None
-    if k == "gemm":
-        gemm_dtype = dtype if op.kind is OpKind.GEMM else "bf16"
-        return lookup.gemm_ns(gemm_dtype, *sh)
     if k in _ATTN_KERNELS:
         tb = _TABLE_BACKEND.get(backend)
         if tb is None:

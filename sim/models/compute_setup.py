@@ -19,12 +19,16 @@ class ComputeOptions:
     """User choices for the compute model: ``kernel_table`` (path or ``None``: the GPU's
     shipped table, if any; ``"none"``: roofline only), ``compute_efficiency`` (large-GEMM
     fraction of dense peak for a GPU the catalogue does not know, or to override it); for
-    workload files ``source_gpu`` and ``compute_scale`` (:func:`source_compute_scale`)."""
+    workload files ``source_gpu`` and ``compute_scale`` (:func:`source_compute_scale`);
+    ``sustained_slowdown`` (``--sustained-slowdown``): the factor on kernel-table times for the
+    sustained load of training (``None``: the table's measured ``sustained_slowdown_<dtype>``,
+    1 where it has none)."""
 
     kernel_table: str | None = None
     compute_efficiency: float | None = None
     source_gpu: str | None = None
     compute_scale: float | None = None
+    sustained_slowdown: float | None = None
 
 
 @dataclass
@@ -35,6 +39,28 @@ class ComputeSetup:
     lookup: TableLookup | None
     notes: list[str]
     entry: CatalogGpu | None
+    sustained_slowdown: float | None = None
+
+    def sustained(self, dtype: str) -> tuple[float, str]:
+        """Factor on kernel-table times for a run in ``dtype``, and the report line saying
+        where it came from (docs/kernel-tables.md, "Sustained load")."""
+        if self.lookup is None:
+            return 1.0, ""
+        if self.sustained_slowdown is not None:
+            return self.sustained_slowdown, (
+                f"sustained load: kernel-table times × {self.sustained_slowdown:g} "
+                "(--sustained-slowdown)")
+        key = f"sustained_slowdown_{'fp8' if dtype == 'fp8' else 'bf16'}"
+        text = self.lookup.table.meta.get(key)
+        if text is None:
+            return 1.0, (f"sustained load: not modelled (the kernel table has no {key}: its "
+                         "times, measured one kernel at a time, are used as they are; "
+                         "--sustained-slowdown F sets one)")
+        return float(text), (
+            f"sustained load: kernel-table times × {float(text):g} (the table's {key}: a "
+            "layer's kernels run back to back, at the GPU's power limit, against the same "
+            "kernels in short bursts as the table times them; --sustained-slowdown 1 turns "
+            "it off)")
 
 
 def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
@@ -83,7 +109,10 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
         slots, why = _slots(table, entry)
         lookup = TableLookup(table, slots=slots)
         notes.append(table.describe() + f"; attention tile model on {slots} SMs ({why})")
-    return ComputeSetup(cm, lookup, notes, entry)
+    elif opts.sustained_slowdown is not None:
+        raise UsageError("scales kernel-table times, and this run has no kernel table: its "
+                         "compute is timed by the roofline", field="--sustained-slowdown")
+    return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown)
 
 
 def _slots(table, entry: CatalogGpu | None) -> tuple[int, str]:

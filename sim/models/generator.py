@@ -60,6 +60,10 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
     setup = compute or resolve_compute(gpu)
     timer = timer_for(gpu, setup, attention_kernel(par.training, gpu_family(gpu)))
+    # Megatron's gradient-accumulation fusion adds weight gradients into fp32 main grads;
+    # ZeRO/FSDP and --grad-reduce-in-bf16 keep 16-bit ones (sim.models.optimizer.grad_bytes)
+    timer.main_grad_fp32 = not par.zero and grad_bytes(par.dtype, par.grad_reduce_in_bf16) == 4
+    timer.sustained, sustained_note = setup.sustained(par.dtype)
     if compute_model is not None:
         timer.cm = compute_model
     cm = timer.cm
@@ -76,21 +80,33 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         ep_a2a_overlap=par.overlap_moe_expert_parallel_comm,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
-    program.assumptions += compute_notes(setup, timer) + defer_wgrad.notes(program, par)
+    program.assumptions += compute_notes(setup, timer, sustained_note)
+    program.assumptions += defer_wgrad.notes(program, par)
     return program
 
 
-def compute_notes(setup: ComputeSetup, timer: Timer) -> list[str]:
+def compute_notes(setup: ComputeSetup, timer: Timer, sustained: str = "") -> list[str]:
     """Report lines on where compute times came from: the GPU's catalogue entry (measured or
-    datasheet-only), the compute-model choices, and the share of compute time the kernel
-    table timed — or that the roofline timed all of it."""
+    datasheet-only), the compute-model choices, the share of compute time the kernel table
+    timed (with the GEMM kinds it lacked, and the ``sustained`` load line) — or that the
+    roofline timed all of it."""
     out = ([describe(setup.entry)] if setup.entry else []) + list(setup.notes)
     if timer.lookup is not None:
         out.append(timer.summary())
+        out += [f"the kernel table has no {k} rows: those GEMMs are timed by its "
+                f"{k.rsplit('_', 1)[0]} rows ({_KIND_MEANS[k.rsplit('_', 1)[1]]})"
+                for k in sorted(timer.missing)]
+        out += [sustained] if sustained else []
     else:
         out.append("compute time: all from the roofline (the compute model above, on the "
                    "GPU's dense peaks); no measured kernel table is used")
     return out
+
+
+_KIND_MEANS = {"fastacc": "FP8 forward GEMMs at the split-accumulator rate, where Transformer "
+                          "Engine runs them with fast accumulation",
+               "acc32": "weight gradients as if written in 16 bits, where they accumulate into "
+                        "fp32 main grads"}
 
 
 def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,

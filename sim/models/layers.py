@@ -33,8 +33,8 @@ from sim.models.moe import (
     moe_mlp_items,
 )
 from sim.models.ops import ACT_BYTES as A
+from sim.models.ops import FPROP, Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
 from sim.models.ops import MASK_BYTES as K
-from sim.models.ops import Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
 from sim.models.parallel import ParallelConfig
 from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
 from sim.models.spec import ModelSpec
@@ -180,8 +180,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         norm_block("attn_norm", model, dm, residual=res),
         tp_enter(dm),
         Block("attn_qkv",
-              fwd=(gemm("qkv", n, h, qkv_out // t, eg),) + rope.forward_ops(model, par, dm)
-              + rope.split_forward_ops(model, par, dm) + core_f,
+              fwd=(gemm("qkv", n, h, qkv_out // t, eg, role=FPROP),)
+              + rope.forward_ops(model, par, dm) + rope.split_forward_ops(model, par, dm) + core_f,
               ig=core_b + rope.backward_ops(model, par, dm)
               + rope.split_backward_ops(model, par, dm)
               + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
@@ -190,7 +190,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         *(ring_attention_blocks(dm) if dm.cp > 1 else ()),
         sp_regather(dm),
         Block("attn_proj",
-              fwd=(gemm("proj", n, qh // t, h, eg),),
+              fwd=(gemm("proj", n, qh // t, h, eg, role=FPROP),),
               ig=(gemm("proj_dgrad", n, h, qh // t, eg),),
               wg=(wgrad("proj_wgrad", n, qh // t, h, eg),),
               params=linear_params(model, qh, h, t, False)),
@@ -239,7 +239,7 @@ def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "") -> list[Block | Con
     return [
         tp_enter(dm),
         Block(prefix + "mlp_fc1",
-              fwd=(gemm("fc1", n, h, f1 // t, eg),
+              fwd=(gemm("fc1", n, h, f1 // t, eg, role=FPROP),
                    elementwise("mlp_act", act_f * A * e, f"{act}_fwd", (n, f // t))),
               ig=(elementwise("mlp_act_grad", act_b * A * e, f"{act}_bwd", (n, f // t)),
                   gemm("fc1_dgrad", n, f1 // t, h, eg)),
@@ -247,7 +247,7 @@ def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "") -> list[Block | Con
               params=linear_params(model, h, f1, t, True)),
         sp_regather(dm),
         Block(prefix + "mlp_fc2",
-              fwd=(gemm("fc2", n, f // t, h, eg),),
+              fwd=(gemm("fc2", n, f // t, h, eg, role=FPROP),),
               ig=(gemm("fc2_dgrad", n, h, f // t, eg),),
               wg=(wgrad("fc2_wgrad", n, f // t, h, eg),),
               params=linear_params(model, f, h, t, False)),
@@ -307,7 +307,7 @@ def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[R
     eg, gd = (A, "bf16") if dm.eg == 1 else (dm.eg, "")
     items: list[Block | Conj] = [norm_block("final_norm", model, dm), tp_enter(dm)]
     items.append(Block("output_logits",
-                       fwd=(gemm("logits", n, h, v // t, eg, dtype=gd),),
+                       fwd=(gemm("logits", n, h, v // t, eg, dtype=gd, role=FPROP),),
                        ig=(gemm("logits_dgrad", n, v // t, h, eg, dtype=gd),),
                        wg=(wgrad("logits_wgrad", n, h, v // t, eg, dtype=gd),),
                        params=out_params))

@@ -15,6 +15,7 @@ from enum import Enum
 
 ACT_BYTES = 2  # activations are bf16/fp16 in every dtype setting (fp8 only in GEMM operands)
 MASK_BYTES = 1  # dropout masks are stored as one byte per element
+FPROP, WGRAD = "fprop", "wgrad"  # Op.role of a layer's forward / weight-gradient GEMM
 
 
 class OpKind(str, Enum):
@@ -42,7 +43,10 @@ class Op:
     ``(params,)``. Empty: only the roofline times it. ``dtype``: the dtype a GEMM runs in when
     it is not the run's (``""``: the run's; an fp8 run's output layer runs in bf16).
     ``host_waits``: the host later blocks until this kernel (and every kernel before it) has
-    finished, to copy its result to the CPU (:mod:`sim.engine.host`)."""
+    finished, to copy its result to the CPU (:mod:`sim.engine.host`). ``role``: a weight GEMM's
+    pass, which picks its kernel-table kind (:func:`sim.models.compute.gemm_table_kind`):
+    ``"fprop"`` (forward; Transformer Engine's FP8 forward GEMMs use fast accumulation),
+    ``"wgrad"`` (weight gradient, accumulated into the main-grad buffer), ``""`` otherwise."""
 
     name: str
     kind: OpKind
@@ -54,14 +58,16 @@ class Op:
     shape: tuple[int, ...] = ()
     dtype: str = ""  # a GEMM's dtype when not the run's (bf16 outside Transformer Engine's fp8)
     host_waits: bool = False
+    role: str = ""  # "fprop" / "wgrad": a weight GEMM's pass (picks its table kind)
 
 
 def gemm(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
-         out_bytes: int = ACT_BYTES, dtype: str = "") -> Op:
-    """``C[m×n] = A[m×k] · B[k×n]``: ``2mkn`` FLOPs; reads A and B, writes C."""
+         out_bytes: int = ACT_BYTES, dtype: str = "", role: str = "") -> Op:
+    """``C[m×n] = A[m×k] · B[k×n]``: ``2mkn`` FLOPs; reads A and B, writes C (``role``
+    ``"fprop"``: a layer's forward GEMM)."""
     return Op(name, OpKind.GEMM, 2 * m * k * n,
               operand_bytes * (m * k + k * n) + out_bytes * m * n, kernel="gemm", shape=(m, k, n),
-              dtype=dtype)
+              dtype=dtype, role=role)
 
 
 def wgrad(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
@@ -69,7 +75,7 @@ def wgrad(name: str, m: int, k: int, n: int, operand_bytes: int = ACT_BYTES,
     """Weight gradient ``dW[k×n] = Xᵀ[k×m] · dY[m×n]`` accumulated into an fp32 main-grad buffer
     (Megatron's gradient-accumulation fusion): reads X, dY and dW (fp32), writes dW (fp32)."""
     return Op(name, OpKind.GEMM, 2 * m * k * n, operand_bytes * (m * k + m * n) + 8 * k * n,
-              kernel="gemm", shape=(k, m, n), dtype=dtype)
+              kernel="gemm", shape=(k, m, n), dtype=dtype, role=WGRAD)
 
 
 def bmm(name: str, batch: int, m: int, k: int, n: int) -> Op:
