@@ -28,8 +28,23 @@ def test_gemms_equal_the_table_at_measured_shapes_and_their_transposes(lk):
             dt = r.kind.split("_")[1]
             m, k, n = r.get("m"), r.get("k"), r.get("n")
             for shape in ((m, k, n), (n, k, m)):
-                hit = lk.gemm_ns(dt, *shape)
+                hit = lk.gemm_ns(dt, *shape, kind=r.kind)
                 assert hit.how == EXACT and hit.time_ns == pytest.approx(r.time_ms * 1e6)
+
+
+def test_a_gemm_kind_the_table_lacks_is_answered_by_the_dtypes_rows(lk):
+    """A table without fast-accumulation or fp32-accumulation rows (an older or a user's
+    table) times those GEMMs by its plain ``gemm_<dtype>`` rows (the report says so)."""
+    base = next(r for r in TABLE.rows if r.kind == "gemm_fp8")
+    shape = (base.get("m"), base.get("k"), base.get("n"))
+    no_fast = TableLookup(type(TABLE)(TABLE.gpu, [r for r in TABLE.rows
+                                                  if r.kind != "gemm_fp8_fastacc"]), slots=132)
+    assert not no_fast.has("gemm_fp8_fastacc") and lk.has("gemm_fp8_fastacc")
+    assert no_fast.gemm_ns("fp8", *shape, kind="gemm_fp8_fastacc").time_ns == pytest.approx(
+        base.time_ms * 1e6)
+    fast = next(r for r in TABLE.rows if r.kind == "gemm_fp8_fastacc" and r.shape == base.shape)
+    assert lk.gemm_ns("fp8", *shape, kind="gemm_fp8_fastacc").time_ns == pytest.approx(
+        fast.time_ms * 1e6)
 
 
 def test_attention_and_memory_kernels_equal_the_table_at_measured_shapes(lk):
@@ -51,7 +66,9 @@ def test_attention_and_memory_kernels_equal_the_table_at_measured_shapes(lk):
             continue
         n += 1
         assert hit.how == EXACT and hit.time_ns == pytest.approx(r.time_ms * 1e6), r
-    assert n == 60 + 30 + 3  # attention (3 backends), norms/activations/adds, AdamW
+    # attention (flash and cuDNN on 14 shapes, memory-efficient on 8), norms / activations /
+    # adds (7 kinds on 5 shapes), AdamW
+    assert n == 4 * 14 + 2 * 8 + 7 * 5 + 3
 
 
 def test_gemm_interpolates_monotonically_along_a_measured_column(lk):

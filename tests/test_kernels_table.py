@@ -57,10 +57,16 @@ def test_missing_file_is_an_input_error(tmp_path):
 
 def test_shipped_h100_table_cites_its_measurement():
     t = shipped_table("h100-sxm.csv")
-    assert t.gpu == "H100-SXM5-80GB" and t.meta["date"] == "2026-11-22"
+    assert t.gpu == "H100-SXM5-80GB" and t.meta["date"].startswith("2026-11-22; 2026-11-28")
     assert "do_bench" in t.meta["source"] and "132 SMs" in t.meta["source"]
+    assert "scripts/assemble_h100_table.py" in t.meta["source"]
     kinds = {r.kind for r in t.rows}
     assert {"gemm_bf16", "gemm_fp8", "attn_flash_fwd", "attn_cudnn_bwd", "layernorm_bwd",
-            "adamw_fused_fp32"} <= kinds
-    # 184 measured rows minus the 3 memory-efficient attention shapes that failed to run
-    assert len(t.rows) == 181
+            "adamw_fused_fp32", "gemm_fp8_fastacc", "gemm_fp8_acc32", "gemm_bf16_acc32",
+            "gelu_bwd"} <= kinds
+    # 2026-11-22: 184 measured rows minus the 3 memory-efficient attention shapes that failed
+    # to run; 2026-11-28: three GEMM variants on the 40 GEMM shapes, the MHA twins of 3 GQA
+    # shapes for 4 attention kinds, GeLU backward on 5 shapes
+    assert len(t.rows) == 181 + 3 * 40 + 3 * 4 + 5
+    assert (t.meta["sustained_slowdown_bf16"], t.meta["sustained_slowdown_fp8"]) == (
+        "1.046", "1.065")
