@@ -180,6 +180,11 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                              "topology's fabric does not declare sharp: true"),
     "--kernel-table": _kinds(_SCALED, _SCALED, ("changes", "operator times (compute note)")),
     "--compute-efficiency": _kinds(_SCALED, _SCALED, ("changes", "roofline GEMM efficiency")),
+    "--sustained-slowdown": _kinds(*[("refused", "applies to compute timed from a kernel "
+                                                 "table (--model runs); a workload file's "
+                                                 "compute times are its own")] * 2,
+                                   ("changes", "kernel-table times × F ('sustained load' "
+                                               "note); refused on a GPU with no kernel table")),
     "--source-gpu": _kinds(_SCALED, _SCALED, ("refused", "applies to workload files (their "
                                                          "measured compute times); leave it out")),
     "--compute-scale": _kinds(("changes", "compute times × F (assumption)"),

@@ -70,6 +70,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
     "--missing-backward-ratio": ("refused", "the model times the backward; leave it out"),
     "--kernel-table": ("changes", "operator times (compute note)"),
     "--compute-efficiency": ("changes", "roofline GEMM efficiency"),
+    "--sustained-slowdown": ("changes", "kernel-table times × F ('sustained load' note); "
+                                        "refused on a GPU with no kernel table"),
     "--source-gpu": ("refused", "the log has no compute times to scale; leave it out"),
     "--compute-scale": ("refused", "the log has no compute times to scale; leave it out"),
     # the log's reduce-scatters always run beside the backward (DP > 1)

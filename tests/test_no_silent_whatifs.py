@@ -73,6 +73,7 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                              "optable": (["--compute-efficiency", "0.5"], None),
                              "model": ["--compute-efficiency", "0.5"],
                              "aicb-csv": ["--compute-efficiency", "0.5"]},
+    "--sustained-slowdown": {"*": ["--sustained-slowdown", "1.2"]},
     "--source-gpu": {"aicb": (["--source-gpu", "A100-SXM4-80GB"],
                               ["--source-gpu", "H100-SXM5-80GB"]),
                      "optable": (["--source-gpu", "A100-SXM4-80GB", "--topo", "dgx-a100-512"],
@@ -275,6 +276,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--microbatches"): ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2",
                                   "--microbatches", "4"],
     ("model", "--dtype"): H100_MODEL, ("model", "--kernel-table"): H100_MODEL,
+    ("model", "--sustained-slowdown"): H100_MODEL,
     ("model", "--nccl-nvls-enable"): H100_MODEL, ("model", "--fp8-recipe"): H100_MODEL,
     ("model", "--fp8-param-gather"): H100_MODEL,
     ("model", "--moe-token-dispatcher-type"): MOE_MODEL,
@@ -287,7 +289,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     # roofline: the H100's measured table tells the two apart
     ("model", "--flash-attention"): H100_MODEL,
     **{("aicb-csv", f): H100_LOG for f in ("--dtype", "--kernel-table", "--flash-attention",
-                                          "--nccl-nvls-enable")},
+                                          "--nccl-nvls-enable", "--sustained-slowdown")},
 }
 STATED_ONLY = {  # the report states the change; the result is the same by construction
     ("aicb", "--nodes"),  # the header's all_gpus fixes the job: 256 GPUs on 32 or 64 nodes
