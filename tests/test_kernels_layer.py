@@ -63,11 +63,11 @@ def _bandwidth(kind, bytes_per_elem, tokens, h):
     return bytes_per_elem * best.get("tokens") * best.get("h") / best.time_ms
 
 
-def _attn_ms(backend, b, hq, s, d, way):
+def _attn_ms(backend, b, hq, hkv, s, d, way):
     for r in _rows(f"attn_{backend}_{way}"):
-        if (r.get("b"), r.get("hq"), r.get("s"), r.get("d")) == (b, hq, s, d):
+        if (r.get("b"), r.get("hq"), r.get("hkv"), r.get("s"), r.get("d")) == (b, hq, hkv, s, d):
             return r.time_ms
-    raise KeyError((backend, b, hq, s, d))
+    raise KeyError((backend, b, hq, hkv, s, d))
 
 
 def composed_layer_ms(model, t, b, backend):
@@ -77,8 +77,9 @@ def composed_layer_ms(model, t, b, backend):
     f1 = 2 * f if model.gated_mlp else f
     gemms = 3 * (_gemm_ms(n, h, q_out) + _gemm_ms(n, h // t, h) + _gemm_ms(n, h, f1)
                  + _gemm_ms(n, f, h))
-    attn = _attn_ms(backend, b, model.heads // t, s, d, "fwd") + _attn_ms(
-        backend, b, model.heads // t, s, d, "bwd")
+    hkv = max(1, model.kv_heads // t)
+    attn = _attn_ms(backend, b, model.heads // t, hkv, s, d, "fwd") + _attn_ms(
+        backend, b, model.heads // t, hkv, s, d, "bwd")
     if model.norm == "layernorm":
         norms = 2 * (_mem_ms("layernorm_fwd", n, h) + _mem_ms("layernorm_bwd", n, h))
     else:  # RMSNorm backward not measured: its 6 bytes/element at the forward's bandwidth
