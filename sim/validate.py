@@ -2,9 +2,10 @@
 flags and the printed table in :mod:`sim.cli.validate`).
 
 Runs every case of a validation file (default: ``workloads/validation/*.yaml``) through the
-scenario pipeline (:func:`sim.scenario.simulate_model`), as ``simrun --model``: model spec +
-layout → memory check → generated program → engine on the flow network of the file's topology
-(as many nodes as the case needs). No per-case parameter is tuned: a case only says what ran
+scenario pipeline (:func:`sim.scenario.simulate.simulate_layout`, the steps of ``simrun --model``
+and of a sweep's layout): model spec + layout → memory check (a case the memory model calls too
+large is predicted anyway and flagged) → generated program → engine on the flow network of the
+file's topology (as many nodes as the case needs). No per-case parameter is tuned: a case only says what ran
 (model, layout, batch, the framework options of the run) and what was measured. Each case is
 either ``calibration`` (its measurement was used to set a physical parameter of the models;
 ``calibrates`` says which) or ``evaluation`` (never used to set anything); the two groups are
@@ -49,7 +50,8 @@ from sim.models.parallel_checks import validate as check_parallel
 from sim.models.spec import load_model
 from sim.models.split import PipelineSplit
 from sim.progress import Progress
-from sim.scenario import simulate_model
+from sim.scenario.options import NetworkOptions, SimulationOptions
+from sim.scenario.simulate import simulate_layout
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
 from sim.yaml_load import load_yaml_with_lines
@@ -247,7 +249,8 @@ def run_case(case: Case) -> dict[str, Any]:
     probe = load_topology(case.topology_path)
     nodes = max(1, math.ceil(par.world_size / probe.gpus_per_node))
     topo = load_topology(case.topology_path, nodes=nodes)
-    done = simulate_model(model, par, topo)
+    done, _ = simulate_layout(model, par, topo, network=NetworkOptions(),
+                              simulation=SimulationOptions(), compute=None, ignore_memory=True)
     rep, m, mem = done.report, done.metrics, done.memory
     pred = rep["iteration_time_s"]
     return {

@@ -1,7 +1,9 @@
 """One simulated run from typed inputs to result and report (see :mod:`sim.scenario.run`).
 
 :mod:`sim.scenario.options` holds the option dataclasses; :mod:`sim.scenario.model_run` turns a
-model spec and a requested layout into a program; :mod:`sim.scenario.run` is the pipeline.
+model spec and a requested layout into a program; :mod:`sim.scenario.run` is the pipeline;
+:mod:`sim.scenario.simulate` simulates one layout of a model from objects (a sweep's layouts,
+``simrun validate``'s cases) with the single run's steps.
 """
 
 from sim.scenario.model_run import ModelRun, model_run, parallel_config
@@ -21,7 +23,6 @@ from sim.scenario.run import (
     placement_of,
     run_and_write,
     run_scenario,
-    simulate_model,
     workload_program,
     write_figures_of,
     write_report,
@@ -31,5 +32,5 @@ __all__ = [
     "FaultOptions", "ModelInput", "ModelOutcome", "ModelRun", "NetworkOptions", "OutputOptions",
     "Scenario", "ScenarioResult", "SimulationOptions", "WorkloadInput", "model_run",
     "network_of", "parallel_config", "placement_of", "run_and_write", "run_scenario",
-    "simulate_model", "workload_program", "write_figures_of", "write_report",
+    "workload_program", "write_figures_of", "write_report",
 ]

@@ -30,16 +30,12 @@ from sim.models.compute_setup import (
     scale_workload,
     source_compute_scale,
 )
-from sim.models.generator import generate
-from sim.models.memory import MemoryReport, check_memory
-from sim.models.metrics import metrics
+from sim.models.memory import MemoryReport
 from sim.models.parallel import ParallelConfig
-from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec
 from sim.network import build_network
 from sim.network.factory import OPS, parse_algorithm
 from sim.outputs import check_output_paths, write_json
-from sim.placement import DEFAULT_ORDER, Placement
+from sim.placement import Placement
 from sim.progress import Progress
 from sim.scenario import variability
 from sim.scenario.model_run import ModelRun, model_run
@@ -274,22 +270,3 @@ class ModelOutcome:
     result: SimResult | None = None
     report: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
-
-
-def simulate_model(model: ModelSpec, par: ParallelConfig, topology: Topology, *,
-                   network: NetworkOptions | None = None, placement: str = DEFAULT_ORDER,
-                   skip_infeasible: bool = False) -> ModelOutcome:
-    """Memory check, program and simulation of ``model`` under ``par`` on ``topology`` (the
-    layout must fit: :meth:`~sim.layout.Layout.require_gpus_of`). ``skip_infeasible``: stop
-    after the memory check when the layout does not fit in GPU memory."""
-    par.layout.require_gpus_of(topology)
-    plan = build_model_plan(model, par)
-    mem = check_memory(model, par, topology.gpu, plan=plan)
-    if skip_infeasible and not mem.feasible:
-        return ModelOutcome(par, mem)
-    program = generate(model, par, topology.gpu, plan=plan)
-    net = network_of(topology, network or NetworkOptions())
-    result = engine.simulate(program, net, placement=placement_of(program, placement),
-                             interference=interference_of(topology.gpu, SimulationOptions())[0])
-    return ModelOutcome(par, mem, result, report.build_report(result),
-                        metrics(model, par, topology.gpu, result.iteration_ns))

@@ -2,7 +2,6 @@
 
 - :mod:`sim.sweep.space`: :class:`SweepPoint`, :class:`Space`, :func:`enumerate_layouts`.
 - :mod:`sim.sweep.evaluate`: :func:`evaluate` one layout → a flat result row (never raises).
-- :mod:`sim.sweep.simulate`: one layout simulated as ``simrun --model`` simulates it.
 - :mod:`sim.sweep.runner`: :func:`run_tasks` in-process, on local processes or on Dask.
 - :mod:`sim.sweep.store`: the append-only results file and resuming.
 - :mod:`sim.sweep.output`: ranking, table, CSV/JSON/plots.

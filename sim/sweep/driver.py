@@ -27,10 +27,10 @@ from sim.models.spec import load_model
 from sim.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.model_run import with_training_overrides
+from sim.scenario.simulate import with_ep_nodes
 from sim.sweep.evaluate import SweepContext
 from sim.sweep.output import ranked, table_lines, write_outputs
 from sim.sweep.runner import run_tasks
-from sim.sweep.simulate import with_ep_nodes
 from sim.sweep.space import Space, enumerate_layouts
 from sim.sweep.store import ResultStore
 from sim.topology import load_topology

@@ -19,7 +19,7 @@ from sim.models.compute_setup import ComputeSetup
 from sim.models.parallel import Training
 from sim.models.spec import ModelSpec
 from sim.scenario import NetworkOptions, SimulationOptions
-from sim.sweep.simulate import simulate_layout
+from sim.scenario.simulate import simulate_layout
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 

@@ -1,4 +1,5 @@
-"""One layout of a sweep simulated as ``simrun --model`` simulates it.
+"""One layout of a sweep (or one case of ``simrun validate``) simulated as ``simrun --model``
+simulates it.
 
 The steps are the single run's (:func:`sim.scenario.model_run.model_run` and
 :func:`sim.scenario.run.run_scenario` for a model on a healthy cluster, one representative rank
@@ -44,16 +45,19 @@ def with_ep_nodes(par: ParallelConfig, topology: Topology, order: str) -> Parall
 
 def simulate_layout(model: ModelSpec, par: ParallelConfig, topology: Topology, *,
                     network: NetworkOptions, simulation: SimulationOptions,
-                    compute: ComputeSetup | None) -> tuple[ModelOutcome, list[str]]:
-    """Memory check and, when the layout fits, its simulation; returns the outcome and the
-    run-level assumption lines a single run adds (interference, host dispatch) that the
-    applicability checks read (:func:`sim.applicable.check_effect`)."""
+                    compute: ComputeSetup | None,
+                    ignore_memory: bool = False) -> tuple[ModelOutcome, list[str]]:
+    """Memory check and, when the layout fits (or ``ignore_memory``, as ``--ignore-memory``
+    and ``simrun validate`` run measured layouts the memory model calls too large), its
+    simulation; returns the outcome and the run-level assumption lines a single run adds
+    (interference, host dispatch) that the applicability checks read
+    (:func:`sim.applicable.check_effect`)."""
     model = with_training_overrides(model, par.training)
     par = with_ep_nodes(par, topology, simulation.placement)
     par.layout.require_gpus_of(topology)
     plan = build_model_plan(model, par)
     mem = check_memory(model, par, topology.gpu, plan=plan)
-    if not mem.feasible:
+    if not mem.feasible and not ignore_memory:
         return ModelOutcome(par, mem), []
     program = generate(model, par, topology.gpu, plan=plan, compute=compute)
     net = network_of(topology, dispatcher_network(network, par))
