@@ -5,8 +5,9 @@ Runs every case of a validation file (default: ``workloads/validation/*.yaml``) 
 scenario pipeline (:func:`sim.scenario.simulate.simulate_layout`, the steps of ``simrun --model``
 and of a sweep's layout): model spec + layout → memory check (a case the memory model calls too
 large is predicted anyway and flagged) → generated program → engine on the flow network of the
-file's topology (as many nodes as the case needs). No per-case parameter is tuned: a case only says what ran
-(model, layout, batch, the framework options of the run) and what was measured. Each case is
+file's topology (as many nodes as the case needs). No per-case parameter is tuned: a case only
+says what ran (model, layout, batch, the framework options of the run, the NCCL environment's
+``NCCL_NVLS_ENABLE``) and what was measured. Each case is
 either ``calibration`` (its measurement was used to set a physical parameter of the models;
 ``calibrates`` says which) or ``evaluation`` (never used to set anything); the two groups are
 reported apart. See docs/validation.md.
@@ -25,6 +26,7 @@ Validation file schema (unknown keys are rejected with file, line and key)::
         global_batch · seq_len / (tokens/s/GPU · GPUs)) or measured_tflops_per_gpu (teraFLOP/s
         per GPU counted as Narayanan et al. SC'21 Eq. 3, :func:`sc21_flops`; then the iteration
         time is F / (teraFLOP/s · 1e12 · GPUs)), measured_mfu (optional, fraction),
+        nccl_nvls_enable (0 or 1: the run's NCCL_NVLS_ENABLE, as --nccl-nvls-enable),
         and any option of :class:`sim.models.parallel.ParallelConfig` with a plain value
         (tp, pp, dp, vpp, cp, global_batch, micro_batch, recompute, sequence_parallel, dtype,
         distributed_optimizer, attention_backend, overlap_grad_reduce, overlap_param_gather, …)
@@ -63,6 +65,9 @@ CASE_KEYS: dict[str, type] = {
     "published": str, "not_modelled": list, "measured_s": float,
     "measured_tokens_per_s_per_gpu": float, "measured_tflops_per_gpu": float,
     "measured_mfu": float,
+    # NCCL_NVLS_ENABLE of the run's environment (0 or 1; absent: NCCL's default, NVLS where
+    # the topology's NVSwitches have it): the engine's network option --nccl-nvls-enable
+    "nccl_nvls_enable": int,
 }
 #: Megatron-Core's uneven pipeline-split flags (:class:`PipelineSplit` fields)
 SPLIT_KEYS: dict[str, tuple[str, type]] = {
@@ -116,6 +121,7 @@ class Case:
     url: str = ""
     published: str = ""
     not_modelled: tuple[str, ...] = ()
+    nvls_enable: bool | None = None
 
     def __getattr__(self, name: str):
         """The layout and training names (``tp``, ``recompute``, …) read through to ``par``."""
@@ -207,7 +213,9 @@ def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,
                 measured_s=measured_s, measured_mfu=merged["measured_mfu"],
                 source=merged["source"] or file_source, role=merged["role"],
                 calibrates=merged["calibrates"], url=merged["url"],
-                published=merged["published"], not_modelled=tuple(merged["not_modelled"]))
+                published=merged["published"], not_modelled=tuple(merged["not_modelled"]),
+                nvls_enable=None if "nccl_nvls_enable" not in merged
+                else bool(merged["nccl_nvls_enable"]))
 
 
 def sc21_flops(model, global_batch: int) -> float:
@@ -227,6 +235,8 @@ def _value_problem(key: str, v: Any) -> str | None:
         return f"unknown key (allowed: {', '.join([*CASE_KEYS, *PAR_KEYS, *SPLIT_KEYS])})"
     if v is None and (key in DEFAULTS or key in PAR_KEYS):
         return None
+    if key == "nccl_nvls_enable":
+        return None if v in (0, 1) and not isinstance(v, bool) else f"expected 0 or 1, got {v!r}"
     if key == "role" and v not in ROLES:
         return f"expected one of {', '.join(ROLES)}, got {v!r}"
     if want is list:
@@ -249,8 +259,9 @@ def run_case(case: Case) -> dict[str, Any]:
     probe = load_topology(case.topology_path)
     nodes = max(1, math.ceil(par.world_size / probe.gpus_per_node))
     topo = load_topology(case.topology_path, nodes=nodes)
-    done, _ = simulate_layout(model, par, topo, network=NetworkOptions(),
-                              simulation=SimulationOptions(), compute=None, ignore_memory=True)
+    net = NetworkOptions(nvls_enable=case.nvls_enable)
+    done, _ = simulate_layout(model, par, topo, network=net, simulation=SimulationOptions(),
+                              compute=None, ignore_memory=True)
     rep, m, mem = done.report, done.metrics, done.memory
     pred = rep["iteration_time_s"]
     return {

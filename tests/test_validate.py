@@ -106,7 +106,7 @@ def test_bad_validation_files_name_file_line_and_key(tmp_path):
     assert str(e.value).startswith(f"{bad}:4: cases[0].tpp: unknown key (allowed: name, model, "
                                    "role, calibrates, source, url, published, not_modelled, "
                                    "measured_s, measured_tokens_per_s_per_gpu, "
-                                   "measured_tflops_per_gpu, measured_mfu, tp, ")
+                                   "measured_tflops_per_gpu, measured_mfu, nccl_nvls_enable, tp, ")
     bad.write_text("topology: x.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 8, pp: 1,\n"
                    "     global_batch: 4, micro_batch: 4, measured_s: -1}\n")
     with pytest.raises(InputError, match=r"v.yaml:4: cases\[0\].measured_s: expected a positive"):
@@ -116,6 +116,8 @@ def test_bad_validation_files_name_file_line_and_key(tmp_path):
         ("measured_tokens_per_s_per_gpu: 10", r"cases\[0\]: give exactly one of measured_s or "
                                               "measured_tokens_per_s_per_gpu"),
         ("not_modelled: [1]", r"cases\[0\].not_modelled: expected a list of strings"),
+        ("nccl_nvls_enable: 2", r"cases\[0\].nccl_nvls_enable: expected 0 or 1, got 2"),
+        ("nccl_nvls_enable: true", r"cases\[0\].nccl_nvls_enable: expected 0 or 1, got True"),
     ]:
         bad.write_text("topology: x.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 8, pp: 1,\n"
                        f"     global_batch: 4, micro_batch: 4, measured_s: 1.0, {extra}}}\n")
@@ -280,6 +282,35 @@ def test_a_measured_run_the_memory_model_cannot_fit_is_reported(tmp_path, capsys
     text = capsys.readouterr().out
     assert (f"measured runs that do not fit simrun's memory model (predicted anyway): big "
             f"({row['memory_per_gpu_bytes'] / 1e9:.1f} GB)") in text
+
+
+def test_a_case_is_predicted_as_the_single_run_with_its_nccl_environment(tmp_path):
+    """A case runs the single run's steps (sim.scenario.simulate.simulate_layout) with the
+    run's NCCL_NVLS_ENABLE: TP 8 without sequence parallelism all-reduces every layer's
+    activations on the NVSwitch, so NVLS on and off predict different times, each the
+    iteration time of ``simrun --model ... --nccl-nvls-enable X`` on the same node."""
+    (tmp_path / "m.yaml").write_text(
+        "name: m\nlayers: 2\nhidden: 4096\nheads: 32\nvocab: 1024\nseq_len: 2048\n")
+    topo = WORKLOADS.parent / "topologies" / "dgx-h100-1024.yaml"
+    v = tmp_path / "v.yaml"
+    v.write_text(f"topology: {topo}\ncases:\n"
+                 "  - {name: nvls-on, model: m.yaml, tp: 8, pp: 1, global_batch: 2, micro_batch: 1,\n"
+                 "     measured_s: 1.0, dtype: bf16, nccl_nvls_enable: 1}\n"
+                 "  - {name: nvls-off, model: m.yaml, tp: 8, pp: 1, global_batch: 2, micro_batch: 1,\n"
+                 "     measured_s: 1.0, dtype: bf16, nccl_nvls_enable: 0}\n")
+    _, cases = load_cases(v)
+    assert [c.nvls_enable for c in cases] == [True, False]
+    out = tmp_path / "v.json"
+    assert main(["validate", str(v), "--json", str(out), "--workers", "1"]) == 0
+    got = {r["name"]: r["predicted_s"] for r in json.loads(out.read_text())["cases"]}
+    single = {}
+    for name, flag in (("nvls-on", "1"), ("nvls-off", "0")):
+        rep = tmp_path / f"{name}.json"
+        assert main(["--model", str(tmp_path / "m.yaml"), "--topo", str(topo), "--nodes", "1",
+                     "--tp", "8", "--global-batch", "2", "--micro-batch", "1",
+                     "--nccl-nvls-enable", flag, "--json", str(rep), "--quiet"]) == 0
+        single[name] = json.loads(rep.read_text())["iteration_time_s"]
+    assert got == single and got["nvls-on"] != got["nvls-off"]
 
 
 def test_evaluation_errors_are_also_given_per_source():
