@@ -294,10 +294,10 @@ def test_a_case_is_predicted_as_the_single_run_with_its_nccl_environment(tmp_pat
     topo = WORKLOADS.parent / "topologies" / "dgx-h100-1024.yaml"
     v = tmp_path / "v.yaml"
     v.write_text(f"topology: {topo}\ncases:\n"
-                 "  - {name: nvls-on, model: m.yaml, tp: 8, pp: 1, global_batch: 2, micro_batch: 1,\n"
-                 "     measured_s: 1.0, dtype: bf16, nccl_nvls_enable: 1}\n"
-                 "  - {name: nvls-off, model: m.yaml, tp: 8, pp: 1, global_batch: 2, micro_batch: 1,\n"
-                 "     measured_s: 1.0, dtype: bf16, nccl_nvls_enable: 0}\n")
+                 "  - {name: nvls-on, model: m.yaml, tp: 8, pp: 1, global_batch: 2,\n"
+                 "     micro_batch: 1, measured_s: 1.0, dtype: bf16, nccl_nvls_enable: 1}\n"
+                 "  - {name: nvls-off, model: m.yaml, tp: 8, pp: 1, global_batch: 2,\n"
+                 "     micro_batch: 1, measured_s: 1.0, dtype: bf16, nccl_nvls_enable: 0}\n")
     _, cases = load_cases(v)
     assert [c.nvls_enable for c in cases] == [True, False]
     out = tmp_path / "v.json"
