@@ -164,6 +164,9 @@ def load_yaml_with_lines(text: str, file: str) -> tuple[Any, LineMap]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         problem = getattr(e, "problem", None) or str(e)
+        if problem == "exceeded maximum nesting depth":  # the libyaml of PyYAML 6.0.4's wheels
+            # stops its scanner at 1000 levels, before the composer's bound: the same finding
+            problem = f"nested more than {MAX_DEPTH} levels deep"
         raise InputError(f"not valid YAML: {problem}", file=file,
                          line=mark.line + 1 if mark is not None else None) from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH keeps far below the limit
