@@ -52,6 +52,25 @@ def test_embedding_and_loss_accounted_as_layers():
         virtual_stage_layers(70, 12, 1, PipelineSplit(5, 5, account_for_embedding=True))
 
 
+@pytest.mark.parametrize("p, v, emb, loss, flag", [
+    (2, 1, True, True, "--account-for-loss-in-pipeline-split"),  # 26/2 = 13: 12 + 12
+    (1, 2, True, True, "--account-for-loss-in-pipeline-split"),  # one stage, two chunks
+    (1, 1, True, False, "--account-for-embedding-in-pipeline-split"),  # 25/1: 24
+    (1, 1, False, True, "--account-for-loss-in-pipeline-split"),
+])
+def test_accounting_that_gives_the_even_split_is_refused(p, v, emb, loss, flag):
+    """24 layers: embedding and loss counted on two virtual stages give (24 + 2)/2 − 1 = 12 on
+    each, the even split; on one virtual stage there is nothing to split. Either would change
+    nothing, so the flag is refused (exit 2 naming it), not silently accepted."""
+    with pytest.raises(UsageError) as e:
+        virtual_stage_layers(24, p, v, PipelineSplit(account_for_embedding=emb,
+                                                      account_for_loss=loss))
+    assert e.value.field == flag and "would change nothing" in str(e.value)
+    # on four virtual stages the same flags do split unevenly: (22 + 2)/4 = 6 → 5, 6, 6, 5
+    assert virtual_stage_layers(22, 2, 2, PipelineSplit(account_for_embedding=True,
+                                                        account_for_loss=True)) == [5, 6, 6, 5]
+
+
 def test_plan_places_layers_by_the_split():
     model = load_model(ROOT / "workloads/models/bloom-176b.yaml")
     par = ParallelConfig(tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048,

@@ -114,6 +114,12 @@ def _accounted(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
     if min(counts) < 1 and p * v > 1:
         raise UsageError(f"a virtual stage would hold no transformer layer ({counts})",
                          field=flag)
+    if len(set(counts)) == 1:  # one virtual stage, or both flags on two: the even split
+        where = ("with one pipeline stage there is nothing to split" if p * v == 1 else
+                 f"the split it gives, {counts[0]} layers on each of the {p * v} virtual "
+                 "stages, is the even split")
+        raise UsageError(f"{where}, so it would change nothing; leave it out",
+                         field=LOSS if split.account_for_loss else EMB)
     return counts
 
 
