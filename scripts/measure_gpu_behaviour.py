@@ -366,6 +366,59 @@ def fp8_layer_sustained(seconds: float) -> dict:
             "median_power_w": statistics.median(r.get("power_w", 0) for r in reads)}
 
 
+def fp8_casts() -> list[dict]:
+    """Fused FP8 cast kernels, as Transformer Engine runs them, emulated with ``torch.compile``
+    (one Triton kernel each; compiled once with dynamic shapes): cast (bf16 read, e4m3 written:
+    3 B/element), cast + transpose (both layouts written: 4 B), amax (2 B), transpose of an
+    FP8 tensor (2 B), beside the element-wise ``x + y`` (6 B) of the same shape; timed as the
+    kernel tables are. Achieved bandwidth = bytes / time."""
+    import torch
+
+    e4 = torch.float8_e4m3fn
+
+    def cast(x, s):
+        return (x.float() * s).to(e4)
+
+    def cast_t(x, s):
+        c = (x.float() * s).to(e4)
+        return c, c.t().contiguous()
+
+    def amax(x):
+        return x.abs().amax()
+
+    def transpose(x8):
+        return x8.t().contiguous()
+
+    fns = {name: torch.compile(f, dynamic=True) for name, f in
+           (("cast", cast), ("cast_transpose", cast_t), ("amax", amax),
+            ("transpose", transpose))}
+    return [_cast_row(fns, t, h)
+            for t, h in ((8192, 4096), (8192, 14336), (16384, 8192), (4096, 1024))]
+
+
+def _cast_row(fns: dict, t: int, h: int) -> dict:
+    import torch
+
+    x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
+    x8 = x.to(torch.float8_e4m3fn)
+    s = torch.tensor(1.0, device="cuda")
+    n = t * h
+    row = {"tokens": t, "h": h}
+    for name, fn, nbytes in (("add", lambda: x + y, 6 * n),
+                             ("cast", lambda: fns["cast"](x, s), 3 * n),
+                             ("cast_transpose", lambda: fns["cast_transpose"](x, s), 4 * n),
+                             ("amax", lambda: fns["amax"](x), 2 * n),
+                             ("transpose", lambda: fns["transpose"](x8), 2 * n)):
+        try:
+            ms = _bench(fn)
+            row[name + "_ms"] = round(ms, 6)
+            row[name + "_GBps"] = round(nbytes / (ms * 1e-3) / 1e9, 1)
+        except Exception as exc:  # noqa: BLE001
+            row[name + "_error"] = str(exc).splitlines()[0][:200]
+    return row
+
+
 def environment() -> dict:
     import torch
 
@@ -402,7 +455,8 @@ def main() -> None:
              "sustained": lambda: sustained(args.seconds),
              "layer_sustained": lambda: layer_sustained(args.seconds),
              "accumulate_in_place": accumulate_in_place,
-             "fp8_layer_sustained": lambda: fp8_layer_sustained(args.seconds)}
+             "fp8_layer_sustained": lambda: fp8_layer_sustained(args.seconds),
+             "fp8_casts": fp8_casts}
     for name in args.parts.split(","):
         t0 = time.perf_counter()
         try:
