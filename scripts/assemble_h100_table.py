@@ -17,6 +17,9 @@ Its rows stay as they were. The 2026-11-28 measurements add:
   ``acc32_inplace_ms − out32_ms`` of ``behaviour-3.json`` clipped at 0 — ``_scaled_mm`` cannot
   add into a buffer, and the read is the same bytes whatever the operands — ÷ the profile's
   ``gemm_fp8``); the MHA twins of three GQA attention shapes (÷ the GQA row of the run);
+  attention without the causal mask at the four shapes of ``profile-attention-mask.csv`` that
+  the old table has with it (÷ the causal row of that run: the ring-attention calls of context
+  parallelism are unmasked);
 * a kind the old table had none of, as measured: GeLU backward.
 
 Left out: ``rmsnorm_bwd`` (PyTorch's ``rms_norm`` backward, 0.24-0.72 ms at the measured shapes,
@@ -77,13 +80,19 @@ def assemble(old: KernelTable, measured: Path) -> KernelTable:
         elif r.kind.startswith("attn_") and r.get("hkv") == r.get("hq") and _key(r) not in was:
             gqa = _key(r, hkv=8)
             add(r.kind, r.shape, gqa, r.time_ms / now[gqa])
+    mask = read_table(measured / "profile-attention-mask.csv")
+    masked = {_key(r): r.time_ms for r in mask.rows}
+    for r in mask.rows:
+        twin = _key(r, causal=1)
+        if r.get("causal") == 0 and twin in was:
+            add(r.kind, r.shape, twin, r.time_ms / masked[twin])
     for (m, k, n), b in sorted(by.items()):
         shape = (("m", m), ("k", k), ("n", n))
         add("gemm_bf16_acc32", shape, ("gemm_bf16", shape), b["acc32_inplace_ms"] / b["bf16_ms"])
     bf16, fp8 = sustained(measured)
     meta = {
         "date": "2026-11-22; 2026-11-28 (GeLU backward, and the ratios of the GEMM variants "
-                "and MHA attention rows to their measured kinds)",
+                "and of the MHA and unmasked attention rows to their measured kinds)",
         "source": "one NVIDIA H100 80GB HBM3 (SXM, 132 SMs, 700 W), PyTorch 2.11.0+cu130, "
                   "clocks as found; each time the median of triton.testing.do_bench (L2 flushed "
                   "between runs, 10 ms warm-up, 40 ms timed), random inputs. 2026-11-22: the "

@@ -112,8 +112,9 @@ def test_simulated_attention_within_15_percent_of_every_shared_measurement(backe
     timer = Timer(H100_SXM, H100, TableLookup(TABLE, slots=132), backend)
     for kind in kinds:
         for r in TABLE.of_kind(kind):
-            b, hq, hkv, s, d = (r.get(x) for x in ("b", "hq", "hkv", "s", "d"))
-            shape = (b, hq, hkv, s, d, 1)
+            b, hq, hkv, s, d, causal = (r.get(x) for x in ("b", "hq", "hkv", "s", "d",
+                                                          "causal"))
+            shape = (b, hq, hkv, s, d, causal)
             f = 4 * b * hq * s * s * d
             if kind.endswith("fwd"):
                 ops = [Op("fa", OpKind.FLASH_FWD, f, 0, kernel="attn_fwd", shape=shape)]

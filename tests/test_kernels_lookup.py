@@ -54,8 +54,8 @@ def test_attention_and_memory_kernels_equal_the_table_at_measured_shapes(lk):
     for r in TABLE.rows:
         if r.kind.startswith("attn_"):
             _, backend, way = r.kind.split("_")
-            sh = AttnShape(r.get("b"), r.get("hq"), r.get("s"), r.get("d"), True, way == "bwd",
-                           hkv=r.get("hkv"))
+            sh = AttnShape(r.get("b"), r.get("hq"), r.get("s"), r.get("d"),
+                           bool(r.get("causal")), way == "bwd", hkv=r.get("hkv"))
             hit = lk.attention_ns(backend, sh)
         elif r.kind in BYTES_PER_ELEMENT and r.kind != "adamw_fused_fp32":
             shape = (r.get("tokens"), r.get("h"))
@@ -66,9 +66,9 @@ def test_attention_and_memory_kernels_equal_the_table_at_measured_shapes(lk):
             continue
         n += 1
         assert hit.how == EXACT and hit.time_ns == pytest.approx(r.time_ms * 1e6), r
-    # attention (flash and cuDNN on 14 shapes, memory-efficient on 8), norms / activations /
-    # adds (7 kinds on 5 shapes), AdamW
-    assert n == 4 * 14 + 2 * 8 + 7 * 5 + 3
+    # attention (flash and cuDNN on 14 causal and 4 unmasked shapes, memory-efficient on 8),
+    # norms / activations / adds (7 kinds on 5 shapes), AdamW
+    assert n == 4 * (14 + 4) + 2 * 8 + 7 * 5 + 3
 
 
 def test_gemm_interpolates_monotonically_along_a_measured_column(lk):

@@ -72,9 +72,9 @@ def test_fp8_and_backend_choose_the_kinds():
 
 def test_standard_sweep_is_fixed_and_distinct():
     specs = standard_kernels()
-    # 5 GEMM kinds on 4 × 10 shapes, 2 backends × 2 directions on 14 attention shapes, 8
-    # memory-bound kinds on 5 shapes, SwiGLU both ways on 2, AdamW on 3 sizes
-    assert len(specs) == len(set(specs)) == 5 * 4 * 10 + 2 * 2 * 14 + 8 * 5 + 2 * 2 + 3
+    # 5 GEMM kinds on 4 × 10 shapes, 2 backends × 2 directions on 14 causal and 4 unmasked
+    # attention shapes, 8 memory-bound kinds on 5 shapes, SwiGLU both ways on 2, AdamW on 3
+    assert len(specs) == len(set(specs)) == 5 * 4 * 10 + 2 * 2 * (14 + 4) + 8 * 5 + 2 * 2 + 3
     assert specs == sorted(specs)
 
 
@@ -91,10 +91,10 @@ def test_standard_sweep_is_the_shipped_tables_grid_with_mha_twins():
             assert (r.kind, r.shape) in std, r
     attn = {tuple(v for _, v in s.shape) for s in standard_kernels()
             if s.kind == "attn_cudnn_fwd"}
-    for _b, s, hq, hkv, _d, causal in sorted(attn):
-        assert hkv <= hq and s >= 1024 and causal == 1
-    twins = {(b, s, hq, d) for b, s, hq, hkv, d, _ in attn if hkv == hq} & {
-        (b, s, hq, d) for b, s, hq, hkv, d, _ in attn if hkv < hq}
+    for _b, s, hq, hkv, _d, _causal in sorted(attn):
+        assert hkv <= hq and s >= 1024
+    twins = {(b, s, hq, d) for b, s, hq, hkv, d, c in attn if hkv == hq and c} & {
+        (b, s, hq, d) for b, s, hq, hkv, d, c in attn if hkv < hq and c}
     assert twins == {(1, 4096, 32, 128), (1, 4096, 64, 128), (1, 8192, 32, 128)}
 
 

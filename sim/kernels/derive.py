@@ -8,7 +8,8 @@
 * ``gemm_overhead_ns``: median over GEMMs below ``SMALL_FLOPS`` (20 GFLOP) of the measured time
   minus ``F / (gemm_efficiency · peak)`` (bf16);
 * ``flash_fwd_efficiency`` / ``flash_bwd_efficiency``: median achieved fraction of peak of the
-  FlashAttention-2 rows, counting the causal half of the scores (backward: 2.5× forward FLOPs);
+  FlashAttention-2 rows, counting the causal half of the scores where the row is causal
+  (backward: 2.5× forward FLOPs);
 * ``memory_efficiency``: median achieved fraction of HBM bandwidth of the pure streaming
   kernels (``add``, ``gelu_fwd``).
 """
@@ -51,8 +52,9 @@ def derive(table: KernelTable, peaks_tflops: dict, hbm_GBps: float) -> dict[str,
             out["gemm_overhead_ns"] = statistics.median(small)
     for kind, key, mult in (("attn_flash_fwd", "flash_fwd_efficiency", 1.0),
                             ("attn_flash_bwd", "flash_bwd_efficiency", 2.5)):
-        effs = [0.5 * mult * 4 * r.get("b") * r.get("hq") * r.get("s") ** 2 * r.get("d")
-                / (r.time_ms * 1e-3) / (peaks_tflops["bf16"] * 1e12) for r in table.of_kind(kind)]
+        effs = [(0.5 if r.get("causal") else 1.0) * mult * 4 * r.get("b") * r.get("hq")
+                * r.get("s") ** 2 * r.get("d") / (r.time_ms * 1e-3) / (peaks_tflops["bf16"] * 1e12)
+                for r in table.of_kind(kind)]
         if effs:
             out[key] = statistics.median(effs)
     bw = [BYTES_PER_ELEMENT[r.kind] * r.get("tokens") * r.get("h") / (r.time_ms * 1e-3)

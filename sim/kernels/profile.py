@@ -74,6 +74,9 @@ STD_ATTN = ((8, 1024, 16, 16, 64), (8, 1024, 16, 16, 128), (4, 2048, 12, 12, 128
             (1, 4096, 64, 8, 128), (1, 8192, 8, 8, 128), (1, 8192, 32, 8, 128),
             (1, 16384, 8, 8, 128), (4, 2048, 32, 32, 64),
             (1, 4096, 32, 32, 128), (1, 4096, 64, 64, 128), (1, 8192, 32, 32, 128))
+#: ... the same without the causal mask (context parallelism's ring steps are unmasked) ...
+STD_ATTN_UNMASKED = ((1, 4096, 8, 8, 128), (1, 4096, 32, 8, 128), (1, 8192, 32, 8, 128),
+                     (2, 2048, 16, 16, 128))
 #: ... and memory-bound kernels on ``[tokens × h]`` (SwiGLU, compiled per shape, on two)
 STD_MEM = ((8192, 1024), (8192, 4096), (4096, 8192), (2048, 12288), (8192, 12288))
 STD_MEM_KINDS = ("layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd", "gelu_fwd",
@@ -83,11 +86,13 @@ STD_GATED = ((8192, 4096), (8192, 14336))
 
 def standard_kernels() -> list[KernelSpec]:
     """A fixed sweep: every GEMM kind of ``STD_GEMM_KINDS`` on ``STD_M × STD_KN``, flash and
-    cuDNN attention forward/backward on ``STD_ATTN``, ``STD_MEM_KINDS`` on ``STD_MEM``, SwiGLU on
-    ``STD_GATED``, AdamW on 50M, 200M and 800M parameters."""
+    cuDNN attention forward/backward on ``STD_ATTN`` (causal) and ``STD_ATTN_UNMASKED``,
+    ``STD_MEM_KINDS`` on ``STD_MEM``, SwiGLU on ``STD_GATED``, AdamW on 50M, 200M and 800M
+    parameters."""
     out = [_spec(g, (m, k, n)) for g in STD_GEMM_KINDS for m in STD_M for k, n in STD_KN]
-    out += [_spec(f"attn_{be}_{way}", (*a, 1)) for be in ("flash", "cudnn")
-            for way in ("fwd", "bwd") for a in STD_ATTN]
+    out += [_spec(f"attn_{be}_{way}", (*a, causal)) for be in ("flash", "cudnn")
+            for way in ("fwd", "bwd") for a, causal in [*((a, 1) for a in STD_ATTN),
+                                                        *((a, 0) for a in STD_ATTN_UNMASKED)]]
     out += [_spec(k, s) for k in STD_MEM_KINDS for s in STD_MEM]
     out += [_spec(k, s) for k in ("swiglu_fwd", "swiglu_bwd") for s in STD_GATED]
     out += [_spec("adamw_fused_fp32", (p,)) for p in (50_000_000, 200_000_000, 800_000_000)]

@@ -68,10 +68,11 @@ A100 = ComputeModel("A100", gemm_efficiency=0.80, bmm_efficiency=0.60,
 # (sim/data/kernels/h100-sxm.csv; method in sim/kernels/derive.py): large bf16 GEMMs (≥ 1 TFLOP)
 # run at 64-76% of 989.4 → 69% (the minimax value, within ±9% of each), fp8 at 56-67% of 1979
 # → 61%; GEMMs below 20 GFLOP take 6 µs more than that rate (median); FlashAttention-2 (causal
-# half counted) 26% forward, 23% backward (median of its 14 shapes, with the three MHA rows of
-# 2026-11-28; 23% and 19% over the 11 before); streaming kernels (add, GeLU) 80% of 3.35 TB/s.
+# half counted where masked) 28% forward, 24% backward (median of its 18 shapes, with the MHA
+# and unmasked rows of 2026-11-28; 23% and 19% over the 11 causal GQA/MHA rows before);
+# streaming kernels (add, GeLU) 80% of 3.35 TB/s.
 H100 = ComputeModel("H100", gemm_efficiency=0.69, bmm_efficiency=0.50,
-                    flash_fwd_efficiency=0.26, flash_bwd_efficiency=0.23,
+                    flash_fwd_efficiency=0.28, flash_bwd_efficiency=0.24,
                     memory_efficiency=0.80, gemm_overhead_ns=6000.0,
                     elementwise_overhead_ns=2000.0, fp8_gemm_efficiency=0.61)
 # GPUs whose kernel efficiencies nobody measured for simrun (B200, GB200, MI300X, and any GPU
