@@ -170,3 +170,26 @@ def test_the_layer_generator_marks_each_weight_gemm_with_its_pass():
          "recompute_fc2"])
     assert sorted(by_role["wgrad"]) == ["fc1_wgrad", "fc2_wgrad", "proj_wgrad", "qkv_wgrad"]
     assert sorted(by_role[""]) == ["fc1_dgrad", "fc2_dgrad", "proj_dgrad", "qkv_dgrad"]
+
+
+def test_the_report_names_a_missing_variant(tmp_path):
+    """The shipped H100 table without its fast-accumulation rows: an FP8 run says that its
+    forward GEMMs were timed by the split-accumulator rows; with the whole table it says
+    nothing of the kind."""
+    table = shipped_table("h100-sxm.csv")
+    path = tmp_path / "no-fastacc.csv"
+    write_table(KernelTable(table.gpu, [r for r in table.rows if r.kind != "gemm_fp8_fastacc"],
+                            meta=table.meta), path)
+    notes = {}
+    for name, extra in (("whole", []), ("cut", ["--kernel-table", str(path)])):
+        out = tmp_path / f"{name}.json"
+        assert main(["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "1",
+                     "--tp", "1", "--global-batch", "2", "--dtype", "fp8", "--json", str(out),
+                     "--quiet", *extra]) == 0
+        notes[name] = [a for a in json.loads(out.read_text())["assumptions"]
+                       if "rows: those GEMMs are timed by" in a]
+    assert notes["whole"] == []
+    assert notes["cut"] == ["the kernel table has no gemm_fp8_fastacc rows: those GEMMs are "
+                            "timed by its gemm_fp8 rows (FP8 forward GEMMs at the "
+                            "split-accumulator rate, where Transformer Engine runs them with "
+                            "fast accumulation)"]
