@@ -182,12 +182,36 @@ def host(n: int = 20000) -> dict:
     return out
 
 
+def _back_to_back(step, seconds: float, nv, handle) -> dict:
+    """``step`` run back to back for ``seconds``, ten per group of CUDA events, NVML read after
+    launching each group: the median iteration of the first 10 and of the last quarter."""
+    import statistics
+
+    import torch
+
+    times, reads = [], []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        evs = [torch.cuda.Event(enable_timing=True) for _ in range(11)]
+        evs[0].record()
+        for i in range(10):
+            step()
+            evs[i + 1].record()
+        reads.append(_reading(nv, handle))
+        evs[-1].synchronize()
+        times += [evs[i].elapsed_time(evs[i + 1]) for i in range(10)]
+    return {"iterations": len(times), "first10_ms": statistics.median(times[:10]),
+            "last_quarter_ms": statistics.median(times[3 * len(times) // 4:]),
+            "first_reading": reads[0] if reads else {}, "last_reading": reads[-1] if reads else {},
+            "median_sm_mhz": statistics.median(r.get("sm_mhz", 0) for r in reads),
+            "median_power_w": statistics.median(r.get("power_w", 0) for r in reads)}
+
+
 def layer_sustained(seconds: float) -> dict:
     """A real transformer layer's forward + backward (scripts/measure_layer.py's ``build_layer``,
     eager PyTorch, cuDNN attention, bf16) run back to back for ``seconds``: per-iteration CUDA
     event times, the median of the first 10 iterations against the median of the last quarter,
     with the SM clock and board power read through NVML in between."""
-    import statistics
     import sys
 
     import torch
@@ -215,24 +239,7 @@ def layer_sustained(seconds: float) -> dict:
         for _ in range(3):
             step()
         torch.cuda.synchronize()
-        times, reads = [], []
-        t_end = time.perf_counter() + seconds
-        while time.perf_counter() < t_end:
-            evs = [torch.cuda.Event(enable_timing=True) for _ in range(11)]
-            evs[0].record()
-            for i in range(10):
-                step()
-                evs[i + 1].record()
-            reads.append(_reading(nv, h))
-            evs[-1].synchronize()
-            times += [evs[i].elapsed_time(evs[i + 1]) for i in range(10)]
-        last = times[3 * len(times) // 4:]
-        out[name] = {"iterations": len(times), "first10_ms": statistics.median(times[:10]),
-                     "last_quarter_ms": statistics.median(last),
-                     "first_reading": reads[0] if reads else {},
-                     "last_reading": reads[-1] if reads else {},
-                     "median_sm_mhz": statistics.median(r.get("sm_mhz", 0) for r in reads),
-                     "median_power_w": statistics.median(r.get("power_w", 0) for r in reads)}
+        out[name] = _back_to_back(step, seconds, nv, h)
         step = None
         torch.cuda.empty_cache()
         time.sleep(2.0)
@@ -292,7 +299,6 @@ def fp8_layer_sustained(seconds: float) -> dict:
     (bf16, 32 query / 8 KV heads, d 128), RMSNorm forward and backward twice, SwiGLU as its
     eager kernels, two residual adds. Run back to back for ``seconds``: the median iteration of
     the first 10 (at the boost clock) against the last quarter's, with NVML readings."""
-    import statistics
 
     import torch
     import torch.nn.functional as F  # noqa: N812
@@ -348,22 +354,7 @@ def fp8_layer_sustained(seconds: float) -> dict:
         step()
     torch.cuda.synchronize()
     time.sleep(3.0)
-    times, reads = [], []
-    t_end = time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        evs = [torch.cuda.Event(enable_timing=True) for _ in range(11)]
-        evs[0].record()
-        for i in range(10):
-            step()
-            evs[i + 1].record()
-        reads.append(_reading(nv, hdl))
-        evs[-1].synchronize()
-        times += [evs[i].elapsed_time(evs[i + 1]) for i in range(10)]
-    return {"iterations": len(times), "first10_ms": statistics.median(times[:10]),
-            "last_quarter_ms": statistics.median(times[3 * len(times) // 4:]),
-            "first_reading": reads[0] if reads else {}, "last_reading": reads[-1] if reads else {},
-            "median_sm_mhz": statistics.median(r.get("sm_mhz", 0) for r in reads),
-            "median_power_w": statistics.median(r.get("power_w", 0) for r in reads)}
+    return _back_to_back(step, seconds, nv, hdl)
 
 
 def fp8_casts() -> list[dict]:
