@@ -1,29 +1,33 @@
-"""Measure, on the local GPU, three behaviours a kernel table alone does not show.
+"""Measure, on the local GPU, behaviours a kernel table alone does not show (docs/kernel-tables.md,
+"GEMM kinds", "Sustained load", "The shipped H100 table"; the 2026-11-28 outputs are
+docs/measured/h100-2026-11-28/behaviour-*.json).
 
 Run on the GPU machine (needs PyTorch with CUDA; ``nvidia-ml-py`` for clocks and power):
-``python scripts/measure_gpu_behaviour.py --out DIR`` writes ``DIR/behaviour.json`` and prints a
-summary. Each part is independent; a part that fails is recorded with its error.
+``python scripts/measure_gpu_behaviour.py --out DIR [--parts a,b] [--seconds S]`` writes
+``DIR/behaviour.json`` and prints it. Each part is independent; a part that fails is recorded
+with its error. Kernel times are ``triton.testing.do_bench`` medians (L2 flushed, 10 ms
+warm-up, 40 ms timed), as the kernel tables'.
 
-1. **Sustained GEMM load** (``sustained``): one 8192³ GEMM (fp8 ``torch._scaled_mm`` e4m3 with the
-   split accumulator, bf16 out; then bf16 ``A @ B``) launched back to back for ``--seconds``
-   seconds. Every ~0.25 s window records the achieved TFLOP/s (CUDA events around the window's
-   GEMMs), the SM clock (MHz), the board power (W) and the temperature (°C) read through NVML.
-   Before and after, the same GEMM is timed the way kernel tables are
-   (``triton.testing.do_bench``, L2 flushed, 10 ms warm-up, 40 ms timed, median): the question
-   is whether short-burst table times hold under the sustained load of training.
-2. **The main-gradient accumulation** (``accumulate``): at weight-gradient shapes ``(m, k, n)``
-   (``k`` the token count), bf16 ``A @ B`` (bf16 out), ``torch.mm(A, B, out_dtype=float32)``
-   (fp32 out, nothing read), ``torch.addmm(C, A, B, out_dtype=float32)`` (fp32 ``C`` read and
-   the sum written: cuBLAS with ``beta = 1``, what Megatron's ``wgrad_gemm_accum_fp32`` runs),
-   and fp8 ``_scaled_mm`` with split / fast accumulation, bf16 / fp32 out; all timed as above.
-   The bf16 pair (fp32 out with and without reading ``C``) measures what reading the old
-   gradient costs, which ``_scaled_mm`` cannot do.
-3. **Host dispatch** (``host``): the CPU time PyTorch eager takes to issue one kernel, for tiny
-   kernels the GPU runs in a few µs (element-wise add, LayerNorm, ``F.linear`` (cuBLAS),
-   ``_scaled_mm`` (cuBLASLt), flash attention forward): ``N`` launches timed on the host clock
-   (``time.perf_counter``) without synchronising, then once more until the GPU has finished;
-   the GPU time of the same ``N`` kernels from CUDA events. Host-bound when the host time per
-   launch exceeds the GPU's. The CPU model is recorded (host times are a property of the CPU).
+* ``sustained``: one 8192³ GEMM (fp8 ``torch._scaled_mm`` e4m3, split accumulator, bf16 out;
+  then bf16 ``A @ B``) back to back for ``--seconds`` s; per ~0.25 s window the achieved
+  TFLOP/s (CUDA events), SM clock, board power and temperature (NVML); the do_bench time before
+  and after.
+* ``accumulate``: at weight-gradient shapes (``k`` the token count) bf16 ``A @ B``,
+  ``torch.mm(out_dtype=float32)``, the out-of-place ``torch.addmm(C, A, B, out_dtype=float32)``
+  (a copy of C, then the GEMM adding into it), and fp8 ``_scaled_mm`` with split / fast
+  accumulation, bf16 / fp32 out.
+* ``accumulate_in_place``: on the shipped table's 40 GEMM shapes, bf16 ``A @ B``,
+  ``mm(out_dtype=float32)`` and ``addmm(C, A, B, out_dtype=float32, out=C)`` (in place: one
+  cuBLAS kernel with ``beta = 1``, its profiler listing recorded) — what Megatron's
+  ``wgrad_gemm_accum_fp32`` runs, and what reading the old gradient costs.
+* ``host``: the CPU time PyTorch eager takes to issue one tiny kernel (add, LayerNorm,
+  ``F.linear``, ``_scaled_mm``, flash SDPA), ``N`` launches on the host clock, with the GPU
+  time of the same kernels; the CPU model is recorded.
+* ``layer_sustained``, ``fp8_layer_sustained`` (scripts/gpu_sustained.py): a transformer
+  layer's forward + backward (bf16, and the kernels of TE's FP8 recipe emulated) back to back,
+  the first 10 iterations against the last quarter's.
+* ``fp8_casts``: FP8 cast, cast + transpose, amax and transpose compiled by ``torch.compile``
+  beside ``x + y``, achieved bandwidth.
 """
 
 from __future__ import annotations
