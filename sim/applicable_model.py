@@ -22,11 +22,12 @@ MODEL_HOW: dict[str, tuple[str, str]] = {
                                             "gradient collective)"),
     "--no-overlap-grad-reduce": ("refused-if", "refused at DP 1 (no DP gradient collective)"),
     "--no-delay-grad-reduce": ("refused-if", "every pipeline stage reduces per bucket during "
-                                             "its last backward (assumption '--no-delay-grad-"
-                                             "reduce: ...'); refused without overlapped "
-                                             "gradient reduction, at PP 1 or DP 1, with ZeRO / "
-                                             "FSDP, and for schedules other than Megatron's "
-                                             "1f1b and interleaved"),
+                                             "each chunk's last backward (assumption '--no-"
+                                             "delay-grad-reduce: ...'); refused without "
+                                             "overlapped gradient reduction, at PP 1 or DP 1, "
+                                             "with ZeRO / FSDP, and for schedules other than "
+                                             "Megatron's interleaved one (in 1F1B a later "
+                                             "stage's one bucket launches at the same point)"),
     "--grad-reduce-in-bf16": ("refused-if", "bf16 gradients; refused: fp16, ZeRO / FSDP"),
     "--ddp-bucket-size": ("refused-if", "the DP gradient buckets (assumption '--overlap-grad-"
                                         "reduce: ...'); refused without overlapped gradient "

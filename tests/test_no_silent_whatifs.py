@@ -125,7 +125,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                                             "2"], ["--no-overlap-grad-reduce"]),
                                  "*": ["--no-overlap-grad-reduce"]},
     "--no-delay-grad-reduce": {"model": (["--no-delay-grad-reduce"],
-                                         ["--no-delay-grad-reduce", "--tp", "1", "--pp", "2"]),
+                                         ["--no-delay-grad-reduce", "--tp", "1", "--pp", "2",
+                                          "--vpp", "2"]),
                                "*": ["--no-delay-grad-reduce"]},
     "--defer-embedding-wgrad-compute": {
         "model": (["--defer-embedding-wgrad-compute"],  # PP 1: Megatron-Core refuses it

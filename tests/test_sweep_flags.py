@@ -64,6 +64,7 @@ def test_every_run_flag_is_a_sweep_flag_or_refused_with_a_reason(capsys):
 GPT = ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--global-batch", "8"]
 P2 = [*GPT, "--tp", "1", "--pp", "2"]  # DP 2, 4 microbatches
 T2 = [*GPT, "--tp", "2", "--pp", "1", "--sequence-parallel"]
+P2V = [*P2, "--vpp", "2"]  # interleaved: where Megatron's delayed reduction changes the run
 D4 = [*GPT, "--tp", "1", "--pp", "1"]
 H100 = ["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "8", "--tp", "2",
         "--pp", "1", "--global-batch", "8"]
@@ -79,7 +80,7 @@ MOE = ["--model", "moe-gpt-small", "--topo", "tiny-2x2", "--tp", "1", "--pp", "1
 CASES = [
     (P2, ["--defer-embedding-wgrad-compute"], True),
     (P2, ["--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", "1"], True),
-    (P2, ["--no-delay-grad-reduce"], True),
+    (P2V, ["--no-delay-grad-reduce"], True),
     (P2, ["--grad-reduce-in-bf16"], True),
     (P2, ["--distributed-optimizer", "--overlap-param-gather"], True),
     (P2, ["--decoder-first-pipeline-num-layers", "10"], True),
@@ -170,11 +171,12 @@ def test_a_flag_skips_the_layouts_where_the_single_run_refuses_it(tmp_path, caps
     assert "  --tp-comm-overlap does not apply to 2 layouts, skipped (e.g. needs" in err
     assert "  --defer-embedding-wgrad-compute does not apply to 1 layout, skipped" in err
     # a flag that changes nothing in a layout: skipped with the single run's reason (here
-    # --no-delay-grad-reduce at PP 1), which is exactly the run's refusal
-    data = _sweep(tmp_path, [*GPT, "--tp", "1", "--pp", "1,2", "--no-delay-grad-reduce"], "d")
-    assert [r["layout"] for r in data["rows"]] == ["tp1-pp2-dp2-vpp1-mb1"]
+    # --no-delay-grad-reduce in non-interleaved 1F1B), which is exactly the run's refusal
+    data = _sweep(tmp_path, [*GPT, "--tp", "1", "--pp", "2", "--vpp", "1,2",
+                             "--no-delay-grad-reduce"], "d")
+    assert [r["layout"] for r in data["rows"]] == ["tp1-pp2-dp2-vpp2-mb1"]
     why = data["skipped_invalid"][0]["reason"]
-    assert main([*D4, "--no-delay-grad-reduce", "--quiet"]) == 2
+    assert main([*P2, "--no-delay-grad-reduce", "--quiet"]) == 2
     assert why in capsys.readouterr().err
     # known only after simulating: no asynchronous collective at DP 1 (no DP gradients)
     data = _sweep(tmp_path, [*GPT, "--tp", "2", "--pp", "1,2", "--nccl-channels", "16"], "n")
@@ -193,7 +195,6 @@ SMALL = ["sweep", *GPT, "--tp", "1,2", "--pp", "1,2", "--workers", "1", "--no-pl
 
 
 @pytest.mark.parametrize(("flags", "differs"), [
-    (["--no-delay-grad-reduce"], "training"),
     (["--grad-reduce-in-bf16"], "training"),
     (["--decoder-first-pipeline-num-layers", "10"], "training"),
     (["--no-compile"], "training"),

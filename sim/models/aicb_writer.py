@@ -24,7 +24,9 @@ convention). Comm types carry ``_EP`` / ``_DP_EP`` / ``_DP`` / ``_TP`` suffixes 
 differs from the column's default (TP for forward and input-grad, DP for weight-grad).
 Data-parallel bucket collectives stay in the weight-grad column of the block rows in every
 unrolled copy; simrun issues non-blocking collectives of per-microbatch rows only in the last
-microbatch's backward (SimAI would issue them ``ga`` times).
+microbatch's backward (SimAI would issue them ``ga`` times). The file holds the representative
+stage's buckets for every stage: read back, other stages bucket as it does, where Megatron-Core
+gives each of their chunks one bucket (``sim.models.generator._single_bucket``).
 """
 
 from __future__ import annotations

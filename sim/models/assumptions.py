@@ -132,7 +132,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             out.append(f"--overlap-grad-reduce: DP gradient {kind} per Megatron DDP bucket "
                        f"(≥ {bucket_params(par.dp, par.ddp_bucket_size):,} parameters"
                        f"{bucket_source(par.dp, par.ddp_bucket_size)}, in backward order, "
-                       "per model chunk; embedding and output layer in buckets of their own), "
+                       "per model chunk; embedding and output layer in buckets of their own; "
+                       "as Megatron-Core, only pipeline stage 0's first chunk is bucketed, "
+                       "every other chunk is one bucket), "
                        "non-blocking, issued in the last "
                        "microbatch's backward; the optimizer waits for them")
         else:
@@ -143,7 +145,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         pb = "1 byte per FP8 weight, 2 per other" if par.fp8_param_gather else "2 bytes"
         if par.overlap_param_gather:
             out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
-                       f"({pb}/parameter) per gradient bucket, non-blocking and in forward "
+                       f"({pb}/parameter) per gradient bucket (one per chunk but stage 0's "
+                       "first), non-blocking and in forward "
                        "order from the start of the iteration (the previous step's all-gathers "
                        "overlapping this forward); the first forward use of a bucket waits for "
                        "its all-gather")

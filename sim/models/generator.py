@@ -8,6 +8,7 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -114,8 +115,9 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
     par = plan.par
     chunks, prologue = [], []
     delayed, deferred = delays(par, st.stage), None
-    for rows in st.chunks:
-        layers, index = _layers(rows, par, timer, delayed)
+    for c, rows in enumerate(st.chunks):
+        single = _single_bucket(st.stage, c)
+        layers, index = _layers(rows, par, timer, delayed, single)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
             if zero3 is not None:
                 layers = list(zero3(layers, rows, par))
@@ -123,7 +125,7 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                 layers = list(zero3_layers(layers, rows, par, lambda ops: timer.ops_ns(
                     ops, par.dtype, par.microbatches)))
         elif par.overlap_param_gather:
-            _param_gathers(rows, par, layers, index, prologue)
+            _param_gathers(rows, par, layers, index, prologue, single)
         deferred = deferred or defer_wgrad.build(rows, layers, index, par, len(chunks))
         chunks.append(tuple(layers))
     syncs = _grad_syncs(st, par) if delayed else ()
@@ -138,7 +140,8 @@ def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:
     together after the backward op of :func:`launch_points`."""
     out = []
     for chunk, after in launch_points(par, st.stage):
-        buckets = sorted(_buckets(st.chunks[chunk], par), key=lambda b: (b[2], -b[0]))
+        buckets = sorted(_buckets(st.chunks[chunk], par, _single_bucket(st.stage, chunk)),
+                         key=lambda b: (b[2], -b[0]))
         tasks = []
         for _first, n, expert in buckets:
             comm = _dp_comm(par, n, expert, blocking=False)
@@ -151,13 +154,13 @@ def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:
 
 
 def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], index: list[int],
-                   prologue: list[Task]) -> None:
+                   prologue: list[Task], single: bool = False) -> None:
     """Megatron-Core --overlap-param-gather: the distributed optimizer's parameter all-gather
     per gradient bucket, issued (non-blocking, in forward order) when the iteration starts —
     the steady state of all-gathers launched after the previous optimizer step — and waited
     for by the bucket's first layer in the first forward. Appends to ``prologue`` and marks
     ``layers`` in place."""
-    for first, params, expert, fp8 in sorted(_bucket_spans(rows, par)):
+    for first, params, expert, fp8 in sorted(_bucket_spans(rows, par, single)):
         size = par.edp if expert else par.dp_cp
         if size == 1:
             continue
@@ -181,8 +184,8 @@ def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> 
                 per_microbatch=par.zero >= 2)
 
 
-def _bucket_comms(rows: list[Row], par: ParallelConfig,
-                  delayed: bool = False) -> dict[int, list[Comm]]:
+def _bucket_comms(rows: list[Row], par: ParallelConfig, delayed: bool = False,
+                  single: bool = False) -> dict[int, list[Comm]]:
     """Megatron DDP with overlapped gradient reduction: gradients fill buckets in backward order;
     a bucket's collective starts after the weight-grad of the row that completes it. A row
     can complete a dense (DP) and an expert (DP_EP) bucket at once: both are kept, dense first.
@@ -195,27 +198,39 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig,
     out: dict[int, list[Comm]] = {}
     if not par.overlap_grad_reduce or par.zero >= 3 or delayed:  # ZeRO-3: per-unit RS
         return out
-    for i, n, expert in _buckets(rows, par):
+    for i, n, expert in _buckets(rows, par, single):
         comm = _dp_comm(par, n, expert, blocking=False)
         if comm is not None:
             out.setdefault(i, []).append(comm)
     return out
 
 
-def _buckets(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool]]:
+def _single_bucket(stage: int, chunk: int) -> bool:
+    """Megatron-Core buckets gradients only on pipeline rank 0's first model chunk: a later
+    pipeline stage (``DistributedDataParallel``: ``pp_rank > 0``, "not on the critical path")
+    and a later chunk (Megatron-LM ``get_model`` / NeMo ``disable_bucketing=(model_chunk_idx >
+    0)``) put each chunk's gradients in one bucket (megatron/core/distributed/
+    distributed_data_parallel.py, ee6737da and d98e8a64)."""
+    return stage > 0 or chunk > 0
+
+
+def _buckets(rows: list[Row], par: ParallelConfig,
+             single: bool = False) -> list[tuple[int, int, bool]]:
     """(first row, parameters, expert?) of each gradient bucket, in the order they close in
-    backward (see :func:`_bucket_comms`)."""
-    return [(first, n, expert) for first, n, expert, _ in _bucket_spans(rows, par)]
+    backward (see :func:`_bucket_comms`); ``single``: one dense and one expert bucket for all
+    of ``rows`` (:func:`_single_bucket`)."""
+    return [(first, n, expert) for first, n, expert, _ in _bucket_spans(rows, par, single)]
 
 
-def _bucket_spans(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, bool, int]]:
+def _bucket_spans(rows: list[Row], par: ParallelConfig,
+                  single: bool = False) -> list[tuple[int, int, bool, int]]:
     """:func:`_buckets` with the FP8 parameters (``--fp8-param-gather``) of each bucket."""
     out: list[tuple[int, int, bool, int]] = []
-    limit = bucket_params(par.dp, par.ddp_bucket_size)
+    limit = math.inf if single else bucket_params(par.dp, par.ddp_bucket_size)
     segments: list[list[int]] = []
     for i, r in enumerate(rows):
         kind = "layer" in r.tags
-        if segments and ("layer" in rows[segments[-1][0]].tags) == kind:
+        if segments and (single or ("layer" in rows[segments[-1][0]].tags) == kind):
             segments[-1].append(i)
         else:
             segments.append([i])
@@ -237,12 +252,12 @@ def _bucket_spans(rows: list[Row], par: ParallelConfig) -> list[tuple[int, int, 
     return out
 
 
-def _layers(rows: list[Row], par: ParallelConfig, timer: Timer,
-            delayed: bool = False) -> tuple[list[Layer], list[int]]:
+def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = False,
+            single: bool = False) -> tuple[list[Layer], list[int]]:
     """The timed layers of ``rows`` and, per row, the index of its layer. A row that completes
     two gradient buckets carries the first; the second goes on a comm-only layer placed just
     before it (``<row>_grad_bucket``: walked right after the row in backward)."""
-    dp_comms = _bucket_comms(rows, par, delayed)
+    dp_comms = _bucket_comms(rows, par, delayed, single)
     dtype, m = par.dtype, par.microbatches
     layers: list[Layer] = []
     index: list[int] = []

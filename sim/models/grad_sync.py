@@ -17,7 +17,13 @@ bucket collectives as follows:
   so every rank launches a chunk's reductions at the same schedule step; chunks not launched by
   the last backward are launched after it, in chunk order.
 
-The optimizer (``finalize_model_grads`` → ``finish_grad_sync``) waits for them as before. The
+The optimizer (``finalize_model_grads`` → ``finish_grad_sync``) waits for them as before.
+
+Megatron-Core buckets gradients only on pipeline rank 0's first model chunk (every other stage
+and chunk has one bucket: ``sim.models.generator._single_bucket``). In non-interleaved 1F1B that
+one bucket closes at the end of the stage's last backward, where the delayed launch happens
+too: there the delay changes nothing, so simrun applies it (and accepts
+``--no-delay-grad-reduce``) with the interleaved schedule only. The
 effect: the reductions of stages > 0 run in the pipeline drain, after their own compute,
 instead of beside their last backward, so they no longer take SMs from backwards that the
 drain carries stage after stage (:mod:`sim.engine.interference`).
@@ -28,8 +34,9 @@ from __future__ import annotations
 from sim.models.parallel import ParallelConfig
 from sim.schedules import interleaved_table
 
-#: the schedules Megatron runs with ``grad_sync_func`` (its own two pipeline schedules)
-DELAY_SCHEDULES = ("1f1b", "interleaved")
+#: the schedules where Megatron's ``grad_sync_func`` changes when buckets launch (it runs with
+#: 1F1B too, where each later stage's single bucket launches at the same point either way)
+DELAY_SCHEDULES = ("interleaved",)
 
 
 def delay_applies(par: ParallelConfig) -> bool:
@@ -68,7 +75,7 @@ def grad_sync_note(par: ParallelConfig) -> str:
     """The assumption line of a run where :func:`delay_applies`."""
     if not par.delay_grad_reduce:
         return ("--no-delay-grad-reduce: every pipeline stage reduces its DP gradients per "
-                "bucket during its last backward (Megatron without grad_sync_func)")
+                "bucket during each chunk's last backward (Megatron without grad_sync_func)")
     if par.schedule_name == "interleaved":
         return ("DP gradient reduction (Megatron delay_grad_reduce, interleaved): no backward "
                 "reduces per bucket; pipeline stage r launches a model chunk's buckets together "
@@ -76,6 +83,4 @@ def grad_sync_note(par: ParallelConfig) -> str:
                 "that is past its last backward), so every stage launches a chunk's "
                 "reductions at the same schedule step; --no-delay-grad-reduce: per bucket "
                 "during each chunk's last backward")
-    return ("DP gradient reduction: per bucket during the last backward on pipeline stage 0; "
-            "other stages launch theirs after their last backward (Megatron "
-            "delay_grad_reduce; --no-delay-grad-reduce: per bucket on every stage)")
+    raise ValueError(f"delayed gradient reduction does not apply to {par.schedule_name}")
