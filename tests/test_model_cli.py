@@ -117,10 +117,10 @@ LAYOUT_175 = ["--model", GPT175, "--topo", TOPO, "--nodes", "16", "--tp", "8", "
 
 def test_generated_aicb_file_reads_back_to_the_same_iteration(tmp_path, capsys):
     """simrun generate writes stage 0 as the representative stage. Read back, every stage runs
-    the same chunks; only the optimizer epilogue is stage 0's everywhere (other stages hold no
-    embedding, so their optimizer and parameter all-gather are shorter in the model run). Stage
-    0 finishes last, so the iteration time is identical; the other stages finish later by at
-    most the epilogue difference."""
+    the same compute; the optimizer epilogue and the DP gradient buckets are stage 0's
+    everywhere (other stages hold no embedding; Megatron-Core gives their chunks one bucket each,
+    the text cannot), so the iteration differs by what those DP collectives do to the timeline
+    (0.17% here) and no more than 1%."""
     w = tmp_path / "w.txt"
     # the text's gradient placement: per bucket on every stage (no delayed reduction)
     layout = [*LAYOUT_175, "--no-delay-grad-reduce"]
@@ -132,15 +132,10 @@ def test_generated_aicb_file_reads_back_to_the_same_iteration(tmp_path, capsys):
     a = run_json(tmp_path, *layout, name="a.json")
     b = run_json(tmp_path, "--workload", w, "--topo", TOPO, "--nodes", 16, name="b.json")
     assert b["parallelism"] == a["parallelism"] and b["microbatches"] == a["microbatches"]
-    assert b["iteration_time_s"] == a["iteration_time_s"]
-    sa, sb = a["stages"], b["stages"]
-    assert sa[0] == sb[0]
-    for x, y in zip(sa[1:], sb[1:], strict=True):
+    assert b["iteration_time_s"] == pytest.approx(a["iteration_time_s"], rel=0.01)
+    assert b["iteration_time_s"] != a["iteration_time_s"]  # the buckets do differ
+    for x, y in zip(a["stages"], b["stages"], strict=True):
         assert x["compute_s"] == pytest.approx(y["compute_s"], abs=1e-9)
-        delta = y["finish_time_s"] - x["finish_time_s"]
-        epilogue = (y["optimizer_s"] - x["optimizer_s"]) + (
-            y["exposed_comm_s"]["DP"] - x["exposed_comm_s"]["DP"])
-        assert 0 <= delta <= epilogue + 1e-9
 
 
 def test_generate_without_pipeline_reads_back_exactly(tmp_path):
