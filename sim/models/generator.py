@@ -191,8 +191,8 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig, delayed: bool = False,
     can complete a dense (DP) and an expert (DP_EP) bucket at once: both are kept, dense first.
 
     Buckets do not span the embedding / output rows and the transformer layers (Megatron's
-    buckets do; the difference is a few bucket boundaries), so every stage with the same
-    layers gets the same transformer-layer buckets (needed for a representative-stage file).
+    buckets do; the difference is a few bucket boundaries); ``single``: the chunk is one bucket
+    (:func:`_single_bucket`: every chunk but pipeline stage 0's first).
     ``delayed``: the stage launches its buckets after a backward op instead (:func:`_grad_syncs`).
     """
     out: dict[int, list[Comm]] = {}
