@@ -95,9 +95,8 @@ class TableLookup:
 
     # GEMMs -------------------------------------------------------------------------------
     def has(self, kind: str) -> bool:
-        """Whether the table measured any row of ``kind``."""
-        return bool(self.table.of_kind(kind)) if not kind.startswith("gemm_") else (
-            kind in self._gemm)
+        """Whether the table measured any GEMM row of ``kind`` (``gemm_...``)."""
+        return kind in self._gemm
 
     def gemm_ns(self, dtype: str, m: int, k: int, n: int, kind: str = "") -> Hit | None:
         """``kind``: a GEMM kind of ``dtype`` other than ``gemm_<dtype>`` (fast-accumulation

@@ -115,12 +115,11 @@ def parse_table(text: str, file: str) -> KernelTable:
             key, sep, value = stripped[1:].partition(":")
             if sep and not body and key.strip().isidentifier():
                 meta[key.strip()] = value.strip()
+                if key.strip().startswith("sustained_slowdown"):
+                    _check_sustained(key.strip(), value.strip(), file, no)
             continue
         if stripped:
             body.append((no, raw))
-    for key, value in meta.items():
-        if key.startswith("sustained_slowdown"):
-            _check_sustained(key, value, file, text)
     if "gpu" not in meta or not meta["gpu"]:
         raise InputError("missing '# gpu: NAME' header comment", file=file, line=1, field="gpu")
     if not body:
@@ -144,9 +143,7 @@ def parse_table(text: str, file: str) -> KernelTable:
 SUSTAINED_KEYS = ("sustained_slowdown_bf16", "sustained_slowdown_fp8")
 
 
-def _check_sustained(key: str, value: str, file: str, text: str) -> None:
-    line = next((no for no, raw in enumerate(split_lines(text), start=1)
-                 if raw.strip().startswith("#") and raw.strip()[1:].strip().startswith(key)), 1)
+def _check_sustained(key: str, value: str, file: str, line: int) -> None:
     if key not in SUSTAINED_KEYS:
         raise InputError(f"unknown header key (known: {', '.join(SUSTAINED_KEYS)})", file=file,
                          line=line, field=key)

@@ -72,15 +72,13 @@ def launch_points(par: ParallelConfig, stage: int) -> list[tuple[int, int]]:
 
 
 def grad_sync_note(par: ParallelConfig) -> str:
-    """The assumption line of a run where :func:`delay_applies`."""
+    """The assumption line of a run where :func:`delay_applies` (the interleaved schedule)."""
     if not par.delay_grad_reduce:
         return ("--no-delay-grad-reduce: every pipeline stage reduces its DP gradients per "
                 "bucket during each chunk's last backward (Megatron without grad_sync_func)")
-    if par.schedule_name == "interleaved":
-        return ("DP gradient reduction (Megatron delay_grad_reduce, interleaved): no backward "
-                "reduces per bucket; pipeline stage r launches a model chunk's buckets together "
-                "r backward ops after the chunk's last-microbatch backward (at the end when "
-                "that is past its last backward), so every stage launches a chunk's "
-                "reductions at the same schedule step; --no-delay-grad-reduce: per bucket "
-                "during each chunk's last backward")
-    raise ValueError(f"delayed gradient reduction does not apply to {par.schedule_name}")
+    return ("DP gradient reduction (Megatron delay_grad_reduce, interleaved): no backward "
+            "reduces per bucket; pipeline stage r launches a model chunk's buckets together "
+            "r backward ops after the chunk's last-microbatch backward (at the end when "
+            "that is past its last backward), so every stage launches a chunk's "
+            "reductions at the same schedule step; --no-delay-grad-reduce: per bucket "
+            "during each chunk's last backward")
