@@ -40,6 +40,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                                   "--micro-batch; leave it out"),
     "--sequence-parallel": ("refused", "needs TP > 1; the log is TP 1; leave it out"),
     "--tp-comm-overlap": ("refused", "needs TP > 1; the log is TP 1; leave it out"),
+    "--async-tensor-model-parallel-allreduce": ("refused", "needs TP > 1; the log is TP 1; "
+                                                           "leave it out"),
     "--fp8-recipe": ("refused", "the log is DeepSpeed's, without Transformer Engine's FP8 "
                                 "recipes; leave it out"),
     "--recompute": ("changes", "activation recomputation (training options, memory; with full "

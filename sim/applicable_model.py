@@ -73,6 +73,10 @@ MODEL_HOW: dict[str, tuple[str, str]] = {
     "--tp-comm-overlap": ("refused-if", "TP collectives pipelined with their GEMMs "
                                         "(assumption); refused without sequence parallelism at "
                                         "TP > 1"),
+    "--async-tensor-model-parallel-allreduce": (
+        "refused-if", "the column-parallel linears' backward TP collectives beside their "
+                      "GEMMs (assumption 'TP backward ...'); refused at TP 1, with "
+                      "--tp-comm-overlap and with --no-compile"),
     "--compile": ("states", "the default: fused element-wise kernels (assumption "
                             "'element-wise kernels fused ...')"),
     "--no-compile": ("refused-if", "PyTorch eager element-wise kernels of torchtitan's Llama "

@@ -183,6 +183,10 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--tp-comm-overlap": {"model": (["--tp-comm-overlap"], ["--tp-comm-overlap",
                                                             "--sequence-parallel"]),
                           "*": ["--tp-comm-overlap"]},
+    "--async-tensor-model-parallel-allreduce": {
+        "model": (["--async-tensor-model-parallel-allreduce", "--tp-comm-overlap",
+                   "--sequence-parallel"], ["--async-tensor-model-parallel-allreduce"]),
+        "*": ["--async-tensor-model-parallel-allreduce"]},
     "--compile": {"*": ["--compile"]},
     # model: on MOE_MODEL (EP 4, PP 1); refused at EP 1
     "--overlap-moe-expert-parallel-comm": {

@@ -169,6 +169,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                     moe_shared_expert_intermediate_size=getattr(
                         args, "moe_shared_expert_intermediate_size", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
+                    async_tensor_model_parallel_allreduce=getattr(
+                        args, "async_tensor_model_parallel_allreduce", False),
                     fp8_recipe=recipe_of(args), **execution_options(args),
                     **moe_overlap_options(args), **param_gather_options(args))
 
@@ -187,7 +189,9 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
                         "--moe-shared-expert-intermediate-size"),
                        # an AICB row's compute is the whole phase: the GEMM that would hide
                        # a collective cannot be told apart from the rest
-                       ("tp_comm_overlap", "--tp-comm-overlap")):
+                       ("tp_comm_overlap", "--tp-comm-overlap"),
+                       ("async_tensor_model_parallel_allreduce",
+                        "--async-tensor-model-parallel-allreduce")):
         value = getattr(args, dest, None)
         # True == 1 in Python: a store_true flag that is set is True, never a default
         if value is True or value not in (None, False, 1):

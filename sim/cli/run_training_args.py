@@ -19,7 +19,8 @@ from sim.cli.types import positive_int
 
 def add_overlap_arguments(g: argparse._ActionsContainer) -> None:
     """``--overlap-grad-reduce`` / ``--no-overlap-grad-reduce``, the gradient-sync flags,
-    ``--overlap-param-gather``, ``--tp-comm-overlap``, ``--fp8-recipe``,
+    ``--overlap-param-gather``, ``--tp-comm-overlap``,
+    ``--async-tensor-model-parallel-allreduce``, ``--fp8-recipe``,
     ``--fp8-param-gather``."""
     ov = g.add_mutually_exclusive_group()
     ov.add_argument("--overlap-grad-reduce", action="store_true",
@@ -38,6 +39,12 @@ def add_overlap_arguments(g: argparse._ActionsContainer) -> None:
                         "sequence-parallel all-gathers/reduce-scatters pipelined in chunks "
                         "with the GEMMs they feed (with CP too; MoE layers: attention and "
                         "shared experts, not routed experts) (needs --sequence-parallel)")
+    g.add_argument("--async-tensor-model-parallel-allreduce", action="store_true",
+                   help="Megatron-LM's flag (September 2021; on by default in later "
+                        "Megatron-LM and in Transformer Engine): the column-parallel linears' "
+                        "(qkv, fc1) backward TP collectives beside their dgrad/wgrad GEMMs, "
+                        "the NCCL kernel taking its channels' SMs (default: serial, as the "
+                        "calibration measurements behave; see docs/models.md)")
     add_fp8_arguments(g)
     add_param_gather_arguments(g)
 

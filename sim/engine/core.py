@@ -22,7 +22,7 @@ from sim.engine.clock import Clock
 from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.host import HostDispatch
-from sim.engine.interference import ComputeSharing, Interference
+from sim.engine.interference import ComputeSharing, Interference, overlap_ctas
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.paired import detach_blocking, detached, transfer
@@ -172,15 +172,20 @@ class _Engine:
 
             def cost(c: Comm) -> tuple[int, str] | None:  # F&B ops: detached comms unfused
                 return None if overlapped and detached(c, ep_only) else self.fused_cost(rank, c)
+
+            def ctas(c: Comm, record: bool = True) -> int:  # an async NCCL kernel's SMs
+                return overlap_ctas(self.sharing, self.net, self.groups.of(c.group, rank), c,
+                                    record)
             # a pass depends on the rank only through its compute scale and the fused costs
-            # of its blocking comms: ranks that agree on them share the compiled steps
-            sig = (stage, chunk, kind, passes, last, scale, overlapped, tuple(
-                cost(c) for c in self.blocking_comms(stage, chunk, forward, passes, kind)))
+            # (and kernel CTAs) of its blocking comms: ranks that agree share the compiled steps
+            comms = self.blocking_comms(stage, chunk, forward, passes, kind)
+            sig = (stage, chunk, kind, passes, last, scale, overlapped,
+                   tuple((cost(c), ctas(c, False)) for c in comms))
             shared = self._passes.get(sig)
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
                     layers, forward, last and not forward, cost, scale, passes,
-                    await_params=last and forward)
+                    await_params=last and forward, ctas=ctas)
             comp = Compiled(shared.steps, shared.layer_totals)
             tp_group = self.groups.of(GroupKind.TP, rank)
             if not self.lockstep and GroupKind.TP in comp.fused_groups() and \

@@ -17,7 +17,9 @@ slots with that compute): it ends ``(comm_slowdown − 1) × (compute time besid
 
 Blocking collectives do not run beside compute (the stream waits for them), so they take no
 SMs from it; Transformer Engine's GEMM-overlapped collectives carry their own SM count
-(:mod:`sim.engine.overlap`). Pipeline send/receive kernels are not counted (stated).
+(:mod:`sim.engine.overlap`), except the NCCL ones issued asynchronously beside one GEMM
+(``nccl`` overlaps, :mod:`sim.models.tp_async`), whose kernel holds its channels' SMs by the
+same rule (:func:`overlap_ctas`). Pipeline send/receive kernels are not counted (stated).
 
 The speed change is exact in simulated time: a compute run that a collective starts or ends
 during is advanced piecewise (one extra event per change); a rank with no asynchronous
@@ -31,8 +33,9 @@ from dataclasses import dataclass
 
 import simpy
 
-from sim.comm import GroupKind
+from sim.comm import Comm, GroupKind
 from sim.engine.segments import Fused, Part
+from sim.network.base import CommRequest
 
 #: NCCL channels of a communicator (the CTAs of a collective at full size) when the user does
 #: not say (``--nccl-channels``): an ``ncclAllGather`` beside a GEMM on an H100 was seen
@@ -78,7 +81,8 @@ class Interference:
         seen = "; ".join(f"{g.value} {'/'.join(map(str, c))}"
                          for g, c in sorted((used or {}).items(), key=lambda gc: gc[0].value))
         return (f"interference: an asynchronous NCCL collective (DP gradients, parameter "
-                f"all-gathers, ring-attention exchanges, ZeRO prefetch) holds one SM per NCCL "
+                f"all-gathers, ring-attention exchanges, ZeRO prefetch, TP collectives beside "
+                f"their GEMM) holds one SM per NCCL "
                 f"channel (CTA) of the GPU's {self.sms} ({sms_source}) while it runs: the "
                 f"channels NCCL's tuning gives its size, algorithm and protocol, at most "
                 f"{self.comm_sms} (--nccl-channels, the communicator's channels)"
@@ -87,6 +91,28 @@ class Interference:
                 f"exposed communication of its group; the collective itself is stretched "
                 f"×{self.comm_slowdown:g} (--comm-overlap-slowdown; no published measurement "
                 "of it was found, 1 by default); pipeline send/receive kernels not counted")
+
+
+def overlap_ctas(sharing: ComputeSharing | None, net, members: tuple[int, ...],
+                 comm: Comm, record: bool = True) -> int:
+    """SMs the NCCL kernel of ``comm`` holds beside its GEMM (an ``nccl`` overlap): its
+    channels at that size (``net.kernel_channels``, at most ``--nccl-channels``); none
+    without interference or in a group of one (no kernel runs). ``record``: note the count
+    for the assumption line (the kernel does run beside compute)."""
+    if sharing is None or len(members) <= 1:
+        return 0
+    ctas = net.kernel_channels(CommRequest(comm.kind, comm.group, members, comm.size_bytes),
+                               sharing.intf.comm_sms)
+    if ctas and record:
+        sharing.used.setdefault(comm.group, set()).add(ctas)
+    return ctas
+
+
+def ran_beside(beside_compute_ns: int, used: dict[GroupKind, tuple[int, ...]]) -> bool:
+    """Whether some communication kernel took SMs from compute in a run: compute ran beside
+    an asynchronous collective, or a TP kernel ran (TP collectives are blocking except the
+    ``nccl`` GEMM overlaps, which always run beside their GEMM)."""
+    return beside_compute_ns > 0 or GroupKind.TP in used
 
 
 class ComputeSharing:

@@ -14,6 +14,11 @@ proj_fprop, fc2_fprop; ``bulk`` for qkv/fc1 dgrad and wgrad):
   ``i``'s reduce-scatter runs beside chunk ``i + 1``'s GEMM; the first GEMM chunk runs alone and
   the last chunk's reduce-scatter is exposed.
 - ``bulk``: the whole collective beside the whole (independent) GEMM.
+- ``nccl``: as ``bulk``, but an NCCL collective issued asynchronously beside the GEMM
+  (Megatron's ``async_tensor_model_parallel_allreduce``, Transformer Engine's backward without
+  userbuffers: :mod:`sim.models.tp_async`); its kernel holds one SM per NCCL channel (CTA), the
+  count the engine takes from the network (:meth:`~sim.network.base.Network.kernel_channels`,
+  capped by ``--nccl-channels``) when it compiles the pass.
 
 Interference: while a communication kernel runs on ``comm_sms`` of the GPU's ``sms`` SMs, the
 GEMM gets the rest (Transformer Engine launches it with that SM margin): it runs at
@@ -30,7 +35,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-METHODS = ("ring_exchange", "pipeline", "bulk")
+METHODS = ("ring_exchange", "pipeline", "bulk", "nccl")
 
 
 def beside(gemm_ns: Fraction, comm_ns: Fraction, speed: Fraction) -> Fraction:
@@ -54,7 +59,7 @@ def overlapped_ns(method: str, gemm_ns: int, comm_ns: int, splits: int, sms: int
         t = g
     elif gemm_ns == 0:
         t = c
-    elif method == "bulk" or splits <= 1:
+    elif method in ("bulk", "nccl") or splits <= 1:
         t = beside(g, c, speed)
     elif method == "ring_exchange":
         n = splits

@@ -97,6 +97,8 @@ class AwaitParams:
 Step = Fused | Blocking | OverlapBlocking | AsyncIssue | Await | AwaitParams
 # (comm, phase) -> (duration_ns, algorithm) if fusable for this rank, else None
 CostFn = Callable[[Comm], "tuple[int, str] | None"]
+# comm -> the CTAs (SMs) its NCCL kernel holds on this rank (an ``nccl`` GEMM overlap)
+CtasFn = Callable[[Comm], int]
 
 
 @dataclass
@@ -150,12 +152,13 @@ def _waits_before(lay: Layer, kind: PhaseKind, ph, await_params: bool) -> list[S
 def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
                  cost: CostFn, scale: float = 1.0,
                  backward: tuple[PhaseKind, ...] = BACKWARD,
-                 await_params: bool = False) -> Compiled:
+                 await_params: bool = False, ctas: CtasFn | None = None) -> Compiled:
     """Compile one pass. ``issue_async``: include non-blocking (gradient) communications;
     ``scale``: factor on compute times (a slow GPU); ``backward``: see :func:`phases`;
     ``await_params``: the first forward of the iteration — a layer that opens a parameter
     all-gather bucket first waits for it, and each layer's ``first_forward_ns`` is added to
-    its forward compute."""
+    its forward compute. ``ctas``: the SMs the NCCL kernel of an ``nccl`` GEMM overlap holds
+    (default: none, the overlap is free)."""
     steps: list[Step] = []
     parts: list[Part] = []
     totals: dict[str, list] = {}
@@ -184,7 +187,7 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
         if overlap:
             flush()
             steps.append(AsyncIssue(c, kind, lay.name, overlap=True))
-        _compute(ph, kind, lay.name, scale, cost, (steps, parts, run, tot), flush)
+        _compute(ph, kind, lay.name, scale, cost, (steps, parts, run, tot), flush, ctas)
         if c is None:
             continue
         if overlap:
@@ -210,16 +213,17 @@ def compile_pass(layers: tuple[Layer, ...], forward: bool, issue_async: bool,
 
 
 def _compute(ph: Phase, kind: PhaseKind, layer: str, scale: float, cost: CostFn,
-             state: tuple[list, list, list, list], flush: Callable[[], None]) -> None:
+             state: tuple[list, list, list, list], flush: Callable[[], None],
+             ctas: CtasFn | None = None) -> None:
     """A phase's compute, with its GEMM-overlapped collectives (``Phase.overlaps``): a fusable
     one adds the time its overlap exposes (:func:`~sim.engine.overlap.overlapped_ns` − GEMM)
     after the compute; a non-fusable one becomes an :class:`OverlapBlocking` step that runs its
-    GEMM."""
+    GEMM. An ``nccl`` overlap gets its kernel's CTAs from ``ctas`` here."""
     steps, parts, run, tot = state
     compute_ns = scaled(ph.compute_ns, scale)
     tot[_PHASE_INDEX[kind]] += compute_ns
-    costed = [(o, scaled(o.gemm_ns, scale), cost(o.comm)) for o in ph.overlaps
-              if o.comm.size_bytes > 0]
+    costed = [(_with_ctas(o, ctas), scaled(o.gemm_ns, scale), cost(o.comm))
+              for o in ph.overlaps if o.comm.size_bytes > 0]
     alone = compute_ns - sum(g for _o, g, fused in costed if fused is None)
     if alone:
         parts.append(Part(run[0], alone, kind, layer, None, kernels_ns=ph.kernels_ns,
@@ -234,6 +238,13 @@ def _compute(ph: Phase, kind: PhaseKind, layer: str, scale: float, cost: CostFn,
         extra = overlapped_ns(o.method, g, fused[0], o.splits, o.sms, o.comm_sms) - g
         _comm_part(parts, run, tot, Part(run[0], extra, kind, layer, o.comm.group, o.comm,
                                          fused[1]))
+
+
+def _with_ctas(o: GemmOverlap, ctas: CtasFn | None) -> GemmOverlap:
+    """``o`` with the SMs its NCCL kernel holds (an ``nccl`` overlap; others carry their own)."""
+    if o.method != "nccl":
+        return o
+    return replace(o, comm_sms=min(ctas(o.comm), o.sms - 1) if ctas is not None else 0)
 
 
 def _comm_part(parts: list[Part], run: list, tot: list, part: Part) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sim.dualpipe import describe as describe_dualpipe
 from sim.kernels.gpus import find
-from sim.models import eager, fp8, fp8_params, fsdp2, rope, tp_overlap
+from sim.models import eager, fp8, fp8_params, fsdp2, rope, tp_async, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.grad_sync import delay_applies, grad_sync_note
@@ -100,7 +100,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         dropout_note(m, par),
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
         "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
-        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group"
+        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group unless "
+        "overlapped as stated below"
         + ("" if par.tp_comm_overlap else " (--tp-comm-overlap would pipeline them with their "
            "GEMMs)"),
         "embedding on the first stage (vocab-parallel, TP all-reduce of its output); final norm, "
@@ -112,6 +113,8 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
     out += _fp8_notes(par)
     if par.tp_comm_overlap:
         out.append(tp_overlap.describe(*gpu_sms(gpu)))
+    elif tp_async.applies(par):
+        out.append(tp_async.describe())
     if par.schedule_name == "dualpipe":
         out.append(describe_dualpipe(par.pp, par.microbatches))
     if par.zero:

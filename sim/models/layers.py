@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import eager, fp8, fp8_current, rope, tp_overlap
+from sim.models import eager, fp8, fp8_current, rope, tp_async, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
 from sim.models.dims import (
@@ -216,8 +216,11 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     rows = eager.apply(rows_from_items(items), par, dm)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
+    moe_layer = model.moe is not None and index >= model.moe.dense_layers
     if par.tp_comm_overlap:
-        tp_overlap.apply(rows, moe=model.moe is not None and index >= model.moe.dense_layers)
+        tp_overlap.apply(rows, moe=moe_layer)
+    elif tp_async.applies(par):
+        tp_async.apply(rows, dm.sp, moe=moe_layer)
     if par.dtype == "fp8":  # current scaling: TP amax all-reduces of the gathered operands
         rows = fp8_current.reduction_rows(rows, par.fp8_recipe, dm.sp, t)
     if par.recompute == "full":

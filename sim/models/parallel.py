@@ -79,6 +79,9 @@ class Training:
     ``grad_reduce_in_fp32 = False``) with dtype bf16/fp8: the main-gradient buffer and the DP
     gradient collectives in bf16 (2 bytes per parameter) instead of fp32; the optimizer casts its
     shard to an fp32 copy for the step (:mod:`sim.models.memory`).
+    ``async_tensor_model_parallel_allreduce``: Megatron-LM's ``--async-tensor-model-parallel-
+    allreduce``: the column-parallel linears' backward TP collectives beside their GEMMs
+    (:mod:`sim.models.tp_async`; off by default, see there).
     ``ddp_bucket_size``: Megatron-LM's ``--ddp-bucket-size`` (Megatron-Core DDP
     ``bucket_size``, parameters per gradient bucket; None: Megatron-Core's default,
     :func:`sim.models.optimizer.bucket_params`).
@@ -114,6 +117,7 @@ class Training:
     fp8_param_gather: bool = False
     grad_reduce_in_bf16: bool = False
     ddp_bucket_size: int | None = None
+    async_tensor_model_parallel_allreduce: bool = False
 
     @property
     def backend(self) -> str:
@@ -199,7 +203,8 @@ class ParallelConfig:
                  wgrad_deferral_limit: int = 0,
                  fp8_param_gather: bool = False,
                  grad_reduce_in_bf16: bool = False,
-                 ddp_bucket_size: int | None = None) -> None:
+                 ddp_bucket_size: int | None = None,
+                 async_tensor_model_parallel_allreduce: bool = False) -> None:
         training = Training(global_batch=global_batch, micro_batch=micro_batch,
                             sequence_parallel=sequence_parallel, recompute=recompute,
                             dtype=dtype, distributed_optimizer=distributed_optimizer,
@@ -223,6 +228,8 @@ class ParallelConfig:
                             wgrad_deferral_limit=wgrad_deferral_limit,
                             fp8_param_gather=fp8_param_gather,
                             grad_reduce_in_bf16=grad_reduce_in_bf16,
+                            async_tensor_model_parallel_allreduce=(
+                                async_tensor_model_parallel_allreduce),
                             ddp_bucket_size=ddp_bucket_size)
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
                         etp=None if etp == tp else etp,
@@ -268,6 +275,8 @@ class ParallelConfig:
     delay_grad_reduce = _part("training", "delay_grad_reduce")
     overlap_param_gather = _part("training", "overlap_param_gather")
     tp_comm_overlap = _part("training", "tp_comm_overlap")
+    async_tensor_model_parallel_allreduce = _part("training",
+                                                  "async_tensor_model_parallel_allreduce")
     compile = _part("training", "compile")
     norm_type = _part("training", "norm_type")
     fp8_recipe = _part("training", "fp8_recipe")

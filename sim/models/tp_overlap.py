@@ -103,10 +103,12 @@ SHARED_MOVES = mlp_moves("shared_", "moe_router", bulk=False)
 #: Transformer Engine's default splits and communication SMs per method (``num_splits``:
 #: TP size for ring_exchange; ``num_sm`` 16 with the SM margin for pipeline and bulk)
 PIPELINE_SPLITS = 4
-COMM_SMS = {"ring_exchange": 0, "pipeline": 16, "bulk": 16}
+#: (``nccl``: an asynchronous NCCL collective beside its GEMM, :mod:`sim.models.tp_async`; the
+#: engine sets its SMs from the NCCL channels it runs on)
+COMM_SMS = {"ring_exchange": 0, "pipeline": 16, "bulk": 16, "nccl": 0}
 
 
-def _plan(rows: list[Row], moves: tuple) -> list | None:
+def plan_moves(rows: list[Row], moves: tuple) -> list | None:
     """The moves of ``moves`` as (source row, phase, GEMM row, phase, comm, op, method), or
     ``None`` where one of them does not find its collective or GEMM."""
     by_name = {r.name: r for r in rows}
@@ -133,12 +135,18 @@ def apply(rows: list[Row], moe: bool = False) -> int:
     groups = (ATTENTION_MOVES, SHARED_MOVES) if moe else (MOVES,)
     # plan every group before moving anything: the shared experts' fc1 all-gather sits in
     # mlp_norm's forward slot, which the attention group does not touch
-    plans = [p for p in (_plan(rows, g) for g in groups) if p is not None]
-    for plan in plans:
+    return move([plan_moves(rows, g) for g in groups])
+
+
+def move(plans: list) -> int:
+    """Carry out the complete ``plans`` of :func:`plan_moves` (``None``: a group the layer
+    lacks): each collective leaves its serial slot for its GEMM's phase. Returns how many."""
+    done = [p for p in plans if p is not None]
+    for plan in done:
         for s, sph, d, dph, comm, op, method in plan:
             setattr(s, f"{sph}_comm", None)
             setattr(d, f"{dph}_ovl", getattr(d, f"{dph}_ovl") + ((comm, op, method),))
-    return sum(len(p) for p in plans)
+    return sum(len(p) for p in done)
 
 
 def splits(method: str, tp: int) -> int:

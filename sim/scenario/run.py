@@ -17,7 +17,7 @@ from typing import Any
 # may stand in for them)
 from sim import applicable, engine, report
 from sim.engine.host import describe as host_describe
-from sim.engine.interference import DEFAULT_SMS, Interference
+from sim.engine.interference import DEFAULT_SMS, Interference, ran_beside
 from sim.engine.jitter import Jitter
 from sim.engine.result import SimResult
 from sim.errors import UsageError
@@ -210,7 +210,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     t_sim = time.perf_counter() - t_sim
     extra = [f"placement: {placement.order_string} (rank r on GPU r, node r // "
              f"{topo.gpus_per_node})",
-             intf.describe(intf_src, result.beside_compute_ns > 0, result.nccl_ctas)] + \
+             intf.describe(intf_src, ran_beside(result.beside_compute_ns, result.nccl_ctas),
+                           result.nccl_ctas)] + \
         fault_notes + ([host_describe(sim_opts.host_dispatch_ns)]
                        if sim_opts.host_dispatch_ns else [])
     fault_report = healthy = None

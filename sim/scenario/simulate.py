@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim import engine, report
+from sim.engine.interference import ran_beside
 from sim.models.compute_setup import ComputeSetup
 from sim.models.generator import generate
 from sim.models.memory import check_memory
@@ -67,6 +68,7 @@ def simulate_layout(model: ModelSpec, par: ParallelConfig, topology: Topology, *
                               placement=placement_of(program, simulation.placement),
                               fuse=simulation.fuse, interference=intf,
                               host_dispatch_ns=simulation.host_dispatch_ns)
-    lines = [intf.describe(intf_src, result.beside_compute_ns > 0, result.nccl_ctas)]
+    lines = [intf.describe(intf_src, ran_beside(result.beside_compute_ns, result.nccl_ctas),
+                           result.nccl_ctas)]
     return (ModelOutcome(par, mem, result, report.build_report(result),
                          metrics(model, par, topology.gpu, result.iteration_ns)), lines)

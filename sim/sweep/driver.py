@@ -138,7 +138,8 @@ def _training_settings(training: Training) -> dict[str, Any]:
              "moe_load_imbalance": 1.0, "moe_capacity_factor": None, "compile": True,
              "norm_type": "rmsnorm", "use_torch_fsdp2": False, "apply_rope_fusion": True,
              "fp8_param_gather": False,
-             "grad_reduce_in_bf16": False, "ddp_bucket_size": None}
+             "grad_reduce_in_bf16": False, "ddp_bucket_size": None,
+             "async_tensor_model_parallel_allreduce": False}
     return {k: v for k, v in asdict(training).items()
             if k != "micro_batch" and not (k in later and v == later[k])}
 
