@@ -81,8 +81,8 @@ class Interference:
         seen = "; ".join(f"{g.value} {'/'.join(map(str, c))}"
                          for g, c in sorted((used or {}).items(), key=lambda gc: gc[0].value))
         return (f"interference: an asynchronous NCCL collective (DP gradients, parameter "
-                f"all-gathers, ring-attention exchanges, ZeRO prefetch, TP collectives beside "
-                f"their GEMM) holds one SM per NCCL "
+                f"all-gathers, ring-attention exchanges, ZeRO prefetch, "
+                f"--async-tensor-model-parallel-allreduce's TP collectives) holds one SM per NCCL "
                 f"channel (CTA) of the GPU's {self.sms} ({sms_source}) while it runs: the "
                 f"channels NCCL's tuning gives its size, algorithm and protocol, at most "
                 f"{self.comm_sms} (--nccl-channels, the communicator's channels)"
