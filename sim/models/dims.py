@@ -106,9 +106,10 @@ def sp_regather(dm: Dims, tokens: int = 0) -> Conj:
     input-gradient GEMM, but the NCCL kernel competes with the GEMM for SMs: Korthikanti et
     al.'s Table 4 shows the sequence-parallel backward only 0.1 ms faster than the baseline
     (11.8 vs 11.9 ms), where the saved element-wise work alone is worth ~0.7 ms, so it is
-    modelled as blocking like the other TP collectives. Placed as the backward collective of
-    an operator *after* the linear (rows are walked in reverse in backward), so it runs before
-    the linear's backward. No-op without sequence parallelism.
+    modelled as blocking like the other TP collectives (``--async-tensor-model-parallel-
+    allreduce`` runs it beside the dgrad GEMM instead: :mod:`sim.models.tp_async`). Placed as
+    the backward collective of an operator *after* the linear (rows are walked in reverse in
+    backward), so it runs before the linear's backward. No-op without sequence parallelism.
     """
     if dm.t == 1 or not dm.sp:
         return Conj()
