@@ -68,15 +68,15 @@ def test_every_shipped_spec_loads():
 
 def test_qwen3_moe_parameter_counts_by_hand():
     """Qwen3-30B-A3B per layer: QKV 2048·(32·128 + 2·4·128), projection 4096·2048, 128 SwiGLU
-    experts of 3·2048·768, router 2048·128, two RMSNorms; plus untied embedding and output
-    151936·2048 and the final norm. Qwen3-235B-A22B likewise (94 × hidden 4096, 64 heads,
-    experts of 1536)."""
+    experts of 3·2048·768, router 2048·128, two RMSNorms and the q and k norms (128 each,
+    qk_layernorm); plus untied embedding and output 151936·2048 and the final norm.
+    Qwen3-235B-A22B likewise (94 × hidden 4096, 64 heads, experts of 1536)."""
     def total(L, h, a, kv, fe):
         q = a * 128
-        layer = h * (q + 2 * kv * 128) + q * h + 128 * 3 * h * fe + h * 128 + 2 * h
+        layer = h * (q + 2 * kv * 128) + q * h + 128 * 3 * h * fe + h * 128 + 2 * h + 2 * 128
         return L * layer + 2 * 151936 * h + h
-    assert total(48, 2048, 32, 4, 768) == 30_532_110_336
-    assert total_params(load_model(MODELS / "qwen3-30b-a3b.yaml")) == 30_532_110_336
+    assert total(48, 2048, 32, 4, 768) == 30_532_122_624
+    assert total_params(load_model(MODELS / "qwen3-30b-a3b.yaml")) == 30_532_122_624
     assert total_params(load_model(MODELS / "qwen3-235b-a22b.yaml")) == total(
         94, 4096, 64, 4, 1536)
 

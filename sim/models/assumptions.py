@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sim.dualpipe import describe as describe_dualpipe
 from sim.kernels.gpus import find
-from sim.models import eager, fp8, fp8_params, fsdp2, rope, tp_async, tp_overlap
+from sim.models import eager, fp8, fp8_params, fsdp2, qk_norm, rope, tp_async, tp_overlap
 from sim.models.compute import ComputeModel
 from sim.models.flops import model_flops_per_iteration
 from sim.models.grad_sync import delay_applies, grad_sync_note
@@ -97,6 +97,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"{gpu.hbm_GBps:g} GB/s HBM",
         eager.describe(par),
         rope.describe(m, par, dm),
+        *([qk_norm.describe(m)] if m.qk_layernorm else []),
         dropout_note(m, par),
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
         "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "

@@ -36,13 +36,21 @@ def layer_params(model: ModelSpec, moe: bool = True) -> int:
     MoE layer (``moe=False``: a dense layer of an MoE model)."""
     h, q, kv = model.hidden, model.q_hidden, model.kv_hidden
     attn = h * (q + 2 * kv) + q * h + ((q + 2 * kv) + h if model.bias else 0)
-    norms = 2 * (2 if model.norm == "layernorm" else 1) * h
+    norms = 2 * (2 if model.norm == "layernorm" else 1) * h + qk_norm_params(model)
     if model.moe is not None and moe:
         me = model.moe
         experts = me.experts * _mlp_params(model, me.expert_ffn_hidden)
         shared = _mlp_params(model, me.shared_ffn_hidden) if me.shared_ffn_hidden else 0
         return attn + experts + shared + h * me.experts + norms
     return attn + _mlp_params(model, model.ffn_hidden) + norms
+
+
+def qk_norm_params(model: ModelSpec) -> int:
+    """Weights of one layer's q and k norms (``qk_layernorm``, :mod:`sim.models.qk_norm`): one
+    ``head_dim`` vector each (LayerNorm: weight and bias), replicated across TP."""
+    if not model.qk_layernorm:
+        return 0
+    return 2 * (2 if model.norm == "layernorm" else 1) * model.head_dim
 
 
 def _dense_layers(model: ModelSpec) -> int:

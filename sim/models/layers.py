@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import eager, fp8, fp8_current, rope, tp_async, tp_overlap
+from sim.models import eager, fp8, fp8_current, qk_norm, rope, tp_async, tp_overlap
 from sim.models.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
 from sim.models.dims import (
@@ -26,6 +26,7 @@ from sim.models.dims import (
     tp_enter,
     tp_exit,
 )
+from sim.models.flops import qk_norm_params
 from sim.models.moe import (
     dispatch_nodes,
     dispatcher_syncs_host,
@@ -181,12 +182,13 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         tp_enter(dm),
         Block("attn_qkv",
               fwd=(gemm("qkv", n, h, qkv_out // t, eg, role=FPROP),)
-              + rope.forward_ops(model, par, dm) + rope.split_forward_ops(model, par, dm) + core_f,
-              ig=core_b + rope.backward_ops(model, par, dm)
+              + qk_norm.forward_ops(model, dm) + rope.forward_ops(model, par, dm)
+              + rope.split_forward_ops(model, par, dm) + core_f,
+              ig=core_b + rope.backward_ops(model, par, dm) + qk_norm.backward_ops(model, dm)
               + rope.split_backward_ops(model, par, dm)
               + (gemm("qkv_dgrad", n, qkv_out // t, h, eg),),
               wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
-              params=linear_params(model, h, qkv_out, t, True)),
+              params=linear_params(model, h, qkv_out, t, True) + qk_norm_params(model)),
         *(ring_attention_blocks(dm) if dm.cp > 1 else ()),
         sp_regather(dm),
         Block("attn_proj",

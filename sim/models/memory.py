@@ -20,7 +20,7 @@ Activations per transformer layer and microbatch (Korthikanti et al., MLSys'23, 
 The 10 replicated units are the two LayerNorm inputs (2+2), the QKV and fc1 inputs (2+2) and
 two dropout masks (1+1); the 24/t are Q, K, V, the projection input, the GeLU input and the fc2
 input (2+2+2+2+8+8 for GPT; generalised to GQA, gated and MoE MLPs from the same tensors).
-What the software keeps differs from that count in four places (docs/models.md, "Memory
+What the software keeps differs from that count in five places (docs/models.md, "Memory
 model", with sources):
 
 - dropout with probability 0 keeps no mask (PyTorch's ``dropout`` returns its input): the two
@@ -30,7 +30,9 @@ model", with sources):
   gradient (1 byte/element): the QKV, fc1 (LayerNormLinear's normed output) and fc2 inputs;
 - the fused attention kernel keeps its bf16 output (the projection's input, shared in bf16; with
   FP8 the projection's 1-byte copy comes on top) and fp32 softmax statistics, ``4·a·s·b/t``;
-  with selective recompute it keeps neither (it is re-run) and the projection keeps its input.
+  with selective recompute it keeps neither (it is re-run) and the projection keeps its input;
+- ``qk_layernorm`` (Qwen3): the q and k norms keep their inputs, ``2·s·b·(a + a_kv)·d/t``
+  (:mod:`sim.models.qk_norm`).
 
 Full recompute also holds one layer's complete activations while it is recomputed. The first
 stage adds the embedding dropout mask (s·b·h bytes, ÷ t with SP; none at p = 0) per microbatch;
@@ -48,6 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from sim.models import qk_norm
 from sim.models.moe import moe_load_factor
 from sim.models.optimizer import PARAM_BYTES, grad_bytes
 from sim.models.parallel import ParallelConfig
@@ -151,7 +154,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str
         split += math.ceil(k * load * sb * (2 * fe1 + x * fe))
         fs = me.shared_ffn_hidden
         split += sb * (2 * (2 * fs if model.gated_mlp else fs) + x * fs)
-    total = replicated // (t if sp else 1) + split // t
+    total = replicated // (t if sp else 1) + split // t + qk_norm.saved_bytes(model, par)
     a = model.heads
     if rc != "selective" and not par.fused_attention:
         # softmax output (2, kept by the softmax backward and the product with V); with

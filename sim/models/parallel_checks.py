@@ -6,7 +6,7 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
-from sim.models import defer_wgrad, eager, fp8_params, rope, tp_async
+from sim.models import defer_wgrad, eager, fp8_params, qk_norm, rope, tp_async
 from sim.models.fp8 import check_recipe
 from sim.models.moe import check_ep_a2a_overlap
 from sim.models.parallel import (
@@ -38,6 +38,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     _check_schedule(par)
     eager.check(model, par)
     rope.check(model, par)
+    qk_norm.check(model, par)
     _check_tp_comm_overlap(par)
     tp_async.check(par)
     check_recipe(par.fp8_recipe)

@@ -24,6 +24,9 @@ YAML schema (unknown keys are rejected)::
     norm: layernorm          # optional: layernorm | rmsnorm
     position_embedding: learned   # optional: learned | rope | alibi (BLOOM: a score bias)
     tied_embeddings: true    # optional: output layer shares the word embedding
+    qk_layernorm: false      # optional (Megatron-Core's TransformerConfig.qk_layernorm): a
+                             # norm (the spec's norm kind) over each head of Q and of K after
+                             # the QKV projection, before RoPE (Qwen3, OLMo 2)
     hidden_dropout: 0.1      # optional, 0 ≤ p < 1 (Megatron-Core's TransformerConfig default)
     attention_dropout: 0.1   # optional, 0 ≤ p < 1 (likewise)
     moe:                     # optional: mixture of experts in every layer's MLP
@@ -45,7 +48,7 @@ from sim.yaml_load import field_line, load_yaml_with_lines
 
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
 _INT_OPTIONAL = ("ffn_hidden", "kv_heads", "kv_channels")
-_BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings")
+_BOOL_OPTIONAL = ("gated_mlp", "bias", "tied_embeddings", "qk_layernorm")
 _PROBABILITIES = ("hidden_dropout", "attention_dropout")
 _CHOICES = {"norm": ("layernorm", "rmsnorm"), "position_embedding": ("learned", "rope",
                                                                     "alibi")}
@@ -97,6 +100,7 @@ class ModelSpec:
     norm: str = "layernorm"
     position_embedding: str = "learned"
     tied_embeddings: bool = True
+    qk_layernorm: bool = False  # TransformerConfig.qk_layernorm
     moe: MoESpec | None = None
     hidden_dropout: float = 0.1  # Megatron-Core TransformerConfig.hidden_dropout
     attention_dropout: float = 0.1  # TransformerConfig.attention_dropout
