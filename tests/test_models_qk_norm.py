@@ -41,21 +41,26 @@ def test_kernels_hand_derived():
     # n = 8 tokens; q: 8 tokens × 4 heads × 8 = 256 elements in 32 rows of d = 8, k: 8 × 2 × 8
     # = 128 in 16 rows. Forward reads x, writes y (2 + 2 bytes per element); backward reads x
     # and dy, writes dx (6 bytes per element)
+    # Transformer Engine's norm first makes its input contiguous: the key is a strided view of
+    # the QKV output (copied: reads and writes 128 elements), the GQA query already the
+    # reshape's copy
     row = qkv_row(TINY)
     assert norm_listing(row.fwd) == [("attn_q_norm", 1024, "rmsnorm_fwd", (32, 8)),
+                                     ("attn_k_norm_contiguous", 512, "", ()),
                                      ("attn_k_norm", 512, "rmsnorm_fwd", (16, 8))]
     assert norm_listing(row.ig) == [("attn_k_norm_grad", 768, "rmsnorm_bwd", (16, 8)),
                                     ("attn_q_norm_grad", 1536, "rmsnorm_bwd", (32, 8))]
     # after the QKV GEMM, before the rotary embedding (Megatron-Core's order); the gradients
     # after RoPE's, before the QKV input-gradient GEMM
     names = [op.name for op in row.fwd]
-    assert names[:5] == ["qkv", "attn_q_norm", "attn_k_norm", "rope_q", "rope_k"]
+    assert names[:6] == ["qkv", "attn_q_norm", "attn_k_norm_contiguous", "attn_k_norm",
+                         "rope_q", "rope_k"]
     ig = [op.name for op in row.ig]
     assert ig.index("rope_k_grad") < ig.index("attn_k_norm_grad") < ig.index("qkv_dgrad")
-    # 2 kernels × 2 µs + 1536 bytes at 1600 bytes/ns (0.96 ns) = 4000.96 ns → 4001 (rounded
-    # up); backward 2304 bytes: 4001.44 → 4002
+    # 3 kernels × 2 µs + 2048 bytes at 1600 bytes/ns (1.28 ns) = 6001.28 ns → 6002 (rounded
+    # up); backward 2 kernels, 2304 bytes: 4001.44 → 4002
     fwd = [op for op in row.fwd if "_norm" in op.name]
-    assert ops_time_ns(fwd, GPU, A100, "bf16") == 4001
+    assert ops_time_ns(fwd, GPU, A100, "bf16") == 6002
     assert ops_time_ns([op for op in row.ig if "_norm" in op.name], GPU, A100, "bf16") == 4002
     # without the field the layer is the same minus exactly these four kernels
     plain = qkv_row(replace(TINY, qk_layernorm=False))
@@ -68,12 +73,23 @@ def test_tensor_and_context_parallel_sizes():
     # elements (8 rows), k 4·1·8 = 32 (4 rows)
     row = qkv_row(TINY, tp=2, cp=2, sequence_parallel=True)
     assert [(n, b, s) for n, b, _, s in norm_listing(row.fwd)] == [
-        ("attn_q_norm", 4 * 64, (8, 8)), ("attn_k_norm", 4 * 32, (4, 8))]
+        ("attn_q_norm", 4 * 64, (8, 8)), ("attn_k_norm_contiguous", 4 * 32, ()),
+        ("attn_k_norm", 4 * 32, (4, 8))]
+
+
+def test_mha_query_is_copied_too():
+    # heads == kv_heads: the query stays a strided view after the reshape, so TE copies it
+    # (no GQA reshape copy either); 8 tokens × 4 heads × 8 = 256 elements each
+    row = qkv_row(replace(TINY, kv_heads=4))
+    listing = [(n, b) for n, b, _, _ in norm_listing(row.fwd)]
+    assert listing == [("attn_q_norm_contiguous", 1024), ("attn_q_norm", 1024),
+                       ("attn_k_norm_contiguous", 1024), ("attn_k_norm", 1024)]
+    assert "qkv_split_query_copy" not in [op.name for op in row.fwd]
 
 
 def test_layernorm_kind_follows_the_spec():
     row = qkv_row(replace(TINY, norm="layernorm"))
-    assert {op.kernel for op in row.fwd if "_norm" in op.name} == {"layernorm_fwd"}
+    assert {op.kernel for op in row.fwd if op.name.endswith("_norm")} == {"layernorm_fwd"}
 
 
 def test_weights_and_kept_activations():
@@ -82,11 +98,12 @@ def test_weights_and_kept_activations():
     assert total_params(replace(TINY, norm="layernorm")) - total_params(
         replace(TINY, norm="layernorm", qk_layernorm=False)) == 2 * 32
     plain = replace(TINY, qk_layernorm=False)
-    # the norms keep their inputs: 2 bytes × s·b·(heads + kv_heads)·d / t = 2·8·(32 + 16) / t
+    # the norms keep their inputs (2 bytes per element) and an fp32 inverse RMS per head and
+    # token: s·b·(heads + kv_heads)·(2d + 4) / t = 8·(4 + 2)·(16 + 4) / t = 960 / t
     for par in (ParallelConfig(global_batch=1), ParallelConfig(tp=2, global_batch=1),
                 ParallelConfig(tp=2, global_batch=1, sequence_parallel=True)):
         got = layer_activation_bytes(TINY, par) - layer_activation_bytes(plain, par)
-        assert got == 2 * 8 * 48 // par.tp
+        assert got == 960 // par.tp
     full = ParallelConfig(global_batch=1, recompute="full")
     assert layer_activation_bytes(TINY, full) == layer_activation_bytes(plain, full)
 

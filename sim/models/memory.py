@@ -31,8 +31,8 @@ model", with sources):
 - the fused attention kernel keeps its bf16 output (the projection's input, shared in bf16; with
   FP8 the projection's 1-byte copy comes on top) and fp32 softmax statistics, ``4·a·s·b/t``;
   with selective recompute it keeps neither (it is re-run) and the projection keeps its input;
-- ``qk_layernorm`` (Qwen3): the q and k norms keep their inputs, ``2·s·b·(a + a_kv)·d/t``
-  (:mod:`sim.models.qk_norm`).
+- ``qk_layernorm`` (Qwen3): the q and k norms keep their inputs and fp32 inverse RMS,
+  ``s·b·(a + a_kv)·(2d + 4)/t`` (:mod:`sim.models.qk_norm`).
 
 Full recompute also holds one layer's complete activations while it is recomputed. The first
 stage adds the embedding dropout mask (s·b·h bytes, ÷ t with SP; none at p = 0) per microbatch;

@@ -14,10 +14,15 @@ Kernels, as for the residual-stream norms (:func:`sim.models.layers.norm_block`)
 kernel per tensor reading x and writing y (``2A`` per element), one backward kernel reading x
 and dy and writing dx (``3A``; the weight gradient is that kernel's reduction over tokens),
 timed as the measured ``rmsnorm_fwd`` / ``rmsnorm_bwd`` (or ``layernorm_*``) kinds at their
-element count. The norms' inputs (the un-normalised q and k, 2 bytes per element) are kept for
-backward (:func:`saved_bytes`); their ``d`` (LayerNorm: ``2d``) weights each are replicated on
-every TP rank. Not counted: a copy Transformer Engine may make of the key's strided view
-before its norm kernel. Their weights: :func:`sim.models.flops.qk_norm_params`.
+element count. Transformer Engine's norm (``transformer_engine/pytorch/ops/basic/rmsnorm.py``,
+``layer_norm.py``, identical at v2.8, v2.10 and d0067d0d) first runs ``input_.contiguous()``:
+the key is a strided view of the QKV output (its group stride is ``(np/ng + 2)·hn``), so it is
+copied (reads and writes ``K``, ``2A·K``); so is the query when every head has its own group
+(``heads == kv_heads``: the reshape is a view), while a GQA query is already the reshape's copy
+(:func:`sim.models.rope.split_forward_ops`). The gradient arriving in backward is the rotary
+backward's new tensor: no copy. Kept for backward (:func:`saved_bytes`): the norm's contiguous
+input (2 bytes per element) and its fp32 inverse RMS per row (``ctx.save_for_backward(x,
+rstdevs)``). Their weights: :func:`sim.models.flops.qk_norm_params`.
 """
 
 from __future__ import annotations
@@ -37,11 +42,16 @@ def _tensors(dm: Dims) -> tuple[tuple[str, int, int], ...]:
 
 
 def forward_ops(model: ModelSpec, dm: Dims) -> tuple[Op, ...]:
-    """The q and k norm kernels after the QKV GEMM (none without ``qk_layernorm``)."""
+    """The q and k norm kernels after the QKV GEMM, each after the copy that makes its input
+    contiguous where it is a strided view (none without ``qk_layernorm``)."""
     if not model.qk_layernorm:
         return ()
-    return tuple(elementwise(f"attn_{name}_norm", 2 * A * x, f"{model.norm}_fwd", (r, dm.d))
-                 for name, r, x in _tensors(dm))
+    ops: tuple[Op, ...] = ()
+    for name, r, x in _tensors(dm):
+        if name == "k" or dm.q_width == dm.kvh:  # a view of the QKV output, not yet copied
+            ops += (elementwise(f"attn_{name}_norm_contiguous", 2 * A * x),)
+        ops += (elementwise(f"attn_{name}_norm", 2 * A * x, f"{model.norm}_fwd", (r, dm.d)),)
+    return ops
 
 
 def backward_ops(model: ModelSpec, dm: Dims) -> tuple[Op, ...]:
@@ -53,12 +63,14 @@ def backward_ops(model: ModelSpec, dm: Dims) -> tuple[Op, ...]:
 
 
 def saved_bytes(model: ModelSpec, par: ParallelConfig) -> int:
-    """Activation bytes the two norms keep for backward per GPU and microbatch: their inputs,
-    ``2·(s/cp)·b·(heads + kv_heads)·d/t``."""
+    """Activation bytes the two norms keep for backward per GPU and microbatch: their inputs
+    (2 bytes per element) and an fp32 inverse RMS per head and token,
+    ``(s/cp)·b·((heads + kv_heads)·(2d + 4))/t``."""
     if not model.qk_layernorm:
         return 0
     sb = model.seq_len // par.cp * par.micro_batch
-    return A * sb * (model.q_hidden + model.kv_hidden) // par.tp
+    heads = model.heads + model.kv_heads
+    return sb * heads * (A * model.head_dim + 4) // par.tp
 
 
 def check(model: ModelSpec, par: ParallelConfig) -> None:
@@ -74,5 +86,5 @@ def describe(model: ModelSpec) -> str:
         return ""
     return (f"qk_layernorm (model spec; Megatron-Core TransformerConfig.qk_layernorm): a "
             f"{model.norm} over each head of q and of k after the QKV GEMM, one kernel per "
-            "tensor each way, inputs kept for backward; a copy of the key's strided view "
-            "before its norm is not counted")
+            "tensor each way after Transformer Engine's contiguous copy of the key (and of an "
+            "MHA query); inputs and fp32 inverse RMS kept for backward")
