@@ -342,6 +342,8 @@ def check_layout(given: Iterable[str], model: Any, par: Any) -> None:
     _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "
                f"(a {par.dtype} run has no FP8 casts or scaling factors)")
     _refuse_if(given, "--moe-token-dispatcher-type",
-               par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1,
-               "the EP group lies inside one node (or EP is 1), where the flex dispatcher moves "
-               "every token copy as the alltoall dispatcher does, so it changes nothing")
+               par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1
+               and (par.ep == 1 or model.moe is not None and model.moe.experts == par.ep),
+               "the EP group lies inside one node with one expert per GPU (or EP is 1), where "
+               "the flex dispatcher moves every token copy and permutes them once, as the "
+               "alltoall dispatcher does, so it changes nothing")

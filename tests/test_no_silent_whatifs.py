@@ -157,9 +157,9 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                "model": (["--fsdp", "--dp", "1", "--gpus", "2"], ["--fsdp"])},
     "--moe-load-imbalance": {"*": ["--moe-load-imbalance", "1.5"]},
     "--moe-expert-capacity-factor": {"*": ["--moe-expert-capacity-factor", "1.0"]},
-    # model: on MOE_MODEL (EP 4 over tiny-2x2's two nodes); EP 2 stays inside one node
+    # model: on MOE_MODEL (EP 4 over tiny-2x2's two nodes); refused at EP 1
     "--moe-token-dispatcher-type": {
-        "model": (["--moe-token-dispatcher-type", "flex", "--ep", "2"],
+        "model": (["--moe-token-dispatcher-type", "flex", "--ep", "1"],
                   ["--moe-token-dispatcher-type", "flex"]),
         "*": ["--moe-token-dispatcher-type", "flex"]},
     "--moe-shared-expert-intermediate-size": {

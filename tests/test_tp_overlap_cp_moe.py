@@ -158,10 +158,14 @@ def test_moe_layer_overlaps_attention_and_shared_experts_not_routed_experts():
                     for ph, c in (("fwd", r.fwd_comm), ("ig", r.ig_comm), ("wg", r.wg_comm))
                     if c is not None and c.group is TP)
     # the routed experts' TP collectives (the dispatcher's, NCCL) and the shared fc1's
-    # backward all-gather / reduce-scatter (no bulk overlap in a plain TE column linear)
+    # backward all-gather / reduce-scatter (no bulk overlap in a plain TE column linear); the
+    # dispatcher's reduce-scatters sit next to its sorts by local expert (all-gather then sort
+    # in dispatch_postprocess, unsort then reduce-scatter in combine_preprocess)
     assert serial == [
-        ("moe_fc1", "ig", "REDUCESCATTER"), ("moe_fc2", "fwd", "REDUCESCATTER"),
-        ("moe_router_fwd_comm", "fwd", "ALLGATHER"), ("moe_unpermute_bwd_comm", "ig", "ALLGATHER"),
+        ("moe_router_fwd_comm", "fwd", "ALLGATHER"),
+        ("moe_sort_by_expert", "ig", "REDUCESCATTER"),
+        ("moe_unpermute_bwd_comm", "ig", "ALLGATHER"),
+        ("moe_unsort_by_expert", "fwd", "REDUCESCATTER"),
         ("shared_mlp_fc1", "ig", "REDUCESCATTER"), ("shared_mlp_fc2", "ig", "ALLGATHER"),
     ]
     # a dense layer of the same model keeps all ten

@@ -16,6 +16,7 @@ from sim.models.moe import (
     dispatch_nodes,
     distinct_nodes,
     moe_load_factor,
+    sorts_by_local_expert,
 )
 from sim.models.optimizer import (
     PARAM_BYTES,
@@ -192,6 +193,10 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             + ("dropless" if par.moe_capacity_factor is None else "tokens beyond capacity "
                "dropped")
             + "; " + _expert_tp_note(par) + "; " + _dispatch_note(plan)
+            + ("; the received copies sorted by local expert before fc1 and back after fc2 "
+               "(Megatron-Core's alltoall dispatcher, sort_chunks_by_idxs: read and written "
+               "once each way)"
+               if sorts_by_local_expert(par) and me.experts // par.ep > 1 else "")
             + "; expert gradients synced in DP_EP"
             + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""))
         if par.overlap_moe_expert_parallel_comm:

@@ -23,6 +23,9 @@ experts/ep`` local experts:
   deduplicated ``nt·D·h·A·(N−1)/N`` bytes per GPU
 - tokens enter the expert MLP through Megatron's ``f``/``ḡ`` operator in the TP group, sized
   ``n·top_k·h·A``; expert fc1/fc2 as grouped GEMMs over ``n·top_k`` tokens
+- with the alltoall dispatcher and more than one local expert, the received copies sorted by
+  local expert before fc1 and back after fc2 (reads and writes m·h each way,
+  :func:`sorts_by_local_expert`)
 - combine all-to-all (same size) and unpermute (reads nt·top_k·h, writes nt·h)
 
 With ``ETP ≠ TP`` the expert MLP follows Megatron-Core's ``MoEAlltoAllTokenDispatcher``
@@ -134,12 +137,35 @@ def dispatcher_syncs_host(par: ParallelConfig) -> bool:
     return par.moe_token_dispatcher == "alltoall"
 
 
-def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
-                  nodes: int = 1, host_sync: bool = False) -> list[Block | Conj]:
+def sorts_by_local_expert(par: ParallelConfig) -> bool:
+    """Whether the dispatcher re-sorts the received token copies by local expert: Megatron-Core's
+    ``MoEAlltoAllTokenDispatcher`` (NVIDIA/Megatron-LM megatron/core/transformer/moe/
+    token_dispatcher.py at d98e8a64), with more than one local expert, runs "Permutation 2: Sort
+    tokens by local expert" in ``dispatch_postprocess`` (after the EP all-to-all and the expert-TP
+    all-gather, ``sort_chunks_by_idxs``: the copies arrive grouped by source rank, the grouped
+    GEMM wants them grouped by expert) and "Unpermutation 2" in ``combine_preprocess`` before the
+    combine; each reads and writes every copy (Transformer Engine's fused
+    ``moe_sort_chunks_by_index`` with ``moe_permute_fusion``, else a split and a cat), and its
+    backward is the inverse sort of the gradient. The flex (DeepEP) dispatcher permutes on
+    arrival instead (not counted)."""
+    return par.moe_token_dispatcher == "alltoall"
+
+
+def _sort_blocks(name: str, elements: int, on: bool) -> tuple[Block, ...]:
+    """One sort of ``elements`` activations (2A bytes per element each way), or none."""
+    if not on:
+        return ()
+    return (Block(name, fwd=(elementwise(name, 2 * A * elements),),
+                  ig=(elementwise(name + "_grad", 2 * A * elements),)),)
+
+
+def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0, nodes: int = 1,
+                  host_sync: bool = False, sort_chunks: bool = False) -> list[Block | Conj]:
     """Blocks and operators of an MoE MLP (see the module docstring); ``load``:
     :func:`moe_load_factor`; ``nodes``: :func:`dispatch_nodes`; ``host_sync``: the alltoall
     dispatcher's host synchronisation (:func:`dispatcher_syncs_host`), marked on the top-k
-    kernel whose routing counts the host waits for."""
+    kernel whose routing counts the host waits for; ``sort_chunks``: the alltoall dispatcher's
+    second permutation (:func:`sorts_by_local_expert`)."""
     assert model.moe is not None
     n_exp, k = model.moe.experts, model.moe.top_k
     local = n_exp // dm.ep
@@ -177,6 +203,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
     items += [
         a2a,
         expert_tp_enter(dm, m),
+        *_sort_blocks("moe_sort_by_expert", m * h, sort_chunks and local > 1),
         Block("moe_fc1",
               fwd=(grouped_gemm("expert_fc1", m, h, f1 // t, local, eg),
                    elementwise("expert_act", act_f * A * e)),
@@ -189,6 +216,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0,
               ig=(grouped_gemm("expert_fc2_dgrad", m, h, f // t, local, eg),),
               wg=(grouped_gemm("expert_fc2_wgrad", m, f // t, h, local, eg, True),),
               expert_params=fc2_params),
+        *_sort_blocks("moe_unsort_by_expert", m * h, sort_chunks and local > 1),
         expert_tp_exit(dm, m),
         a2a,
         Block("moe_unpermute",
