@@ -146,8 +146,9 @@ def sorts_by_local_expert(par: ParallelConfig) -> bool:
     GEMM wants them grouped by expert) and "Unpermutation 2" in ``combine_preprocess`` before the
     combine; each reads and writes every copy (Transformer Engine's fused
     ``moe_sort_chunks_by_index`` with ``moe_permute_fusion``, else a split and a cat), and its
-    backward is the inverse sort of the gradient. The flex (DeepEP) dispatcher permutes on
-    arrival instead (not counted)."""
+    backward is the inverse sort of the gradient. The flex (DeepEP) dispatcher permutes once,
+    on arrival (``get_permuted_hidden_states_by_experts``): simrun's permute before the
+    all-to-all stands for that one."""
     return par.moe_token_dispatcher == "alltoall"
 
 
