@@ -84,7 +84,8 @@ def describe(model: ModelSpec) -> str:
     """The assumption line of the QK norms (empty without them)."""
     if not model.qk_layernorm:
         return ""
-    return (f"qk_layernorm (model spec; Megatron-Core TransformerConfig.qk_layernorm): a "
-            f"{model.norm} over each head of q and of k after the QKV GEMM, one kernel per "
+    norm = "an RMSNorm" if model.norm == "rmsnorm" else "a LayerNorm"
+    return (f"qk_layernorm (model spec; Megatron-Core TransformerConfig.qk_layernorm): {norm} "
+            "over each head of q and of k after the QKV GEMM, one kernel per "
             "tensor each way after Transformer Engine's contiguous copy of the key (and of an "
             "MHA query); inputs and fp32 inverse RMS kept for backward")
