@@ -345,5 +345,5 @@ def check_layout(given: Iterable[str], model: Any, par: Any) -> None:
                par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1
                and (par.ep == 1 or model.moe is not None and model.moe.experts == par.ep),
                "the EP group lies inside one node with one expert per GPU (or EP is 1), where "
-               "the flex dispatcher moves every token copy and permutes them once, as the "
+               "the flex dispatcher sends every token copy and permutes them once, as the "
                "alltoall dispatcher does, so it changes nothing")

@@ -5,6 +5,7 @@ shared-expert width flag; how many nodes an EP group spans."""
 import itertools
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from conftest import ROOT
@@ -51,8 +52,17 @@ def test_flex_dispatch_carries_one_copy_per_destination_node():
     flex = _dispatch_sizes(m, ep=16, moe_token_dispatcher="flex", ep_nodes=2)
     assert set(flex) == {math.ceil(n * distinct_nodes(256, 8, 2)) * h * 2}
     assert len(flex) == len(flat)
-    # inside one node DeepEP moves every copy: as the all-to-all dispatcher
-    assert _dispatch_sizes(m, ep=16, moe_token_dispatcher="flex", ep_nodes=1) == flat
+    # inside one node DeepEP sends a token once per destination rank (deep_ep Buffer.dispatch:
+    # is_token_in_rank): 16 ranks of 16 experts each miss a token with probability
+    # Π_{i<8} (240 − i)/(256 − i), so 16 · (1 − that) = 6.523 of its 8 copies travel
+    one_node = _dispatch_sizes(m, ep=16, moe_token_dispatcher="flex", ep_nodes=1)
+    miss = math.prod((240 - i) / (256 - i) for i in range(8))
+    assert set(one_node) == {math.ceil(n * 16 * (1 - miss)) * h * 2} == {383057920}
+    assert len(one_node) == len(flat)
+    # one expert per rank: every copy goes to a different rank, as with the alltoall dispatcher
+    m16 = replace(m, moe=replace(m.moe, experts=16))
+    solo = _dispatch_sizes(m16, ep=16, moe_token_dispatcher="flex", ep_nodes=1)
+    assert set(solo) == set(_dispatch_sizes(m16, ep=16)) == {n * 8 * h * 2}
     # a load factor scales the busiest GPU's copies either way
     hot = _dispatch_sizes(m, ep=16, moe_token_dispatcher="flex", ep_nodes=2,
                           moe_load_imbalance=1.5)

@@ -82,5 +82,8 @@ def test_the_report_states_it(tmp_path):
     # EP 2 inside one of tiny-2x2's nodes, 4 local experts: the flex dispatcher permutes once
     # each way, the alltoall dispatcher twice, so the flag is accepted and the line differs
     assert "sorted by local expert" in _moe_line(tmp_path, "--ep", "2")
-    assert "sorted by local expert" not in _moe_line(tmp_path, "--ep", "2",
-                                                     "--moe-token-dispatcher-type", "flex")
+    flex = _moe_line(tmp_path, "--ep", "2", "--moe-token-dispatcher-type", "flex")
+    assert "sorted by local expert" not in flex
+    # and DeepEP sends a token once per destination rank: 8 experts over 2 ranks, top-2, a
+    # rank missed with probability C(4, 2)/C(8, 2) = 6/28: 2 · 22/28 = 1.571 copies
+    assert "once per destination rank, 1.571 of 2 EP ranks" in flex

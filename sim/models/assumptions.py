@@ -230,11 +230,17 @@ def _dispatch_note(plan: ModelPlan) -> str:
     nodes = dispatch_nodes(par)
     if par.ep == 1:
         return "EP 1: no dispatch all-to-all"
+    if nodes == 1 and par.moe_token_dispatcher == "flex":
+        d = distinct_nodes(m.moe.experts, m.moe.top_k, par.ep)
+        return (f"--moe-token-dispatcher-type flex (Megatron-Core MoEFlexTokenDispatcher, "
+                f"DeepEP) inside one node: each token sent once per destination rank, {d:.3f} "
+                f"of {par.ep} EP ranks on average (top-{m.moe.top_k} of {m.moe.experts} experts, "
+                f"uniform routing), so the dispatch and combine all-to-alls carry n·{d:.3f}·h·2 "
+                f"bytes (× the load factor) instead of n·{m.moe.top_k}·h·2, direct; one "
+                "permutation into expert order each way")
     if nodes == 1:
-        where = (f"the EP group spans {par.ep_nodes} node(s)" if par.moe_token_dispatcher == "flex"
-                 else "--moe-token-dispatcher-type alltoall")
-        return (f"dispatch and combine all-to-alls of n·top_k·h·2 bytes (× the load factor) "
-                f"in the EP group, direct ({where})")
+        return ("dispatch and combine all-to-alls of n·top_k·h·2 bytes (× the load factor) "
+                "in the EP group, direct (--moe-token-dispatcher-type alltoall)")
     d = distinct_nodes(m.moe.experts, m.moe.top_k, nodes)
     return (f"--moe-token-dispatcher-type flex (Megatron-Core MoEFlexTokenDispatcher, DeepEP): "
             f"the EP group spans {nodes} nodes; each token sent once per destination node, "

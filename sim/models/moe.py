@@ -20,7 +20,9 @@ experts/ep`` local experts:
   destination node over RDMA and fans it out inside the node over NVLink. The scenario runs
   these all-to-alls with the network's hierarchical algorithm (intra-node, then inter-node
   among GPUs of the same local index), so the inter-node phase carries exactly the
-  deduplicated ``nt·D·h·A·(N−1)/N`` bytes per GPU
+  deduplicated ``nt·D·h·A·(N−1)/N`` bytes per GPU; with the group inside one node, DeepEP
+  sends a token once per destination rank: ``nt·D_r·h·A``, ``D_r`` the expected number of
+  distinct EP ranks among its ``top_k`` experts (:func:`dispatch_ranks`)
 - tokens enter the expert MLP through Megatron's ``f``/``ḡ`` operator in the TP group, sized
   ``n·top_k·h·A``; expert fc1/fc2 as grouped GEMMs over ``n·top_k`` tokens
 - with the alltoall dispatcher and more than one local expert, the received copies sorted by
@@ -121,6 +123,18 @@ def dispatch_nodes(par: ParallelConfig) -> int:
     return 1
 
 
+def dispatch_ranks(par: ParallelConfig) -> int:
+    """EP ranks whose duplicate token copies the flex dispatcher merges inside one node: DeepEP's
+    intranode dispatch sends a token once to each rank that holds one of its experts
+    (deepseek-ai/DeepEP deep_ep/buffer.py at 04b06f7a, ``Buffer.dispatch``: ``is_token_in_rank``
+    "whether a token be sent to a rank", ``num_tokens_per_rank``; the receiver gets the token
+    with its top-k indices); the EP size when the group lies inside one node, 1 otherwise (the
+    alltoall dispatcher sends every copy; across nodes :func:`dispatch_nodes` applies)."""
+    if par.moe_token_dispatcher == "flex" and par.ep > 1 and dispatch_nodes(par) == 1:
+        return par.ep
+    return 1
+
+
 def dispatcher_syncs_host(par: ParallelConfig) -> bool:
     """Whether each MoE layer's forward blocks the host until the router's kernels have run:
     Megatron-Core's ``MoEAlltoAllTokenDispatcher`` (NVIDIA/Megatron-LM, megatron/core/
@@ -161,9 +175,11 @@ def _sort_blocks(name: str, elements: int, on: bool) -> tuple[Block, ...]:
 
 
 def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0, nodes: int = 1,
-                  host_sync: bool = False, sort_chunks: bool = False) -> list[Block | Conj]:
+                  host_sync: bool = False, sort_chunks: bool = False,
+                  ranks: int = 1) -> list[Block | Conj]:
     """Blocks and operators of an MoE MLP (see the module docstring); ``load``:
-    :func:`moe_load_factor`; ``nodes``: :func:`dispatch_nodes`; ``host_sync``: the alltoall
+    :func:`moe_load_factor`; ``nodes``: :func:`dispatch_nodes`; ``ranks``:
+    :func:`dispatch_ranks`; ``host_sync``: the alltoall
     dispatcher's host synchronisation (:func:`dispatcher_syncs_host`), marked on the top-k
     kernel whose routing counts the host waits for; ``sort_chunks``: the alltoall dispatcher's
     second permutation (:func:`sorts_by_local_expert`)."""
@@ -197,6 +213,8 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0, nodes: int = 1,
     if dm.ep > 1:
         if nodes > 1:  # DeepEP: one copy per destination node (module docstring)
             arriving = math.ceil(dm.nt * distinct_nodes(n_exp, k, nodes) * load)
+        elif ranks > 1:  # DeepEP inside one node: one copy per destination rank
+            arriving = math.ceil(dm.nt * distinct_nodes(n_exp, k, ranks) * load)
         c = Comm(CollKind.ALLTOALL, GroupKind.EP, arriving * h * A, blocking=True)
         a2a = Conj(c, c)
     fc1_params = local * linear_params(model, h, f1, t, True)
