@@ -62,7 +62,7 @@ def test_kernels_hand_derived():
     fwd = [op for op in row.fwd if "_norm" in op.name]
     assert ops_time_ns(fwd, GPU, A100, "bf16") == 6002
     assert ops_time_ns([op for op in row.ig if "_norm" in op.name], GPU, A100, "bf16") == 4002
-    # without the field the layer is the same minus exactly these four kernels
+    # without the field the layer is the same minus exactly these five kernels
     plain = qkv_row(replace(TINY, qk_layernorm=False))
     assert [op.name for op in plain.fwd] == [n for n in names if "_norm" not in n]
     assert [op.name for op in plain.ig] == [n for n in ig if "_norm" not in n]
