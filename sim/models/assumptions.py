@@ -196,7 +196,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             + ("; the received copies sorted by local expert before fc1 and back after fc2 "
                "(Megatron-Core's alltoall dispatcher, sort_chunks_by_idxs: read and written "
                "once each way)"
-               if sorts_by_local_expert(par) and me.experts // par.ep > 1 else "")
+               if sorts_by_local_expert(m, par) else "")
             + "; expert gradients synced in DP_EP"
             + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""))
         if par.overlap_moe_expert_parallel_comm:

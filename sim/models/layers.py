@@ -211,7 +211,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
             sdm = replace(dm, f=fs, f1=2 * fs if model.gated_mlp else fs)
             items += _dense_mlp(model, sdm, "shared_")
         items += moe_mlp_items(model, dm, moe_load_factor(par), dispatch_nodes(par),
-                               dispatcher_syncs_host(par), sorts_by_local_expert(par),
+                               dispatcher_syncs_host(par), sorts_by_local_expert(model, par),
                                dispatch_ranks(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     if par.dtype == "fp8":  # Transformer Engine's casts around each FP8 GEMM

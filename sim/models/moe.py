@@ -151,7 +151,7 @@ def dispatcher_syncs_host(par: ParallelConfig) -> bool:
     return par.moe_token_dispatcher == "alltoall"
 
 
-def sorts_by_local_expert(par: ParallelConfig) -> bool:
+def sorts_by_local_expert(model: ModelSpec, par: ParallelConfig) -> bool:
     """Whether the dispatcher re-sorts the received token copies by local expert: Megatron-Core's
     ``MoEAlltoAllTokenDispatcher`` (NVIDIA/Megatron-LM megatron/core/transformer/moe/
     token_dispatcher.py at d98e8a64), with more than one local expert, runs "Permutation 2: Sort
@@ -163,7 +163,8 @@ def sorts_by_local_expert(par: ParallelConfig) -> bool:
     backward is the inverse sort of the gradient. The flex (DeepEP) dispatcher permutes once,
     on arrival (``get_permuted_hidden_states_by_experts``): simrun's permute before the
     all-to-all stands for that one."""
-    return par.moe_token_dispatcher == "alltoall"
+    return (par.moe_token_dispatcher == "alltoall" and model.moe is not None
+            and model.moe.experts // par.ep > 1)
 
 
 def _sort_blocks(name: str, elements: int, on: bool) -> tuple[Block, ...]:
@@ -222,7 +223,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0, nodes: int = 1,
     items += [
         a2a,
         expert_tp_enter(dm, m),
-        *_sort_blocks("moe_sort_by_expert", m * h, sort_chunks and local > 1),
+        *_sort_blocks("moe_sort_by_expert", m * h, sort_chunks),
         Block("moe_fc1",
               fwd=(grouped_gemm("expert_fc1", m, h, f1 // t, local, eg),
                    elementwise("expert_act", act_f * A * e)),
@@ -235,7 +236,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0, nodes: int = 1,
               ig=(grouped_gemm("expert_fc2_dgrad", m, h, f // t, local, eg),),
               wg=(grouped_gemm("expert_fc2_wgrad", m, f // t, h, local, eg, True),),
               expert_params=fc2_params),
-        *_sort_blocks("moe_unsort_by_expert", m * h, sort_chunks and local > 1),
+        *_sort_blocks("moe_unsort_by_expert", m * h, sort_chunks),
         expert_tp_exit(dm, m),
         a2a,
         Block("moe_unpermute",

@@ -81,9 +81,7 @@ def check(model: ModelSpec, par: ParallelConfig) -> None:
 
 
 def describe(model: ModelSpec) -> str:
-    """The assumption line of the QK norms (empty without them)."""
-    if not model.qk_layernorm:
-        return ""
+    """The assumption line of a model with ``qk_layernorm``."""
     norm = "an RMSNorm" if model.norm == "rmsnorm" else "a LayerNorm"
     return (f"qk_layernorm (model spec; Megatron-Core TransformerConfig.qk_layernorm): {norm} "
             "over each head of q and of k after the QKV GEMM, one kernel per "

@@ -102,9 +102,9 @@ def apply(rows: list[Row], sp: bool, moe: bool = False) -> int:
 def describe() -> str:
     """The assumption line of a run where :func:`applies`."""
     return ("TP backward (Megatron-LM async_tensor_model_parallel_allreduce, Transformer "
-            "Engine's linears; on with " + FLAG + ", off by default): the column-parallel "
-            "linears' (qkv, "
-            "fc1) input all-gather for the weight gradient runs beside the dgrad GEMM and their "
+            f"Engine's linears; on with {FLAG}, off by default): the column-parallel "
+            "linears' (qkv, fc1) input all-gather for the weight gradient runs beside the "
+            "dgrad GEMM and their "
             "input-gradient reduce-scatter (all-reduce without sequence parallelism) beside the "
             "wgrad GEMM, as NCCL kernels holding one SM per channel (see 'interference'); the "
             "other TP collectives stay serial")
