@@ -3,9 +3,9 @@
 The top-level ``topologies/`` and ``workloads/`` folders stay where the README, the docs and the
 tests name them; a non-editable build (``pip install .``, ``python -m build``) copies them into
 the built package as ``sim/data/topologies/`` and ``sim/data/workloads/``, where
-:mod:`sim.catalog` finds them by name from any directory. Everything else under ``sim/data/``
+:mod:`sim.files.catalog` finds them by name from any directory. Everything else under ``sim/data/``
 (e.g. kernel tables) is ordinary package data (pyproject.toml). An editable install copies
-nothing: :mod:`sim.catalog` then reads the checkout's folders directly.
+nothing: :mod:`sim.files.catalog` then reads the checkout's folders directly.
 """
 
 import shutil

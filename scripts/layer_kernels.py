@@ -21,11 +21,11 @@ import sys
 from sim.models.compute_setup import resolve_compute, timer_for
 from sim.models.generator import gpu_family
 from sim.models.optimizer import adam_ops, grad_bytes
-from sim.models.parallel import attention_kernel
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
+from sim.parallel.config import attention_kernel
 from sim.topology import load_topology
-from sim.validate import load_cases
+from sim.validation.cases import load_cases
 
 PHASES = ("fwd", "ig", "wg", "first_fwd")
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.cli import build_parser  # noqa: E402
 from sim.cli.run import scenario_of  # noqa: E402
-from sim.outputs import write_json  # noqa: E402
+from sim.files.outputs import write_json  # noqa: E402
 from sim.scenario import run_and_write  # noqa: E402
 
 PLOTS = "plots"
@@ -84,10 +84,10 @@ def worked_example(path: str) -> None:
     from sim.comm import GroupKind
     from sim.engine import simulate
     from sim.network.simple import AlphaBetaNetwork
+    from sim.program.pipeline import PipelineProgram, StageProgram
+    from sim.program.workload import Layer, Phase
     from sim.report import build_report
     from sim.viz.timeline import plot_timeline
-    from sim.workload.model import Layer, Phase
-    from sim.workload.program import PipelineProgram, StageProgram
 
     lay = Layer("layer", Phase(10), Phase(10), Phase(10))
     prog = PipelineProgram(tp=1, pp=2, dp=1, ep=1, vpp=1, microbatches=2, pp_bytes=5,

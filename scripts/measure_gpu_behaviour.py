@@ -172,7 +172,7 @@ def host(n: int = 20000) -> dict:
 
 def accumulate_in_place() -> list[dict]:
     """bf16 weight-gradient GEMMs on the shipped table's grid (``STD_M × STD_KN`` of
-    sim/kernels/profile.py): ``torch.mm(A, B, out_dtype=float32)`` (fp32 written, nothing read)
+    sim/profiling/profile.py): ``torch.mm(A, B, out_dtype=float32)`` (fp32 written, nothing read)
     against ``torch.addmm(C, A, B, out_dtype=float32, out=C)`` (in place: PyTorch copies nothing
     when ``out`` is ``C``, cuBLAS reads C and writes the sum, ``beta = 1``); the kernels the
     in-place call launches are listed from ``torch.profiler``."""
@@ -181,7 +181,7 @@ def accumulate_in_place() -> list[dict]:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from sim.kernels.profile import STD_KN, STD_M
+    from sim.profiling.profile import STD_KN, STD_M
 
     rows = []
     for m in STD_M:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.errors import InputError, UsageError
-from sim.rank_classes import RankClasses
+from sim.parallel.rank_classes import RankClasses
 
 LINK_KINDS = ("nic", "nvlink", "uplinks")
 

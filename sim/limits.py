@@ -20,7 +20,7 @@ import math
 import re
 
 from sim.errors import UsageError
-from sim.inputs import INT64_MAX
+from sim.files.inputs import INT64_MAX
 
 MAX_WORK = 1 << 24
 """16,777,216 units of generated work (see the module docstring). Realistic runs stay far
@@ -76,7 +76,7 @@ def check_program_work(program) -> None:
     before its simulation allocates anything (a 700 KB workload file with ``--microbatches
     2000`` would be 20 M passes: hours)."""
     if 2 * program.pp * program.vpp * program.microbatches > MAX_WORK:
-        return  # too many schedule ops: the schedule's own check says so (sim.schedules)
+        return  # too many schedule ops: the schedule's own check says so (sim.pipeline.schedules)
     rows = sum(len(chunk) for st in program.stages for chunk in st.chunks)
     passes = program.microbatches * rows
     if passes > MAX_WORK:

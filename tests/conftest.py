@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "workloads"

@@ -1,7 +1,7 @@
 """Independent timing of a schedule table for the schedule tests (no SimPy): each pass starts
 when its stage is free and its input has been produced (free communication)."""
 
-from sim.schedules import schedule_table, virtual_stage
+from sim.pipeline.schedules import schedule_table, virtual_stage
 
 
 def reference_end_ns(name: str, p: int, m: int, f: int, b: int, w: int, vpp: int = 1) -> int:

@@ -12,10 +12,10 @@ from sim.cli import main
 from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork
+from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
 from sim.workload.aicb_csv import read_log
 from sim.workload.aicb_zero3 import step_tasks, weave
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 DATA = ROOT / "tests" / "data"
 LOG = DATA / "aicb-zero3-2layer.csv"
@@ -154,8 +154,8 @@ def test_log_alone_and_other_files_with_a_model_refused(tmp_path, capsys):
 
 def test_recompute_full_gathers_each_layer_before_its_rerun(tmp_path, capsys):
     from sim.models.generator import generate
-    from sim.models.parallel import ParallelConfig
-    from sim.models.spec import load_model
+    from sim.models.vocab.spec import load_model
+    from sim.parallel.config import ParallelConfig
     from sim.scenario.collective_log import load_log, units_of
     from sim.topology.gpu import GpuSpec
 

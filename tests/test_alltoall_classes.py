@@ -18,11 +18,11 @@ from sim.engine import simulate
 from sim.network import alltoall, build_network, ecmp_hash
 from sim.network.base import CommRequest
 from sim.network.flow import FlowNetwork
-from sim.placement import Placement
+from sim.parallel.placement import Placement
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology import load_topology
 from sim.topology.cluster import Cluster
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))
@@ -180,7 +180,7 @@ def test_aicb_micro_all_to_all_symmetric_equals_per_rank(tmp_path):
 def test_fusability_of_all_to_all_groups_across_nodes():
     # one EP group over all 8 single-GPU nodes: alone on its links (fusable) unless the DP
     # gradient reduction of the same ranks runs too (it crosses the same NICs)
-    from sim.rank_classes import RankClasses
+    from sim.parallel.rank_classes import RankClasses
 
     t = topo("tiny-fattree-8.yaml")
     pl = Placement(1, 8, 1, 8)

@@ -1,4 +1,4 @@
-"""Shipped inputs by name (sim/catalog.py): --topo/--model/--workload NAME from any directory,
+"""Shipped inputs by name (sim/files/catalog.py): --topo/--model/--workload NAME from any directory,
 `simrun list`, and the wheel's package data (setup.py's build step)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import zipfile
 import pytest
 from conftest import ROOT, SEED_512, TOPOLOGIES, WORKLOADS
 
-from sim import catalog
 from sim.cli import main
 from sim.errors import InputError
+from sim.files import catalog
 from sim.kernels.table import read_table, shipped_table
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
 from sim.topology import load_topology
-from sim.validate import default_files
+from sim.validation.cases import default_files
 from sim.workload.registry import read_workload
 
 

@@ -94,7 +94,7 @@ def test_help_documents_units_and_defaults():
 
 
 def test_atomic_write_leaves_nothing_when_interrupted(tmp_path):
-    from sim.outputs import atomic_write
+    from sim.files.outputs import atomic_write
 
     target = tmp_path / "out.json"
     target.write_text("old\n")

@@ -11,7 +11,7 @@ from conftest import SEED_512, SEED_1024, SEED_OPTABLE, TOPOLOGIES, WORKLOADS
 
 from sim.cli import main
 from sim.errors import InputError, UsageError
-from sim.schedules import MAX_OPS, schedule_table
+from sim.pipeline.schedules import MAX_OPS, schedule_table
 from sim.workload.aicb import read_aicb
 from sim.workload.registry import read_workload
 from sim.workload.stages import LayoutOptions, build_program
@@ -138,7 +138,7 @@ def test_too_many_schedule_ops_are_refused_not_allocated(monkeypatch):
     with pytest.raises(UsageError, match="simrun simulates at most 16,777,216") as e:
         schedule_table("interleaved", 4, MAX_OPS // 16 + 4, 2)
     assert e.value.field == "--microbatches"
-    monkeypatch.setattr("sim.schedules.MAX_OPS", 64)  # the boundary, on a small scale
+    monkeypatch.setattr("sim.pipeline.schedules.MAX_OPS", 64)  # the boundary, on a small scale
     assert sum(len(ops) for ops in schedule_table("1f1b", 4, 8)) == 64
     with pytest.raises(UsageError, match="9 microbatches × 4 stages × 1 chunks = 72"):
         schedule_table("1f1b", 4, 9)

@@ -8,13 +8,13 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.memory import layer_activation_bytes
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
 from sim.network.simple import AlphaBetaNetwork
-from sim.placement import Placement
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.parallel.config import ParallelConfig
+from sim.parallel.placement import Placement
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 
 
 def _ring_program(c_f, c_b, fwd_bytes, bwd_bytes, n=3):

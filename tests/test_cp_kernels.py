@@ -1,5 +1,5 @@
 """Context-parallel ring attention runs the kernels TransformerEngine's AttnFuncWithCPAndKVP2P
-runs (sim.models.context): step 0 the causal call of the rank's s/N tokens, later steps the
+runs (sim.models.features.context): step 0 the causal call of the rank's s/N tokens, later steps the
 slower of the two half-size non-causal calls, and the element-wise merge/accumulation kernels,
 each with hand-derived bytes and times read off the shipped H100 table."""
 
@@ -10,9 +10,9 @@ from conftest import ROOT
 
 from sim.kernels.attention import BLOCK
 from sim.models.compute_setup import resolve_compute, timer_for
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
 from sim.topology import load_topology
 
 # Llama-3-8B-like layer with a 16,384-token sequence: at CP 2 every rank attends with 8,192

@@ -1,4 +1,5 @@
-"""Megatron-Core's defer_embedding_wgrad_compute / wgrad_deferral_limit (sim/models/defer_wgrad.py):
+"""Megatron-Core's defer_embedding_wgrad_compute / wgrad_deferral_limit
+(sim/models/features/defer_wgrad.py):
 hand-derived 1F1B timelines of a 2-stage pipeline whose last stage defers its output layer's
 weight-gradient GEMM (and the sequence-parallel all-gather before it) to the pipeline flush,
 the limit, where the generator puts the work, generated layouts never slower, and the
@@ -13,15 +14,16 @@ from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
-from sim.models import ParallelConfig, defer_wgrad, generate
+from sim.models import ParallelConfig, generate
 from sim.models.aicb_writer import aicb_text
+from sim.models.features import defer_wgrad
 from sim.models.parallel_checks import validate
-from sim.models.rows import Row
-from sim.models.spec import ModelSpec
+from sim.models.vocab.rows import Row
+from sim.models.vocab.spec import ModelSpec
 from sim.network.simple import AlphaBetaNetwork
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 A100 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp32": 19.5}, 80, 2039)
 TOPO = str(ROOT / "topologies" / "dgx-a100-1024.yaml")
@@ -207,7 +209,7 @@ def test_symmetric_equals_per_rank(vpp):
     """One simulated rank per stage gives the iteration and per-stage breakdown of simulating
     every rank, with the deferral (the drain's TP all-gathers rendezvous per TP group)."""
     from sim.network import build_network
-    from sim.placement import Placement
+    from sim.parallel.placement import Placement
     from sim.topology import load_topology
 
     t = load_topology(str(ROOT / "topologies" / "tiny-fattree-8.yaml"))

@@ -9,15 +9,15 @@ import itertools
 import pytest
 
 from sim.comm import CollKind, Comm, GroupKind
-from sim.dualpipe import dualpipe, dualpipe_peers
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.memory import inflight_activation_bytes
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
+from sim.pipeline.dualpipe import dualpipe, dualpipe_peers
+from sim.pipeline.schedules import check_schedule, schedule_table, virtual_stage
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.report import build_report
-from sim.schedules import check_schedule, schedule_table, virtual_stage
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 
 def names(ops):

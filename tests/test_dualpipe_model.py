@@ -8,13 +8,13 @@ from conftest import ROOT
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.generator import embedding_grad_comm
-from sim.models.parallel import ParallelConfig, Training
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec, load_model
+from sim.models.vocab.spec import ModelSpec, load_model
 from sim.network.simple import FreeNetwork
+from sim.parallel.config import ParallelConfig, Training
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.viz.boxes import timeline_boxes
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 TINY = ModelSpec("tiny", layers=8, hidden=256, heads=4, vocab=1000, seq_len=128)
 
@@ -63,7 +63,7 @@ def test_dualpipe_refusals():
 def test_uneven_split_on_both_ranks_of_a_stage():
     # Megatron-Core's --decoder-first-pipeline-num-layers: stage 0 (2 of 11 layers, then 3
     # each) runs on rank 0 (direction 0) and on rank 3 (direction 1)
-    from sim.models.split import PipelineSplit
+    from sim.parallel.split import PipelineSplit
     model = ModelSpec("t", layers=11, hidden=256, heads=4, vocab=1000, seq_len=128)
     plan = build_model_plan(model, _par(split=PipelineSplit(first_stage_layers=2)))
     assert [st.layers for st in plan.stages] == [

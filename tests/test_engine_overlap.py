@@ -3,8 +3,8 @@
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
 
 
 def program(ar_bytes_l2: int, ar_bytes_l1: int = 0, m: int = 1, optimizer_ns: int = 0):

@@ -11,9 +11,9 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.models import ParallelConfig, generate, load_model
 from sim.network.simple import AlphaBetaNetwork
+from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 
 def ag(size: int, blocking: bool) -> Comm:

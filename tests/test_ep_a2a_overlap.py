@@ -9,13 +9,13 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models import generate
-from sim.models.parallel import ParallelConfig
-from sim.models.spec import ModelSpec, MoESpec
+from sim.models.vocab.spec import ModelSpec, MoESpec
 from sim.network.simple import AlphaBetaNetwork
-from sim.schedules import schedule_table
+from sim.parallel.config import ParallelConfig
+from sim.pipeline.schedules import schedule_table
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 
 def names(ops):

@@ -11,9 +11,9 @@ from conftest import SEED_512, SEED_OPTABLE, TOPOLOGIES, WORKLOADS
 
 from sim.errors import InputError
 from sim.models.inspect import infer
-from sim.models.module_tree import import_module_tree
-from sim.models.param_table import import_param_table
-from sim.models.spec import load_model
+from sim.models.vocab.module_tree import import_module_tree
+from sim.models.vocab.param_table import import_param_table
+from sim.models.vocab.spec import load_model
 from sim.topology.load import load_topology
 from sim.workload.registry import read_workload
 

@@ -18,9 +18,9 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import SimulationStalled, WatchdogExpired
 from sim.network.simple import FreeNetwork
-from sim.watchdog import simulate_watched
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
+from sim.runtime.watchdog import simulate_watched
 
 LAYER = Layer("l", Phase(100), Phase(50), Phase(50))
 TOPO_512 = str(TOPOLOGIES / "dgx-a100-512.yaml")

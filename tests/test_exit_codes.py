@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SEED_OPTABLE, TOPOLOGIES, WORKLOADS
 
-import sim.outputs
+import sim.files.outputs
 from sim.cli import main
 from sim.errors import InputError
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
 from sim.topology.load import load_topology
 
 TINY = str(TOPOLOGIES / "tiny-2x2.yaml")
@@ -153,7 +153,7 @@ def test_interrupted_write_leaves_the_old_file_and_no_temp_file(name, tmp_path, 
     if name.startswith("sweep"):
         argv.append("--overwrite")
     target.write_bytes(b"old\n")
-    monkeypatch.setattr(sim.outputs.os, "replace",
+    monkeypatch.setattr(sim.files.outputs.os, "replace",
                         _fail_for(target, KeyboardInterrupt(), os.replace))
     assert main(argv) == 130
     assert target.read_bytes() == b"old\n"
@@ -171,7 +171,7 @@ def test_disk_full_leaves_no_partial_file_and_exits_2(name, tmp_path, monkeypatc
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
-    monkeypatch.setattr(sim.outputs.os, "fsync", full)
+    monkeypatch.setattr(sim.files.outputs.os, "fsync", full)
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err

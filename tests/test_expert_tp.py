@@ -14,13 +14,13 @@ from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.generator import generate
 from sim.models.memory import check_memory
-from sim.models.parallel import ParallelConfig
 from sim.models.parallel_checks import validate
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model, model_from_dict
+from sim.models.vocab.spec import load_model, model_from_dict
 from sim.network.simple import AlphaBetaNetwork
 from sim.network.symmetry import copies
-from sim.placement import Placement
+from sim.parallel.config import ParallelConfig
+from sim.parallel.placement import Placement
 from sim.topology.gpu import GpuSpec
 
 MOE_SMALL = load_model(ROOT / "workloads/models/moe-gpt-small.yaml")  # h 768, 8 experts, top-2
@@ -271,7 +271,7 @@ def test_symmetric_per_rank_and_hybrid_agree(layout, tmp_path):
 
 
 def test_sweep_dimension_with_the_single_run_rules():
-    from sim.models.parallel import Training
+    from sim.parallel.config import Training
     from sim.sweep.evaluate import base_row
     from sim.sweep.output import csv_text, ranked
     from sim.sweep.space import Space, enumerate_layouts

@@ -16,11 +16,11 @@ from sim.errors import UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow, simulation_plan
 from sim.network import build_network
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology import load_topology
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 F, B = 10, 20  # ns per microbatch and stage; a GPU slowed 1.5x takes 15 and 30
 

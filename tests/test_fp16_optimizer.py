@@ -14,8 +14,8 @@ plus zeroing the fp16 gradient buffer: 2 per local parameter -> 54 per parameter
 
 from sim.models.optimizer import adam_ops, grad_bytes
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
-from sim.validate import load_cases
+from sim.models.vocab.spec import load_model
+from sim.validation.cases import load_cases
 
 
 def _bytes(ops):

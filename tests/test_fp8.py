@@ -1,4 +1,5 @@
-"""Transformer Engine's FP8 casts (sim/models/fp8.py): byte counts of a tiny layer derived by
+"""Transformer Engine's FP8 casts (sim/models/features/fp8.py): byte counts of a tiny layer derived
+by
 hand from the tensor shapes, their times (the measured H100 table's streaming bandwidth, else the
 roofline), once-per-iteration weight casts, the recipes' closed-form difference, the delayed
 recipe's amax all-reduces, the bf16 output layer, and the flag's refusals."""
@@ -17,10 +18,10 @@ from sim.kernels.table import shipped_table
 from sim.models import ParallelConfig, generate
 from sim.models.compute import H100, op_time_ns
 from sim.models.compute_setup import ComputeSetup
-from sim.models.dims import Dims
 from sim.models.layers import output_rows, transformer_layer_rows
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec, MoESpec
+from sim.models.vocab.dims import Dims
+from sim.models.vocab.spec import ModelSpec, MoESpec
 from sim.network.simple import AlphaBetaNetwork
 from sim.topology.gpu import GpuSpec
 

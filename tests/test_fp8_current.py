@@ -1,4 +1,5 @@
-"""Transformer Engine's current scaling (sim/models/fp8_current.py): the TP amax all-reduces of
+"""Transformer Engine's current scaling (sim/models/features/fp8_current.py): the TP amax
+all-reduces of
 sequence-parallel operands placed by hand (TE v2.9 linear.py / layernorm_linear.py
 _customize_quantizers_float8_current_scaling, quantizer.cpp quantize_impl), a hand-worked
 (time, what) timeline of one forward and one backward reduction, the per-expert scale kernels
@@ -13,10 +14,10 @@ from sim.engine import simulate
 from sim.models import ParallelConfig, generate
 from sim.models.compute import H100, op_time_ns
 from sim.models.compute_setup import ComputeSetup
-from sim.models.dims import Dims
-from sim.models.fp8 import describe
+from sim.models.features.fp8 import describe
 from sim.models.layers import transformer_layer_rows
-from sim.models.spec import ModelSpec, MoESpec
+from sim.models.vocab.dims import Dims
+from sim.models.vocab.spec import ModelSpec, MoESpec
 from sim.network.simple import AlphaBetaNetwork
 from sim.topology.gpu import GpuSpec
 

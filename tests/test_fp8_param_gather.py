@@ -1,4 +1,5 @@
-"""Megatron-Core's --fp8-param-gather (sim/models/fp8_params.py): which weights are FP8, the
+"""Megatron-Core's --fp8-param-gather (sim/models/features/fp8_params.py): which weights are FP8,
+the
 parameter all-gather's bytes derived by hand, a hand-worked (time, what) timeline of the
 optimizer step, the first forward without weight casts, never slower with DP ≥ 2, and the
 refusals."""
@@ -16,9 +17,9 @@ from sim.cli import main
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
 from sim.models import ParallelConfig, generate, load_model
-from sim.models.dims import Dims
 from sim.models.layers import transformer_layer_rows
 from sim.models.plan import build_model_plan
+from sim.models.vocab.dims import Dims
 from sim.network.simple import AlphaBetaNetwork
 
 #: the FP8 weights of one TINY layer: qkv 64×192, proj 64×64, fc1 64×256, fc2 256×64

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.models.inspect import describe, summary
-from sim.models.module_tree import import_module_tree
-from sim.models.param_table import import_param_table
-from sim.models.spec import load_model
+from sim.models.vocab.module_tree import import_module_tree
+from sim.models.vocab.param_table import import_param_table
+from sim.models.vocab.spec import load_model
 
 PARAM_SEED = (WORKLOADS / "models" / "gpt2-pipe-stage-params-tp4.txt").read_text()
 TREE_SEED = (WORKLOADS / "models" / "megatron-core-gpt-12layer-tree.txt").read_text()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sim.comm import CollKind, GroupKind
 from sim.network import build_network
 from sim.network.base import CommRequest
-from sim.placement import Placement
+from sim.parallel.placement import Placement
 from sim.topology.load import load_topology
 
 TOPO_FILES = sorted(TOPOLOGIES.glob("*.yaml"))

@@ -20,7 +20,7 @@ from sim.kernels.lookup import TableLookup
 from sim.kernels.table import KernelRow, KernelTable, parse_table, shipped_table, write_table
 from sim.models.compute import H100, Timer, gemm_table_kind
 from sim.models.compute_setup import ComputeOptions, resolve_compute
-from sim.models.ops import FPROP, elementwise, gemm, wgrad
+from sim.models.vocab.ops import FPROP, elementwise, gemm, wgrad
 from sim.topology.gpu import GpuSpec
 
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
@@ -155,8 +155,8 @@ def test_the_layer_generator_marks_each_weight_gemm_with_its_pass():
     from conftest import WORKLOADS
 
     from sim.models import ParallelConfig, load_model
-    from sim.models.dims import Dims
     from sim.models.layers import transformer_layer_rows
+    from sim.models.vocab.dims import Dims
 
     model = load_model(WORKLOADS / "models" / "llama3-8b.yaml")
     par = ParallelConfig(dtype="fp8", recompute="full")

@@ -10,9 +10,9 @@ from sim.comm import CollKind, GroupKind
 from sim.errors import UsageError
 from sim.models import ParallelConfig, build_model_plan, generate, load_model
 from sim.models.generator import bucket_params
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
+from sim.program.pipeline import TaskKind
 from sim.topology.gpu import GpuSpec
-from sim.workload.program import TaskKind
 
 MODELS = WORKLOADS / "models"
 A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)

@@ -70,7 +70,7 @@ def test_round_trip_through_the_aicb_reader(tmp_path, kw):
 
 @pytest.mark.parametrize("kw", LAYOUTS[:1])  # interleaved: 1F1B stages do not delay
 def test_delayed_stage_written_as_iteration_rows(tmp_path, kw):
-    """A stage that delays its gradient reduction (sim/models/grad_sync.py) is written with
+    """A stage that delays its gradient reduction (sim/models/features/grad_sync.py) is written with
     its grad syncs as the first iteration-level rows: read back, its layers carry no bucket
     collective and its epilogue issues the same collectives, non-blocking, before the
     optimizer waits for them."""

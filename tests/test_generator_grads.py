@@ -9,11 +9,11 @@ from sim.engine import simulate
 from sim.models import ParallelConfig, generate
 from sim.models.generator import _layers, bucket_params, embedding_grad_comm
 from sim.models.plan import build_model_plan
-from sim.models.rows import Row
-from sim.models.spec import ModelSpec
+from sim.models.vocab.rows import Row
+from sim.models.vocab.spec import ModelSpec
 from sim.network.simple import AlphaBetaNetwork
+from sim.program.pipeline import TaskKind
 from sim.topology.gpu import GpuSpec
-from sim.workload.program import TaskKind
 
 A100 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp32": 19.5}, 80, 2039)
 

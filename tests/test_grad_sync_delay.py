@@ -1,4 +1,4 @@
-"""Megatron's delayed gradient reduction (delay_grad_reduce, sim/models/grad_sync.py):
+"""Megatron's delayed gradient reduction (delay_grad_reduce, sim/models/features/grad_sync.py):
 hand-derived timelines of tiny 1F1B and interleaved pipelines with and without it, where the
 generator puts the bucket collectives, and overlapped gradient reduction never slower than
 none (with SM interference) over several pipeline layouts."""
@@ -13,16 +13,16 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.engine.interference import Interference
 from sim.models import ParallelConfig, generate
-from sim.models.grad_sync import delays, launch_points
+from sim.models.features.grad_sync import delays, launch_points
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
 from sim.network import build_network
 from sim.network.simple import AlphaBetaNetwork
-from sim.placement import Placement
+from sim.parallel.placement import Placement
+from sim.program.pipeline import GradSync, PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
 from sim.topology import load_topology
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import GradSync, PipelineProgram, StageProgram, Task, TaskKind
 
 A100 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp32": 19.5}, 80, 2039)
 TOPO = str(ROOT / "topologies" / "dgx-a100-1024.yaml")

@@ -9,8 +9,8 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.engine.host import issue, segment_after_sync_ns
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 
 US = 1000
 

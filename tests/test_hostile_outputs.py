@@ -13,10 +13,10 @@ import sys
 import pytest
 from hostile_support import ROOT, run_bounded
 
-import sim.outputs
+import sim.files.outputs
 from sim.errors import InputError, UsageError
-from sim.outputs import atomic_write, check_output_paths
-from sim.process import Terminated
+from sim.files.outputs import atomic_write, check_output_paths
+from sim.runtime.process import Terminated
 
 TINY = str(ROOT / "topologies" / "tiny-2x2.yaml")
 OPTABLE = ROOT / "workloads" / "optable-gpt2-large-block.tsv"
@@ -174,6 +174,6 @@ def test_sigterm_mid_write_leaves_no_temp_file(tmp_path):
 
 def test_check_output_path_refuses_a_directory_and_a_missing_directory(tmp_path):
     with pytest.raises(InputError, match="is a directory; give a file name"):
-        sim.outputs.check_output_path(tmp_path, "--json")
+        sim.files.outputs.check_output_path(tmp_path, "--json")
     with pytest.raises(InputError, match="does not exist"):
-        sim.outputs.check_output_path(tmp_path / "no" / "r.json", "--json")
+        sim.files.outputs.check_output_path(tmp_path / "no" / "r.json", "--json")

@@ -12,8 +12,8 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.engine.interference import Interference
 from sim.network.simple import AlphaBetaNetwork
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 
 TOPO = str(ROOT / "topologies" / "dgx-a100-1024.yaml")
 GPT22 = str(ROOT / "workloads" / "models" / "gpt-22b.yaml")

@@ -12,10 +12,10 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.engine.jitter import Jitter
 from sim.network.simple import AlphaBetaNetwork
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 
 TOPO = str(ROOT / "topologies" / "dgx-a100-1024.yaml")
 GPT22 = str(ROOT / "workloads" / "models" / "gpt-22b.yaml")

@@ -11,8 +11,8 @@ from sim.kernels.table import shipped_table
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.models.compute import H100, Timer
 from sim.models.generator import generate
-from sim.models.ops import Op, OpKind
-from sim.models.parallel import attention_kernel
+from sim.models.vocab.ops import Op, OpKind
+from sim.parallel.config import attention_kernel
 from sim.topology.gpu import GpuSpec
 
 TABLE = shipped_table("h100-sxm.csv")

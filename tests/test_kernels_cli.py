@@ -9,9 +9,9 @@ import pytest
 from conftest import TOPOLOGIES, WORKLOADS
 
 from sim.cli import main
-from sim.kernels.profile import kernels_for, table_from_times
 from sim.kernels.table import write_table
 from sim.models import ParallelConfig, load_model
+from sim.profiling.profile import kernels_for, table_from_times
 
 H100_TOPO = str(TOPOLOGIES / "dgx-h100-1024.yaml")
 AICB_512 = str(WORKLOADS / "aicb-gpt13b-tp8-pp8-512gpu.txt")

@@ -29,8 +29,8 @@ from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import H100, Timer
-from sim.models.dims import Dims
 from sim.models.layers import transformer_layer_rows
+from sim.models.vocab.dims import Dims
 from sim.topology.gpu import GpuSpec
 
 TABLE = shipped_table("h100-sxm.csv")

@@ -32,8 +32,8 @@ from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import H100, Timer
-from sim.models.dims import Dims
 from sim.models.layers import transformer_layer_rows
+from sim.models.vocab.dims import Dims
 from sim.topology.gpu import GpuSpec
 
 DATA = Path(__file__).resolve().parent.parent / "sim" / "data" / "kernels" / "h100-sxm-layers.csv"

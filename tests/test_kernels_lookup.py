@@ -10,7 +10,7 @@ from sim.kernels.derive import derive
 from sim.kernels.lookup import BYTES_PER_ELEMENT, EXACT, HELD, INTERPOLATED, TableLookup
 from sim.kernels.table import shipped_table
 from sim.models.compute import H100, op_time_ns
-from sim.models.ops import gemm
+from sim.models.vocab.ops import gemm
 from sim.topology.gpu import GpuSpec
 
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)

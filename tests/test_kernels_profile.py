@@ -5,18 +5,18 @@ import pytest
 from conftest import WORKLOADS
 
 from sim.kernels.lookup import TableLookup
-from sim.kernels.profile import (
+from sim.kernels.table import read_table, write_table
+from sim.models import ParallelConfig, load_model
+from sim.models.compute import H100, Timer
+from sim.models.layers import transformer_layer_rows
+from sim.models.vocab.dims import Dims
+from sim.profiling.profile import (
     KernelSpec,
     kernels_for,
     missing_requirement,
     standard_kernels,
     table_from_times,
 )
-from sim.kernels.table import read_table, write_table
-from sim.models import ParallelConfig, load_model
-from sim.models.compute import H100, Timer
-from sim.models.dims import Dims
-from sim.models.layers import transformer_layer_rows
 from sim.topology.gpu import GpuSpec
 
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)

@@ -19,12 +19,12 @@ import pytest
 from conftest import WORKLOADS
 
 from sim.kernels.lookup import EXACT, TableLookup
-from sim.kernels.profile import kernels_for
 from sim.kernels.table import read_table
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import H100, Timer
-from sim.models.dims import Dims
 from sim.models.layers import transformer_layer_rows
+from sim.models.vocab.dims import Dims
+from sim.profiling.profile import kernels_for
 from sim.topology.gpu import GpuSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,14 +74,14 @@ def test_the_profiled_table_times_the_layer_from_measured_shapes_near_the_real_l
 # ``simrun profile --standard --out standard-cli.csv`` on a fresh H100 machine (driver
 # 580.159.04, PyTorch 2.11.0+cu130), 2026-11-28, unedited: 319 kernels in 63 s. Its
 # ``gemm_bf16_acc32`` rows were timed out of place (``torch.addmm`` copying C first, before
-# sim/kernels/measure.py switched to ``out=C``); the shipped table's come from the in-place
+# sim/profiling/measure.py switched to ``out=C``); the shipped table's come from the in-place
 # measurement (docs/kernel-tables.md, "GEMM kinds").
 STANDARD = ROOT / "tests" / "data" / "h100-profile-standard.csv"
 FIRST = ROOT / "docs" / "measured" / "h100-2026-11-28" / "profile-standard.csv"
 
 
 def test_the_standard_profile_holds_every_kernel_of_the_sweep():
-    from sim.kernels.profile import standard_kernels
+    from sim.profiling.profile import standard_kernels
 
     table = read_table(STANDARD)
     assert table.gpu == "NVIDIA H100 80GB HBM3" and table.meta["sms"] == "132"

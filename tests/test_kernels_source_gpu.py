@@ -5,8 +5,8 @@ import pytest
 
 from sim.errors import UsageError
 from sim.models.compute_setup import scale_workload, source_compute_scale
+from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase, Workload, WorkloadHeader
 
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
 A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)

@@ -27,8 +27,8 @@ from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
 from sim.models import ParallelConfig, load_model
 from sim.models.compute import H100, Timer
-from sim.models.dims import Dims
 from sim.models.layers import output_rows, transformer_layer_rows
+from sim.models.vocab.dims import Dims
 from sim.topology.gpu import GpuSpec
 
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
@@ -80,7 +80,7 @@ def test_final_norm_has_no_residual_add():
 
 
 def test_eager_torchtitan_block_keeps_its_own_adds_only():
-    # --no-compile: sim.models.eager counts the residual accumulate from the bda gradient
+    # --no-compile: sim.models.features.eager counts the residual accumulate from the bda gradient
     fwd, ig = layer_ops("llama2-7b.yaml", compile=False, attention_backend="flash")
     assert not [n for n in (*fwd, *ig) if "residual_grad_add" in n or "qkv_split" in n]
     assert [n for n in ig if n.endswith("_residual_accumulate")]

@@ -8,7 +8,7 @@ from conftest import WORKLOADS
 
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.models.memory import check_memory, inflight_activation_bytes, layer_activation_bytes
-from sim.schedules import schedule_table
+from sim.pipeline.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
 
 MODELS = WORKLOADS / "models"

@@ -9,9 +9,9 @@ from conftest import TOPOLOGIES, WORKLOADS
 
 from sim.cli import main
 from sim.models.memory import check_memory
-from sim.models.parallel import ParallelConfig
-from sim.models.parallel import ParallelConfig as _ParallelConfig
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
+from sim.parallel.config import ParallelConfig
+from sim.parallel.config import ParallelConfig as _ParallelConfig
 from sim.topology import load_topology
 
 MODELS = WORKLOADS / "models"

@@ -22,7 +22,7 @@ from sim.cli import main
 from sim.models import ParallelConfig, build_model_plan
 from sim.models.generator import _dp_comm
 from sim.models.memory import check_memory, layer_activation_bytes
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
 GPU = GpuSpec("test-80GB", {"bf16": 1000.0, "fp16": 1000.0, "fp8": 2000.0, "fp32": 60.0}, 80, 3000)

@@ -18,7 +18,7 @@ from sim.models.compute import (
 )
 from sim.models.compute_setup import resolve_compute
 from sim.models.layers import Dims, transformer_layer_rows
-from sim.models.ops import Op, OpKind, gemm
+from sim.models.vocab.ops import Op, OpKind, gemm
 from sim.topology.gpu import GpuSpec
 
 # docs/hardware.md: A100 SXM 80 GB: 312 TFLOP/s BF16 dense, 2.039 TB/s HBM; H100 SXM: 989.4 BF16,

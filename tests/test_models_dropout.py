@@ -14,7 +14,7 @@ from sim.cli import main
 from sim.errors import InputError
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.models.compute import A100, ops_time_ns
-from sim.models.spec import ModelSpec, model_from_dict
+from sim.models.vocab.spec import ModelSpec, model_from_dict
 from sim.topology.gpu import GpuSpec
 
 GPU = GpuSpec("round", {"bf16": 100.0}, 80, 2000)  # at 80%: 1600 bytes per ns

@@ -1,4 +1,5 @@
-"""PyTorch eager mode (--no-compile, sim/models/eager.py): the kernels of a tiny torchtitan Llama
+"""PyTorch eager mode (--no-compile, sim/models/features/eager.py): the kernels of a tiny
+torchtitan Llama
 layer with bytes worked out by hand from the tensor shapes, their exact roofline time, eager
 never faster than fused, and the refusals."""
 
@@ -12,7 +13,7 @@ from sim.cli import main
 from sim.errors import UsageError
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.models.compute import A100, H100, ops_time_ns
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
 A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)

@@ -1,4 +1,4 @@
-"""PyTorch FSDP2 (--use-torch-fsdp2, sim/models/fsdp2.py): the copies around each unit's
+"""PyTorch FSDP2 (--use-torch-fsdp2, sim/models/features/fsdp2.py): the copies around each unit's
 all-gather and reduce-scatter and the fp32 reduce-scatter, on a hand-derived timeline and in a
 generated program; refusals."""
 
@@ -11,13 +11,13 @@ from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models.features.zero import zero3_layers
 from sim.models.generator import generate
-from sim.models.rows import Row
-from sim.models.zero import zero3_layers
+from sim.models.vocab.rows import Row
 from sim.network.simple import AlphaBetaNetwork
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 A100_80 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 80, 2039)
 

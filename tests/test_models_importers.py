@@ -12,10 +12,10 @@ from sim.errors import InputError
 from sim.models import ParallelConfig, generate, total_params
 from sim.models.compute import A100, op_time_ns
 from sim.models.inspect import detect_format
-from sim.models.module_tree import import_module_tree, to_model_spec
 from sim.models.optimizer import ShampooBlock, block_step_flops, root_flops
-from sim.models.param_table import import_param_table
-from sim.models.spec import ModelSpec
+from sim.models.vocab.module_tree import import_module_tree, to_model_spec
+from sim.models.vocab.param_table import import_param_table
+from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
 TABLE = WORKLOADS / "models" / "gpt2-pipe-stage-params-tp4.txt"
@@ -200,8 +200,8 @@ def test_inspect_bad_input_exit_code_2(tmp_path, capsys):
 
 def test_infer_returns_the_typed_result():
     from sim.models.inspect import infer
-    from sim.models.module_tree import ModuleTreeInfo
-    from sim.models.param_table import ParamTableInfo
+    from sim.models.vocab.module_tree import ModuleTreeInfo
+    from sim.models.vocab.param_table import ParamTableInfo
 
     assert isinstance(infer(str(TABLE)), ParamTableInfo)
     tree = infer(str(TREE))

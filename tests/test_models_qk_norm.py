@@ -1,4 +1,4 @@
-"""Megatron-Core's qk_layernorm (sim/models/qk_norm.py): the q and k norm kernels of a tiny
+"""Megatron-Core's qk_layernorm (sim/models/features/qk_norm.py): the q and k norm kernels of a tiny
 model's layer with bytes worked out by hand from the tensor shapes, their exact roofline time,
 TP and CP sizes, the weights and the kept activations, the spec field, the refusal in eager
 mode and the report's assumption line."""
@@ -14,7 +14,7 @@ from sim.errors import InputError, UsageError
 from sim.models import ParallelConfig, build_model_plan, load_model, total_params
 from sim.models.compute import A100, ops_time_ns
 from sim.models.memory import layer_activation_bytes
-from sim.models.spec import ModelSpec, model_from_dict
+from sim.models.vocab.spec import ModelSpec, model_from_dict
 from sim.topology.gpu import GpuSpec
 
 # a GPU of round bandwidth: at 80% of 2000 GB/s, 1600 bytes per ns

@@ -1,4 +1,5 @@
-"""Megatron-Core's rotary position embedding (sim/models/rope.py): the kernels of a tiny model's
+"""Megatron-Core's rotary position embedding (sim/models/features/rope.py): the kernels of a tiny
+model's
 layer with bytes worked out by hand from the tensor shapes (Transformer Engine's fused kernel
 and Megatron-Core's unfused torch expression), their exact roofline time, CP and TP sizes,
 eager runs counting only their own RoPE, unfused never faster, the report's assumption line and
@@ -14,7 +15,7 @@ from sim.cli import main
 from sim.errors import UsageError
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.models.compute import A100, H100, ops_time_ns
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
 # a GPU of round bandwidth: at 80% of 2000 GB/s, 1600 bytes per ns

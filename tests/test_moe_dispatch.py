@@ -13,11 +13,11 @@ from conftest import ROOT
 from sim.cli import main
 from sim.comm import CollKind
 from sim.errors import UsageError
+from sim.models.features.moe import distinct_nodes
 from sim.models.flops import model_flops_per_iteration
-from sim.models.moe import distinct_nodes
-from sim.models.parallel import ParallelConfig, Training
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
+from sim.parallel.config import ParallelConfig, Training
 from sim.scenario.model_run import ep_nodes, with_training_overrides
 from sim.scenario.options import NetworkOptions
 from sim.scenario.run import dispatcher_network

@@ -7,9 +7,9 @@ from conftest import ROOT
 from sim.comm import CollKind, GroupKind
 from sim.errors import UsageError
 from sim.models.flops import model_flops_per_iteration, total_params
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
+from sim.parallel.config import ParallelConfig
 
 MODELS = ROOT / "workloads/models"
 

@@ -1,4 +1,4 @@
-"""The alltoall dispatcher's second permutation (sim.models.moe.sorts_by_local_expert):
+"""The alltoall dispatcher's second permutation (sim.models.features.moe.sorts_by_local_expert):
 Megatron-Core sorts the received token copies by local expert before the grouped GEMM and back
 after it; bytes worked out by hand for a tiny MoE model, their exact roofline time, the
 expert-TP order of sort and collective, and where it is absent (one local expert, the flex
@@ -7,9 +7,9 @@ dispatcher)."""
 from dataclasses import replace
 
 from sim.models.compute import A100, ops_time_ns
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec, MoESpec
+from sim.models.vocab.spec import ModelSpec, MoESpec
+from sim.parallel.config import ParallelConfig
 from sim.topology.gpu import GpuSpec
 
 # a GPU of round bandwidth: at 80% of 2000 GB/s, 1600 bytes per ns

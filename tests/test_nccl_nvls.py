@@ -21,7 +21,7 @@ from sim.comm import CollKind, GroupKind
 from sim.errors import InputError
 from sim.network import build_network
 from sim.network.base import CommRequest
-from sim.placement import Placement
+from sim.parallel.placement import Placement
 from sim.topology import load_topology, parse_topology
 
 S = 100_000_000

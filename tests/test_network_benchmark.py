@@ -16,7 +16,7 @@ from test_network_symmetry import program
 
 from sim.engine import simulate
 from sim.network import build_network
-from sim.placement import Placement
+from sim.parallel.placement import Placement
 from sim.topology import load_topology
 
 pytestmark = pytest.mark.benchmark

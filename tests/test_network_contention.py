@@ -14,7 +14,7 @@ from conftest import TOPOLOGIES
 from sim.comm import CollKind, GroupKind
 from sim.network import build_network
 from sim.network.base import CommRequest
-from sim.placement import Placement
+from sim.parallel.placement import Placement
 from sim.topology import load_topology, parse_topology
 
 P2P_LAT = 22_400

@@ -10,10 +10,10 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.network import build_network
 from sim.network.symmetry import copies
-from sim.placement import Placement
+from sim.parallel.placement import Placement
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology import load_topology
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 MB = 1 << 20
 

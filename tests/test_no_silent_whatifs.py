@@ -1,4 +1,5 @@
-"""No silent what-ifs (sim/applicable.py): every flag of the main run × input kind either changes
+"""No silent what-ifs (sim/options/applicable.py): every flag of the main run × input kind either
+changes
 the simulation, with the report saying how, or exits 2 with a one-line reason naming the flag.
 
 One test per (flag, input kind) of the table: ``refused`` → exit 2 naming the flag; ``changes``
@@ -15,8 +16,8 @@ import json
 import pytest
 from conftest import ROOT, SEED_512, SEED_OPTABLE
 
-from sim import applicable
 from sim.cli import build_parser, main
+from sim.options import applicable
 
 INPUTS = {
     "aicb": ["--workload", str(SEED_512), "--topo", "dgx-a100-512"],
@@ -398,7 +399,7 @@ CASES = [(flag, kind) for flag in applicable.TABLE for kind in applicable.INPUT_
 
 
 def test_every_flag_of_the_run_is_in_the_table():
-    """A flag added to the run parser must be entered in sim/applicable.py's TABLE."""
+    """A flag added to the run parser must be entered in sim/options/applicable.py's TABLE."""
     flags = {next(o for o in a.option_strings if o.startswith("--"))
              for a in build_parser()._actions}
     assert flags == set(applicable.TABLE)

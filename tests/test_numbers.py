@@ -17,14 +17,14 @@ from sim.errors import InputError
 from sim.network import build_network
 from sim.network.base import CommRequest
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
-from sim.placement import Placement
+from sim.parallel.placement import Placement
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.report import build_report
 from sim.topology import load_topology
 from sim.viz.trace import build_trace
 from sim.workload.aicb import read_aicb
-from sim.workload.model import Layer, Phase
 from sim.workload.optable import read_optable
-from sim.workload.program import PipelineProgram, StageProgram
 from sim.workload.registry import read_workload
 
 SEED_SIZE = 12_802_064_384  # the DP reduce-scatter of the 1024-GPU seed (> 2^33)

@@ -8,10 +8,10 @@ import pytest
 from conftest import ROOT
 
 from sim.errors import UsageError
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import load_model
-from sim.models.split import PipelineSplit, stage_layer_counts, virtual_stage_layers
+from sim.models.vocab.spec import load_model
+from sim.parallel.config import ParallelConfig
+from sim.parallel.split import PipelineSplit, stage_layer_counts, virtual_stage_layers
 
 
 def test_even_split_is_unchanged():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from conftest import WORKLOADS
 
-from sim.layout import Layout
 from sim.models import ParallelConfig, generate, load_model
+from sim.parallel.layout import Layout
+from sim.program.pipeline import PipelineProgram
 from sim.topology.gpu import GpuSpec
-from sim.workload.program import PipelineProgram
 
 H100_80 = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4}, 80, 3350)
 

@@ -1,4 +1,5 @@
-"""The progress line (sim/progress.py): only on a terminal, only after the delay, erased before
+"""The progress line (sim/runtime/progress.py): only on a terminal, only after the delay, erased
+before
 anything else is printed (also when the work fails)."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import time
 import pytest
 from conftest import SEED_1024, TOPOLOGIES, WORKLOADS
 
-from sim import progress
 from sim.cli import main
-from sim.progress import CLEAR, Progress
+from sim.runtime import progress
+from sim.runtime.progress import CLEAR, Progress
 
 
 class Tty(io.StringIO):
@@ -101,15 +102,16 @@ def test_unreachable_dask_scheduler_error_is_not_drawn_inside_the_bar(terminal, 
 
 
 def test_validate_counts_the_cases_done(terminal, monkeypatch):
-    import sim.validate
+    import sim.validation.cases
 
     def slow_case(case):
         time.sleep(1.0)  # twice the redraw interval (0.5 s)
         return {"case": case}
 
-    monkeypatch.setattr(sim.validate, "run_case", slow_case)
+    monkeypatch.setattr(sim.validation.cases, "run_case", slow_case)
     err = terminal()
-    assert sim.validate.run_cases(["a", "b", "c"], workers=1) == [{"case": c} for c in "abc"]
+    cases = sim.validation.cases.run_cases(["a", "b", "c"], workers=1)
+    assert cases == [{"case": c} for c in "abc"]
     text = err.getvalue()
     assert CLEAR + "simrun: validate: cases done 0/3 … " in text
     assert re.search(re.escape(CLEAR) + r"simrun: validate: cases done [12]/3 … ", text)

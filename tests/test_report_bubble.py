@@ -10,8 +10,8 @@ from sim.cli import main
 from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
+from sim.program.pipeline import Task, TaskKind
 from sim.report import build_report
-from sim.workload.program import Task, TaskKind
 
 
 def test_hand_derived_p2_m2_bubble_and_busy():
@@ -71,7 +71,7 @@ def test_512_gpu_example_one_microbatch(tmp_path):
 
 
 def test_embedding_group_is_first_and_last_stage():
-    from sim.placement import Placement
+    from sim.parallel.placement import Placement
     pl = Placement(tp=2, dp=2, pp=4)
     for r in range(pl.world_size):
         c = pl.coord(r)

@@ -15,7 +15,7 @@ from schedule_support import reference_interleaved
 from sim.comm import GroupKind
 from sim.engine import simulate
 from sim.network.simple import AlphaBetaNetwork, FreeNetwork
-from sim.workload.model import Layer, Phase
+from sim.program.workload import Layer, Phase
 
 
 def _pp_net() -> AlphaBetaNetwork:
@@ -31,7 +31,7 @@ def _program(p, v, m, f, b, transfer=0):
 def test_hand_worked_interleaved_p2_v2_m2_with_transfers():
     # p = 2, v = 2, M = 2 (N = 2): virtual stages 0 (stage 0 chunk 0), 1 (stage 1 chunk 0),
     # 2 (stage 0 chunk 1), 3 (stage 1 chunk 1). Per chunk F = 10, B = 20 (input grad 10, weight
-    # grad 10); each activation/gradient transfer 5 ns. Orders (sim.schedules.interleaved):
+    # grad 10); each activation/gradient transfer 5 ns. Orders (sim.pipeline.schedules.interleaved):
     #   stage 0 (warm-up 2·1 + 1·2 = 4): F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0
     #   stage 1 (warm-up 0 + 1·2 = 2):   F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 B1.0
     # Worked by hand (a send starts when its pass ends, the sender goes on; a wait before the

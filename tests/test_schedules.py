@@ -3,7 +3,7 @@
 import pytest
 
 from sim.errors import UsageError
-from sim.schedules import (
+from sim.pipeline.schedules import (
     gpipe,
     ideal_bubble_fraction,
     interleaved,

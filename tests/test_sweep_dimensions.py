@@ -7,8 +7,8 @@ import io
 from conftest import ROOT
 
 from sim.cli.sweep import parse_schedules
-from sim.models.parallel import Training
-from sim.models.spec import load_model
+from sim.models.vocab.spec import load_model
+from sim.parallel.config import Training
 from sim.sweep.output import csv_text, ranked
 from sim.sweep.space import Space, SweepPoint, enumerate_layouts
 

@@ -15,11 +15,11 @@ import json
 import pytest
 from conftest import ROOT
 
-from sim import applicable
 from sim.cli import build_parser as run_parser
 from sim.cli import main
 from sim.cli.sweep import build_parser as sweep_parser
 from sim.cli.sweep_args import EXCLUDED, LISTS, refused
+from sim.options import applicable
 
 # attributes that make two argparse options parse the same
 SAME = ("type", "choices", "nargs", "const", "metavar", "default")

@@ -14,11 +14,11 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.faults import Faults, simulation_plan
 from sim.network import build_network
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology import load_topology
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 UNIFORM = ["tiny-2x2.yaml", "tiny-nvlink-4.yaml", "tiny-pcie-4.yaml", "tiny-fattree-8.yaml",
            "tiny-fattree-8-oversub2.yaml"]

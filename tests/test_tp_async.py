@@ -16,8 +16,8 @@ from sim.engine.overlap import overlapped_ns
 from sim.errors import UsageError
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.network.simple import AlphaBetaNetwork
-from sim.workload.model import GemmOverlap, Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import GemmOverlap, Layer, Phase
 
 TOPO = str(ROOT / "topologies" / "dgx-a100-1024.yaml")
 GPT22 = str(ROOT / "workloads" / "models" / "gpt-22b.yaml")

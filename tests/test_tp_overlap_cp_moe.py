@@ -14,8 +14,8 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.models import ParallelConfig, build_model_plan, load_model
 from sim.network.simple import AlphaBetaNetwork
-from sim.workload.model import GemmOverlap, Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import GemmOverlap, Layer, Phase
 
 TP, CP = GroupKind.TP, GroupKind.CP
 AG, RS = CollKind.ALLGATHER, CollKind.REDUCESCATTER
@@ -130,7 +130,7 @@ def test_generated_cp2_layer_overlaps_the_ranks_s_over_cp_tokens():
     assert [r.name for r in layer0 if any(
         c is not None and c.group is TP for c in (r.fwd_comm, r.ig_comm, r.wg_comm))] == []
     cp_rows = [r for r in layer0 if r.name in ("layer0_attn_cp0", "layer0_attn_cp1")]
-    assert len(cp_rows) == 2  # the ring steps (sim.models.context)
+    assert len(cp_rows) == 2  # the ring steps (sim.models.features.context)
     assert all(r.ig_comm.group is CP for r in cp_rows) and cp_rows[0].fwd_comm.group is CP
 
 

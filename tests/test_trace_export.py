@@ -14,10 +14,10 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
 from sim.network.simple import AlphaBetaNetwork
+from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
 from sim.report import build_report
 from sim.viz.trace import build_trace, rank_list, trace_text, write_trace
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 
 def hand_case():

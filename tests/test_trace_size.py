@@ -14,8 +14,8 @@ from conftest import ROOT, SEED_512, SEED_1024, TOPOLOGIES, WORKLOADS
 
 import sim.engine
 from sim.cli import main
-from sim.layout import LayoutRequest
-from sim.models.parallel import Training
+from sim.parallel.config import Training
+from sim.parallel.layout import LayoutRequest
 from sim.scenario.model_run import model_run
 from sim.topology import load_topology
 from sim.viz.trace_size import LIMIT_BYTES, estimate_trace_bytes, stage_events

@@ -12,10 +12,10 @@ from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.memory import inflight_activation_bytes
 from sim.network.simple import FreeNetwork
+from sim.pipeline.schedules import check_schedule, schedule_table, zb_h2
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.report import build_report
-from sim.schedules import check_schedule, schedule_table, zb_h2
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 
 def names(ops):
@@ -140,8 +140,8 @@ def test_zb_h2_in_a_sweep_with_its_feasibility_rule():
     from conftest import ROOT
 
     from sim.cli.sweep import parse_schedules
-    from sim.models.parallel import Training
-    from sim.models.spec import load_model
+    from sim.models.vocab.spec import load_model
+    from sim.parallel.config import Training
     from sim.sweep.space import Space, enumerate_layouts
 
     model = load_model(ROOT / "workloads/models/llama3-8b.yaml")

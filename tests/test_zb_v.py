@@ -13,14 +13,14 @@ from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.generator import embedding_grad_comm
 from sim.models.memory import inflight_activation_bytes
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec, load_model
+from sim.models.vocab.spec import ModelSpec, load_model
 from sim.network.simple import FreeNetwork
+from sim.parallel.config import ParallelConfig
+from sim.pipeline.schedules import schedule_table, stage_chunk, virtual_stage, zb_v
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.report import build_report
-from sim.schedules import schedule_table, stage_chunk, virtual_stage, zb_v
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 
 def names(ops):

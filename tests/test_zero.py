@@ -7,16 +7,16 @@ from conftest import ROOT
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
+from sim.models.features.zero import zero3_layers
 from sim.models.generator import generate
 from sim.models.memory import check_memory
-from sim.models.parallel import ParallelConfig
-from sim.models.rows import Row
-from sim.models.spec import load_model
-from sim.models.zero import zero3_layers
+from sim.models.vocab.rows import Row
+from sim.models.vocab.spec import load_model
 from sim.network.simple import AlphaBetaNetwork
+from sim.parallel.config import ParallelConfig
+from sim.program.pipeline import PipelineProgram, StageProgram
+from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, StageProgram
 
 
 def _program(m=1):

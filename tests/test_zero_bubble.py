@@ -8,9 +8,9 @@ from sim.engine import simulate
 from sim.errors import UsageError
 from sim.models.memory import inflight_activation_bytes
 from sim.network.simple import FreeNetwork
+from sim.pipeline.schedules import one_f_one_b, schedule_table, zb_h1
+from sim.program.workload import Layer, Phase
 from sim.report import build_report
-from sim.schedules import one_f_one_b, schedule_table, zb_h1
-from sim.workload.model import Layer, Phase
 
 
 def names(ops):

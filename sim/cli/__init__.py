@@ -19,7 +19,7 @@ from collections.abc import Callable
 from sim.cli.run import build_parser as _build_parser
 from sim.cli.run import run as _run
 from sim.errors import SimrunError, UsageError
-from sim.process import exit_status, quiet_shutdown, terminate_as_interrupt
+from sim.runtime.process import exit_status, quiet_shutdown, terminate_as_interrupt
 
 _T0 = time.perf_counter()
 
@@ -59,7 +59,7 @@ def _subcommand(name: str) -> Callable[[list[str]], int]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``simrun`` console script; returns the exit code. Run as the program
-    (``argv`` None), signals after the command end it quietly (:mod:`sim.process`)."""
+    (``argv`` None), signals after the command end it quietly (:mod:`sim.runtime.process`)."""
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # nothing to run: say how to run something (a usage error, exit 2)

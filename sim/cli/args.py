@@ -26,16 +26,16 @@ from sim.cli.training_args import add_shared_training_arguments
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s, slowdown
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
-from sim.layout import LayoutRequest
 from sim.models.compute_setup import ComputeOptions
-from sim.models.parallel import Training
-from sim.models.split import PipelineSplit
 from sim.network.factory import ROUTINGS
+from sim.parallel.config import Training
+from sim.parallel.layout import LayoutRequest
+from sim.parallel.split import PipelineSplit
+from sim.pipeline.schedules import SCHEDULES
+from sim.runtime.watchdog import DEFAULT_MAX_SIM_TIME_S
+from sim.runtime.watchdog import FLAG as WATCHDOG_FLAG
 from sim.scenario.options import FaultOptions, ModelInput, NetworkOptions, OutputOptions
-from sim.schedules import SCHEDULES
 from sim.topology.spec import PROTOCOLS
-from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
-from sim.watchdog import FLAG as WATCHDOG_FLAG
 
 
 def add_set_argument(g: argparse._ActionsContainer) -> None:

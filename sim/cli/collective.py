@@ -7,8 +7,8 @@ import sys
 from sim.cli.args import add_network_arguments, network_options
 from sim.cli.types import Parser, positive_int
 from sim.errors import InputError
+from sim.files.outputs import check_output_paths, is_stdout, write_json
 from sim.network.predict import OPS, ROW_KEYS, format_rows, header_lines, parse_sizes, predict_rows
-from sim.outputs import check_output_paths, is_stdout, write_json
 from sim.scenario import network_of
 from sim.topology import load_topology
 

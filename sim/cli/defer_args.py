@@ -1,14 +1,14 @@
 """``--defer-embedding-wgrad-compute`` and ``--wgrad-deferral-limit``: Megatron-LM's flags
 (``ModelParallelConfig.defer_embedding_wgrad_compute`` / ``wgrad_deferral_limit``) that move the
 last pipeline stage's output-layer weight-gradient GEMMs to the pipeline flush
-(:mod:`sim.models.defer_wgrad`); their own module to keep :mod:`sim.cli.args` small."""
+(:mod:`sim.models.features.defer_wgrad`); their own module to keep :mod:`sim.cli.args` small."""
 
 from __future__ import annotations
 
 import argparse
 
 from sim.cli.types import nonneg_int
-from sim.models.defer_wgrad import FLAG, LIMIT_FLAG
+from sim.models.features.defer_wgrad import FLAG, LIMIT_FLAG
 
 
 def add_defer_arguments(g: argparse._ActionsContainer) -> None:
@@ -26,7 +26,7 @@ def add_defer_arguments(g: argparse._ActionsContainer) -> None:
 
 def defer_options(args: argparse.Namespace) -> dict:
     """``defer_embedding_wgrad_compute`` and ``wgrad_deferral_limit`` of
-    :class:`~sim.models.parallel.Training`."""
+    :class:`~sim.parallel.config.Training`."""
     return {"defer_embedding_wgrad_compute": getattr(args, "defer_embedding_wgrad_compute",
                                                      False),
             "wgrad_deferral_limit": getattr(args, "wgrad_deferral_limit", None) or 0}

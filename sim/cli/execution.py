@@ -1,7 +1,8 @@
 """The execution-mode flags of a ``--model`` run: ``--compile`` / ``--no-compile`` (torchtitan's
 ``training.compile``: fused element-wise kernels, or PyTorch eager) and ``--norm-type``
-(torchtitan's ``model.norm_type`` in eager mode), modelled by :mod:`sim.models.eager`;
-``--use-torch-fsdp2`` (Megatron-LM's name: PyTorch FSDP2's kernels), :mod:`sim.models.fsdp2`;
+(torchtitan's ``model.norm_type`` in eager mode), modelled by :mod:`sim.models.features.eager`;
+``--use-torch-fsdp2`` (Megatron-LM's name: PyTorch FSDP2's kernels),
+:mod:`sim.models.features.fsdp2`;
 ``--no-rope-fusion`` (Megatron-LM's name), :mod:`sim.cli.rope_args`; Megatron-LM's
 ``--defer-embedding-wgrad-compute`` / ``--wgrad-deferral-limit``, :mod:`sim.cli.defer_args`."""
 
@@ -12,7 +13,7 @@ import argparse
 from sim.cli.defer_args import add_defer_arguments, defer_options
 from sim.cli.rope_args import add_rope_arguments, rope_options
 from sim.errors import UsageError
-from sim.models.eager import NORM_TYPES
+from sim.models.features.eager import NORM_TYPES
 
 
 def add_execution_arguments(g: argparse._ActionsContainer) -> None:
@@ -39,7 +40,7 @@ def add_execution_arguments(g: argparse._ActionsContainer) -> None:
 
 
 def execution_options(args: argparse.Namespace) -> dict:
-    """``compile`` and ``norm_type`` of :class:`~sim.models.parallel.Training`."""
+    """``compile`` and ``norm_type`` of :class:`~sim.parallel.config.Training`."""
     return {"compile": not getattr(args, "no_compile", False),
             "norm_type": getattr(args, "norm_type", None) or "rmsnorm",
             "use_torch_fsdp2": getattr(args, "use_torch_fsdp2", False), **rope_options(args),

@@ -3,7 +3,7 @@
 ``--expert-tensor-parallel-size N``: each expert's weights split ``N`` ways (Megatron-Core's
 expert tensor parallelism, ETP; default: the tensor-parallel size, as Megatron-LM's
 ``megatron/training/arguments.py`` sets it). The expert grid of a pipeline stage is then ETP ×
-EP × EDP (:mod:`sim.placement`).
+EP × EDP (:mod:`sim.parallel.placement`).
 """
 
 from __future__ import annotations

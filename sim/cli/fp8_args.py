@@ -1,11 +1,11 @@
 """``--fp8-recipe``: Megatron-Core's FP8 scaling recipe of an ``--dtype fp8`` run
-(:mod:`sim.models.fp8`); its own module to keep :mod:`sim.cli.args` small."""
+(:mod:`sim.models.features.fp8`); its own module to keep :mod:`sim.cli.args` small."""
 
 from __future__ import annotations
 
 import argparse
 
-from sim.models.fp8 import DEFAULT_RECIPE, NOT_MODELLED, RECIPES
+from sim.models.features.fp8 import DEFAULT_RECIPE, NOT_MODELLED, RECIPES
 
 
 def fp8_recipe(text: str) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 
-from sim import applicable
 from sim.cli.args import (
     add_layout_arguments,
     add_model_arguments,
@@ -26,8 +25,9 @@ from sim.cli.args import (
 )
 from sim.cli.types import Parser, nonneg_int, positive_int
 from sim.errors import SimrunError, UsageError
+from sim.files.outputs import check_output_paths
 from sim.models.aicb_writer import write_aicb
-from sim.outputs import check_output_paths
+from sim.options import applicable
 from sim.scenario import model_run
 from sim.topology import load_topology
 from sim.words import plural
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths({"--out": args.out}, {"--model": args.model, "--topo": args.topo})
         topo = load_topology(args.topo, nodes=args.nodes)
         run = _model_run(args, topo)
-        # training options without effect on this layout are refused (sim/applicable.py)
+        # training options without effect on this layout are refused (sim/options/applicable.py)
         given = applicable.given_flags(build_parser(), list(argv or []))
         applicable.check_effect(given, [], run)
         prog = run.program

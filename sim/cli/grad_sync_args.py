@@ -1,5 +1,6 @@
 """``--no-delay-grad-reduce``: Megatron-LM's switch for where pipeline stages launch their
-data-parallel gradient reductions (:mod:`sim.models.grad_sync`), and ``--grad-reduce-in-bf16``
+data-parallel gradient reductions (:mod:`sim.models.features.grad_sync`), and
+``--grad-reduce-in-bf16``
 (the gradient buffer's dtype: :mod:`sim.models.memory`, DP message sizes) and ``--ddp-bucket-size``
 (parameters per DP gradient bucket, :func:`sim.models.optimizer.bucket_params`); its own module
 to keep :mod:`sim.cli.args` small."""
@@ -38,7 +39,7 @@ def delay_of(args: argparse.Namespace) -> bool:
 
 
 def grad_sync_options(args: argparse.Namespace) -> dict[str, bool | int | None]:
-    """The :class:`~sim.models.parallel.Training` options of this module's flags."""
+    """The :class:`~sim.parallel.config.Training` options of this module's flags."""
     return {"delay_grad_reduce": delay_of(args),
             "grad_reduce_in_bf16": getattr(args, "grad_reduce_in_bf16", False),
             "ddp_bucket_size": getattr(args, "ddp_bucket_size", None)}

@@ -1,14 +1,14 @@
-"""``simrun list [KIND]``: the shipped inputs usable by name (:mod:`sim.catalog`)."""
+"""``simrun list [KIND]``: the shipped inputs usable by name (:mod:`sim.files.catalog`)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from sim.catalog import KINDS, describe, first_sentence, head_lines, shipped
 from sim.cli.types import Parser
 from sim.errors import InputError
-from sim.models.spec import load_model
+from sim.files.catalog import KINDS, describe, first_sentence, head_lines, shipped
+from sim.models.vocab.spec import load_model
 
 
 def build_parser() -> Parser:

@@ -4,7 +4,7 @@
 pipeline_parallel/combined_1f1b.py; ``TransformerConfig.overlap_moe_expert_parallel_comm``):
 in the steady state of the 1F1B schedules the forward of one microbatch and the backward of
 another run as one op, each one's expert-parallel all-to-alls hidden behind the other's
-compute (:func:`sim.schedules.combined_1f1b`, :mod:`sim.engine.paired`).
+compute (:func:`sim.pipeline.schedules.combined_1f1b`, :mod:`sim.engine.paired`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def add_moe_overlap_argument(g: argparse._ActionsContainer) -> None:
 
 
 def moe_overlap_options(args: argparse.Namespace) -> dict:
-    """``overlap_moe_expert_parallel_comm`` of :class:`~sim.models.parallel.Training`."""
+    """``overlap_moe_expert_parallel_comm`` of :class:`~sim.parallel.config.Training`."""
     return {"overlap_moe_expert_parallel_comm":
             getattr(args, "overlap_moe_expert_parallel_comm", False)}
 

@@ -1,11 +1,12 @@
 """``--fp8-param-gather``: Megatron-LM's switch for FP8 parameters gathered by the distributed
-optimizer (:mod:`sim.models.fp8_params`); its own module to keep :mod:`sim.cli.args` small."""
+optimizer (:mod:`sim.models.features.fp8_params`); its own module to keep :mod:`sim.cli.args`
+small."""
 
 from __future__ import annotations
 
 import argparse
 
-from sim.models.fp8_params import FLAG
+from sim.models.features.fp8_params import FLAG
 
 
 def add_param_gather_arguments(g: argparse._ActionsContainer) -> None:
@@ -19,5 +20,5 @@ def add_param_gather_arguments(g: argparse._ActionsContainer) -> None:
 
 
 def param_gather_options(args: argparse.Namespace) -> dict:
-    """``fp8_param_gather`` of :class:`~sim.models.parallel.Training`."""
+    """``fp8_param_gather`` of :class:`~sim.parallel.config.Training`."""
     return {"fp8_param_gather": getattr(args, "fp8_param_gather", False)}

@@ -18,10 +18,10 @@ from dataclasses import replace
 from sim.cli.args import add_layout_arguments, add_model_arguments, layout_request, model_input
 from sim.cli.types import Parser, positive_float
 from sim.errors import SimrunError, UsageError
-from sim.kernels.profile import kernels_for, missing_requirement, standard_kernels
+from sim.files.outputs import check_output_paths
 from sim.kernels.table import write_table
-from sim.models.spec import load_model
-from sim.outputs import check_output_paths
+from sim.models.vocab.spec import load_model
+from sim.profiling.profile import kernels_for, missing_requirement, standard_kernels
 from sim.scenario.model_run import parallel_config
 
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = missing_requirement()
         if missing:
             raise UsageError(missing)
-        from sim.kernels.measure import profile  # needs PyTorch (checked above)
+        from sim.profiling.measure import profile  # needs PyTorch (checked above)
 
         table, skipped = profile(specs, args.warmup_ms, args.rep_ms,
                                  progress=lambda line: print(line, file=sys.stderr))

@@ -1,6 +1,6 @@
 """``--no-rope-fusion``: Megatron-LM's flag (``store_false`` into ``apply_rope_fusion``,
 megatron/training/arguments.py) that replaces Transformer Engine's fused rotary-embedding kernel
-by Megatron-Core's unfused torch kernels (:mod:`sim.models.rope`); its own module to keep
+by Megatron-Core's unfused torch kernels (:mod:`sim.models.features.rope`); its own module to keep
 :mod:`sim.cli.args` small."""
 
 from __future__ import annotations
@@ -18,5 +18,5 @@ def add_rope_arguments(g: argparse._ActionsContainer) -> None:
 
 
 def rope_options(args: argparse.Namespace) -> dict:
-    """``apply_rope_fusion`` of :class:`~sim.models.parallel.Training`."""
+    """``apply_rope_fusion`` of :class:`~sim.parallel.config.Training`."""
     return {"apply_rope_fusion": not getattr(args, "no_rope_fusion", False)}

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 import time
 
-from sim import __version__, applicable
+from sim import __version__
 from sim.cli.args import (
     add_compute_arguments,
     add_fault_arguments,
@@ -36,7 +36,8 @@ from sim.cli.types import (
     positive_int,
 )
 from sim.errors import UsageError
-from sim.outputs import is_stdout
+from sim.files.outputs import is_stdout
+from sim.options import applicable
 from sim.report import format_report
 from sim.report.build import fault_context
 from sim.scenario import (
@@ -120,7 +121,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
 
 def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scenario:
     """The :class:`Scenario` the parsed arguments describe (usage errors name the flag);
-    ``given``: the flags on the command line (:func:`sim.applicable.given_flags`), refused
+    ``given``: the flags on the command line (:func:`sim.options.applicable.given_flags`), refused
     where they do not apply to the input."""
     given = set() if given is None else given
     if args.workload and args.model and is_collective_log(args.workload):

@@ -2,7 +2,8 @@
 (same names, help and parsing in both): gradient-reduction and parameter-gather overlaps, TP
 communication overlap, FP8 options, the uneven pipeline split, FSDP, the MoE routing and
 scheduling options and the execution-mode flags. :func:`sim.cli.args.training_of` turns them
-into :class:`sim.models.parallel.Training`; their verdicts are in :mod:`sim.applicable_model`.
+into :class:`sim.parallel.config.Training`; their verdicts are in
+:mod:`sim.options.applicable_model`.
 """
 
 from __future__ import annotations

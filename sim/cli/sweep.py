@@ -13,7 +13,6 @@ import argparse
 import importlib.util
 import sys
 
-from sim import applicable
 from sim.cli.args import (
     add_group_size_argument,
     add_model_compute_arguments,
@@ -32,7 +31,8 @@ from sim.cli.types import Parser, positive_float, positive_int
 from sim.errors import UsageError
 from sim.limits import parse_int
 from sim.models.compute_setup import ComputeOptions
-from sim.schedules import SCHEDULES
+from sim.options import applicable
+from sim.pipeline.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
 from sim.sweep.runner import DASK_MISSING
 from sim.sweep.space import Space
@@ -160,7 +160,7 @@ def parse_schedules(text: str) -> tuple[str, ...]:
 
 def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> SweepOptions:
     """The sweep the parsed arguments describe; ``given``: the flags on the command line
-    (:func:`sim.applicable.given_flags`), refused per layout where they do not apply."""
+    (:func:`sim.options.applicable.given_flags`), refused per layout where they do not apply."""
     if args.fsdp and args.zero is None:  # FSDP FULL_SHARD: ZeRO-3 semantics, as in a run
         args.zero = "3"
     space = Space(

@@ -12,7 +12,7 @@ A given flag that does not apply to one layout of the sweep is treated as the si
 treats it there, per layout (docs/sweeps.md):
 
 - where Megatron refuses the combination (:func:`sim.models.parallel_checks.validate`) or the
-  single run refuses the flag as changing nothing (:func:`sim.applicable.check_layout`), the
+  single run refuses the flag as changing nothing (:func:`sim.options.applicable.check_layout`), the
   layout is skipped with that reason, like an invalid layout (``skipped_invalid``);
 - ``--nccl-channels`` / ``--comm-overlap-slowdown`` in a layout with no asynchronous collective
   (known only after simulating it): the row has status ``inapplicable`` and that reason;
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 
-from sim.applicable import TABLE
 from sim.cli.host_args import host_dispatch_ns
 from sim.errors import UsageError
+from sim.options.applicable import TABLE
 from sim.scenario.options import SimulationOptions
 
 _FILES = ("applies to workload files; a sweep generates every layout's workload from --model")
@@ -103,8 +103,10 @@ def simulation_options(args: argparse.Namespace) -> SimulationOptions:
 
 def layout_checked(given: set[str]) -> frozenset[str]:
     """The given run flags whose single-run refusals apply per layout
-    (:func:`sim.applicable.check_layout`, :func:`sim.applicable.check_interference`): the run's
-    flags (:data:`sim.applicable.TABLE`) but :data:`WHERE_IT_APPLIES` and the list flags (each
+    (:func:`sim.options.applicable.check_layout`,
+    :func:`sim.options.applicable.check_interference`): the run's
+    flags (:data:`sim.options.applicable.TABLE`) but :data:`WHERE_IT_APPLIES` and the list flags
+    (each
     value of a list is checked by the layout's own validation). ``given``: the sweep's flags
-    on the command line (:func:`sim.applicable.given_flags`)."""
+    on the command line (:func:`sim.options.applicable.given_flags`)."""
     return frozenset((given & set(TABLE)) - set(WHERE_IT_APPLIES) - set(LISTS))

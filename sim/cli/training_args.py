@@ -1,6 +1,6 @@
 """Training flags that ``simrun`` (with ``--model``) and ``simrun sweep`` share, defined once.
 
-The option dataclass they fill is :class:`sim.models.parallel.Training` (through
+The option dataclass they fill is :class:`sim.parallel.config.Training` (through
 :func:`sim.cli.args.training_of`).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.models.parallel import ATTENTION_BACKENDS, DTYPES, RECOMPUTE
+from sim.parallel.config import ATTENTION_BACKENDS, DTYPES, RECOMPUTE
 
 
 def add_shared_training_arguments(g: argparse._ActionsContainer, *, every_layout: bool) -> None:

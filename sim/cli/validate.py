@@ -1,16 +1,16 @@
 """``simrun validate``: flags and printed table of the check against measured iterations
-(:mod:`sim.validate`)."""
+(:mod:`sim.validation.cases`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from sim.catalog import resolve
 from sim.cli.types import Parser, positive_int
 from sim.errors import InputError
-from sim.outputs import check_output_paths, is_stdout, write_json
-from sim.validate import ROLES, Case, default_files, load_cases, run_cases, summary
+from sim.files.catalog import resolve
+from sim.files.outputs import check_output_paths, is_stdout, write_json
+from sim.validation.cases import ROLES, Case, default_files, load_cases, run_cases, summary
 
 #: MFU_meas_%: simrun's model FLOPs over the measured time (one FLOP count for every case; the
 #: published MFU, where a source gives one, is ``measured_mfu`` in the JSON)

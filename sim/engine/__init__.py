@@ -1,4 +1,4 @@
-"""The SimPy engine: times a :class:`~sim.workload.program.PipelineProgram` on a network."""
+"""The SimPy engine: times a :class:`~sim.program.pipeline.PipelineProgram` on a network."""
 
 from sim.engine.core import simulate
 from sim.engine.result import RankStats, SimResult, Span

@@ -1,6 +1,6 @@
 """The SimPy event loop that times a pipeline-parallel iteration.
 
-Each simulated rank is one SimPy process walking its schedule (``sim.schedules``): per
+Each simulated rank is one SimPy process walking its schedule (``sim.pipeline.schedules``): per
 forward/backward op it waits for the activation/gradient from the neighbouring virtual stage,
 runs the chunk's compiled steps (``sim.engine.segments``), issues the stage's delayed gradient
 syncs due after that backward, and sends its output on. Blocking (TP/EP) collectives stall the
@@ -43,12 +43,12 @@ from sim.engine.segments import (
 from sim.engine.steps import blocking, fused_shared, fused_spans, overlap_blocking
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
-from sim.schedule_ops import ScheduleOp, op_edges
-from sim.schedules import SPLIT_BACKWARD, schedule_table
-from sim.workload.model import PhaseKind
-from sim.workload.program import PipelineProgram, Task, TaskKind
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
+from sim.pipeline.ops import ScheduleOp, op_edges
+from sim.pipeline.schedules import SPLIT_BACKWARD, schedule_table
+from sim.program.pipeline import PipelineProgram, Task, TaskKind
+from sim.program.workload import PhaseKind
 
 
 def simulate(
@@ -71,7 +71,8 @@ def simulate(
     ``per_rank``: simulate every rank (default: one representative per pipeline stage, which
     is exact on uniform clusters). ``classes``: an explicit partition of the ranks into
     classes with one simulated representative each (overrides ``per_rank``; see
-    :mod:`sim.rank_classes`). ``compute_scale``: rank → factor on its compute times (a slow GPU:
+    :mod:`sim.parallel.rank_classes`). ``compute_scale``: rank → factor on its compute times (a
+    slow GPU:
     1.5). ``record_spans``: keep every interval for traces and plots. ``fuse``: merge compute
     with fusable blocking comms into single timeouts; done only where every simulated member
     of the group runs in lockstep (one simulated member, or a uniform per-rank run).
@@ -159,7 +160,7 @@ class _Engine:
     def compiled(self, rank: int, stage: int, chunk: int, kind: str, last: bool,
                  overlapped: bool = False) -> Compiled:
         """The pass of op ``kind`` (``F``, whole ``B``, input-gradient ``I``, ``W``) on ``chunk``;
-        ``last``: the chunk's edge op (:func:`~sim.schedule_ops.op_edges`); ``overlapped``: in
+        ``last``: the chunk's edge op (:func:`~sim.pipeline.ops.op_edges`); ``overlapped``: in
         a DualPipe F&B op (:mod:`sim.engine.paired`; nothing fused)."""
         key = (rank, chunk, kind, last, overlapped)
         comp = self._compiled.get(key)
@@ -268,7 +269,7 @@ class _Engine:
             for group in waits:
                 yield from self.streams.await_overlap(rank, group)
             for o in parts:
-                if o.kind == "B":  # Megatron's grad_sync_func (sim.models.grad_sync), then send
+                if o.kind == "B":  # Megatron's grad_sync_func (features.grad_sync), then send
                     backwards += 1
                     yield from self.tasks(rank, syncs.get(backwards - 1, ()))
                 self.send(rank, stage, o)
@@ -281,7 +282,7 @@ class _Engine:
         """The pass of ``op`` (``edge``: see ``op_edges``; ``ov``: in a DualPipe F&B op)."""
         kind = "I" if op.kind == "B" and op.input_grad_only(self.split) else op.kind
         if kind == "B" and self.prog.stages[stage].defers(op.chunk, op.microbatch):
-            kind = "Bd"  # Megatron-Core's defer_embedding_wgrad_compute (sim.models.defer_wgrad)
+            kind = "Bd"  # Megatron-Core's defer_embedding_wgrad_compute (features.defer_wgrad)
         return self.compiled(rank, stage, op.chunk, kind, edge, ov)
 
     def recv(self, rank: int, stage: int, op: ScheduleOp):

@@ -9,7 +9,7 @@ another rank; the GPU waits for the host only
 
 - after a *host synchronisation*: the host blocks until the GPU has finished some kernel
   (Megatron-Core's alltoall MoE dispatcher waits once per MoE layer forward for the
-  tokens-per-expert counts: :func:`sim.models.moe.dispatcher_syncs_host`), so it resumes
+  tokens-per-expert counts: :func:`sim.models.features.moe.dispatcher_syncs_host`), so it resumes
   issuing with no lead at all; and
 - when issuing is slower than running (``n·t_host`` > the GPU time of ``n`` kernels).
 

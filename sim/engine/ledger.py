@@ -12,7 +12,7 @@ from __future__ import annotations
 from sim.comm import GroupKind
 from sim.engine.critical import Wait
 from sim.engine.result import RankStats, Span
-from sim.placement import Placement
+from sim.parallel.placement import Placement
 
 
 class Ledger:

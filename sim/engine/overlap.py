@@ -16,7 +16,8 @@ proj_fprop, fc2_fprop; ``bulk`` for qkv/fc1 dgrad and wgrad):
 - ``bulk``: the whole collective beside the whole (independent) GEMM.
 - ``nccl``: as ``bulk``, but an NCCL collective issued asynchronously beside the GEMM
   (Megatron's ``async_tensor_model_parallel_allreduce``, Transformer Engine's backward without
-  userbuffers: :mod:`sim.models.tp_async`); its kernel holds one SM per NCCL channel (CTA), the
+  userbuffers: :mod:`sim.models.features.tp_async`); its kernel holds one SM per NCCL channel
+  (CTA), the
   count the engine takes from the network (:meth:`~sim.network.base.Network.kernel_channels`,
   capped by ``--nccl-channels``) when it compiles the pass.
 

@@ -12,7 +12,8 @@ buys (each collective of one pass is covered by the other pass's compute), made 
 sends leave when the op ends, as for every op.
 
 Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs the same kind of op in the steady
-state of its 1F1B schedules (combined 1F1B, :func:`sim.schedules.combined_1f1b`): there only
+state of its 1F1B schedules (combined 1F1B, :func:`sim.pipeline.schedules.combined_1f1b`): there
+only
 the expert-parallel all-to-alls leave the compute stream (:func:`detach_blocking`).
 """
 
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 from sim.comm import Comm, GroupKind
 from sim.engine.segments import AsyncIssue, Blocking, Compiled
-from sim.schedule_ops import ScheduleOp
-from sim.schedules import pipe_peers, virtual_stage
+from sim.pipeline.ops import ScheduleOp
+from sim.pipeline.schedules import pipe_peers, virtual_stage
 
 
 def detached(comm: Comm, ep_only: bool) -> bool:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sim.comm import GroupKind
 from sim.engine.critical import PathSegment
-from sim.workload.program import PipelineProgram
+from sim.program.pipeline import PipelineProgram
 
 GROUPS = tuple(GroupKind)
 
@@ -84,7 +84,7 @@ class SimResult:
     events: int
     per_rank: bool
     network_notes: list[str] = field(default_factory=list)
-    mode: str = ""  # how the ranks were simulated (sim.rank_classes.RankClasses.describe)
+    mode: str = ""  # how the ranks were simulated (sim.parallel.rank_classes.RankClasses.describe)
     critical_path: list[PathSegment] = field(default_factory=list)
     # compute time (ns, summed over simulated ranks) that ran beside an asynchronous collective
     # (sim.engine.interference; 0 when simulated without interference)

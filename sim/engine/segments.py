@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from sim.comm import Comm, GroupKind
 from sim.engine.overlap import overlapped_ns
-from sim.workload.model import GemmOverlap, Layer, Phase, PhaseKind
+from sim.program.workload import GemmOverlap, Layer, Phase, PhaseKind
 
 _PHASE_INDEX = {PhaseKind.FORWARD: 0, PhaseKind.INPUT_GRAD: 1, PhaseKind.WEIGHT_GRAD: 2}
 
@@ -25,7 +25,7 @@ class Part:
 
     ``group`` is ``None`` for compute, else the group of the (blocking) communication.
     ``kernels_ns`` / ``sync_kernels``: a compute part's launches and host wait (the phase's,
-    :class:`~sim.workload.model.Phase`; :mod:`sim.engine.host`).
+    :class:`~sim.program.workload.Phase`; :mod:`sim.engine.host`).
     """
 
     offset_ns: int

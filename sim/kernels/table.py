@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from sim.catalog import resolve
 from sim.errors import InputError
-from sim.inputs import decode_text, read_bytes, split_lines
-from sim.outputs import atomic_write
+from sim.files.catalog import resolve
+from sim.files.inputs import decode_text, read_bytes, split_lines
+from sim.files.outputs import atomic_write
 
 ATTN_BACKENDS = ("flash", "cudnn", "efficient")  # PyTorch SDPA backends as measured
 #: ``gemm_<dtype>``: output in the 16-bit activation dtype, no accumulation (fp8: Transformer
@@ -176,7 +176,7 @@ def _row(header: list[str], no: int, raw: str, file: str) -> KernelRow:
 
 def read_table(path: str | Path, flag: str = "--kernel-table") -> KernelTable:
     """Read a kernel table file; raises :class:`InputError` naming file, line and field."""
-    path = resolve("kernels", path, flag)  # a shipped table's name works too (sim.catalog)
+    path = resolve("kernels", path, flag)  # a shipped table's name works too (sim.files.catalog)
     data = read_bytes(path, what="kernel table", flag=flag)
     return parse_table(decode_text(data, str(path)), str(path))
 
@@ -203,7 +203,8 @@ def format_table(table: KernelTable) -> str:
 
 
 def write_table(table: KernelTable, path: str | Path) -> None:
-    """Write ``table`` to ``path`` atomically (:func:`sim.outputs.atomic_write`: temp file beside
+    """Write ``table`` to ``path`` atomically (:func:`sim.files.outputs.atomic_write`: temp file
+    beside
     it, then rename; devices, read-only files and symlinks handled as for every output)."""
     text = format_table(table)
     atomic_write(path, lambda f: f.write(text), flag="--out")

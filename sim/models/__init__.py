@@ -6,7 +6,7 @@ Public API::
     load_model(path) -> ModelSpec
     ParallelConfig(tp, pp, dp, vpp, ep, micro_batch, global_batch, sequence_parallel,
                    recompute, dtype, distributed_optimizer, schedule, ...)
-        = ParallelConfig.of(Layout(...), Training(...))  (sim.layout.Layout + Training)
+        = ParallelConfig.of(Layout(...), Training(...))  (sim.parallel.layout.Layout + Training)
     generate(model, par, gpu, ...) -> PipelineProgram
     build_model_plan(model, par) -> ModelPlan  (operators per row, FLOP accounting)
     check_memory(model, par, gpu, ...) -> MemoryReport
@@ -21,9 +21,9 @@ from sim.models.flops import (
     total_params,
 )
 from sim.models.generator import generate
-from sim.models.parallel import ParallelConfig, Training
 from sim.models.plan import ModelPlan, build_model_plan
-from sim.models.spec import ModelSpec, MoESpec, load_model, model_from_dict
+from sim.models.vocab.spec import ModelSpec, MoESpec, load_model, model_from_dict
+from sim.parallel.config import ParallelConfig, Training
 
 __all__ = [
     "ModelPlan", "ModelSpec", "MoESpec", "ParallelConfig", "achieved_throughput",

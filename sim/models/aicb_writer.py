@@ -12,7 +12,7 @@ Layout (as AICB writes seed 002; read back by :mod:`sim.workload.aicb` +
   layer have the same names), the last stage's output rows (``final_norm``, ``output_*``);
 - iteration-level rows after the blocks: ``fp8_weight_casts`` (the rows' once-per-iteration
   first-forward compute, summed: AICB's block repeats every microbatch alike) and the
-  representative stage's delayed gradient syncs (:mod:`sim.models.grad_sync`; all after the
+  representative stage's delayed gradient syncs (:mod:`sim.models.features.grad_sync`; all after the
   last backward, where the interleaved schedule launches some earlier) and epilogue tasks as
   ``optimizer1``, ``optimizer2``, … (compute in the forward column; a TP collective in the
   forward column, others in the weight-grad column, which defaults to the DP group).
@@ -37,9 +37,9 @@ from pathlib import Path
 
 from sim.comm import Comm, GroupKind
 from sim.errors import UsageError
-from sim.outputs import atomic_write
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram, Task
+from sim.files.outputs import atomic_write
+from sim.program.pipeline import PipelineProgram, Task
+from sim.program.workload import Layer, Phase
 
 POLICY = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
 #: the iteration-level row carrying the once-per-iteration compute of the block's rows
@@ -112,7 +112,7 @@ def representative_rows(program: PipelineProgram, stage: int = 0) -> tuple[list,
     once = sum(x.first_forward_ns for _n, x in block)
     if once:  # work of the iteration's first forward (FP8 weight casts): no slot in AICB's block
         iteration.append((FIRST_FORWARD_ROW, Layer(FIRST_FORWARD_ROW, forward=Phase(once))))
-    # delayed gradient syncs (sim.models.grad_sync) as the first iteration-level rows: read
+    # delayed gradient syncs (sim.models.features.grad_sync) as the first iteration-level rows: read
     # back, they are issued after the last backward, before the optimizer waits for them
     for t in (*(t for g in st.grad_syncs for t in g.tasks), *st.epilogue):
         lay = _task_layer(t)

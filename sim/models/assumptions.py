@@ -4,20 +4,19 @@ communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
 
 from __future__ import annotations
 
-from sim.dualpipe import describe as describe_dualpipe
 from sim.kernels.gpus import find
-from sim.models import eager, fp8, fp8_params, fsdp2, qk_norm, rope, tp_async, tp_overlap
 from sim.models.compute import ComputeModel
-from sim.models.flops import model_flops_per_iteration
-from sim.models.grad_sync import delay_applies, grad_sync_note
-from sim.models.layers import dropout_note
-from sim.models.moe import (
+from sim.models.features import eager, fp8, fp8_params, fsdp2, qk_norm, rope, tp_async, tp_overlap
+from sim.models.features.grad_sync import delay_applies, grad_sync_note
+from sim.models.features.moe import (
     describe_ep_a2a_overlap,
     dispatch_nodes,
     distinct_nodes,
     moe_load_factor,
     sorts_by_local_expert,
 )
+from sim.models.flops import model_flops_per_iteration
+from sim.models.layers import dropout_note
 from sim.models.optimizer import (
     PARAM_BYTES,
     ShampooPlan,
@@ -25,11 +24,12 @@ from sim.models.optimizer import (
     bucket_source,
     grad_bytes,
 )
-from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan
-from sim.models.spec import ModelSpec
-from sim.models.split import stage_layer_counts, virtual_stage_layers
-from sim.schedules import virtual_stage_count
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig, attention_kernel
+from sim.parallel.split import stage_layer_counts, virtual_stage_layers
+from sim.pipeline.dualpipe import describe as describe_dualpipe
+from sim.pipeline.schedules import virtual_stage_count
 from sim.topology.gpu import GpuSpec
 from sim.words import plural
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from sim.kernels.attention import AttnShape
 from sim.kernels.lookup import EXACT, Hit, TableLookup
-from sim.models.ops import FPROP, WGRAD, Op, OpKind
+from sim.models.vocab.ops import FPROP, WGRAD, Op, OpKind
 from sim.topology.gpu import GpuSpec
 
 
@@ -222,9 +222,9 @@ class Timer:
 
 
 _TABLE_BACKEND = {"flash": "flash", "fused": "cudnn"}
-#: attention kernels (sim.models.ops.Op): ``*_ring`` is a context-parallel half step, shape
+#: attention kernels (sim.models.vocab.ops.Op): ``*_ring`` is a context-parallel half step, shape
 #: ``(b, hq, hkv, s, d, 0, s_kv)``, timed as the slower of ``s × s_kv`` and ``s_kv × s``
-#: (sim.models.context: the ring's ranks run both at once)
+#: (sim.models.features.context: the ring's ranks run both at once)
 _ATTN_KERNELS = ("attn_fwd", "attn_bwd", "attn_bwd_part", "attn_fwd_ring", "attn_bwd_ring")
 
 

@@ -10,7 +10,7 @@ from sim.kernels.gpus import CatalogGpu, find, known_names
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import read_table, shipped_table
 from sim.models.compute import GENERIC, ComputeModel, Timer, family_model
-from sim.models.ops import gemm
+from sim.models.vocab.ops import gemm
 from sim.topology.gpu import GpuSpec
 
 
@@ -206,7 +206,7 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
 
 
 def scale_workload(wl, factor: float):
-    """``wl`` (a :class:`~sim.workload.model.Workload`) with every compute time × ``factor``
+    """``wl`` (a :class:`~sim.program.workload.Workload`) with every compute time × ``factor``
     (rounded to whole ns); the same object when ``factor == 1``."""
     if factor == 1.0:
         return wl

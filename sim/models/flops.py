@@ -18,7 +18,7 @@ not the accounting).
 
 from __future__ import annotations
 
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
 
 
 def _mlp_params(model: ModelSpec, f: int) -> int:
@@ -46,7 +46,8 @@ def layer_params(model: ModelSpec, moe: bool = True) -> int:
 
 
 def qk_norm_params(model: ModelSpec) -> int:
-    """Weights of one layer's q and k norms (``qk_layernorm``, :mod:`sim.models.qk_norm`): one
+    """Weights of one layer's q and k norms (``qk_layernorm``, :mod:`sim.models.features.qk_norm`):
+    one
     ``head_dim`` vector each (LayerNorm: weight and bias), replicated across TP."""
     if not model.qk_layernorm:
         return 0

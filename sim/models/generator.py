@@ -15,23 +15,23 @@ from dataclasses import replace
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe
-from sim.models import defer_wgrad, fp8_params, tp_overlap
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
-from sim.models.grad_sync import delays, launch_points
+from sim.models.features import defer_wgrad, fp8_params, tp_overlap
+from sim.models.features.grad_sync import delays, launch_points
+from sim.models.features.zero import BYTES_16, zero3_layers
 from sim.models.launches import phase_launches
-from sim.models.ops import ACT_BYTES
 from sim.models.optimizer import ShampooPlan, adam_ops, bucket_params, grad_bytes
-from sim.models.parallel import ParallelConfig, attention_kernel
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
-from sim.models.rows import Row
-from sim.models.spec import ModelSpec
-from sim.models.zero import BYTES_16, zero3_layers
-from sim.schedules import stage_chunk
+from sim.models.vocab.ops import ACT_BYTES
+from sim.models.vocab.rows import Row
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig, attention_kernel
+from sim.pipeline.schedules import stage_chunk
+from sim.program.pipeline import GradSync, PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
-from sim.workload.model import Layer, Phase
-from sim.workload.program import GradSync, PipelineProgram, StageProgram, Task, TaskKind
 
 # ZeRO-3's collectives among one chunk's timed layers (one per row): (layers, rows, config)
 Zero3Units = Callable[[list[Layer], list[Row], ParallelConfig], list[Layer]]
@@ -135,7 +135,8 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
 
 
 def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:
-    """Megatron's delayed gradient reduction (:mod:`sim.models.grad_sync`): each model chunk's
+    """Megatron's delayed gradient reduction (:mod:`sim.models.features.grad_sync`): each model
+    chunk's
     bucket collectives — dense buckets in backward order, then expert buckets — launched
     together after the backward op of :func:`launch_points`."""
     out = []

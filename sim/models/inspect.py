@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import InputError
-from sim.inputs import read_text, split_lines
+from sim.files.inputs import read_text, split_lines
 from sim.models.flops import model_flops_per_iteration, total_params
-from sim.models.module_tree import import_module_tree, to_model_spec
-from sim.models.param_table import import_param_table
-from sim.models.spec import ModelSpec, load_model
+from sim.models.vocab.module_tree import import_module_tree, to_model_spec
+from sim.models.vocab.param_table import import_param_table
+from sim.models.vocab.spec import ModelSpec, load_model
 
 
 def detect_format(path: str) -> str:
@@ -35,9 +35,9 @@ def detect_format(path: str) -> str:
 
 
 def infer(path: str):
-    """What a model description says: a :class:`~sim.models.spec.ModelSpec`,
-    :class:`~sim.models.param_table.ParamTableInfo` or
-    :class:`~sim.models.module_tree.ModuleTreeInfo` (by :func:`detect_format`)."""
+    """What a model description says: a :class:`~sim.models.vocab.spec.ModelSpec`,
+    :class:`~sim.models.vocab.param_table.ParamTableInfo` or
+    :class:`~sim.models.vocab.module_tree.ModuleTreeInfo` (by :func:`detect_format`)."""
     fmt = detect_format(path)
     if fmt == "model-spec":
         return load_model(path)

@@ -13,12 +13,12 @@ pipeline send/receive launches.
 from __future__ import annotations
 
 from sim.models.compute import Timer
-from sim.models.ops import Op
+from sim.models.vocab.ops import Op
 
 
 def phase_launches(timer: Timer, ops: tuple[Op, ...], dtype: str) -> tuple[tuple[int, ...], int]:
     """``(kernels_ns, sync_kernels)`` of a phase running ``ops`` (see
-    :class:`~sim.workload.model.Phase`): the GPU time (ns, rounded) of each launch in issue
+    :class:`~sim.program.workload.Phase`): the GPU time (ns, rounded) of each launch in issue
     order, and how many leading launches the host waits for (through the last operator marked
     ``host_waits``; 0: none)."""
     kernels: list[float] = []

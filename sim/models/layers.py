@@ -5,7 +5,7 @@
 ``t``: column-parallel QKV and fc1, row-parallel projection and fc2; the ``f``/``g`` operators
 (all-reduce in backward / forward) or, with sequence parallelism, all-gather / reduce-scatter;
 the rotary embedding of q and k between the QKV GEMM and the attention core
-(:mod:`sim.models.rope`).
+(:mod:`sim.models.features.rope`).
 Byte counts of element-wise kernels are documented next to each operator (``A`` = activation
 bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
 """
@@ -15,19 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.comm import CollKind
-from sim.models import eager, fp8, fp8_current, qk_norm, rope, tp_async, tp_overlap
-from sim.models.context import attach_ring_exchanges, ring_attention_blocks
-from sim.models.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
-from sim.models.dims import (
-    Dims,
-    linear_params,
-    sp_regather,
-    tp_collective,
-    tp_enter,
-    tp_exit,
-)
-from sim.models.flops import qk_norm_params
-from sim.models.moe import (
+from sim.models.features import eager, fp8, fp8_current, qk_norm, rope, tp_async, tp_overlap
+from sim.models.features.context import attach_ring_exchanges, ring_attention_blocks
+from sim.models.features.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
+from sim.models.features.moe import (
     dispatch_nodes,
     dispatch_ranks,
     dispatcher_syncs_host,
@@ -35,12 +26,21 @@ from sim.models.moe import (
     moe_mlp_items,
     sorts_by_local_expert,
 )
-from sim.models.ops import ACT_BYTES as A
-from sim.models.ops import FPROP, Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
-from sim.models.ops import MASK_BYTES as K
-from sim.models.parallel import ParallelConfig
-from sim.models.rows import Block, Conj, Row, recompute_rows, rows_from_items
-from sim.models.spec import ModelSpec
+from sim.models.flops import qk_norm_params
+from sim.models.vocab.dims import (
+    Dims,
+    linear_params,
+    sp_regather,
+    tp_collective,
+    tp_enter,
+    tp_exit,
+)
+from sim.models.vocab.ops import ACT_BYTES as A
+from sim.models.vocab.ops import FPROP, Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
+from sim.models.vocab.ops import MASK_BYTES as K
+from sim.models.vocab.rows import Block, Conj, Row, recompute_rows, rows_from_items
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
 
 
 def dropout_note(model: ModelSpec, par: ParallelConfig) -> str:
@@ -91,7 +91,7 @@ def norm_block(name: str, model: ModelSpec, dm: Dims, pre: tuple[Op, ...] = (),
     because Megatron-Core calls its TE modules eagerly (Megatron-Core ``TransformerLayer``:
     ``residual = hidden_states`` feeds both ``linear_qkv``/``linear_fc1`` and the
     bias-dropout-add); timed as the measured ``add`` kind. ``torch.compile``d and eager
-    torchtitan blocks differ: :mod:`sim.models.eager` counts its own adds."""
+    torchtitan blocks differ: :mod:`sim.models.features.eager` counts its own adds."""
     e = dm.nt * dm.h
     norm, shape = model.norm, (dm.nt, dm.h)
     ig = (elementwise(name + "_grad", 3 * A * e, f"{norm}_bwd", shape),)
@@ -178,7 +178,8 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     hidden = model.hidden_dropout > 0 or not par.compile
     bda1_f, bda1_b = bda_ops("attn_bda", dm, hidden)
     bda2_f, bda2_b = bda_ops("mlp_bda", dm, hidden)
-    res = par.compile  # eager torchtitan blocks count their residual adds in sim.models.eager
+    # eager torchtitan blocks count their residual adds in sim.models.features.eager
+    res = par.compile
     items: list[Block | Conj] = [
         norm_block("attn_norm", model, dm, residual=res),
         tp_enter(dm),
@@ -329,7 +330,7 @@ def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[R
         if t > 1:
             items.append(Conj(tp_collective(CollKind.ALLREDUCE, n * 4), None))
     rows = rows_from_items(items)
-    for r in rows:  # what defer_embedding_wgrad_compute moves (sim.models.defer_wgrad)
+    for r in rows:  # what defer_embedding_wgrad_compute moves (sim.models.features.defer_wgrad)
         if r.name == "output_logits":
             r.tags[DEFER_WGRAD_TAG] = 1
         if regather.bwd is not None and r.ig_comm is regather.bwd:

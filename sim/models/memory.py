@@ -32,14 +32,15 @@ model", with sources):
   FP8 the projection's 1-byte copy comes on top) and fp32 softmax statistics, ``4·a·s·b/t``;
   with selective recompute it keeps neither (it is re-run) and the projection keeps its input;
 - ``qk_layernorm`` (Qwen3): the q and k norms keep their inputs and fp32 inverse RMS,
-  ``s·b·(a + a_kv)·(2d + 4)/t`` (:mod:`sim.models.qk_norm`).
+  ``s·b·(a + a_kv)·(2d + 4)/t`` (:mod:`sim.models.features.qk_norm`).
 
 Full recompute also holds one layer's complete activations while it is recomputed. The first
 stage adds the embedding dropout mask (s·b·h bytes, ÷ t with SP; none at p = 0) per microbatch;
 the last stage the final-norm and output-layer inputs (4·s·b·h, ÷ t with SP) and the fp32
 logits (4·s·b·V/t).
 
-Microbatches in flight come from the exact schedule (:mod:`sim.schedules`): the maximum over
+Microbatches in flight come from the exact schedule (:mod:`sim.pipeline.schedules`): the maximum
+over
 time of Σ_chunks (forwards done − backwards done) × that chunk's activations. This gives
 ``min(p − r, M)`` for 1F1B stage ``r`` and Megatron's ``(1 + (p − 1)/(p·v))`` factor for the
 interleaved first stage.
@@ -50,15 +51,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sim.models import qk_norm
-from sim.models.moe import moe_load_factor
+from sim.models.features import qk_norm
+from sim.models.features.moe import moe_load_factor
+from sim.models.features.zero import units as zero_units
+from sim.models.features.zero import zero_state_bytes
 from sim.models.optimizer import PARAM_BYTES, grad_bytes
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
-from sim.models.spec import ModelSpec
-from sim.models.zero import units as zero_units
-from sim.models.zero import zero_state_bytes
-from sim.schedules import schedule_table, virtual_stage, virtual_stage_count
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
+from sim.pipeline.schedules import schedule_table, virtual_stage, virtual_stage_count
 from sim.topology.gpu import GpuSpec
 
 RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -188,7 +189,7 @@ def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], 
 
 def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
     """Peak of Σ_chunks live microbatches × bytes per microbatch over the op order ``ops``
-    (:class:`~sim.schedules.ScheduleOp`), and the peak number of live (microbatch, chunk)
+    (:class:`~sim.pipeline.schedules.ScheduleOp`), and the peak number of live (microbatch, chunk)
     activation sets (``min(p − r, M)`` for 1F1B). With separate weight-gradient passes (``W``
     ops, ZB-H1) a microbatch's activations are counted live until its ``W``: conservative, as
     W needs only the inputs of the linear layers and the output gradients (``min(p, M)`` on

@@ -19,9 +19,9 @@ from itertools import combinations
 
 from sim.errors import UsageError
 from sim.models.memory import check_memory
-from sim.models.parallel import ParallelConfig
 from sim.models.parallel_checks import validate
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
 from sim.topology.gpu import GpuSpec
 
 GB = 1e9

@@ -15,8 +15,8 @@ from sim.models.flops import (
     total_params,
 )
 from sim.models.memory import MemoryReport
-from sim.models.parallel import ParallelConfig
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
 from sim.topology.gpu import GpuSpec
 
 

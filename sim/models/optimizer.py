@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.models.ops import Op, OpKind
+from sim.models.vocab.ops import Op, OpKind
 
 
 def adam_ops(local_params: int, dp: int, distributed: bool, grad_bytes: int = 4,

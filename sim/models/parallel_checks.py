@@ -6,18 +6,18 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
-from sim.models import defer_wgrad, eager, fp8_params, qk_norm, rope, tp_async
-from sim.models.fp8 import check_recipe
-from sim.models.moe import check_ep_a2a_overlap
-from sim.models.parallel import (
+from sim.models.features import defer_wgrad, eager, fp8_params, qk_norm, rope, tp_async
+from sim.models.features.fp8 import check_recipe
+from sim.models.features.moe import check_ep_a2a_overlap
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import (
     ATTENTION_BACKENDS,
     DTYPES,
     RECOMPUTE,
     ParallelConfig,
 )
-from sim.models.spec import ModelSpec
-from sim.models.split import virtual_stage_layers
-from sim.schedules import V_SHAPE, check_schedule, virtual_stage_count
+from sim.parallel.split import virtual_stage_layers
+from sim.pipeline.schedules import V_SHAPE, check_schedule, virtual_stage_count
 
 
 def validate(model: ModelSpec, par: ParallelConfig) -> None:
@@ -49,7 +49,8 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
 def _check_tp_comm_overlap(par: ParallelConfig) -> None:
     """``--tp-comm-overlap`` needs sequence parallelism with TP > 1 (Megatron-LM asserts
     ``--sequence-parallel``, megatron/training/arguments.py; at TP 1 there is no TP
-    collective). Context parallelism and MoE layers are modelled (sim/models/tp_overlap.py)."""
+    collective). Context parallelism and MoE layers are modelled
+    (sim/models/features/tp_overlap.py)."""
     if not par.tp_comm_overlap:
         return
     if not par.sp:

@@ -4,7 +4,7 @@ A :class:`ModelPlan` depends only on the model and the parallel layout (no GPU):
 FLOP, parameter and memory accounting read, and what :func:`sim.models.generate` times.
 Virtual stage ``c·p + r`` (chunk ``c`` of stage ``r``) holds layers
 ``[(c·p + r)·L/(p·v), (c·p + r + 1)·L/(p·v))`` with the even split (uneven splits:
-:mod:`sim.models.split`); the embedding precedes virtual stage 0 and the
+:mod:`sim.parallel.split`); the embedding precedes virtual stage 0 and the
 final norm, output layer and loss follow the last one.
 """
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
-from sim.models import eager, fp8
-from sim.models.dims import Dims
+from sim.models.features import eager, fp8
 from sim.models.layers import embedding_rows, output_rows, transformer_layer_rows
-from sim.models.parallel import ParallelConfig
 from sim.models.parallel_checks import validate
-from sim.models.rows import Row
-from sim.models.spec import ModelSpec
-from sim.models.split import virtual_stage_layers
-from sim.schedules import virtual_stage, virtual_stage_count
+from sim.models.vocab.dims import Dims
+from sim.models.vocab.rows import Row
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
+from sim.parallel.split import virtual_stage_layers
+from sim.pipeline.schedules import virtual_stage, virtual_stage_count
 
 
 @dataclass

@@ -19,8 +19,8 @@ import simpy
 
 from sim.comm import CollKind, GroupKind
 from sim.network import nccl
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
 
 
 @dataclass(frozen=True, slots=True)

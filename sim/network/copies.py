@@ -20,8 +20,8 @@ from sim.network import alltoall
 from sim.network.plans import Plan
 from sim.network.symmetry import copies, link_scopes, local_copies
 from sim.network.tuner import PhaseLoads, Tuner
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
 
 # (src, dst, rail) edges and channel of each coflow of each phase of one copy
 CopyEdges = tuple[tuple[tuple[tuple[tuple[int, int, int], ...], int], ...], ...]

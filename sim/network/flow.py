@@ -37,8 +37,8 @@ from sim.network.fluid import FluidSolver
 from sim.network.fusion import FusionQuery, is_fusable
 from sim.network.plans import Plan
 from sim.network.tuner import PCI_BW_GBPS, Tuner, algorithm_table
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 

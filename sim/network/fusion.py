@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from sim.comm import CollKind, GroupKind
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan
 from sim.network.tuner import Tuner
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
 from sim.topology.cluster import Cluster
 
 

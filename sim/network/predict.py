@@ -22,8 +22,8 @@ from sim.comm import CollKind, GroupKind
 from sim.errors import UsageError
 from sim.limits import INT64_MAX, parse_int
 from sim.network.base import CommRequest, nccl_busbw_factor
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
 
 OPS = {
     "allreduce": CollKind.ALLREDUCE,

@@ -23,7 +23,7 @@ from sim import __version__
 from sim.comm import GroupKind
 from sim.engine.critical import summarize
 from sim.engine.result import GROUPS, RankStats, SimResult
-from sim.schedules import ideal_bubble_formula, ideal_bubble_fraction
+from sim.pipeline.schedules import ideal_bubble_formula, ideal_bubble_fraction
 
 NS = 1e-9
 

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.catalog import resolve
 from sim.errors import UsageError
-from sim.inputs import read_text
-from sim.layout import LayoutRequest
+from sim.files.catalog import resolve
+from sim.files.inputs import read_text
 from sim.models.generator import Zero3Units
-from sim.models.parallel import ParallelConfig, Training
-from sim.models.rows import Row
-from sim.models.spec import ModelSpec
+from sim.models.vocab.rows import Row
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig, Training
+from sim.parallel.layout import LayoutRequest
+from sim.program.pipeline import PipelineProgram
+from sim.program.workload import Layer
 from sim.workload.aicb_csv import CollectiveLog, Role, read_log
 from sim.workload.aicb_zero3 import check_reduced, step_tasks, weave
-from sim.workload.model import Layer
-from sim.workload.program import PipelineProgram
 
 
 def load_log(path: str) -> CollectiveLog:
@@ -60,7 +60,7 @@ def log_layout(log: CollectiveLog, request: LayoutRequest,
 
 def first_use(rows: list[Row]) -> list[int]:
     """Per row, the row whose backward first needs its parameters: its re-run forward under
-    full recomputation (``layer<k>_recompute_<name>``, :func:`sim.models.rows.recompute_rows`,
+    full recomputation (``layer<k>_recompute_<name>``, :func:`sim.models.vocab.rows.recompute_rows`,
     walked before the layer's backward), else itself."""
     index = {r.name: i for i, r in enumerate(rows)}
     out = []

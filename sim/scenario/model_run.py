@@ -13,23 +13,23 @@ from typing import Any
 
 from sim.comm import GroupKind
 from sim.errors import UsageError
-from sim.layout import Layout, LayoutRequest
 from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.flops import model_flops_per_iteration
 from sim.models.generator import generate
 from sim.models.memory import MemoryReport, check_memory
 from sim.models.memory_advice import memory_advice
 from sim.models.metrics import metrics
-from sim.models.parallel import ParallelConfig, Training
 from sim.models.parallel_checks import validate
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec, load_model
-from sim.placement import DEFAULT_ORDER, Placement
+from sim.models.vocab.spec import ModelSpec, load_model
+from sim.parallel.config import ParallelConfig, Training
+from sim.parallel.layout import Layout, LayoutRequest
+from sim.parallel.placement import DEFAULT_ORDER, Placement
+from sim.pipeline.schedules import default_vpp
+from sim.program.pipeline import PipelineProgram
 from sim.scenario.collective_log import load_log, log_layout, units_of, with_log
-from sim.schedules import default_vpp
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
-from sim.workload.program import PipelineProgram
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """The typed inputs of one simulated run (what the command line, sweeps, validation, the
 gallery and the benchmarks hand to :func:`sim.scenario.run_scenario`).
 
-Where a new option goes: a parallel dimension → :class:`sim.layout.Layout` (and
-:class:`~sim.layout.LayoutRequest`); a training hyper-parameter → :class:`sim.models.parallel.
+Where a new option goes: a parallel dimension → :class:`sim.parallel.layout.Layout` (and
+:class:`~sim.parallel.layout.LayoutRequest`); a training hyper-parameter →
+:class:`sim.parallel.config.
 Training`; how collectives are costed → :class:`NetworkOptions`; how the engine runs →
 :class:`SimulationOptions`; a slow or broken part → :class:`FaultOptions`; a file to write →
 :class:`OutputOptions`; how a workload file is read → :class:`WorkloadInput`.
@@ -13,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.engine.interference import DEFAULT_NCCL_CHANNELS
-from sim.layout import LayoutRequest
 from sim.models.compute_setup import ComputeOptions
-from sim.models.parallel import Training
-from sim.placement import DEFAULT_ORDER
-from sim.watchdog import DEFAULT_MAX_SIM_TIME_S
+from sim.parallel.config import Training
+from sim.parallel.layout import LayoutRequest
+from sim.parallel.placement import DEFAULT_ORDER
+from sim.runtime.watchdog import DEFAULT_MAX_SIM_TIME_S
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class WorkloadInput:
     between adjacent stages per microbatch (``None``: header ``pp_comm``, else derived).
     ``row_placement``: ``megatron`` or ``all`` (which rows run on which stage).
     ``given_flags``: the command-line flags given, those that do not apply to this file are
-    refused once it is read (:func:`sim.applicable.check_workload`).
+    refused once it is read (:func:`sim.options.applicable.check_workload`).
     """
 
     path: str

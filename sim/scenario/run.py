@@ -2,7 +2,7 @@
 result and report.
 
 ``simrun``, ``simrun sweep`` (:mod:`sim.sweep.evaluate`), ``simrun validate``
-(:mod:`sim.validate`), scripts/make_gallery.py and benchmarks/run.py all go through here.
+(:mod:`sim.validation.cases`), scripts/make_gallery.py and benchmarks/run.py all go through here.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 
 # engine.simulate, report.build_report and stages.build_program are looked up per call (a test
 # may stand in for them)
-from sim import applicable, engine, report
+from sim import engine, report
 from sim.engine.host import describe as host_describe
 from sim.engine.interference import DEFAULT_SMS, Interference, ran_beside
 from sim.engine.jitter import Jitter
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
+from sim.files.outputs import check_output_paths, write_json
 from sim.kernels.gpus import describe, find
-from sim.layout import LayoutRequest
 from sim.models.compute_setup import (
     ComputeOptions,
     resolve_compute,
@@ -31,12 +31,15 @@ from sim.models.compute_setup import (
     source_compute_scale,
 )
 from sim.models.memory import MemoryReport
-from sim.models.parallel import ParallelConfig
 from sim.network import build_network
 from sim.network.factory import OPS, parse_algorithm
-from sim.outputs import check_output_paths, write_json
-from sim.placement import Placement
-from sim.progress import Progress
+from sim.options import applicable
+from sim.parallel.config import ParallelConfig
+from sim.parallel.layout import LayoutRequest
+from sim.parallel.placement import Placement
+from sim.program.pipeline import PipelineProgram
+from sim.runtime.progress import Progress
+from sim.runtime.watchdog import simulate_watched
 from sim.scenario import variability
 from sim.scenario.model_run import ModelRun, model_run
 from sim.scenario.options import (
@@ -52,10 +55,8 @@ from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs, write_figures
 from sim.viz.select import parse_rank_spec
 from sim.viz.trace_size import check_trace_size
-from sim.watchdog import simulate_watched
 from sim.workload import stages
 from sim.workload.deepspeed import read_as_zero
-from sim.workload.program import PipelineProgram
 from sim.workload.registry import read_workload
 
 

@@ -19,9 +19,10 @@ from sim.models.compute_setup import ComputeSetup
 from sim.models.generator import generate
 from sim.models.memory import check_memory
 from sim.models.metrics import metrics
-from sim.models.parallel import ParallelConfig
 from sim.models.plan import build_model_plan
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig
+from sim.runtime.watchdog import simulate_watched
 from sim.scenario.model_run import ep_nodes, with_training_overrides
 from sim.scenario.options import NetworkOptions, SimulationOptions
 from sim.scenario.run import (
@@ -32,7 +33,6 @@ from sim.scenario.run import (
     placement_of,
 )
 from sim.topology.spec import Topology
-from sim.watchdog import simulate_watched
 
 
 def with_ep_nodes(par: ParallelConfig, topology: Topology, order: str) -> ParallelConfig:
@@ -52,7 +52,7 @@ def simulate_layout(model: ModelSpec, par: ParallelConfig, topology: Topology, *
     and ``simrun validate`` run measured layouts the memory model calls too large), its
     simulation; returns the outcome and the run-level assumption lines a single run adds
     (interference, host dispatch) that the applicability checks read
-    (:func:`sim.applicable.check_effect`)."""
+    (:func:`sim.options.applicable.check_effect`)."""
     model = with_training_overrides(model, par.training)
     par = with_ep_nodes(par, topology, simulation.placement)
     par.layout.require_gpus_of(topology)

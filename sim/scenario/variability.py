@@ -18,9 +18,9 @@ import numpy as np
 
 from sim import engine
 from sim.engine.jitter import Jitter
-from sim.placement import Placement
-from sim.rank_classes import RankClasses
-from sim.workload.program import PipelineProgram
+from sim.parallel.placement import Placement
+from sim.parallel.rank_classes import RankClasses
+from sim.program.pipeline import PipelineProgram
 
 
 def sample_times_ns(prog: PipelineProgram, make_net: Callable[[], Any], placement: Placement,

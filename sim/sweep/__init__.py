@@ -8,7 +8,7 @@
 - :mod:`sim.sweep.driver`: one whole sweep (``simrun sweep``: :mod:`sim.cli.sweep`).
 """
 
-from sim.models.parallel import Training
+from sim.parallel.config import Training
 from sim.sweep.evaluate import SweepContext, evaluate
 from sim.sweep.runner import run_tasks
 from sim.sweep.space import Space, SweepPoint, enumerate_layouts

@@ -17,14 +17,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sim import applicable, progress
-from sim.catalog import resolve
 from sim.errors import UsageError
-from sim.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
+from sim.files.catalog import resolve
+from sim.files.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
 from sim.models.compute_setup import ComputeOptions, resolve_compute
-from sim.models.parallel import Training
-from sim.models.spec import load_model
-from sim.process import Terminated
+from sim.models.vocab.spec import load_model
+from sim.options import applicable
+from sim.parallel.config import Training
+from sim.runtime import progress
+from sim.runtime.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.model_run import with_training_overrides
 from sim.scenario.simulate import with_ep_nodes
@@ -49,8 +50,9 @@ class SweepOptions:
     As in a single run: ``simulation`` the engine options (interference, host dispatch,
     watchdog; its placement is ``placement``), ``compute`` the compute model's options,
     ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
-    single-run refusals apply per layout (:func:`sim.applicable.check_layout`,
-    :func:`sim.applicable.check_interference`; :func:`sim.cli.sweep_args.layout_checked`)."""
+    single-run refusals apply per layout (:func:`sim.options.applicable.check_layout`,
+    :func:`sim.options.applicable.check_interference`;
+    :func:`sim.cli.sweep_args.layout_checked`)."""
 
     model: str
     topology: str
@@ -206,7 +208,7 @@ def run_sweep(opts: SweepOptions) -> int:
 
 def _layout_check(opts: SweepOptions, model, topo):
     """The single run's refusals of the given flags for one layout (those that need only the
-    layout: :func:`sim.applicable.check_layout`), with the EP group's nodes on ``topo``."""
+    layout: :func:`sim.options.applicable.check_layout`), with the EP group's nodes on ``topo``."""
     spec = with_training_overrides(model, opts.training)
     return lambda par: applicable.check_layout(opts.given, spec,
                                                with_ep_nodes(par, topo, opts.placement))
@@ -253,7 +255,7 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
         print(f"  {flag} does not apply to {plural(len(reasons), 'layout')}, skipped (e.g. "
               f"{reasons[0]}; each reason in results.json)", file=err)
     # a bar only on a terminal (never in pipes, files or CI logs), after 2 s like the run's and
-    # validate's progress line (sim/progress.py), and closed before any message
+    # validate's progress line (sim/runtime/progress.py), and closed before any message
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
                disable=not opts.progress or not err.isatty(), delay=progress.DELAY_S, leave=False,
                mininterval=0.5, dynamic_ncols=True)

@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sim.applicable import check_interference
 from sim.errors import UsageError
 from sim.models.compute_setup import ComputeSetup
-from sim.models.parallel import Training
-from sim.models.spec import ModelSpec
+from sim.models.vocab.spec import ModelSpec
+from sim.options.applicable import check_interference
+from sim.parallel.config import Training
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.simulate import simulate_layout
 from sim.sweep.space import SweepPoint
@@ -31,7 +31,7 @@ class SweepContext:
     """What every task of one sweep shares: ``simulation`` the engine options (its placement
     is ``placement``'s), ``compute`` the resolved compute setup (``None``: the topology GPU's
     default), ``given`` the flags on the command line whose refusals need the simulated
-    layout (:func:`sim.applicable.check_interference`)."""
+    layout (:func:`sim.options.applicable.check_interference`)."""
 
     model: ModelSpec
     topology: Topology

@@ -3,7 +3,7 @@
 Everything here is a pure function of the set of rows, never of the order they finished in:
 rows are ranked (feasible layouts by iteration time, ties by layout key; then infeasible ones,
 inapplicable ones, then failed ones, each by key), the wall-clock ``elapsed_s`` of a task is
-dropped, and files are written atomically (:func:`sim.outputs.atomic_write`). An
+dropped, and files are written atomically (:func:`sim.files.outputs.atomic_write`). An
 interrupted-and-resumed sweep therefore writes byte-identical files to an uninterrupted one.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sim.outputs import atomic_write, write_json
+from sim.files.outputs import atomic_write, write_json
 from sim.sweep.evaluate import GROUPS
 from sim.words import plural
 

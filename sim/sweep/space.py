@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.errors import UsageError
-from sim.models.parallel import ParallelConfig, Training, fields_of
 from sim.models.parallel_checks import validate
-from sim.models.spec import ModelSpec
-from sim.schedules import default_vpp
+from sim.models.vocab.spec import ModelSpec
+from sim.parallel.config import ParallelConfig, Training, fields_of
+from sim.pipeline.schedules import default_vpp
 
 
 @dataclass(frozen=True, order=True)
@@ -101,7 +101,7 @@ def candidates(model: ModelSpec, space: Space, gpus_per_node: int) -> tuple[list
 
 def _points(space: Space):
     """(vpp, micro batch, ep, zero, schedule) combinations, vpp outermost; an empty vpp list
-    gives each schedule its default (:func:`~sim.schedules.default_vpp`)."""
+    gives each schedule its default (:func:`~sim.pipeline.schedules.default_vpp`)."""
     scheds = sorted(set(space.schedule))
     vpps = sorted(set(space.vpp) or {default_vpp(s or None) for s in scheds})
     for vpp, mb, ep, zero, sched in itertools.product(
@@ -117,7 +117,7 @@ def enumerate_layouts(model: ModelSpec, space: Space, training: Training, gpus_p
     """Valid layouts (sorted by key) and the skipped combinations as ``(description, reason)``
     (the reason names the flag). ``check``: more refusals per layout, after Megatron's
     (:func:`~sim.models.parallel_checks.validate`): a :class:`UsageError` skips the layout (the
-    sweep's flags that change nothing in it: :func:`sim.applicable.check_layout`)."""
+    sweep's flags that change nothing in it: :func:`sim.options.applicable.check_layout`)."""
     if space.gpus is None:
         raise ValueError("the sweep space's GPU count is not resolved")
     tps, pps = candidates(model, space, gpus_per_node)

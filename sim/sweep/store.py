@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import UsageError
-from sim.outputs import atomic_write, write_json
+from sim.files.outputs import atomic_write, write_json
 
 SETTINGS = "sweep-settings.json"
 RESULTS = "results.jsonl"

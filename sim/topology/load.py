@@ -10,10 +10,11 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from sim.catalog import resolve
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
-from sim.inputs import read_text, show
+from sim.files.catalog import resolve
+from sim.files.inputs import read_text, show
+from sim.files.yaml_load import load_yaml_with_lines
 from sim.topology.consistency import physical_warnings
 from sim.topology.gpu import GpuSpec
 from sim.topology.overrides import Override, apply_overrides, parse_override
@@ -30,7 +31,6 @@ from sim.topology.spec import (
     PcieSpec,
     Topology,
 )
-from sim.yaml_load import load_yaml_with_lines
 
 _OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
 _LEVEL_NAMES = ("leaf", "spine", "core")
@@ -334,7 +334,7 @@ def _faults(s: Section, topo: Topology) -> Faults:
 
 def load_topology(path: str, nodes: int | None = None, overrides: Sequence[str] = ()) -> Topology:
     """Read and validate the topology file at ``path`` (or the shipped topology of that name,
-    :mod:`sim.catalog`); ``nodes`` overrides its node count, ``overrides`` are ``--set
+    :mod:`sim.files.catalog`); ``nodes`` overrides its node count, ``overrides`` are ``--set
     KEY=VALUE`` what-ifs (:mod:`sim.topology.overrides`)."""
     path = resolve("topologies", path, "--topo")
     return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import UsageError
-from sim.inputs import show
-from sim.yaml_load import load_yaml_with_lines
+from sim.files.inputs import show
+from sim.files.yaml_load import load_yaml_with_lines
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from sim.errors import InputError
-from sim.inputs import INT64_MAX, show
+from sim.files.inputs import INT64_MAX, show
 
 # Bounds that keep transfer times finite (far beyond any real machine).
 MIN_RATE = 1e-6  # GB/s or Gb/s: slower links would make transfer times overflow

@@ -7,7 +7,8 @@ in ~25 000 slivers. Each stage row therefore gets two lanes:
   - pipeline op: every compute span of one (microbatch, chunk, direction) on the rank, from the
     op's first to its last span, *including* the blocking (TP/EP) collectives inside it. Kind
     ``forward``; ``backward`` (input-grad, with the weight-grad the engine runs right after each
-    layer's input-grad; in the split-backward schedules, :data:`~sim.schedules.SPLIT_BACKWARD`,
+    layer's input-grad; in the split-backward schedules,
+    :data:`~sim.pipeline.schedules.SPLIT_BACKWARD`,
     the input-grad ``B`` op only, as for DualPipe's backwards whose ``W`` is deferred);
     ``weight_grad`` (the separate ``W`` op of a split-backward schedule, or an op with
     weight-grad compute only); DualPipe's overlapped F&B op is its forward box followed by its
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.engine.result import SimResult, Span
-from sim.schedules import SPLIT_BACKWARD, schedule_table
+from sim.pipeline.schedules import SPLIT_BACKWARD, schedule_table
 
 PHASE_KINDS = ("forward", "input_grad", "weight_grad")
 LANES = ("compute", "comm")

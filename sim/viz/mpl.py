@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import UsageError
-from sim.outputs import atomic_write
+from sim.files.outputs import atomic_write
 
 FORMATS = ("png", "svg", "pdf")
 DPI = 100

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from sim.engine.result import SimResult
 from sim.errors import UsageError
-from sim.outputs import check_output_path
-from sim.placement import Placement
+from sim.files.outputs import check_output_path
+from sim.parallel.placement import Placement
 from sim.viz.breakdown import plot_breakdown
 from sim.viz.mpl import figure_format
 from sim.viz.select import FLAG, parse_rank_spec

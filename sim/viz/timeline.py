@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.engine.result import SimResult
-from sim.schedules import SPLIT_BACKWARD
+from sim.pipeline.schedules import SPLIT_BACKWARD
 from sim.viz.boxes import Box, timeline_boxes
 from sim.viz.mpl import DPI, hex_rgb, lighten, luminance, render
 from sim.viz.select import select_ranks

@@ -31,9 +31,9 @@ from typing import Any
 from sim import __version__
 from sim.comm import CollKind, GroupKind
 from sim.engine.result import SimResult, Span
+from sim.files.outputs import atomic_write
 from sim.network.base import nccl_busbw_factor
-from sim.outputs import atomic_write
-from sim.placement import Placement
+from sim.parallel.placement import Placement
 from sim.viz.boxes import COMM_ORDER, PHASE_KINDS, arg, is_blocking, timeline_boxes
 from sim.viz.select import select_ranks
 

@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from sim.errors import UsageError
-from sim.placement import Placement
-from sim.workload.program import PipelineProgram, StageProgram
+from sim.parallel.placement import Placement
+from sim.program.pipeline import PipelineProgram, StageProgram
 
 LIMIT_BYTES = 200_000_000
 # bytes of an event line without its layer name(s), by kind (measured means, see the module)

@@ -1,1 +1,1 @@
-"""Workload files → one typed workload model (:mod:`sim.workload.model`)."""
+"""Workload files → one typed workload model (:mod:`sim.program.workload`)."""

@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import InputError
-from sim.inputs import INT64_MAX, split_lines
-from sim.workload.model import Layer, Phase, Workload, WorkloadHeader
+from sim.files.inputs import INT64_MAX, split_lines
+from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
 
 POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "HYBRID_DLRM", "DATA", "MICRO")
 INT_KEYS = {

@@ -30,9 +30,9 @@ from collections import defaultdict
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import InputError
+from sim.program.pipeline import Task, TaskKind
+from sim.program.workload import Layer, Phase
 from sim.workload.aicb_csv import PARAM_BYTES, CollectiveLog, LogRow, Role
-from sim.workload.model import Layer, Phase
-from sim.workload.program import Task, TaskKind
 
 
 def _params_of(r: LogRow, path: str) -> int:

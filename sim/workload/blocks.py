@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from sim.errors import InputError
-from sim.workload.model import Layer
+from sim.program.workload import Layer
 
 # Iteration-level rows AICB writes before / after the unrolled microbatch blocks.
 ITERATION_ROW = re.compile(

@@ -26,8 +26,8 @@ import dataclasses
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
-from sim.workload.model import Layer, Phase
-from sim.workload.program import PipelineProgram
+from sim.program.pipeline import PipelineProgram
+from sim.program.workload import Layer, Phase
 
 
 def read_as_zero(prog: PipelineProgram, stage: int) -> PipelineProgram:

@@ -25,9 +25,9 @@ import math
 
 from sim.comm import Comm, GroupKind
 from sim.errors import InputError
-from sim.inputs import INT64_MAX, split_lines
+from sim.files.inputs import INT64_MAX, split_lines
+from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
 from sim.workload.aicb import parse_comm_type
-from sim.workload.model import Layer, Phase, Workload, WorkloadHeader
 
 REQUIRED = (
     "name",

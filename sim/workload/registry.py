@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim import inputs
-from sim.catalog import resolve
 from sim.errors import InputError, UsageError
+from sim.files import inputs
+from sim.files.catalog import resolve
+from sim.program.workload import Workload
 from sim.workload import aicb, aicb_csv, optable
-from sim.workload.model import Workload
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def is_collective_log(path: str | Path) -> bool:
 
 def read_text(path: str | Path) -> str:
     """Read a text file (UTF-8, or UTF-16/32 with a BOM); any I/O or decoding problem becomes
-    an :class:`InputError` (see :mod:`sim.inputs`)."""
+    an :class:`InputError` (see :mod:`sim.files.inputs`)."""
     return inputs.read_text(path)
 
 

@@ -2,9 +2,10 @@
 
 AICB files list the rows of ONE rank (one pipeline stage) with the per-microbatch block unrolled
 ``ga`` times, preceded and followed by iteration-level rows. This module recovers that structure
-(:mod:`sim.workload.blocks`), resolves the :class:`~sim.layout.Layout` from the header and the
+(:mod:`sim.workload.blocks`), resolves the :class:`~sim.parallel.layout.Layout` from the header and
+the
 overrides, places rows on stages, splits layers into virtual-pipeline chunks and builds a
-:class:`~sim.workload.program.PipelineProgram`. Every interpretation it makes is appended to
+:class:`~sim.program.pipeline.PipelineProgram`. Every interpretation it makes is appended to
 ``program.assumptions`` (printed in every report) and can be overridden (see
 :class:`LayoutOptions`). The rules are documented in docs/workload-formats.md.
 """
@@ -17,9 +18,9 @@ from dataclasses import dataclass, replace
 
 from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
-from sim.inputs import INT64_MAX
-from sim.layout import Layout, require_gpus
-from sim.schedules import (
+from sim.files.inputs import INT64_MAX
+from sim.parallel.layout import Layout, require_gpus
+from sim.pipeline.schedules import (
     SCHEDULES,
     V_SHAPE,
     check_interleaved,
@@ -27,10 +28,10 @@ from sim.schedules import (
     stage_chunk,
     virtual_stage,
 )
+from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
+from sim.program.workload import Layer, Phase, PhaseKind, Workload
 from sim.workload.aicb import in_embedding_group
 from sim.workload.blocks import RowStructure, find_structure, layer_period
-from sim.workload.model import Layer, Phase, PhaseKind, Workload
-from sim.workload.program import PipelineProgram, StageProgram, Task, TaskKind
 
 FIRST_STAGE_ROW = re.compile(r"^embedding", re.I)  # inside the block: input embedding
 LAST_STAGE_ROW = re.compile(r"^(final|lm_head|output)", re.I)  # inside the block: output layer
@@ -42,7 +43,7 @@ ROW_PLACEMENTS = ("megatron", "all")
 @dataclass
 class LayoutOptions:
     """What a run asks of a workload file's layout (``None`` = use the file's header), and how
-    to read its rows; :func:`build_program` resolves it into a :class:`~sim.layout.Layout`.
+    to read its rows; :func:`build_program` resolves it into a :class:`~sim.parallel.layout.Layout`.
     ``all_gpus``: the run's GPUs (``--gpus``); ``default_gpus``: the topology's, used when
     nothing else says and the most a layout may need."""
 
@@ -149,7 +150,7 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
 def _resolve_dp(w: Workload, opts: LayoutOptions, tp: int, pp: int, ep: int,
                 notes: list[str]) -> int:
     """DP = all GPUs / (TP·PP), the GPUs from ``--gpus``, the header or the topology; the
-    layout must fit the topology (:func:`sim.layout.require_gpus`)."""
+    layout must fit the topology (:func:`sim.parallel.layout.require_gpus`)."""
     h = w.header
     gpus_default = opts.default_gpus if opts.default_gpus is not None else tp * pp
     all_gpus = _resolve("gpus", opts.all_gpus, h.all_gpus, gpus_default, notes, "GPUs (all_gpus)")

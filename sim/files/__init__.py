@@ -1,0 +1,1 @@
+"""Reading and writing files safely, and the shipped data by name."""

@@ -1,0 +1,1 @@
+"""Which option applies to which input (no silent what-ifs)."""

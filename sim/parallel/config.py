@@ -1,0 +1,337 @@
+"""Parallel layout and training options of a generated workload (Megatron-LM semantics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from sim.errors import UsageError
+from sim.parallel.layout import Layout
+from sim.parallel.split import PipelineSplit
+
+RECOMPUTE = ("none", "selective", "full")
+#: Megatron-Core's ``--attention-backend`` values; ``auto`` (Megatron-Core's default,
+#: ``TransformerConfig.attention_backend = AttnBackend.auto``) lets Transformer Engine pick: its
+#: cuDNN fused kernel on Hopper and newer, FlashAttention-2 before (:func:`attention_kernel`);
+#: ``local`` is not modelled
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "auto")
+#: GPU families (``sim/data/gpus.csv``) before Hopper: there ``auto`` runs FlashAttention-2
+PRE_HOPPER_FAMILIES = ("A100",)
+DTYPES = ("bf16", "fp16", "fp8")
+#: the default pipeline split: layers spread evenly over the stages
+EVEN_SPLIT = PipelineSplit()
+
+
+@dataclass(frozen=True)
+class Training:
+    """Training hyper-parameters of a model-driven run (Megatron-LM's names).
+
+    ``global_batch`` sequences per iteration, ``micro_batch`` sequences per microbatch;
+    ``sequence_parallel`` (Megatron ignores it when TP = 1), ``recompute`` (``none``,
+    ``selective``, ``full``), ``dtype`` (its dense peak is the MFU reference),
+    ``distributed_optimizer`` (optimizer state sharded over DP), ``flash_attention`` (fused
+    attention kernel, no s×s score matrix in memory; the calibration measurements, Korthikanti
+    et al. 2022, used the unfused kernels), ``overlap_grad_reduce`` (data-parallel gradient
+    collectives issued per layer during the last microbatch's backward, non-blocking; otherwise
+    one blocking collective after the backward), ``overlap_param_gather`` (Megatron-Core, with the
+    distributed optimizer: each bucket's parameter all-gather runs beside the next iteration's
+    forward; a bucket's first use waits for it), ``tp_comm_overlap`` (Megatron-Core
+    ``--tp-comm-overlap``: Transformer Engine pipelines the TP collectives of each layer
+    with their GEMMs; :mod:`sim.models.features.tp_overlap`), ``compile`` (element-wise kernels
+    fused,
+    as Megatron-Core / Transformer Engine and ``torch.compile`` run them; ``False``: PyTorch
+    eager, torchtitan's ``training.compile = false``, :mod:`sim.models.features.eager`) and
+    ``norm_type`` (torchtitan's ``model.norm_type`` in eager mode: ``rmsnorm`` or
+    ``fused_rmsnorm``), ``use_torch_fsdp2`` (Megatron-LM's ``--use-torch-fsdp2``: with
+    ``fsdp``, PyTorch FSDP2's copies and fp32 gradient reduction, :mod:`sim.models.features.fsdp2`).
+    ``attention_backend``: Megatron-Core's
+    ``--attention-backend`` (``flash``: FlashAttention-2; ``fused``: cuDNN's fused attention
+    through Transformer Engine; ``unfused``: batched matmuls + softmax, as Megatron-LM ran in
+    2022; ``auto``: Transformer Engine's choice, see :func:`attention_kernel`); empty: ``flash``
+    with ``flash_attention``, else ``auto`` (Megatron-Core's default). ``global_batch``
+    ``None``: not chosen yet (``simrun --model`` derives it from the microbatches;
+    :func:`validate` refuses it).
+    ``split``: Megatron-Core's uneven pipeline split (:mod:`sim.parallel.split`). ``fsdp``:
+    PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics; :mod:`sim.models.features.zero`).
+    ``moe_load_imbalance``: tokens of the busiest expert GPU ÷ the balanced share (≥ 1);
+    ``moe_capacity_factor``: Megatron's ``--moe-expert-capacity-factor`` (``None``:
+    dropless); :mod:`sim.models.features.moe`. ``moe_token_dispatcher``: Megatron-Core's
+    ``--moe-token-dispatcher-type`` (``alltoall``: NCCL all-to-alls of every token copy;
+    ``flex``: the DeepEP backend, one copy per destination node, hierarchical across nodes);
+    ``moe_shared_expert_intermediate_size``: Megatron-Core's
+    ``--moe-shared-expert-intermediate-size`` (replaces the spec's shared-expert width);
+    ``ep_nodes``: the nodes one EP group spans on the cluster (set by the scenario from the
+    topology and the placement; 1 when unknown or uneven). ``fp8_recipe``: Megatron-Core's
+    ``--fp8-recipe`` with ``dtype`` fp8 (``delayed`` — its default — or ``tensorwise``;
+    :mod:`sim.models.features.fp8`). ``apply_rope_fusion``: Megatron-Core's fused RoPE kernel (on
+    unless Megatron-LM's ``--no-rope-fusion``; :mod:`sim.models.features.rope`).
+    ``delay_grad_reduce``:
+    Megatron-LM's (``--no-delay-grad-reduce`` turns it off): with ``overlap_grad_reduce`` and
+    pipeline parallelism only stage 0 reduces per bucket during its last backward; the other
+    stages launch their reductions after their last backward (interleaved: per model chunk);
+    :mod:`sim.models.features.grad_sync`. ``overlap_moe_expert_parallel_comm``: Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm`` (combined 1F1B: the EP all-to-alls of one
+    microbatch beside another's compute; :func:`sim.pipeline.schedules.combined_1f1b`).
+    ``defer_embedding_wgrad_compute`` / ``wgrad_deferral_limit``: Megatron-Core's (the output
+    layer's weight-gradient GEMMs of the first N microbatches, 0 = all, run at the pipeline
+    flush; :mod:`sim.models.features.defer_wgrad`).
+    ``fp8_param_gather``: Megatron-Core's ``--fp8-param-gather`` with ``dtype`` fp8 and the
+    distributed optimizer (the TE linears' weights kept in FP8, quantised after the optimizer
+    step, all-gathered at 1 byte per parameter; :mod:`sim.models.features.fp8_params`).
+    ``grad_reduce_in_bf16``: Megatron-LM's ``--grad-reduce-in-bf16`` (Megatron-Core DDP
+    ``grad_reduce_in_fp32 = False``) with dtype bf16/fp8: the main-gradient buffer and the DP
+    gradient collectives in bf16 (2 bytes per parameter) instead of fp32; the optimizer casts its
+    shard to an fp32 copy for the step (:mod:`sim.models.memory`).
+    ``async_tensor_model_parallel_allreduce``: Megatron-LM's ``--async-tensor-model-parallel-
+    allreduce``: the column-parallel linears' backward TP collectives beside their GEMMs
+    (:mod:`sim.models.features.tp_async`; off by default, see there).
+    ``ddp_bucket_size``: Megatron-LM's ``--ddp-bucket-size`` (Megatron-Core DDP
+    ``bucket_size``, parameters per gradient bucket; None: Megatron-Core's default,
+    :func:`sim.models.optimizer.bucket_params`).
+    """
+
+    global_batch: int | None = None
+    micro_batch: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    dtype: str = "bf16"
+    distributed_optimizer: bool = False
+    flash_attention: bool = False
+    overlap_grad_reduce: bool = True
+    attention_backend: str = ""
+    split: PipelineSplit = EVEN_SPLIT
+    fsdp: bool = False
+    moe_load_imbalance: float = 1.0
+    moe_capacity_factor: float | None = None
+    overlap_param_gather: bool = False
+    moe_token_dispatcher: str = "alltoall"
+    moe_shared_expert_intermediate_size: int | None = None
+    ep_nodes: int = 1
+    tp_comm_overlap: bool = False
+    compile: bool = True
+    norm_type: str = "rmsnorm"
+    fp8_recipe: str = "delayed"
+    use_torch_fsdp2: bool = False
+    apply_rope_fusion: bool = True
+    delay_grad_reduce: bool = True
+    overlap_moe_expert_parallel_comm: bool = False
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
+    fp8_param_gather: bool = False
+    grad_reduce_in_bf16: bool = False
+    ddp_bucket_size: int | None = None
+    async_tensor_model_parallel_allreduce: bool = False
+
+    @property
+    def backend(self) -> str:
+        """The attention kernel that runs: ``flash``, ``fused`` or ``unfused``."""
+        return attention_kernel(self, "")
+
+    @property
+    def requested_backend(self) -> str:
+        """The backend asked for: ``--attention-backend``, else ``flash`` with
+        ``--flash-attention``, else ``auto`` (Megatron-Core's default)."""
+        return self.attention_backend or ("flash" if self.flash_attention else "auto")
+
+    @property
+    def fused_attention(self) -> bool:
+        """One fused kernel per attention call (no s×s score matrix in memory)."""
+        return self.backend != "unfused"
+
+
+def attention_kernel(training: Training, gpu_family: str) -> str:
+    """The attention kernel that runs on a GPU of ``gpu_family`` (``""``: unknown, taken as
+    Hopper or newer): the requested backend, or for ``auto`` Transformer Engine's choice —
+    its ``get_attention_backend`` (transformer_engine/pytorch/attention/dot_product_attention/
+    utils.py) disables FlashAttention "to give FusedAttention preference on Hopper+" when both
+    can run, so ``fused`` (cuDNN) from compute capability 9.0 on and ``flash`` before."""
+    b = training.requested_backend
+    if b != "auto":
+        return b
+    return "flash" if gpu_family in PRE_HOPPER_FAMILIES else "fused"
+
+
+def _part(part: str, name: str) -> property:
+    """A read-only view of ``self.<part>.<name>`` (the data lives in one place)."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    doc=f"``{part}.{name}``")
+
+
+def fields_of(obj) -> dict:
+    """A dataclass's fields by name, one level deep (nested dataclasses kept as they are,
+    unlike :func:`dataclasses.asdict`)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _microbatches(global_batch, micro_batch, dp) -> int:
+    """``global_batch / (micro_batch · dp)``, or 0 when a size is not a positive integer
+    (:func:`validate` names the flag)."""
+    sizes = (global_batch, micro_batch, dp)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        return global_batch // (micro_batch * dp)
+    return 0
+
+
+@dataclass(frozen=True, init=False)
+class ParallelConfig:
+    """A model-driven run's :class:`~sim.parallel.layout.Layout` and :class:`Training`.
+
+    Built from Megatron-style flat arguments (``ParallelConfig(tp=8, pp=8, global_batch=64,
+    sequence_parallel=True)``) or from the two parts (:meth:`of`). The layout's microbatches
+    per iteration are ``global_batch / (micro_batch · dp)``. The flat names read through to
+    the part that holds them (``par.tp`` is ``par.layout.tp``).
+    """
+
+    layout: Layout
+    training: Training
+
+    def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, vpp: int = 1, ep: int = 1,
+                 micro_batch: int = 1, global_batch: int = 1, sequence_parallel: bool = False,
+                 recompute: str = "none", dtype: str = "bf16",
+                 distributed_optimizer: bool = False, schedule: str | None = None,
+                 microbatch_group_size: int | None = None, flash_attention: bool = False,
+                 overlap_grad_reduce: bool = True, attention_backend: str = "",
+                 split: PipelineSplit = EVEN_SPLIT, cp: int = 1, zero: int = 0,
+                 fsdp: bool = False, moe_load_imbalance: float = 1.0,
+                 moe_capacity_factor: float | None = None,
+                 overlap_param_gather: bool = False, moe_token_dispatcher: str = "alltoall",
+                 moe_shared_expert_intermediate_size: int | None = None,
+                 ep_nodes: int = 1, tp_comm_overlap: bool = False,
+                 etp: int | None = None, compile: bool = True,
+                 norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
+                 use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True,
+                 delay_grad_reduce: bool = True,
+                 overlap_moe_expert_parallel_comm: bool = False,
+                 defer_embedding_wgrad_compute: bool = False,
+                 wgrad_deferral_limit: int = 0,
+                 fp8_param_gather: bool = False,
+                 grad_reduce_in_bf16: bool = False,
+                 ddp_bucket_size: int | None = None,
+                 async_tensor_model_parallel_allreduce: bool = False) -> None:
+        training = Training(global_batch=global_batch, micro_batch=micro_batch,
+                            sequence_parallel=sequence_parallel, recompute=recompute,
+                            dtype=dtype, distributed_optimizer=distributed_optimizer,
+                            flash_attention=flash_attention,
+                            overlap_grad_reduce=overlap_grad_reduce,
+                            delay_grad_reduce=delay_grad_reduce,
+                            attention_backend=attention_backend, split=split, fsdp=fsdp,
+                            moe_load_imbalance=moe_load_imbalance,
+                            moe_capacity_factor=moe_capacity_factor,
+                            overlap_param_gather=overlap_param_gather,
+                            moe_token_dispatcher=moe_token_dispatcher,
+                            moe_shared_expert_intermediate_size=(
+                                moe_shared_expert_intermediate_size),
+                            ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap,
+                            compile=compile, norm_type=norm_type,
+                            fp8_recipe=fp8_recipe,
+                            use_torch_fsdp2=use_torch_fsdp2,
+                            apply_rope_fusion=apply_rope_fusion,
+                            overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
+                            defer_embedding_wgrad_compute=defer_embedding_wgrad_compute,
+                            wgrad_deferral_limit=wgrad_deferral_limit,
+                            fp8_param_gather=fp8_param_gather,
+                            grad_reduce_in_bf16=grad_reduce_in_bf16,
+                            async_tensor_model_parallel_allreduce=(
+                                async_tensor_model_parallel_allreduce),
+                            ddp_bucket_size=ddp_bucket_size)
+        layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
+                        etp=None if etp == tp else etp,
+                        microbatches=_microbatches(global_batch, micro_batch, dp),
+                        schedule=schedule, microbatch_group_size=microbatch_group_size)
+        object.__setattr__(self, "layout", layout)
+        object.__setattr__(self, "training", training)
+
+    @classmethod
+    def of(cls, layout: Layout, training: Training) -> ParallelConfig:
+        """The config of ``layout`` trained with ``training``; ``layout.microbatches`` must
+        be ``global_batch / (micro_batch · dp)``."""
+        par = cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
+                  cp=layout.cp, zero=layout.zero, schedule=layout.schedule, etp=layout.etp,
+                  microbatch_group_size=layout.microbatch_group_size,
+                  **fields_of(training))
+        if par.layout != layout:
+            raise UsageError(f"{layout.microbatches} microbatches × micro batch "
+                             f"{training.micro_batch} × DP {layout.dp} ≠ global batch "
+                             f"{training.global_batch}", field="--microbatches")
+        return par
+
+    tp = _part("layout", "tp")
+    pp = _part("layout", "pp")
+    dp = _part("layout", "dp")
+    ep = _part("layout", "ep")
+    vpp = _part("layout", "vpp")
+    microbatches = _part("layout", "microbatches")
+    schedule = _part("layout", "schedule")
+    microbatch_group_size = _part("layout", "microbatch_group_size")
+    cp = _part("layout", "cp")
+    zero = _part("layout", "zero")
+    world_size = _part("layout", "world_size")
+    schedule_name = _part("layout", "schedule_name")
+    global_batch = _part("training", "global_batch")
+    micro_batch = _part("training", "micro_batch")
+    sequence_parallel = _part("training", "sequence_parallel")
+    recompute = _part("training", "recompute")
+    dtype = _part("training", "dtype")
+    distributed_optimizer = _part("training", "distributed_optimizer")
+    flash_attention = _part("training", "flash_attention")
+    overlap_grad_reduce = _part("training", "overlap_grad_reduce")
+    delay_grad_reduce = _part("training", "delay_grad_reduce")
+    overlap_param_gather = _part("training", "overlap_param_gather")
+    tp_comm_overlap = _part("training", "tp_comm_overlap")
+    async_tensor_model_parallel_allreduce = _part("training",
+                                                  "async_tensor_model_parallel_allreduce")
+    compile = _part("training", "compile")
+    norm_type = _part("training", "norm_type")
+    fp8_recipe = _part("training", "fp8_recipe")
+    use_torch_fsdp2 = _part("training", "use_torch_fsdp2")
+    apply_rope_fusion = _part("training", "apply_rope_fusion")
+    attention_backend = _part("training", "attention_backend")
+    backend = _part("training", "backend")
+    requested_backend = _part("training", "requested_backend")
+    fused_attention = _part("training", "fused_attention")
+    split = _part("training", "split")
+    fsdp = _part("training", "fsdp")
+    moe_load_imbalance = _part("training", "moe_load_imbalance")
+    moe_capacity_factor = _part("training", "moe_capacity_factor")
+    moe_token_dispatcher = _part("training", "moe_token_dispatcher")
+    ep_nodes = _part("training", "ep_nodes")
+    overlap_moe_expert_parallel_comm = _part("training", "overlap_moe_expert_parallel_comm")
+    defer_embedding_wgrad_compute = _part("training", "defer_embedding_wgrad_compute")
+    wgrad_deferral_limit = _part("training", "wgrad_deferral_limit")
+    fp8_param_gather = _part("training", "fp8_param_gather")
+    grad_reduce_in_bf16 = _part("training", "grad_reduce_in_bf16")
+    ddp_bucket_size = _part("training", "ddp_bucket_size")
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Optimizer state sharded over DP×CP (distributed optimizer or ZeRO ≥ 1)."""
+        return self.training.distributed_optimizer or self.layout.zero >= 1
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel size (Megatron-Core ``--expert-tensor-parallel-size``;
+        default TP): each expert's weights are split ``etp`` ways."""
+        return self.layout.expert_tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: the ranks that reduce expert gradients (and shard their
+        optimizer state), ``TP·DP·CP / (ETP·EP)`` as Megatron-Core's ``initialize_model_parallel``
+        derives ``expert_data_parallel_size`` (world size ÷ ETP·EP·PP)."""
+        return self.layout.tp * self.dp_cp // (self.etp * self.layout.ep)
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that reduce gradients together (and shard the distributed optimizer): DP×CP,
+        as in Megatron-Core."""
+        return self.layout.dp * self.layout.cp
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect (Megatron ignores it when ``tp == 1``)."""
+        return self.training.sequence_parallel and self.layout.tp > 1
+
+
+def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
+    """Megatron's padded vocabulary: the next multiple of ``divisible_by · tp``."""
+    unit = divisible_by * tp
+    return -(-vocab // unit) * unit

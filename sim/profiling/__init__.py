@@ -1,0 +1,1 @@
+"""Measuring kernels on a local GPU (``simrun profile``)."""

@@ -1,0 +1,2 @@
+"""The program: the typed intermediate form between the readers (and the generator) and the
+engine."""

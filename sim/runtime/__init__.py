@@ -1,0 +1,1 @@
+"""The process around a command: signals, progress, the simulated-time watchdog."""

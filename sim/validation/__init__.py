@@ -1,0 +1,1 @@
+"""Predicted against measured iteration times of published runs."""
