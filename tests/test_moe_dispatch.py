@@ -20,7 +20,7 @@ from sim.models.vocab.spec import load_model
 from sim.parallel.config import ParallelConfig, Training
 from sim.scenario.model_run import ep_nodes, with_training_overrides
 from sim.scenario.options import NetworkOptions
-from sim.scenario.run import dispatcher_network
+from sim.scenario.steps import dispatcher_network
 from sim.topology import load_topology
 
 MODELS = ROOT / "workloads/models"

@@ -285,7 +285,7 @@ def test_a_measured_run_the_memory_model_cannot_fit_is_reported(tmp_path, capsys
 
 
 def test_a_case_is_predicted_as_the_single_run_with_its_nccl_environment(tmp_path):
-    """A case runs the single run's steps (sim.scenario.simulate.simulate_layout) with the
+    """A case runs the single run's stages (sim.scenario.steps) with the
     run's NCCL_NVLS_ENABLE: TP 8 without sequence parallelism all-reduces every layer's
     activations on the NVSwitch, so NVLS on and off predict different times, each the
     iteration time of ``simrun --model ... --nccl-nvls-enable X`` on the same node."""

@@ -13,14 +13,14 @@ from typing import Any
 
 from sim.comm import GroupKind
 from sim.errors import UsageError
-from sim.models.compute_setup import ComputeOptions, resolve_compute
+from sim.models.compute_setup import ComputeOptions, ComputeSetup, resolve_compute
 from sim.models.flops import model_flops_per_iteration
 from sim.models.generator import generate
 from sim.models.memory import MemoryReport, check_memory
 from sim.models.memory_advice import memory_advice
 from sim.models.metrics import metrics
 from sim.models.parallel_checks import validate
-from sim.models.plan import build_model_plan
+from sim.models.plan import ModelPlan, build_model_plan
 from sim.models.vocab.spec import ModelSpec, load_model
 from sim.parallel.config import ParallelConfig, Training
 from sim.parallel.layout import Layout, LayoutRequest
@@ -108,6 +108,14 @@ def ep_nodes(par: ParallelConfig, topology: Topology, order: str) -> int:
     return len(counts) if len(set(counts.values())) == 1 else 1
 
 
+def with_ep_nodes(par: ParallelConfig, topology: Topology, order: str) -> ParallelConfig:
+    """``par`` with the nodes one EP group spans on ``topology`` in rank order ``order``."""
+    if par.ep == 1:
+        return par
+    return ParallelConfig.of(par.layout, replace(par.training,
+                                                 ep_nodes=ep_nodes(par, topology, order)))
+
+
 def with_training_overrides(model: ModelSpec, training: Training) -> ModelSpec:
     """``model`` with the spec overrides of ``training`` (the shared-expert width)."""
     size = training.moe_shared_expert_intermediate_size
@@ -116,30 +124,42 @@ def with_training_overrides(model: ModelSpec, training: Training) -> ModelSpec:
     return replace(model, moe=replace(model.moe, shared_expert_ffn_hidden=size))
 
 
-def model_run(path: str, request: LayoutRequest, training: Training, topology: Topology, *,
-              ignore_memory: bool = False, compute: ComputeOptions | None = None,
-              placement: str = DEFAULT_ORDER, collective_log: str | None = None) -> ModelRun:
-    """Load the model spec at ``path``, resolve the layout on ``topology``, check memory and
-    generate the program (operators timed as ``compute`` says: docs/kernel-tables.md). A
-    layout that does not fit in GPU memory raises
-    :class:`UsageError` with the reason (unless ``ignore_memory``). ``placement``: the rank
-    order, which decides how many nodes an EP group spans (:func:`ep_nodes`).
-    ``collective_log``: an AICB physical-format file whose ZeRO-3 collectives (and layout)
-    the run takes (:mod:`sim.scenario.collective_log`)."""
-    model = with_training_overrides(load_model(path), training)
-    log = load_log(collective_log) if collective_log is not None else None
-    if log is not None:
-        request = log_layout(log, request, training)
-    par = parallel_config(request, training, model, topology.num_gpus)
-    if par.ep > 1:
-        par = ParallelConfig.of(par.layout, replace(par.training,
-                                                    ep_nodes=ep_nodes(par, topology, placement)))
+@dataclass(frozen=True)
+class ModelFit:
+    """A model on a layout and a cluster before its program is generated: the spec with the
+    training's overrides, the config with the nodes its EP group spans, the model plan and
+    the memory check (``memory.feasible``: whether it fits in GPU memory)."""
+
+    model: ModelSpec
+    par: ParallelConfig
+    plan: ModelPlan
+    memory: MemoryReport
+
+
+def fit_model(model: ModelSpec, par: ParallelConfig, topology: Topology,
+              placement: str = DEFAULT_ORDER) -> ModelFit:
+    """The memory check of ``model`` on ``par`` (ranks placed in ``placement`` order on
+    ``topology``); raises :class:`UsageError` if the layout needs more GPUs than the cluster
+    has or the GPU has no peak for the dtype."""
+    model = with_training_overrides(model, par.training)
+    par = with_ep_nodes(par, topology, placement)
     par.layout.require_gpus_of(topology, field="--dp", hint="use --nodes")
     gpu = topology.gpu
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak", field="--dtype")
     plan = build_model_plan(model, par)
-    mem = check_memory(model, par, gpu, plan=plan)
+    return ModelFit(model, par, plan, check_memory(model, par, gpu, plan=plan))
+
+
+def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
+                 compute: ComputeOptions | ComputeSetup | None = None,
+                 ignore_memory: bool = False, log: Any = None) -> ModelRun:
+    """The program of ``fit`` (operators timed as ``compute`` says: docs/kernel-tables.md).
+    A layout that does not fit in GPU memory raises :class:`UsageError` with the reason and
+    the changes that would make it fit (unless ``ignore_memory``: simulated, said so).
+    ``path``: the spec's file (the report's label); ``log``: an AICB collective log whose
+    ZeRO-3 collectives the run takes (:mod:`sim.scenario.collective_log`)."""
+    model, par, mem, gpu = fit.model, fit.par, fit.memory, topology.gpu
     notes = []
     if not mem.feasible:
         if not ignore_memory:
@@ -148,9 +168,30 @@ def model_run(path: str, request: LayoutRequest, training: Training, topology: T
                              "(--ignore-memory simulates it anyway)", field="--model")
         notes.append("WARNING: simulated although the layout does not fit in GPU memory "
                      "(--ignore-memory)")
-    setup = resolve_compute(gpu, compute)
-    program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})",
+    setup = compute if isinstance(compute, ComputeSetup) else resolve_compute(gpu, compute)
+    program = generate(model, par, gpu, plan=fit.plan,
+                       source=f"model {model.name} ({path})" if path else "",
                        compute=setup, zero3=units_of(log, model) if log else None)
     if log is not None:
         program = with_log(program, log, path)
     return ModelRun(path, model, par, gpu, mem, program, notes)
+
+
+def model_run(model: ModelSpec | str, request: LayoutRequest, training: Training,
+              topology: Topology, *, ignore_memory: bool = False,
+              compute: ComputeOptions | None = None, placement: str = DEFAULT_ORDER,
+              collective_log: str | None = None) -> ModelRun:
+    """``model`` (a spec, or the path or shipped name of one, loaded), the layout resolved on
+    ``topology`` (:func:`parallel_config`), its memory checked (:func:`fit_model`) and its
+    program generated (:func:`model_run_of`). ``placement``: the rank order, which decides how
+    many nodes an EP group spans (:func:`ep_nodes`). ``collective_log``: an AICB
+    physical-format file whose ZeRO-3 collectives (and layout) the run takes
+    (:mod:`sim.scenario.collective_log`)."""
+    path = model if isinstance(model, str) else ""
+    model = with_training_overrides(load_model(model) if path else model, training)
+    log = load_log(collective_log) if collective_log is not None else None
+    if log is not None:
+        request = log_layout(log, request, training)
+    par = parallel_config(request, training, model, topology.num_gpus)
+    return model_run_of(fit_model(model, par, topology, placement), topology, path=path,
+                        compute=compute, ignore_memory=ignore_memory, log=log)

@@ -6,35 +6,17 @@ every synchronisation (a collective, a pipeline receive) the group waits for its
 member — the effect that grows with the cluster. A representative rank per stage would
 simulate one draw per stage and miss it, so every sample simulates every rank (per-rank rank
 classes, said so in the assumptions); a run of thousands of GPUs therefore costs about as
-much per sample as ``--per-rank``.
+much per sample as ``--per-rank``. The samples are variants of the run
+(:func:`sim.scenario.steps.jitter_sample`): the same program, placement and network options.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from sim import engine
 from sim.engine.jitter import Jitter
-from sim.parallel.placement import Placement
-from sim.parallel.rank_classes import RankClasses
-from sim.program.pipeline import PipelineProgram
-
-
-def sample_times_ns(prog: PipelineProgram, make_net: Callable[[], Any], placement: Placement,
-                    jitter: Jitter, samples: int, **simulate_kw) -> list[int]:
-    """Iteration times (ns) of ``samples`` jittered runs (sample ``i`` draws with
-    ``(seed, i)``), every rank simulated; ``make_net`` builds a fresh network per run."""
-    classes = RankClasses.per_rank(placement)
-    out = []
-    for i in range(samples):
-        j = Jitter(jitter.cv, jitter.seed, i)
-        res = engine.simulate(prog, make_net(), placement=placement, classes=classes,
-                              jitter=j, **simulate_kw)
-        out.append(res.iteration_ns)
-    return out
 
 
 def summary(times_ns: list[int], deterministic_ns: int, jitter: Jitter) -> dict[str, Any]:

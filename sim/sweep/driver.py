@@ -27,8 +27,7 @@ from sim.parallel.config import Training
 from sim.runtime import progress
 from sim.runtime.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
-from sim.scenario.model_run import with_training_overrides
-from sim.scenario.simulate import with_ep_nodes
+from sim.scenario.model_run import with_ep_nodes, with_training_overrides
 from sim.sweep.evaluate import SweepContext
 from sim.sweep.output import ranked, table_lines, write_outputs
 from sim.sweep.runner import run_tasks

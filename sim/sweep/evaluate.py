@@ -18,8 +18,8 @@ from sim.models.compute_setup import ComputeSetup
 from sim.models.vocab.spec import ModelSpec
 from sim.options.applicable import check_interference
 from sim.parallel.config import Training
-from sim.scenario import NetworkOptions, SimulationOptions
-from sim.scenario.simulate import simulate_layout
+from sim.scenario import NetworkOptions, SimulationOptions, steps
+from sim.scenario.model_run import fit_model, model_run_of
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
@@ -80,27 +80,30 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     par = layout.config(ctx.training)
     out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
     sim = replace(ctx.simulation, placement=ctx.placement)
-    done, lines = simulate_layout(ctx.model, par, ctx.topology, network=ctx.network,
-                                  simulation=sim, compute=ctx.compute)
-    mem = done.memory
+    # the single run's stages (sim.scenario.steps), from objects: workers need no files
+    fit = fit_model(ctx.model, par, ctx.topology, sim.placement)
+    mem = fit.memory
     out["memory_per_gpu_bytes"] = mem.peak.total_bytes
     out["memory_capacity_bytes"] = mem.capacity_bytes
-    if done.report is None or done.metrics is None or done.result is None:
+    if not mem.feasible:
         out.update(status="infeasible", reason=mem.reason)
         return out
+    run = model_run_of(fit, ctx.topology, compute=ctx.compute)
+    done = steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
+                                   simulation=sim, model_run=run))
+    rep = done.report  # a model run's report holds its metrics
     try:
-        check_interference(ctx.given, lines)
+        check_interference(ctx.given, rep["assumptions"])
     except UsageError as exc:
         out.update(status="inapplicable", reason=str(exc))
         return out
-    rep, m = done.report, done.metrics
     n = max(len(rep["stages"]), 1)
     out.update(
         status="ok", reason="",
         iteration_time_s=rep["iteration_time_s"],
-        tokens_per_s=m["tokens_per_s"],
-        tflops_per_gpu=m["tflops_per_gpu"],
-        mfu=m["mfu"],
+        tokens_per_s=rep["tokens_per_s"],
+        tflops_per_gpu=rep["tflops_per_gpu"],
+        mfu=rep["mfu"],
         bubble_fraction=rep["bubble_fraction"],
         ideal_bubble_fraction=rep["ideal_bubble_fraction"],
     )

@@ -2,8 +2,8 @@
 flags and the printed table in :mod:`sim.cli.validate`).
 
 Runs every case of a validation file (default: ``workloads/validation/*.yaml``) through the
-scenario pipeline (:func:`sim.scenario.simulate.simulate_layout`, the steps of ``simrun --model``
-and of a sweep's layout): model spec + layout → memory check (a case the memory model calls too
+scenario pipeline (:mod:`sim.scenario.steps`, the stages of ``simrun --model`` and of a sweep's
+layout): model spec + layout → memory check (a case the memory model calls too
 large is predicted anyway and flagged) → generated program → engine on the flow network of the
 file's topology (as many nodes as the case needs). No per-case parameter is tuned: a case only
 says what ran (model, layout, batch, the framework options of the run, the NCCL environment's
@@ -53,8 +53,9 @@ from sim.models.vocab.spec import load_model
 from sim.parallel.config import ParallelConfig
 from sim.parallel.split import PipelineSplit
 from sim.runtime.progress import Progress
-from sim.scenario.options import NetworkOptions, SimulationOptions
-from sim.scenario.simulate import simulate_layout
+from sim.scenario import steps
+from sim.scenario.model_run import fit_model, model_run_of
+from sim.scenario.options import NetworkOptions
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
 
@@ -259,10 +260,12 @@ def run_case(case: Case) -> dict[str, Any]:
     probe = load_topology(case.topology_path)
     nodes = max(1, math.ceil(par.world_size / probe.gpus_per_node))
     topo = load_topology(case.topology_path, nodes=nodes)
-    net = NetworkOptions(nvls_enable=case.nvls_enable)
-    done, _ = simulate_layout(model, par, topo, network=net, simulation=SimulationOptions(),
-                              compute=None, ignore_memory=True)
-    rep, m, mem = done.report, done.metrics, done.memory
+    # the single run's stages; a layout the memory model calls too large is predicted anyway
+    run = model_run_of(fit_model(model, par, topo), topo, ignore_memory=True)
+    prepared = steps.prepare(run.program, topo,
+                             network=NetworkOptions(nvls_enable=case.nvls_enable), model_run=run)
+    rep = m = steps.run(prepared).report  # a model run's report holds its metrics
+    mem = run.memory
     pred = rep["iteration_time_s"]
     return {
         "name": case.name, "role": case.role, "model": model.name, "gpus": par.world_size,
