@@ -3,7 +3,8 @@ modules, no module over 400 lines, the domain folders in place.
 
 Imports are read with :mod:`ast`: every ``import sim.x`` / ``from sim.x import y`` at module
 level (inside functions too: a lazy import still ties two modules together), except those under
-``if TYPE_CHECKING:``.
+``if TYPE_CHECKING:`` and those of a package's module-level ``__getattr__`` (PEP 562: ``import
+sim`` re-exports :mod:`sim.api` on first attribute access, which no module of simrun makes).
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(SIM.rglob("*.py"))}
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
     skip: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             skip.update(id(n) for n in ast.walk(node))
     return skip
 
