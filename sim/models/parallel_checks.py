@@ -17,14 +17,13 @@ from sim.parallel.config import (
     ParallelConfig,
 )
 from sim.parallel.split import virtual_stage_layers
-from sim.pipeline.schedules import V_SHAPE, check_schedule, virtual_stage_count
 
 
 def validate(model: ModelSpec, par: ParallelConfig) -> None:
     """Raise :class:`UsageError` (naming the flag) if ``par`` cannot run ``model`` in Megatron."""
     _check_values(par)
     _check_tensor_parallel(model, par)
-    n_vs = virtual_stage_count(par.schedule_name, par.pp, par.vpp)
+    n_vs = par.layout.schedule_type.virtual_stage_count(par.pp, par.vpp)
     virtual_stage_layers(model.layers, par.pp, n_vs // par.pp, par.split)
     if par.global_batch % (par.micro_batch * par.dp):
         raise UsageError(
@@ -60,12 +59,12 @@ def _check_tp_comm_overlap(par: ParallelConfig) -> None:
 
 
 def _check_schedule(par: ParallelConfig) -> None:
-    if par.schedule_name in V_SHAPE and par.split.uneven:
+    typ = par.layout.schedule_type
+    if typ.v_shape and par.split.uneven:
         raise UsageError(f"uneven pipeline splits are not modelled with the {par.schedule_name} "
                          "schedule (its V placement puts the first and the last layers on "
                          "stage 0)", field="--schedule")
-    check_schedule(par.schedule_name, par.pp, par.microbatches, par.vpp,
-                   par.microbatch_group_size, vpp_field="--vpp")
+    typ.check(par.pp, par.microbatches, par.vpp, par.microbatch_group_size, vpp_field="--vpp")
 
 
 def _check_values(par: ParallelConfig) -> None:
