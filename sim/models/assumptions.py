@@ -258,6 +258,10 @@ def _split_note(m: ModelSpec, par: ParallelConfig) -> str:
     if not par.split.uneven:
         return f"{counts[0]} layers per model chunk"
     sp = par.split
+    if sp.layout is not None:
+        return (f"pipeline layout {sp.layout.text!r} (Megatron-Core "
+                f"--pipeline-model-parallel-layout; E embedding, t transformer layer, L output "
+                f"layer and loss; chunks of each rank in order): {sp.layout.describe(par.pp)}")
     how = ", ".join(x for x in (
         f"first stage {sp.first_stage_layers}" if sp.first_stage_layers is not None else "",
         f"last stage {sp.last_stage_layers}" if sp.last_stage_layers is not None else "",
