@@ -151,6 +151,9 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--account-for-embedding-in-pipeline-split": {
         "*": ["--account-for-embedding-in-pipeline-split"]},
     "--account-for-loss-in-pipeline-split": {"*": ["--account-for-loss-in-pipeline-split"]},
+    # gpt2-medium's 24 layers on 2 stages as 11 + 13 (the even split is 12 + 12)
+    "--pipeline-model-parallel-layout": {"*": ["--pipeline-model-parallel-layout",
+                                               "Et*11|t*13L"]},
     "--context-parallel-size": {"*": ["--context-parallel-size", "2", "--flash-attention"]},
     "--zero": {"aicb": ["--zero", "1"], "optable": ["--zero", "1"], "aicb-csv": ["--zero", "3"],
                "model": (["--zero", "1", "--dp", "1", "--gpus", "2"], ["--zero", "1"])},
@@ -266,6 +269,7 @@ CONTEXT: dict[tuple[str, str], list[str]] = {
     ("model", "--decoder-last-pipeline-num-layers"): [*PP_MODEL],
     ("model", "--account-for-embedding-in-pipeline-split"): PP5_MODEL,
     ("model", "--account-for-loss-in-pipeline-split"): PP5_MODEL,
+    ("model", "--pipeline-model-parallel-layout"): [*PP_MODEL],
 }
 # the run to compare with, where the run without the flag is not a valid layout: 24 layers
 # and one of embedding/loss = 25 split over 5 stages, but 24 layers are not

@@ -29,6 +29,7 @@ from sim.faults import parse_link, parse_nic, parse_slow
 from sim.models.compute_setup import ComputeOptions
 from sim.network.factory import ROUTINGS
 from sim.parallel.config import Training
+from sim.parallel.layer_layout import parse_layout
 from sim.parallel.layout import LayoutRequest
 from sim.parallel.split import PipelineSplit
 from sim.pipeline.schedules import SCHEDULES
@@ -160,7 +161,8 @@ def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
                         getattr(args, "first_stage_layers", None),
                         getattr(args, "last_stage_layers", None),
                         getattr(args, "account_for_embedding_in_pipeline_split", False),
-                        getattr(args, "account_for_loss_in_pipeline_split", False)),
+                        getattr(args, "account_for_loss_in_pipeline_split", False),
+                        parse_layout(getattr(args, "pipeline_model_parallel_layout", None))),
                     fsdp=getattr(args, "fsdp", False),
                     moe_load_imbalance=getattr(args, "moe_load_imbalance", 1.0),
                     moe_capacity_factor=getattr(args, "moe_expert_capacity_factor", None),
@@ -184,6 +186,7 @@ def check_model_only_flags(args: argparse.Namespace) -> None:
                         "--account-for-embedding-in-pipeline-split"),
                        ("account_for_loss_in_pipeline_split",
                         "--account-for-loss-in-pipeline-split"),
+                       ("pipeline_model_parallel_layout", "--pipeline-model-parallel-layout"),
                        ("moe_expert_capacity_factor", "--moe-expert-capacity-factor"),
                        ("moe_shared_expert_intermediate_size",
                         "--moe-shared-expert-intermediate-size"),

@@ -65,6 +65,11 @@ def add_split_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--account-for-loss-in-pipeline-split", action="store_true",
                    help="count the output layer and loss as one layer when splitting (last "
                         "virtual stage runs one layer fewer; Megatron-Core)")
+    g.add_argument("--pipeline-model-parallel-layout", metavar="LAYOUT",
+                   help="the layers of every virtual stage (Megatron-Core), e.g. "
+                        "'Et*3|(tt|)*29,m|L': E embedding, t transformer layer, L loss, '|' "
+                        "between virtual stages (stage i on rank i mod PP), '(...)*N' and 'x*N' "
+                        "repeat; sets the virtual pipeline size; docs/schedules.md")
 
 
 def add_fsdp_argument(g: argparse._ActionsContainer) -> None:

@@ -25,7 +25,7 @@ from sim.engine.host import HostDispatch
 from sim.engine.interference import ComputeSharing, Interference, overlap_ctas
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
-from sim.engine.paired import detach_blocking, detached, transfer
+from sim.engine.paired import detach_blocking, detached
 from sim.engine.result import LayerStats, RankStats, SimResult, add_layer_totals
 from sim.engine.segments import (
     BACKWARD,
@@ -46,7 +46,7 @@ from sim.network.base import CommRequest, Network
 from sim.parallel.placement import Placement
 from sim.parallel.rank_classes import RankClasses
 from sim.pipeline.ops import ScheduleOp, op_edges
-from sim.pipeline.schedules import SPLIT_BACKWARD, schedule_table
+from sim.pipeline.schedules import schedule_table
 from sim.program.pipeline import PipelineProgram, Task, TaskKind
 from sim.program.workload import PhaseKind
 
@@ -111,7 +111,8 @@ class _Engine:
         self.per_rank = classes.label == "per-rank"
         self.scale = {r: f for r, f in scale.items() if f != 1.0}
         self.p, self.v, self.m = prog.pp, prog.vpp, prog.microbatches
-        self.split = prog.schedule in SPLIT_BACKWARD  # B = input-gradient pass, W separate
+        self.stype = prog.schedule_type
+        self.split = self.stype.splits_backward  # B = input-gradient pass, W separate
         self.sched = schedule_table(prog.schedule, self.p, self.m, self.v,
                                     prog.microbatch_group_size, prog.ep_a2a_overlap)
         self.sim_ranks = list(classes.reps)
@@ -287,13 +288,13 @@ class _Engine:
 
     def recv(self, rank: int, stage: int, op: ScheduleOp):
         """Wait for the activation (``F``) or gradient (``B``) ``op`` needs from another stage."""
-        got = transfer(self.prog.schedule, self.p, self.v, stage, op, out=False)
+        got = self.stype.transfer(self.p, self.v, stage, op, out=False)
         if got is not None:
             yield from self.pipe.recv(rank, (rank, op.kind, op.microbatch, got[1]))
 
     def send(self, rank: int, stage: int, op: ScheduleOp) -> None:
         """Send ``op``'s output (activation down, gradient up) to the neighbouring stage."""
-        got = transfer(self.prog.schedule, self.p, self.v, stage, op, out=True)
+        got = self.stype.transfer(self.p, self.v, stage, op, out=True)
         if got is not None:
             c0 = self.pl.coord(rank)
             dst = self.pl.rank(c0.tp, c0.dp, got[0])

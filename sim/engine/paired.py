@@ -12,7 +12,7 @@ buys (each collective of one pass is covered by the other pass's compute), made 
 sends leave when the op ends, as for every op.
 
 Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs the same kind of op in the steady
-state of its 1F1B schedules (combined 1F1B, :func:`sim.pipeline.schedules.combined_1f1b`): there
+state of its 1F1B schedules (combined 1F1B, :meth:`sim.pipeline.types.Schedule.combined_ops`): there
 only
 the expert-parallel all-to-alls leave the compute stream (:func:`detach_blocking`).
 """
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from sim.comm import Comm, GroupKind
 from sim.engine.segments import AsyncIssue, Blocking, Compiled
-from sim.pipeline.ops import ScheduleOp
-from sim.pipeline.schedules import pipe_peers, virtual_stage
 
 
 def detached(comm: Comm, ep_only: bool) -> bool:
@@ -62,19 +60,3 @@ def detach_blocking(comp: Compiled, paired: bool = True,
     comp.executions += 1
     return Compiled(tuple(steps), comp.layer_totals, barrier=comp.barrier), tuple(waits)
 
-
-def transfer(name: str, p: int, v: int, stage: int, op: ScheduleOp,
-             out: bool) -> tuple[int, int] | None:
-    """``(peer stage, receiver's virtual stage)`` of the pipeline transfer into (``out``
-    False) or out of ``op`` under schedule ``name``: forwards receive from upstream and send
-    downstream, backwards the other way; ``None`` for ``W`` and where there is no transfer (the
-    ends of the pipeline, the turn of a V)."""
-    if op.kind == "W":
-        return None
-    prv, nxt = pipe_peers(name, p, v, stage, op.chunk)
-    down = (op.kind == "F") == out  # toward the later stages
-    peer = nxt if down else prv
-    if peer is None:
-        return None
-    vs = virtual_stage(name, p, stage, op.chunk)
-    return peer, (vs + (1 if down else -1) if out else vs)

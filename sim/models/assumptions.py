@@ -28,8 +28,6 @@ from sim.models.plan import ModelPlan
 from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig, attention_kernel
 from sim.parallel.split import stage_layer_counts, virtual_stage_layers
-from sim.pipeline.dualpipe import describe as describe_dualpipe
-from sim.pipeline.schedules import virtual_stage_count
 from sim.topology.gpu import GpuSpec
 from sim.words import plural
 
@@ -117,8 +115,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         out.append(tp_overlap.describe(*gpu_sms(gpu)))
     elif tp_async.applies(par):
         out.append(tp_async.describe())
-    if par.schedule_name == "dualpipe":
-        out.append(describe_dualpipe(par.pp, par.microbatches))
+    schedule_note = par.layout.schedule_type.assumption(par.pp, par.microbatches)
+    if schedule_note:
+        out.append(schedule_note)
     if par.zero:
         out.append(_zero_note(par))
     if par.cp > 1:
@@ -254,11 +253,15 @@ def _dispatch_note(plan: ModelPlan) -> str:
 
 def _split_note(m: ModelSpec, par: ParallelConfig) -> str:
     """How the layers are split over the stages (printed whenever the split is uneven)."""
-    n_vs = virtual_stage_count(par.schedule_name, par.pp, par.vpp)
+    n_vs = par.layout.schedule_type.virtual_stage_count(par.pp, par.vpp)
     counts = virtual_stage_layers(m.layers, par.pp, n_vs // par.pp, par.split)
     if not par.split.uneven:
         return f"{counts[0]} layers per model chunk"
     sp = par.split
+    if sp.layout is not None:
+        return (f"pipeline layout {sp.layout.text!r} (Megatron-Core "
+                f"--pipeline-model-parallel-layout; E embedding, t transformer layer, L output "
+                f"layer and loss; chunks of each rank in order): {sp.layout.describe(par.pp)}")
     how = ", ".join(x for x in (
         f"first stage {sp.first_stage_layers}" if sp.first_stage_layers is not None else "",
         f"last stage {sp.last_stage_layers}" if sp.last_stage_layers is not None else "",

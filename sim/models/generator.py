@@ -28,7 +28,6 @@ from sim.models.vocab.ops import ACT_BYTES
 from sim.models.vocab.rows import Row
 from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig, attention_kernel
-from sim.pipeline.schedules import stage_chunk
 from sim.program.pipeline import GradSync, PipelineProgram, StageProgram, Task, TaskKind
 from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
@@ -302,9 +301,10 @@ def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
     is a middle one, or the schedule places the output layer on stage 0 too (V placement;
     DualPipe, whose ranks 0 and p−1 each hold the first and the last stage)."""
     m, par, dm = plan.model, plan.par, plan.dims
-    if par.schedule_name == "dualpipe":
+    typ = par.layout.schedule_type
+    if typ.bidirectional:
         return None  # ranks 0 and p-1 each hold both ends (the copies: docs/schedules.md)
-    last = stage_chunk(par.schedule_name, par.pp, par.pp * par.vpp - 1)[0]
+    last = typ.last_stage(par.pp, par.vpp)
     if not m.tied_embeddings or last == 0 or stage not in (0, last):
         return None
     size = dm.v // dm.t * dm.h * grad_bytes(par.dtype, par.grad_reduce_in_bf16)

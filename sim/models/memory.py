@@ -59,7 +59,7 @@ from sim.models.optimizer import PARAM_BYTES, grad_bytes
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig
-from sim.pipeline.schedules import schedule_table, virtual_stage, virtual_stage_count
+from sim.pipeline.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
 
 RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -173,10 +173,11 @@ def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], 
     div = t if par.sp else 1
     per_layer = layer_activation_bytes(model, par)
     p, v = par.pp, par.vpp
-    last_vs = virtual_stage_count(par.schedule_name, p, v) - 1
+    typ = par.layout.schedule_type
+    last_vs = typ.virtual_stage_count(p, v) - 1
     units = []
     for c, ids in enumerate(st.layers):
-        vs = virtual_stage(par.schedule_name, p, st.stage, c)
+        vs = typ.virtual_stage(p, st.stage, c)
         u = len(ids) * per_layer
         if vs == 0 and model.hidden_dropout > 0:
             u += s * b * h // div  # embedding dropout mask
@@ -189,7 +190,7 @@ def _stage_activation_units(plan: ModelPlan, st: StagePlan) -> tuple[list[int], 
 
 def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
     """Peak of Σ_chunks live microbatches × bytes per microbatch over the op order ``ops``
-    (:class:`~sim.pipeline.schedules.ScheduleOp`), and the peak number of live (microbatch, chunk)
+    (:class:`~sim.pipeline.ops.ScheduleOp`), and the peak number of live (microbatch, chunk)
     activation sets (``min(p − r, M)`` for 1F1B). With separate weight-gradient passes (``W``
     ops, ZB-H1) a microbatch's activations are counted live until its ``W``: conservative, as
     W needs only the inputs of the linear layers and the output gradients (``min(p, M)`` on

@@ -16,15 +16,16 @@ from sim.parallel.config import (
     RECOMPUTE,
     ParallelConfig,
 )
+from sim.parallel.layer_layout import FLAG as LAYOUT_FLAG
 from sim.parallel.split import virtual_stage_layers
-from sim.pipeline.schedules import V_SHAPE, check_schedule, virtual_stage_count
 
 
 def validate(model: ModelSpec, par: ParallelConfig) -> None:
     """Raise :class:`UsageError` (naming the flag) if ``par`` cannot run ``model`` in Megatron."""
     _check_values(par)
     _check_tensor_parallel(model, par)
-    n_vs = virtual_stage_count(par.schedule_name, par.pp, par.vpp)
+    _check_layer_layout(par)
+    n_vs = par.layout.schedule_type.virtual_stage_count(par.pp, par.vpp)
     virtual_stage_layers(model.layers, par.pp, n_vs // par.pp, par.split)
     if par.global_batch % (par.micro_batch * par.dp):
         raise UsageError(
@@ -59,13 +60,28 @@ def _check_tp_comm_overlap(par: ParallelConfig) -> None:
                          field="--tp-comm-overlap")
 
 
+def _check_layer_layout(par: ParallelConfig) -> None:
+    """``--pipeline-model-parallel-layout`` lists virtual stages in Megatron-Core's order:
+    virtual stage ``i`` is chunk ``i // PP`` of stage ``i % PP``; the schedule must place its
+    chunks so (not the V placement, not DualPipe's two directions)."""
+    typ, p, v = par.layout.schedule_type, par.pp, par.vpp
+    if par.split.layout is None:
+        return
+    megatron = typ.virtual_stage_count(p, v) == p * v and all(
+        typ.virtual_stage(p, r, c) == c * p + r for r in range(p) for c in range(v))
+    if not megatron:
+        raise UsageError(f"lists virtual stages in Megatron-Core's order (virtual stage i on "
+                         f"pipeline rank i mod PP); the {typ.name} schedule places its chunks "
+                         "otherwise", field=LAYOUT_FLAG)
+
+
 def _check_schedule(par: ParallelConfig) -> None:
-    if par.schedule_name in V_SHAPE and par.split.uneven:
+    typ = par.layout.schedule_type
+    if typ.v_shape and par.split.uneven:
         raise UsageError(f"uneven pipeline splits are not modelled with the {par.schedule_name} "
                          "schedule (its V placement puts the first and the last layers on "
                          "stage 0)", field="--schedule")
-    check_schedule(par.schedule_name, par.pp, par.microbatches, par.vpp,
-                   par.microbatch_group_size, vpp_field="--vpp")
+    typ.check(par.pp, par.microbatches, par.vpp, par.microbatch_group_size, vpp_field="--vpp")
 
 
 def _check_values(par: ParallelConfig) -> None:

@@ -21,7 +21,6 @@ from sim.models.vocab.rows import Row
 from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig
 from sim.parallel.split import virtual_stage_layers
-from sim.pipeline.schedules import virtual_stage, virtual_stage_count
 
 
 @dataclass
@@ -75,8 +74,8 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
         raise UsageError("mixture-of-experts models with tp > 1 need --sequence-parallel "
                          "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
     dm = Dims.of(model, par)
-    p, v, name = par.pp, par.vpp, par.schedule_name
-    n_vs = virtual_stage_count(name, p, v)  # DualPipe: p stages, each on two ranks
+    p, v, typ = par.pp, par.vpp, par.layout.schedule_type
+    n_vs = typ.virtual_stage_count(p, v)  # DualPipe: p stages, each on two ranks
     counts = virtual_stage_layers(model.layers, p, n_vs // p, par.split)
     starts = [sum(counts[:i]) for i in range(n_vs)]
     stages = []
@@ -84,7 +83,7 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
         chunks: list[list[Row]] = []
         layer_ids: list[list[int]] = []
         for c in range(v):
-            vs = virtual_stage(name, p, r, c)
+            vs = typ.virtual_stage(p, r, c)
             ids = list(range(starts[vs], starts[vs] + counts[vs]))
             rows: list[Row] = []
             if vs == 0:
@@ -99,7 +98,7 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
                 # where a rank holds both ends), a copy of the tied word embedding (Megatron);
                 # else shared.
                 holds = (not model.tied_embeddings) or all(
-                    virtual_stage(name, p, r, cc) != 0 for cc in range(v))
+                    typ.virtual_stage(p, r, cc) != 0 for cc in range(v))
                 rows += eager.apply(output_rows(model, dm, holds_output_weight=holds), par, dm)
             chunks.append(rows)
             layer_ids.append(ids)

@@ -25,7 +25,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("--schedule", "--microbatch-group-size", "--pp-comm-bytes",
                      "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                      "--account-for-embedding-in-pipeline-split",
-                     "--account-for-loss-in-pipeline-split"), ("refused", _NO_PIPELINE)),
+                     "--account-for-loss-in-pipeline-split",
+                     "--pipeline-model-parallel-layout"), ("refused", _NO_PIPELINE)),
     "--host-dispatch-us": ("refused", "the log's collectives are not kernels the model "
                                       "launches in order; use --model alone; leave it out"),
     "--row-placement": ("refused", "the log's rows are collectives, placed by the model's rows; "

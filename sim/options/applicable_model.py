@@ -39,6 +39,8 @@ MODEL_HOW: dict[str, tuple[str, str]] = {
     "--decoder-last-pipeline-num-layers": ("changes", "layers per stage (split assumption)"),
     "--account-for-embedding-in-pipeline-split": ("changes", "layers per stage"),
     "--account-for-loss-in-pipeline-split": ("changes", "layers per stage"),
+    "--pipeline-model-parallel-layout": ("changes", "layers per (stage, chunk) and the virtual "
+                                                    "pipeline size (split assumption)"),
     "--context-parallel-size": ("changes", "CP groups and ring attention (layout line)"),
     "--moe-load-imbalance": ("changes", "the busiest expert GPU's tokens (refused for a "
                                         "dense model)"),

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
+from sim.pipeline.registry import default_schedule, schedule_type
+from sim.pipeline.types import Schedule
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,13 @@ class Layout:
         """The schedule in effect (the default when ``schedule`` is ``None``)."""
         if self.schedule is not None:
             return self.schedule
-        return "interleaved" if self.vpp > 1 else "1f1b"
+        return default_schedule(self.vpp).name
+
+    @property
+    def schedule_type(self) -> Schedule:
+        """The schedule in effect as an object (:mod:`sim.pipeline.registry`): what code asks
+        about the schedule (its properties), instead of comparing :attr:`schedule_name`."""
+        return schedule_type(self.schedule_name)
 
     def describe(self) -> str:
         """``TP 8 x PP 8 x DP 32``: the sizes that make up :attr:`world_size`."""

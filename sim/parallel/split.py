@@ -13,6 +13,10 @@ kinds of uneven split (``get_num_layers_to_build`` / ``get_transformer_layer_off
   runs one transformer layer fewer. BLOOM-176B's 70 layers on 12 stages (BigScience, BLOOM
   paper arXiv:2211.05100 §3.4; docs/models.md) split this way as 5 + 10·6 + 5.
 
+- ``--pipeline-model-parallel-layout``: every virtual stage's layers written out
+  (:mod:`sim.parallel.layer_layout`); a virtual stage may hold no transformer layer (only the
+  embedding, only the loss, or nothing), and the virtual pipeline size follows from the count.
+
 Megatron-Core refuses to combine the two kinds ("Does not support standalone embedding stage
 and standalone loss stage with uneven pp"); so does simrun. Virtual stage ``c·p + r`` is chunk
 ``c`` of stage ``r``; layers are numbered along virtual stages in that order.
@@ -23,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
+from sim.parallel.layer_layout import FLAG as LAYOUT
+from sim.parallel.layer_layout import LayerLayout
 
 FIRST = "--decoder-first-pipeline-num-layers"
 LAST = "--decoder-last-pipeline-num-layers"
@@ -32,23 +38,42 @@ LOSS = "--account-for-loss-in-pipeline-split"
 
 @dataclass(frozen=True, slots=True)
 class PipelineSplit:
-    """Megatron-Core's uneven-split options (all off: the even split)."""
+    """Megatron-Core's uneven-split options (all off: the even split); ``layout``: the
+    parsed ``--pipeline-model-parallel-layout``."""
 
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     account_for_embedding: bool = False
     account_for_loss: bool = False
+    layout: LayerLayout | None = None
 
     @property
     def uneven(self) -> bool:
         return (self.first_stage_layers is not None or self.last_stage_layers is not None
-                or self.account_for_embedding or self.account_for_loss)
+                or self.account_for_embedding or self.account_for_loss
+                or self.layout is not None)
+
+    def virtual_pipeline_size(self, pp: int, vpp: int | None) -> int | None:
+        """Chunks per stage that the layout fixes (``None`` without a layout). ``vpp``: the
+        one asked for (``--vpp``), refused with a layout as Megatron-Core refuses
+        ``--num-virtual-stages-per-pipeline-rank`` with it."""
+        if self.layout is None:
+            return None
+        if vpp is not None:
+            raise UsageError("sets the virtual pipeline size itself (its virtual stages / PP); "
+                             "leave --vpp out (Megatron-Core: no more than one of "
+                             "--num-layers-per-virtual-pipeline-stage, "
+                             "--num-virtual-stages-per-pipeline-rank and this option)",
+                             field=LAYOUT)
+        return self.layout.virtual_pipeline_size(pp)
 
 
 def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
     """Transformer layers of each virtual stage ``c·p + r`` (a list of length ``p·v``).
 
     Raises :class:`UsageError` naming the flag when Megatron-Core would refuse the split."""
+    if split.layout is not None:
+        return _from_layout(layers, p, v, split)
     first, last = split.first_stage_layers, split.last_stage_layers
     if first is not None or last is not None:
         if split.account_for_embedding or split.account_for_loss:
@@ -72,6 +97,22 @@ def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> l
             raise UsageError(f"stage {r} has {n} layers, not divisible by the virtual pipeline "
                              f"size {v}", field=flag)
     return [per_stage[r] // v for c in range(v) for r in range(p)]
+
+
+def _from_layout(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
+    """The layout's transformer layers per virtual stage (Megatron-Core's checks)."""
+    lay = split.layout
+    assert lay is not None
+    if (split.first_stage_layers is not None or split.last_stage_layers is not None
+            or split.account_for_embedding or split.account_for_loss):
+        raise UsageError(f"cannot be combined with {FIRST}, {LAST}, {EMB} or {LOSS} "
+                         "(Megatron-Core: the layout cannot be set with other pipeline layout "
+                         "arguments)", field=LAYOUT)
+    if lay.virtual_pipeline_size(p) != v:
+        raise UsageError(f"{lay.text!r} lists {len(lay.stages)} virtual stages, but PP × "
+                         f"virtual pipeline size = {p} × {v} = {p * v}", field=LAYOUT)
+    lay.check(layers)
+    return lay.decoder_layers()
 
 
 def _first_last(layers: int, p: int, first: int | None, last: int | None) -> list[int]:

@@ -1,4 +1,4 @@
-"""The op of a pipeline schedule (:mod:`sim.pipeline.schedules`): what one stage runs next, as
+"""The op of a pipeline schedule (:mod:`sim.pipeline.types`): what one stage runs next, as
 data."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sim.errors import UsageError
 class ScheduleOp:
     """``F`` (forward), ``B`` (backward) or ``W`` (weight-gradient pass) of ``microbatch`` on
     model chunk ``chunk``. In the split-backward schedules
-    (:data:`sim.pipeline.schedules.SPLIT_BACKWARD`)
+    (:attr:`sim.pipeline.types.Schedule.splits_backward`)
     ``B`` is the input-gradient pass only; elsewhere it is the whole backward, unless
     ``weights`` says otherwise for this op (DualPipe mixes both: ``weights=False`` marks an
     input-gradient pass whose ``W`` runs later). ``paired``: the backward that runs with this
@@ -34,7 +34,7 @@ class ScheduleOp:
 
     def input_grad_only(self, split: bool) -> bool:
         """Whether this ``B`` runs the input-gradient pass only (``split``: the schedule's
-        convention, :data:`sim.pipeline.schedules.SPLIT_BACKWARD`)."""
+        convention, :attr:`sim.pipeline.types.Schedule.splits_backward`)."""
         return split if self.weights is None else not self.weights
 
 

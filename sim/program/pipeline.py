@@ -23,6 +23,8 @@ from enum import Enum
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.parallel.layout import Layout
+from sim.pipeline.registry import schedule_type
+from sim.pipeline.types import Schedule
 from sim.program.workload import Layer
 
 
@@ -130,7 +132,7 @@ class PipelineProgram:
     ``microbatch_group_size``: Megatron's ``microbatch_group_size_per_vp_stage`` (interleaved
     only; ``None`` = pipeline size). ``etp``: expert tensor-parallel size (``None``: TP).
     ``ep_a2a_overlap``: Megatron-Core's ``--overlap-moe-expert-parallel-comm`` (combined 1F1B:
-    :func:`sim.pipeline.schedules.combined_1f1b`, :mod:`sim.engine.paired`).
+    :meth:`sim.pipeline.types.Schedule.combined_ops`, :mod:`sim.engine.paired`).
     """
 
     tp: int
@@ -170,6 +172,11 @@ class PipelineProgram:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @property
+    def schedule_type(self) -> Schedule:
+        """The program's schedule as an object (:mod:`sim.pipeline.registry`)."""
+        return schedule_type(self.schedule)
 
     def traffic(self) -> dict[GroupKind, frozenset[CollKind]]:
         """Which communication kinds the program issues in each group kind (``PP``:

@@ -88,7 +88,8 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
         raise UsageError(f"{m} microbatches × micro batch {b} × DP {dp} = {m * b * dp} "
                          f"sequences, but --global-batch is {gb}", field="--microbatches")
     zero = request.zero or (3 if training.fsdp else 0)  # FSDP FULL_SHARD: ZeRO-3 semantics
-    vpp = request.vpp or default_vpp(request.schedule)  # zb-v: two chunks per stage
+    vpp = (training.split.virtual_pipeline_size(pp, request.vpp)  # a layout fixes it
+           or request.vpp or default_vpp(request.schedule))  # zb-v: two chunks per stage
     etp = None if request.etp in (None, tp) else request.etp  # None: Megatron's default, TP
     layout = Layout(tp=tp, pp=pp, dp=dp, ep=request.ep or 1, vpp=vpp, cp=cp, zero=zero, etp=etp,
                      microbatches=gb // (b * dp), schedule=request.schedule,

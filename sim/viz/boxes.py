@@ -8,7 +8,7 @@ in ~25 000 slivers. Each stage row therefore gets two lanes:
     op's first to its last span, *including* the blocking (TP/EP) collectives inside it. Kind
     ``forward``; ``backward`` (input-grad, with the weight-grad the engine runs right after each
     layer's input-grad; in the split-backward schedules,
-    :data:`~sim.pipeline.schedules.SPLIT_BACKWARD`,
+    :attr:`~sim.pipeline.types.Schedule.splits_backward`,
     the input-grad ``B`` op only, as for DualPipe's backwards whose ``W`` is deferred);
     ``weight_grad`` (the separate ``W`` op of a split-backward schedule, or an op with
     weight-grad compute only); DualPipe's overlapped F&B op is its forward box followed by its
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.engine.result import SimResult, Span
-from sim.pipeline.schedules import SPLIT_BACKWARD, schedule_table
+from sim.pipeline.schedules import schedule_table
 
 PHASE_KINDS = ("forward", "input_grad", "weight_grad")
 LANES = ("compute", "comm")
@@ -115,7 +115,7 @@ def compute_lane_kind(span: Span) -> str | None:
 def timeline_boxes(result: SimResult, ranks: Sequence[int]) -> list[Box]:
     """Boxes for ``ranks`` (row ``i`` = ``ranks[i]``), sorted by (row, lane, start, end)."""
     row_of = {r: i for i, r in enumerate(ranks)}
-    split = result.program.schedule in SPLIT_BACKWARD
+    split = result.program.schedule_type.splits_backward
     deferred = deferred_weight_passes(result)
     ops: dict[tuple, list] = {}  # (row, mb, chunk, dir) -> [start, end, has_ig, has_wg, has_f]
     singles: list[Box] = []
@@ -158,7 +158,7 @@ def deferred_weight_passes(result: SimResult) -> frozenset[tuple[int, int, int]]
     """``(rank, microbatch, chunk)`` whose backward is input-gradient only with a separate
     ``W`` op, in a schedule that mixes both (DualPipe); empty elsewhere."""
     prog = result.program
-    if prog.schedule != "dualpipe":
+    if not prog.schedule_type.partly_splits_backward:
         return frozenset()
     table = schedule_table(prog.schedule, prog.pp, prog.microbatches, prog.vpp)
     return frozenset((st.rank, op.microbatch, op.chunk) for st in result.ranks

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from sim.engine.result import SimResult
-from sim.pipeline.schedules import SPLIT_BACKWARD
 from sim.viz.boxes import Box, timeline_boxes
 from sim.viz.mpl import DPI, hex_rgb, lighten, luminance, render
 from sim.viz.select import select_ranks
@@ -181,7 +180,7 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
         ax.set_axisbelow(True)
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
-        split = prog.schedule in SPLIT_BACKWARD
+        split = prog.schedule_type.splits_backward
         handles = [Patch(facecolor=COLORS[k], edgecolor="#a0a0a0" if k == "bubble" else "none",
                          hatch="///" if k == "bubble" else None,
                          label=SPLIT_LEGEND.get(k, text) if split else text)
@@ -226,9 +225,10 @@ def _subtitle(result: SimResult, report: dict[str, Any] | None) -> str:
 def _lanes_note(result: SimResult) -> str:
     note = "upper lane: compute stream — op boxes labelled with the microbatch"
     note += (".chunk (later chunks lighter)" if result.program.vpp > 1 else "")
-    if result.program.schedule in SPLIT_BACKWARD:
+    typ = result.program.schedule_type
+    if typ.splits_backward:
         note += ", weight-grad passes W<microbatch> in their own colour"
-    elif result.program.schedule == "dualpipe":
+    elif typ.bidirectional:
         note += (", chunk = direction; an overlapped F&B op is its F box then its B box; "
                  "deferred weight-grad passes W in their own colour")
     note += "; a communication colour there = the stream waits for it (exposed). "

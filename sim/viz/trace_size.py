@@ -40,8 +40,7 @@ def _comm_every_microbatch(comm) -> bool:
 def stage_counts(prog: PipelineProgram, st: StageProgram) -> tuple[int, int]:
     """(events, bytes) of one rank of stage ``st`` in the trace (see the module)."""
     m, v = prog.microbatches, prog.vpp
-    if prog.schedule == "dualpipe":  # each chunk (direction) runs half the microbatches
-        m //= 2
+    m = prog.schedule_type.microbatches_per_chunk(m)  # DualPipe: half per direction
     events = size = 0
     for chunk in st.chunks:
         for lay in chunk:

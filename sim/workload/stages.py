@@ -20,14 +20,9 @@ from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.files.inputs import INT64_MAX
 from sim.parallel.layout import Layout, require_gpus
-from sim.pipeline.schedules import (
-    SCHEDULES,
-    V_SHAPE,
-    check_interleaved,
-    check_schedule,
-    stage_chunk,
-    virtual_stage,
-)
+from sim.pipeline.orders import check_interleaved
+from sim.pipeline.registry import default_schedule, schedule_type
+from sim.pipeline.types import Schedule
 from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
 from sim.program.workload import Layer, Phase, PhaseKind, Workload
 from sim.workload.aicb import in_embedding_group
@@ -139,7 +134,7 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
     stages = [_stage(s, layout, chunk_rows, first, last, structure, opts.row_placement)
               for s in range(pp)]
     _describe_placement(notes, opts.row_placement, first, last, structure)
-    if schedule in V_SHAPE and opts.row_placement == "megatron":
+    if layout.schedule_type.v_shape and opts.row_placement == "megatron":
         notes.append(f"{schedule} (V placement): the last virtual stage is chunk 1 of stage 0, so "
                      "the output and loss rows run there; both tied embedding copies are on "
                      "stage 0 and its embedding_grads all-reduce is dropped (nothing to reduce)")
@@ -207,28 +202,29 @@ def _stage(s: int, layout: Layout, chunk_rows: list[list[Layer]], first: list[La
            last: list[Layer], structure: RowStructure, placement: str) -> StageProgram:
     """Stage ``s``'s program: its chunks' rows (embedding rows on the first, output rows on
     the last stage unless ``placement`` is ``all``), prologue and epilogue."""
-    pp, v, name = layout.pp, layout.vpp, layout.schedule_name
+    pp, v, typ = layout.pp, layout.vpp, layout.schedule_type
     chunks = []
     for c in range(v):
         rows = list(chunk_rows[c])
         if placement == "all" or (s == 0 and c == 0):
             rows = first + rows
-        if placement == "all" or virtual_stage(name, pp, s, c) == pp * v - 1:
+        if placement == "all" or typ.virtual_stage(pp, s, c) == pp * v - 1:
             rows = rows + last
         chunks.append(tuple(rows))
-    last_stage = stage_chunk(name, pp, pp * v - 1)[0]
+    last_stage = typ.last_stage(pp, v)
     lead = _on_stage(structure.leading, s, last_stage, placement)
     trail = _on_stage(structure.trailing, s, last_stage, placement)
     return StageProgram(s, chunks, _prologue(lead), _epilogue(lead, trail))
 
 
-def _check_groups(group: int | None, sched: str, pp: int, m: int, v: int,
+def _check_groups(group: int | None, typ: Schedule, pp: int, m: int, v: int,
                   notes: list[str]) -> None:
     """The interleaved schedule's microbatch groups (``--microbatch-group-size``)."""
-    if group is not None and sched != "interleaved":
+    if group is not None and not typ.interleaves:
         raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
-                         f"{sched} (virtual pipeline size {v})", field="--microbatch-group-size")
-    if sched == "interleaved":
+                         f"{typ.name} (virtual pipeline size {v})",
+                         field="--microbatch-group-size")
+    if typ.interleaves:
         check_interleaved(pp, m, v, group)
         if group is not None:
             notes.append(f"interleaved schedule: microbatches in groups of {group} "
@@ -237,11 +233,8 @@ def _check_groups(group: int | None, sched: str, pp: int, m: int, v: int,
 
 def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n_layers: int,
                  notes: list[str]) -> tuple[int, str]:
-    sched = opts.schedule
-    if sched is not None and sched not in SCHEDULES:
-        raise UsageError(f"unknown schedule {sched!r}; choose one of {', '.join(SCHEDULES)}",
-                         field="--schedule")
-    if sched == "dualpipe":
+    typ = None if opts.schedule is None else schedule_type(opts.schedule)
+    if typ is not None and typ.bidirectional:
         raise UsageError("the dualpipe schedule runs two model stages per rank, one per "
                          "direction; a workload file holds one stage's rows per rank (use "
                          "--model)", field="--schedule")
@@ -249,7 +242,7 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
         v = opts.vpp
         if v < 1:
             raise UsageError(f"must be ≥ 1, got {v}", field="--vpp")
-    elif header_vpp and header_vpp > 1 and sched in (None, "interleaved"):
+    elif header_vpp and header_vpp > 1 and (typ is None or typ.interleaves):
         reason = None
         if n_layers % header_vpp:
             reason = f"{n_layers} layers per stage are not divisible by {header_vpp}"
@@ -267,23 +260,23 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
             notes.append(f"header vpp = {header_vpp} cannot be a virtual pipeline size here "
                          f"({reason}); read as AICB's layers-per-stage field and not used for "
                          "scheduling (--vpp overrides)")
-    elif sched in V_SHAPE:
+    elif typ is not None and typ.v_shape:
         v = 2
-        notes.append(f"virtual pipeline size 2: the {sched} schedule's two chunks per stage in "
+        notes.append(f"virtual pipeline size 2: the {typ.name} schedule's two chunks per stage in "
                      "V placement (--vpp)")
     else:
         v = 1
         if header_vpp and header_vpp > 1:
-            notes.append(f"header vpp = {header_vpp} ignored for the {sched} schedule")
+            notes.append(f"header vpp = {header_vpp} ignored for the {opts.schedule} schedule")
     if v > 1 and n_layers % v:
         raise UsageError(f"{n_layers} layers per stage cannot be split into {v} virtual-pipeline "
                          "chunks", field="--vpp")
-    if sched is None:
-        sched = "interleaved" if v > 1 else "1f1b"
-        notes.append(f"schedule: {sched} (default for virtual pipeline size {v}; --schedule)")
-    _check_groups(opts.microbatch_group_size, sched, pp, m, v, notes)
-    check_schedule(sched, pp, m, v, opts.microbatch_group_size)
-    return v, sched
+    if typ is None:
+        typ = default_schedule(v)
+        notes.append(f"schedule: {typ.name} (default for virtual pipeline size {v}; --schedule)")
+    _check_groups(opts.microbatch_group_size, typ, pp, m, v, notes)
+    typ.check(pp, m, v, opts.microbatch_group_size)
+    return v, typ.name
 
 
 def _on_stage(rows: list[Layer], s: int, last_stage: int, placement: str) -> list[Layer]:

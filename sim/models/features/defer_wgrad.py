@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.errors import UsageError
+from sim.pipeline.registry import names_where
 from sim.program.pipeline import DeferredWgrad, PipelineProgram, Task, TaskKind
 from sim.program.workload import Layer
 
@@ -53,8 +54,8 @@ LIMIT_FLAG = "--wgrad-deferral-limit"
 #: input-gradient comm is the output layer's sequence-parallel re-gather
 DEFER_WGRAD_TAG = "defer_wgrad"
 DEFER_REGATHER_TAG = "defer_regather"
-#: Megatron-Core's schedules that call ``finish_embedding_wgrad_compute``
-SCHEDULES = ("1f1b", "interleaved")
+#: Megatron-Core's schedules that call ``finish_embedding_wgrad_compute`` (for messages)
+SCHEDULES = names_where(lambda s: s.defers_embedding_wgrad)
 #: applicability (sim.options.applicable): the verdicts of the two flags for --model runs
 VERDICTS = {
     FLAG: ("refused-if", "the last stage's output-layer weight-gradient GEMMs (and SP "
@@ -93,7 +94,7 @@ def check(par) -> None:
     if limit < 0:
         raise UsageError("must be >= 0 (Megatron-Core's check; 0 defers every microbatch)",
                          field=LIMIT_FLAG)
-    if par.schedule_name not in SCHEDULES:
+    if not par.layout.schedule_type.defers_embedding_wgrad:
         raise UsageError(f"Megatron-Core defers the output-layer wgrad in its "
                          f"{' and '.join(SCHEDULES)} schedules only, not "
                          f"{par.schedule_name}", field=FLAG)

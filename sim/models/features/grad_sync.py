@@ -32,19 +32,21 @@ drain carries stage after stage (:mod:`sim.engine.interference`).
 from __future__ import annotations
 
 from sim.parallel.config import ParallelConfig
-from sim.pipeline.schedules import interleaved_table
+from sim.pipeline.orders import interleaved_table
+from sim.pipeline.registry import names_where
 
 #: the schedules where Megatron's ``grad_sync_func`` changes when buckets launch (it runs with
 #: 1F1B too, where each later stage's single bucket launches at the same point either way)
-DELAY_SCHEDULES = ("interleaved",)
+DELAY_SCHEDULES = names_where(lambda s: s.delays_grad_sync)
 
 
 def delay_applies(par: ParallelConfig) -> bool:
     """Whether Megatron's delayed gradient reduction changes this run when on: overlapped
     gradient reduction in Megatron DDP (no ZeRO / FSDP) with a DP gradient collective, more than
-    one pipeline stage and one of Megatron's schedules (:data:`DELAY_SCHEDULES`)."""
+    one pipeline stage and one of Megatron's schedules where it matters
+    (:attr:`~sim.pipeline.types.Schedule.delays_grad_sync`)."""
     return (par.overlap_grad_reduce and par.pp > 1 and par.zero == 0 and not par.fsdp
-            and par.dp_cp > 1 and par.schedule_name in DELAY_SCHEDULES)
+            and par.dp_cp > 1 and par.layout.schedule_type.delays_grad_sync)
 
 
 def delays(par: ParallelConfig, stage: int) -> bool:
@@ -52,7 +54,7 @@ def delays(par: ParallelConfig, stage: int) -> bool:
     bucket during its last backward: every stage but 0 in 1F1B, every stage interleaved."""
     if not (par.delay_grad_reduce and delay_applies(par)):
         return False
-    return stage > 0 or par.schedule_name == "interleaved"
+    return stage > 0 or par.layout.schedule_type.interleaves
 
 
 def launch_points(par: ParallelConfig, stage: int) -> list[tuple[int, int]]:
@@ -61,7 +63,7 @@ def launch_points(par: ParallelConfig, stage: int) -> list[tuple[int, int]]:
     chunk's gradient sync (see the module docstring)."""
     m, v, r = par.microbatches, par.vpp, stage
     total = m * v
-    if par.schedule_name != "interleaved":
+    if not par.layout.schedule_type.interleaves:
         return [(0, m - 1)]
     table = interleaved_table(m, v, par.microbatch_group_size or par.pp)
     # backward virtual microbatch k runs chunk v-1-c of table[k] = (microbatch, c)

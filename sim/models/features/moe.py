@@ -254,8 +254,8 @@ def check_ep_a2a_overlap(model: ModelSpec, par: ParallelConfig) -> None:
     """Megatron-Core's ``overlap_moe_expert_parallel_comm`` asserts (megatron/core/transformer/
     transformer_config.py, ``__post_init__``): expert parallelism (an MoE model, EP > 1), the
     alltoall or flex dispatcher (simrun's two), no full recomputation, and with pipeline
-    parallelism a virtual pipeline (the interleaved schedule; :func:`sim.pipeline.schedules.
-    combined_1f1b`). Raises :class:`UsageError` naming the flag."""
+    parallelism a virtual pipeline (the interleaved schedule; :meth:`sim.pipeline.types.
+    Schedule.combined_ops`). Raises :class:`UsageError` naming the flag."""
     if not par.overlap_moe_expert_parallel_comm:
         return
     if model.moe is None or par.ep < 2:
@@ -263,8 +263,7 @@ def check_ep_a2a_overlap(model: ModelSpec, par: ParallelConfig) -> None:
                          " it overlaps the EP all-to-alls", field=_A2A_FLAG)
     if par.recompute == "full":
         raise UsageError("Megatron-Core refuses it with full recomputation", field=_A2A_FLAG)
-    ok = par.schedule_name == "interleaved" or (par.pp == 1 and par.schedule_name == "1f1b")
-    if not ok:
+    if not par.layout.schedule_type.supports_combined_1f1b(par.pp):
         raise UsageError("with pipeline parallelism it needs the interleaved schedule (set "
                          f"--vpp > 1), got {par.schedule_name}", field=_A2A_FLAG)
 
