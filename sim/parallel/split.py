@@ -10,15 +10,22 @@ kinds of uneven split (``get_num_layers_to_build`` / ``get_transformer_layer_off
 - ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``: the
   embedding / the output layer and loss count as one layer each when dividing
   ``L (+1) (+1)`` evenly over the ``p·v`` virtual stages, so the first / last virtual stage
-  runs one transformer layer fewer. BLOOM-176B's 70 layers on 12 stages (BigScience, BLOOM
-  paper arXiv:2211.05100 §3.4; docs/models.md) split this way as 5 + 10·6 + 5.
+  runs one transformer layer fewer, possibly none: it then holds only the embedding / only the
+  output layer and loss, as a layout's ``E|`` / ``|L`` chunk. BLOOM-176B's 70 layers on 12
+  stages (BigScience, BLOOM paper arXiv:2211.05100 §3.4; docs/models.md) split this way as
+  5 + 10·6 + 5; Llama 3 405B's 126 on 16 stages × 8 chunks (NVIDIA's Megatron-Bridge recipe)
+  as 0 + 126·1 + 0, the same split as the layout ``E|(t|)*126,L``.
 
 - ``--pipeline-model-parallel-layout``: every virtual stage's layers written out
   (:mod:`sim.parallel.layer_layout`); a virtual stage may hold no transformer layer (only the
   embedding, only the loss, or nothing), and the virtual pipeline size follows from the count.
 
 Megatron-Core refuses to combine the two kinds ("Does not support standalone embedding stage
-and standalone loss stage with uneven pp"); so does simrun. Virtual stage ``c·p + r`` is chunk
+and standalone loss stage with uneven pp"); so does simrun, and every other split Megatron-Core
+refuses (``TransformerConfig.__post_init__``): a count that does not divide as above, a first /
+last stage count below 1 or not divisible by ``v``. simrun also refuses, as changing nothing,
+an uneven split that gives the even one (one stage; both accounting flags on two virtual
+stages). Virtual stage ``c·p + r`` is chunk
 ``c`` of stage ``r``; layers are numbered along virtual stages in that order.
 """
 
@@ -81,7 +88,7 @@ def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> l
                              "(Megatron-Core refuses standalone embedding/loss accounting with "
                              "uneven stages)",
                              field=EMB if split.account_for_embedding else LOSS)
-        per_stage = _first_last(layers, p, first, last)
+        per_stage = _first_last(layers, p, v, first, last)
     elif split.account_for_embedding or split.account_for_loss:
         return _accounted(layers, p, v, split)
     else:
@@ -90,12 +97,6 @@ def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> l
                              f"model chunks (uneven splits: {FIRST}, {LAST}, {EMB})",
                              field="--pp")
         return [layers // (p * v)] * (p * v)
-    for r, n in enumerate(per_stage):
-        if n % v:
-            flag = FIRST if r == 0 and first is not None else (
-                LAST if r == p - 1 and last is not None else "--vpp")
-            raise UsageError(f"stage {r} has {n} layers, not divisible by the virtual pipeline "
-                             f"size {v}", field=flag)
     return [per_stage[r] // v for c in range(v) for r in range(p)]
 
 
@@ -115,52 +116,74 @@ def _from_layout(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]
     return lay.decoder_layers()
 
 
-def _first_last(layers: int, p: int, first: int | None, last: int | None) -> list[int]:
-    for flag, n in ((FIRST, first), (LAST, last)):
-        if n is not None and n < 1:
-            raise UsageError(f"must be ≥ 1, got {n}", field=flag)
-    if p < 2:
-        raise UsageError("uneven pipeline stages need ≥ 2 stages", field=FIRST if first else LAST)
-    if first is not None and last is not None and p == 2:
-        if first + last != layers:
-            raise UsageError(f"first + last = {first} + {last} must equal the {layers} layers "
-                             "with 2 stages", field=LAST)
-        return [first, last]
+def _first_last(layers: int, p: int, v: int, first: int | None,
+                last: int | None) -> list[int]:
+    """Layers per pipeline stage with ``--decoder-first/last-pipeline-num-layers``: Megatron-Core's
+    checks in ``TransformerConfig.__post_init__`` in its order (first, last, middle), then
+    ``get_num_layers_to_build``."""
     rest, stages = layers, p
-    for n in (first, last):
-        if n is not None:
-            rest -= n
-            stages -= 1
+    for flag, n, where in ((FIRST, first, "first"), (LAST, last, "last")):
+        if n is None:
+            continue
+        if n < 1:
+            raise UsageError(f"must be ≥ 1, got {n} (Megatron-Core: num_layers_in_{where}_"
+                             "pipeline_stage must be larger than 0)", field=flag)
+        if n % v:
+            raise UsageError(f"the {where} stage's {n} layers are not divisible by the virtual "
+                             f"pipeline size {v} (Megatron-Core)", field=flag)
+        rest -= n
+        stages -= 1
+    given = FIRST if first is not None else LAST
+    if p < 2:  # Megatron-Core needs first == num_layers here: the even split, a no-op
+        raise UsageError("uneven pipeline stages need ≥ 2 stages", field=given)
+    if stages == 0:
+        if rest:
+            raise UsageError(f"first + last = {first} + {last} must equal the {layers} layers "
+                             "with 2 stages (Megatron-Core: no middle stage for the "
+                             f"{rest} left)", field=LAST)
+        assert first is not None and last is not None
+        return [first, last]
     if rest < stages or rest % stages:
-        given = FIRST if first is not None else LAST
-        raise UsageError(f"the {rest} layers left for the {stages} other stages cannot be "
-                         f"split evenly (at least one each)", field=given)
+        raise UsageError(f"the {rest} layers left for the {stages} middle stages cannot be "
+                         "split evenly, at least one each (Megatron-Core: the middle layers "
+                         "must be divisible by the middle pipeline-parallel size)", field=given)
     mid = rest // stages
+    if mid % v:
+        raise UsageError(f"each middle stage's {mid} layers are not divisible by the virtual "
+                         f"pipeline size {v} (Megatron-Core)", field="--vpp")
     return [first if first is not None else mid] + [mid] * (p - 2) + [
         last if last is not None else mid]
 
 
 def _accounted(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
-    total = layers + int(split.account_for_embedding) + int(split.account_for_loss)
-    flag = EMB if split.account_for_embedding else LOSS
-    if total % (p * v):
-        raise UsageError(f"{layers} layers + embedding/loss = {total} cannot be split evenly "
-                         f"into pp·vpp = {p}·{v} virtual stages", field=flag)
-    per = total // (p * v)
-    counts = [per] * (p * v)
-    if split.account_for_embedding:
+    """Megatron-Core's ``get_num_layers_to_build`` with the embedding / loss counted as layers:
+    ``L + e + l`` divisible by ``p``, each rank's share by ``v`` (``TransformerConfig`` checks);
+    every virtual stage gets ``(L + e + l)/(p·v)``, less one on virtual stage 0 (embedding) and
+    on the last (loss). That may leave none: the first virtual stage then holds only the
+    embedding, the last only the output layer and loss (Llama 3 405B: 126 + 2 on 16 × 8)."""
+    emb, loss = split.account_for_embedding, split.account_for_loss
+    total = layers + int(emb) + int(loss)
+    flag = EMB if emb else LOSS
+    what = " + ".join(x for x in ("embedding" if emb else "", "loss" if loss else "") if x)
+    if total % p:
+        raise UsageError(f"{layers} layers + {what} = {total} cannot be split evenly over "
+                         f"the {p} pipeline stages (Megatron-Core: not divisible by the "
+                         "pipeline-parallel size)", field=flag)
+    if (total // p) % v:
+        raise UsageError(f"{layers} layers + {what} = {total} over {p} stages gives "
+                         f"{total // p} per stage, not divisible by the virtual pipeline size "
+                         f"{v} (Megatron-Core)", field=flag)
+    counts = [total // (p * v)] * (p * v)
+    if emb:
         counts[0] -= 1
-    if split.account_for_loss:
+    if loss:
         counts[-1] -= 1
-    if min(counts) < 1 and p * v > 1:
-        raise UsageError(f"a virtual stage would hold no transformer layer ({counts})",
-                         field=flag)
     if len(set(counts)) == 1:  # one virtual stage, or both flags on two: the even split
         where = ("with one pipeline stage there is nothing to split" if p * v == 1 else
                  f"the split it gives, {counts[0]} layers on each of the {p * v} virtual "
                  "stages, is the even split")
         raise UsageError(f"{where}, so it would change nothing; leave it out",
-                         field=LOSS if split.account_for_loss else EMB)
+                         field=LOSS if loss else EMB)
     return counts
 
 
