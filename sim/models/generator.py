@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from sim.assumption import Assumption
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe
@@ -99,8 +100,9 @@ def compute_notes(setup: ComputeSetup, timer: Timer, sustained: str = "") -> lis
                 for k in sorted(timer.missing)]
         out += [sustained] if sustained else []
     else:
-        out.append("compute time: all from the roofline (the compute model above, on the "
-                   "GPU's dense peaks); no measured kernel table is used")
+        out.append(Assumption("compute time: all from the roofline (the compute model above, "
+                              "on the GPU's dense peaks); no measured kernel table is used",
+                              "compute-time"))
     return out
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sim.assumption import with_key
 from sim.comm import GroupKind
 from sim.engine.interference import NO_ASYNC
 from sim.errors import UsageError
@@ -226,8 +227,8 @@ def check_workload(given: Iterable[str], wl: Workload, tp: int | None, ep: int |
     _refuse_if(given, "--ep", not _has_group(wl, GroupKind.EP, GroupKind.DP_EP),
                "the file has no expert-parallel (EP or DP_EP) collectives, so the EP size "
                "would change nothing")
-    _refuse_if(given, "--missing-backward-ratio", wl.format == "optable" and not any(
-        "--missing-backward-ratio" in a for a in wl.assumptions),
+    _refuse_if(given, "--missing-backward-ratio", wl.format == "optable" and not with_key(
+        wl.assumptions, "missing-backward"),
         "the file gives backward times, so the ratio would change nothing")
     stages_n = pp or h.pp or 1
     _refuse_if(given, "--row-placement", row_placement == "all" and stages_n == 1,
@@ -257,8 +258,7 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
     given = set(given)
     check_interference(given, assumptions)
     if model_run is None:
-        scaled = any(a.startswith("compute times measured on") and " scaled by " in a
-                     for a in assumptions)
+        scaled = bool(with_key(assumptions, "compute-scaled"))
         unused = ("the file's compute times are used as written (not scaled from another GPU), "
                   "so it would change nothing")
         for flag in ("--kernel-table", "--compute-efficiency", "--source-gpu"):
@@ -277,7 +277,8 @@ def check_interference(given: Iterable[str], assumptions: list[str]) -> None:
     """The SM-interference flags, refused when the run had no asynchronous collective (its
     ``assumptions`` hold :data:`~sim.engine.interference.NO_ASYNC`)."""
     for flag in ("--nccl-channels", "--comm-overlap-slowdown"):
-        _refuse_if(set(given), flag, NO_ASYNC in assumptions, "the run has no asynchronous "
+        _refuse_if(set(given), flag, bool(with_key(assumptions, NO_ASYNC.key)), "the run has "
+                   "no asynchronous "
                    "collective (nothing runs beside compute), so it would change nothing")
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.assumption import Assumption
 from sim.comm import GroupKind
 from sim.errors import UsageError
 from sim.models.compute_setup import ComputeOptions, resolve_compute
@@ -146,8 +147,8 @@ def model_run(path: str, request: LayoutRequest, training: Training, topology: T
             advice = memory_advice(model, par, gpu, mem.peak.total_bytes)
             raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; {advice} "
                              "(--ignore-memory simulates it anyway)", field="--model")
-        notes.append("WARNING: simulated although the layout does not fit in GPU memory "
-                     "(--ignore-memory)")
+        notes.append(Assumption("WARNING: simulated although the layout does not fit in GPU "
+                                "memory (--ignore-memory)", "memory-ignored", departs=True))
     setup = resolve_compute(gpu, compute)
     program = generate(model, par, gpu, plan=plan, source=f"model {model.name} ({path})",
                        compute=setup, zero3=units_of(log, model) if log else None)
