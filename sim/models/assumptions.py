@@ -7,7 +7,17 @@ from __future__ import annotations
 from sim.assumption import Assumption
 from sim.kernels.gpus import find
 from sim.models.compute import ComputeModel
-from sim.models.features import eager, fp8, fp8_params, fsdp2, qk_norm, rope, tp_async, tp_overlap
+from sim.models.features import (
+    eager,
+    fp8,
+    fp8_params,
+    fsdp2,
+    param_gather_step,
+    qk_norm,
+    rope,
+    tp_async,
+    tp_overlap,
+)
 from sim.models.features.grad_sync import delay_applies, grad_sync_note
 from sim.models.features.moe import (
     describe_ep_a2a_overlap,
@@ -154,6 +164,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         if delay_applies(par):
             out.append(grad_sync_note(par))
         pb = "1 byte per FP8 weight, 2 per other" if par.fp8_param_gather else "2 bytes"
+        out += param_gather_step.notes(par)
         if par.overlap_param_gather:
             out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
                        f"({pb}/parameter) per gradient bucket (one per chunk but stage 0's "

@@ -4,7 +4,7 @@ all-gather, the tensor-parallel overlaps and the FP8 recipe and parameters."""
 
 from __future__ import annotations
 
-from sim.models.features import fp8_params
+from sim.models.features import fp8_params, param_gather_step
 from sim.models.features.fp8 import NOT_MODELLED, RECIPES
 from sim.models.features.grad_sync import DELAY_SCHEDULES, delay_applies
 from sim.options.registry import Flag, Option
@@ -106,6 +106,23 @@ OPTIONS = (
                                       "without --distributed-optimizer, with ZeRO-3)"),
                     log=_MEGATRON_LOG),),
            assumption="param-gather", recorded_at_default=True),
+    Option("overlap_param_gather_with_optimizer_step",
+           "Megatron-Core --overlap-param-gather-with-optimizer-step (OptimizerConfig)",
+           "sim.models.features.param_gather_step", (
+               Flag(param_gather_step.FLAG,
+                    "Megatron-Core, with --overlap-param-gather, --distributed-optimizer and "
+                    "the interleaved schedule: model chunk 0's parameters are stepped first and "
+                    "their all-gather runs beside the optimizer step of the other chunks, not "
+                    "beside the next forward; every chunk one gradient bucket",
+                    model=("changes", "chunk 0's parameter all-gather beside the optimizer "
+                                      "step (assumption '--overlap-param-gather-with-optimizer-"
+                                      "step ...'); refused without --overlap-param-gather, "
+                                      "--distributed-optimizer or vpp > 1, and with "
+                                      "--fp8-param-gather"),
+                    log=_MEGATRON_LOG,
+                    refuse=lambda _m, par: None if par.dp_cp > 1 else (
+                        "needs DP > 1 (no parameter all-gather at DP 1)")),),
+           assumption="param-gather-step", check=param_gather_step.check),
     Option("tp_comm_overlap", "Megatron-Core --tp-comm-overlap",
            "sim.models.features.tp_overlap", (
                Flag("--tp-comm-overlap",

@@ -87,6 +87,9 @@ class Training:
     ``ddp_bucket_size``: Megatron-LM's ``--ddp-bucket-size`` (Megatron-Core DDP
     ``bucket_size``, parameters per gradient bucket; None: Megatron-Core's default,
     :func:`sim.models.optimizer.bucket_params`).
+    ``overlap_param_gather_with_optimizer_step``: Megatron-Core's (model chunk 0's parameter
+    all-gather beside the optimizer step of the other chunks;
+    :mod:`sim.models.features.param_gather_step`).
     """
 
     global_batch: int | None = None
@@ -120,6 +123,7 @@ class Training:
     grad_reduce_in_bf16: bool = False
     ddp_bucket_size: int | None = None
     async_tensor_model_parallel_allreduce: bool = False
+    overlap_param_gather_with_optimizer_step: bool = False
 
     @property
     def backend(self) -> str:
