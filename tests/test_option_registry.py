@@ -84,3 +84,23 @@ def test_sweep_resume_keys_are_the_options_new_since_resumable_settings():
     later = registry.sweep_later()
     assert set(later) == {o.field for o in registry.registry() if not o.recorded_at_default}
     assert all(later[k] == getattr(Training(), k) for k in later)
+
+
+def _assumption_keys() -> set[str]:
+    """Every constant key given to an Assumption in sim/ (its second argument)."""
+    keys = set()
+    for path in (ROOT / "sim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "Assumption" and len(node.args) > 1
+                    and isinstance(node.args[1], ast.Constant)):
+                keys.add(node.args[1].value)
+    return keys
+
+
+def test_each_option_names_the_assumption_line_that_states_it():
+    keys = _assumption_keys()
+    for o in registry.registry():
+        assert o.assumption in keys, (o.field, o.assumption)
+    assert registry.option_of_assumption("param-gather-step") == (
+        "overlap_param_gather_with_optimizer_step")

@@ -77,7 +77,9 @@ def _fp8_notes(par: ParallelConfig) -> list[str]:
     if par.dtype != "fp8":
         return []
     out = [fp8.describe(par.fp8_recipe, par.sp, par.fp8_param_gather)]
-    return out + ([fp8_params.describe(par)] if par.fp8_param_gather else [])
+    out = [Assumption(out[0], "fp8")]
+    return out + ([Assumption(fp8_params.describe(par), "fp8-params")]
+                  if par.fp8_param_gather else [])
 
 
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
@@ -99,19 +101,20 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             + f", micro batch {par.micro_batch}, global batch {par.global_batch} → "
             f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
             f"schedule {par.schedule_name}; " + _split_note(m, par), "layout"),
-        f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
-        f"gradients {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} bytes per parameter"
-        + (" (--grad-reduce-in-bf16: bf16 gradient buffer and reduction)"
-           if par.grad_reduce_in_bf16 else "") + f", weights {PARAM_BYTES}",
+        Assumption(f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per "
+                   f"element; DP gradients {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} "
+                   "bytes per parameter"
+                   + (" (--grad-reduce-in-bf16: bf16 gradient buffer and reduction)"
+                      if par.grad_reduce_in_bf16 else "") + f", weights {PARAM_BYTES}", "dtype"),
         Assumption(
             f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
             + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp
                else "") + "; attention: " + _attention_text(par, gpu_family(gpu)),
-            "recompute", departs=par.sequence_parallel and not par.sp),
+            "training-options", departs=par.sequence_parallel and not par.sp),
         Assumption(cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s "
                    f"{par.dtype}, {gpu.hbm_GBps:g} GB/s HBM", "compute-model"),
-        eager.describe(par),
-        rope.describe(m, par, dm),
+        Assumption(eager.describe(par), "eager"),
+        Assumption(rope.describe(m, par, dm), "rope"),
         *([qk_norm.describe(m)] if m.qk_layernorm else []),
         dropout_note(m, par),
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
@@ -129,9 +132,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
     ]
     out += _fp8_notes(par)
     if par.tp_comm_overlap:
-        out.append(tp_overlap.describe(*gpu_sms(gpu)))
+        out.append(Assumption(tp_overlap.describe(*gpu_sms(gpu)), "tp-overlap"))
     elif tp_async.applies(par):
-        out.append(tp_async.describe())
+        out.append(Assumption(tp_async.describe(), "tp-async"))
     if par.schedule_name == "dualpipe":
         out.append(describe_dualpipe(par.pp, par.microbatches))
     if par.zero:
@@ -159,19 +162,20 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                        "non-blocking, issued in the last "
                        "microbatch's backward; the optimizer waits for them", "grad-reduce"))
         else:
-            out.append(f"--no-overlap-grad-reduce: DP gradient {kind} after the backward, "
-                       "blocking")
+            out.append(Assumption(f"--no-overlap-grad-reduce: DP gradient {kind} after the "
+                                  "backward, blocking", "no-overlap-grad-reduce"))
         if delay_applies(par):
             out.append(grad_sync_note(par))
         pb = "1 byte per FP8 weight, 2 per other" if par.fp8_param_gather else "2 bytes"
         out += param_gather_step.notes(par)
         if par.overlap_param_gather:
-            out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
-                       f"({pb}/parameter) per gradient bucket (one per chunk but stage 0's "
-                       "first), non-blocking and in forward "
-                       "order from the start of the iteration (the previous step's all-gathers "
-                       "overlapping this forward); the first forward use of a bucket waits for "
-                       "its all-gather")
+            out.append(Assumption(
+                "--overlap-param-gather: the distributed optimizer's parameter all-gather "
+                f"({pb}/parameter) per gradient bucket (one per chunk but stage 0's "
+                "first), non-blocking and in forward "
+                "order from the start of the iteration (the previous step's all-gathers "
+                "overlapping this forward); the first forward use of a bucket waits for "
+                "its all-gather", "param-gather"))
         elif par.distributed_optimizer:
             out.append(f"distributed optimizer: parameter all-gather ({pb}/parameter) after "
                        "the optimizer step, not overlapped with the next iteration "
@@ -221,7 +225,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""),
             "moe"))
         if par.overlap_moe_expert_parallel_comm:
-            out.append(describe_ep_a2a_overlap(par))
+            out.append(Assumption(describe_ep_a2a_overlap(par), "ep-a2a-overlap"))
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
                "bytes), CPU launch overheads (unless --host-dispatch-us is given), memory "
                "allocator effects")

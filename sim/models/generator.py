@@ -83,7 +83,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
     program.assumptions += compute_notes(setup, timer, sustained_note)
-    program.assumptions += defer_wgrad.notes(program, par)
+    program.assumptions += [Assumption(a, "defer-wgrad") for a in defer_wgrad.notes(program, par)]
     return program
 
 

@@ -65,7 +65,7 @@ OPTIONS = (
                         "PP > 1, DP > 1, Megatron DDP (no ZeRO / FSDP) and its "
                         f"{' or '.join(DELAY_SCHEDULES)} schedule, so it changes nothing "
                         "here")),),
-           assumption="grad-sync", recorded_at_default=True),
+           assumption="dp-gradient", recorded_at_default=True),
     Option("grad_reduce_in_bf16", "Megatron-LM --grad-reduce-in-bf16 (Megatron-Core DDP "
                                   "grad_reduce_in_fp32 = False)", "sim.models.memory", (
         Flag("--grad-reduce-in-bf16",
@@ -77,7 +77,8 @@ OPTIONS = (
              log=_MEGATRON_LOG,
              refuse=lambda _m, par: ("fp16 and ZeRO / FSDP gradients are 16-bit already; it "
                                      "changes nothing here")
-             if par.dtype == "fp16" or bool(par.zero) or par.fsdp else None),)),
+             if par.dtype == "fp16" or bool(par.zero) or par.fsdp else None),),
+        assumption="dtype"),
     Option("ddp_bucket_size", "Megatron-LM --ddp-bucket-size (Megatron-Core DDP bucket_size)",
            "sim.models.optimizer", (
                Flag("--ddp-bucket-size",

@@ -33,7 +33,7 @@ OPTIONS = (
              log=("refused", "needs TP > 1; the log is TP 1; leave it out"),
              refuse=lambda _m, par: (None if par.layout.tp > 1 else
                                      "needs TP > 1 (Megatron ignores it at TP 1)")),),
-        assumption="layout", recorded_at_default=True),
+        assumption="training-options", recorded_at_default=True),
     Option("recompute", "Megatron-LM --recompute-granularity / --recompute-activations",
            "sim.models.memory", (
                Flag("--recompute", "activation recomputation (default: {default})",
@@ -42,13 +42,13 @@ OPTIONS = (
                     log=("changes", "activation recomputation (training options, memory; with "
                                     "full recomputation the backward gathers precede the "
                                     "re-run forward)")),),
-           recorded_at_default=True),
+           assumption="training-options", recorded_at_default=True),
     Option("dtype", "Megatron-LM --bf16 / --fp16 / --fp8-format", "sim.models.compute", (
         Flag("--dtype", "training dtype; its dense peak is the MFU reference (default: "
                         "{default})", kind="choice", choices=DTYPES,
              model=("changes", "GEMM peak and MFU reference (training options)"),
              log=("changes", "GEMM peak and MFU reference (training options)")),),
-        recorded_at_default=True),
+        assumption="dtype", recorded_at_default=True),
     Option("distributed_optimizer", "Megatron-LM --use-distributed-optimizer",
            "sim.models.optimizer", (
                Flag("--distributed-optimizer",
@@ -58,14 +58,14 @@ OPTIONS = (
                     log=("refused", "Megatron's; DeepSpeed's collectives come from the log; "
                                     "leave it out"),
                     refuse=lambda _m, par: _NO_DP if par.dp_cp == 1 else None),),
-           recorded_at_default=True),
+           assumption="optimizer", recorded_at_default=True),
     Option("flash_attention", "Megatron-LM --use-flash-attn", "sim.models.layers", (
         Flag("--flash-attention",
              "the FlashAttention-2 kernel; the same as --attention-backend flash",
              model=("changes", "the attention backend (training options)"),
              log=("changes", "the attention backend (training options)"),
              aicb=_FILE_ATTENTION, optable=_FILE_ATTENTION),),
-        recorded_at_default=True),
+        assumption="training-options", recorded_at_default=True),
     Option("attention_backend", "Megatron-Core --attention-backend", "sim.kernels.attention", (
         Flag("--attention-backend",
              "Megatron-Core's attention backend: flash (FlashAttention-2), fused (cuDNN through "
@@ -76,7 +76,8 @@ OPTIONS = (
              kind="choice", choices=ATTENTION_BACKENDS,
              model=("changes", "the attention backend (training options)"),
              log=("changes", "the attention backend (training options)"),
-             aicb=_FILE_ATTENTION, optable=_FILE_ATTENTION),)),
+             aicb=_FILE_ATTENTION, optable=_FILE_ATTENTION),),
+        assumption="training-options"),
     Option("fsdp", "PyTorch FSDP FULL_SHARD (Megatron-LM --use-torch-fsdp2 with "
                    "--data-parallel-sharding-strategy optim_grads_params)",
            "sim.models.features.zero", (
@@ -108,5 +109,5 @@ OPTIONS = (
                            "count the output layer and loss as one layer when splitting (last "
                            "virtual stage runs one layer fewer; Megatron-Core)",
                            why="layers per stage")),
-           assumption="split"),
+           assumption="layout"),
 )

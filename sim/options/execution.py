@@ -52,7 +52,7 @@ OPTIONS = (
                                   "'--use-torch-fsdp2: ...'); refused without --fsdp"),
              log=("refused", "the log is DeepSpeed ZeRO-3's; leave it out"), aicb=_FILE,
              optable=_FILE),),
-        assumption="fsdp2"),
+        assumption="zero"),
     Option("norm_type", "torchtitan model.norm_type", "sim.models.features.eager", (
         Flag("--norm-type",
              "with --no-compile, torchtitan's model.norm_type: rmsnorm (eager PyTorch "

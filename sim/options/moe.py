@@ -48,7 +48,7 @@ OPTIONS = (
                                   "the EP group lies in one node or EP is 1, and for a dense "
                                   "model"),
              log=_DENSE_LOG, refuse=_flex_changes_nothing),),
-        assumption="moe-dispatch", recorded_at_default=True),
+        assumption="moe", recorded_at_default=True),
     Option("moe_shared_expert_intermediate_size",
            "Megatron-Core --moe-shared-expert-intermediate-size", _MOE, (
                Flag("--moe-shared-expert-intermediate-size",
