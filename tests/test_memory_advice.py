@@ -77,15 +77,15 @@ def test_each_listed_change_fits_and_saves_what_it_says(capsys):
     model = load_model(MODELS / "gpt3-175b.yaml")
     gpu = load_topology(TOPOLOGIES / "dgx-a100-1024.yaml").gpu
 
-    def ParallelConfig(**kw):  # noqa: N802 - the unfused configs of this test
+    def unfused(**kw):  # the unfused configs of this test
         return make_par(**{"attention_backend": "unfused", **kw})
 
-    par = ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536)
+    par = unfused(tp=8, pp=8, dp=16, global_batch=1536)
     before = check_memory(model, par, gpu)
-    singles = {"--recompute full": ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
+    singles = {"--recompute full": unfused(tp=8, pp=8, dp=16, global_batch=1536,
                                                   recompute="full"),
-               "--tp 16 (DP 8)": ParallelConfig(tp=16, pp=8, dp=8, global_batch=1536),
-               "--distributed-optimizer": ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
+               "--tp 16 (DP 8)": unfused(tp=16, pp=8, dp=8, global_batch=1536),
+               "--distributed-optimizer": unfused(tp=8, pp=8, dp=16, global_batch=1536,
                                                          distributed_optimizer=True)}
     got = listed(err)
     for flag, p in singles.items():
@@ -96,9 +96,9 @@ def test_each_listed_change_fits_and_saves_what_it_says(capsys):
     # and the ones not listed alone do not fit on their own
     for kw in ({"attention_backend": "fused"}, {"sequence_parallel": True},
                {"recompute": "selective"}):
-        assert not check_memory(model, ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
+        assert not check_memory(model, unfused(tp=8, pp=8, dp=16, global_batch=1536,
                                                       **kw), gpu).feasible
-    assert not check_memory(model, ParallelConfig(tp=8, pp=16, dp=8, global_batch=1536),
+    assert not check_memory(model, unfused(tp=8, pp=16, dp=8, global_batch=1536),
                             gpu).feasible
     for change in ("--attention-backend fused", "--sequence-parallel", "--recompute selective",
                    "--pp 16 (DP 8)"):
