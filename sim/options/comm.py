@@ -4,7 +4,7 @@ all-gather, the tensor-parallel overlaps and the FP8 recipe and parameters."""
 
 from __future__ import annotations
 
-from sim.models.features import fp8_params, param_gather_step
+from sim.models.features import fp8_params, param_gather_step, tp_async
 from sim.models.features.fp8 import NOT_MODELLED, RECIPES
 from sim.models.features.grad_sync import DELAY_SCHEDULES, delay_applies
 from sim.options.registry import Flag, Option
@@ -149,7 +149,7 @@ OPTIONS = (
                                          "refused at TP 1, with --tp-comm-overlap and with "
                                          "--no-compile"),
                     log=_NO_TP_LOG),),
-           assumption="tp-async"),
+           assumption="tp-async", check=tp_async.check),
     Option("fp8_recipe", "Megatron-Core --fp8-recipe", "sim.models.features.fp8", (
         Flag("--fp8-recipe",
              "with --dtype fp8: Megatron-Core's FP8 recipe as Transformer Engine runs it: "
@@ -179,5 +179,5 @@ OPTIONS = (
                                   "refused without --dtype fp8, the distributed optimizer, or "
                                   "with FSDP"),
              log=_MEGATRON_LOG),),
-        assumption="fp8-params"),
+        assumption="fp8-params", check=fp8_params.check),
 )
