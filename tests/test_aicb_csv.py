@@ -7,6 +7,7 @@ import time
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import GroupKind
@@ -155,12 +156,11 @@ def test_log_alone_and_other_files_with_a_model_refused(tmp_path, capsys):
 def test_recompute_full_gathers_each_layer_before_its_rerun(tmp_path, capsys):
     from sim.models.generator import generate
     from sim.models.vocab.spec import load_model
-    from sim.parallel.config import ParallelConfig
     from sim.scenario.collective_log import load_log, units_of
     from sim.topology.gpu import GpuSpec
 
     model = load_model(MODEL)
-    par = ParallelConfig(dp=4, global_batch=4, zero=3, recompute="full")
+    par = make_par(dp=4, global_batch=4, zero=3, recompute="full")
     prog = generate(model, par, GpuSpec("G", {"bf16": 100.0}, 16, 1000,
                                         compute_efficiency=0.5),
                     zero3=units_of(load_log(str(LOG)), model))

@@ -3,6 +3,7 @@ timeline), the generated rows, FLOPs and activation memory ÷ cp."""
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
@@ -11,7 +12,6 @@ from sim.models.memory import layer_activation_bytes
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import load_model
 from sim.network.simple import AlphaBetaNetwork
-from sim.parallel.config import ParallelConfig
 from sim.parallel.placement import Placement
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import Layer, Phase
@@ -84,7 +84,7 @@ MODEL = ROOT / "workloads/models/llama3-8b.yaml"
 
 
 def _par(cp, **kw):
-    return ParallelConfig(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, cp=cp,
+    return make_par(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, cp=cp,
                           flash_attention=True, sequence_parallel=True, **kw)
 
 
@@ -159,7 +159,7 @@ def test_cp_keeps_the_model_flops_and_divides_activations():
 def test_cp_constraints():
     model = load_model(MODEL)
     with pytest.raises(UsageError, match="fused attention"):
-        build_model_plan(model, ParallelConfig(tp=2, dp=2, global_batch=8, cp=2,
+        build_model_plan(model, make_par(tp=2, dp=2, global_batch=8, cp=2,
                                                       attention_backend="unfused"))
     with pytest.raises(UsageError, match="2·cp"):
         build_model_plan(model, _par(3))

@@ -7,12 +7,12 @@ import math
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.kernels.attention import BLOCK
 from sim.models.compute_setup import resolve_compute, timer_for
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import ModelSpec
-from sim.parallel.config import ParallelConfig
 from sim.topology import load_topology
 
 # Llama-3-8B-like layer with a 16,384-token sequence: at CP 2 every rank attends with 8,192
@@ -41,7 +41,7 @@ def _add_bandwidth(nbytes):
 
 
 def _rows(backend):
-    par = ParallelConfig(cp=2, dp=2, global_batch=2, attention_backend=backend)
+    par = make_par(cp=2, dp=2, global_batch=2, attention_backend=backend)
     rows = build_model_plan(M, par).stages[0].chunks[0]
     gpu = load_topology(str(ROOT / "topologies/dgx-h100-scalable.yaml"), nodes=1).gpu
     timer = timer_for(gpu, resolve_compute(gpu), par.backend)

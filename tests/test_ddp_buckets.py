@@ -27,9 +27,10 @@ The output layer (128256 · 4096 = 525,336,576) and the final norm are buckets o
 from __future__ import annotations
 
 import pytest
+from par_support import make_par
 
 from sim.comm import CollKind
-from sim.models import ParallelConfig, generate, load_model
+from sim.models import generate, load_model
 from sim.models.optimizer import bucket_params
 from sim.topology.gpu import GpuSpec
 
@@ -39,7 +40,7 @@ LAYER = 218_112_000
 
 def _buckets(dp: int, cp: int, ddp_bucket_size: int | None = None) -> list[tuple[str, int]]:
     """(row, parameters) of each gradient reduce-scatter in backward order (bf16: 2 B each)."""
-    par = ParallelConfig(dp=dp, cp=cp, global_batch=dp, micro_batch=1, dtype="bf16",
+    par = make_par(dp=dp, cp=cp, global_batch=dp, micro_batch=1, dtype="bf16",
                          distributed_optimizer=True, grad_reduce_in_bf16=True,
                          ddp_bucket_size=ddp_bucket_size)
     (chunk,) = generate(load_model("llama3-8b"), par, H100).stages[0].chunks

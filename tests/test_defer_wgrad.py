@@ -9,12 +9,13 @@ import json
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
-from sim.models import ParallelConfig, generate
+from sim.models import generate
 from sim.models.aicb_writer import aicb_text
 from sim.models.features import defer_wgrad
 from sim.models.parallel_checks import validate
@@ -45,7 +46,7 @@ def _run(f0: int, b0: int, w: int, limit: int | None, m: int = 3):
               Layer("out", Phase(10), Phase(10), Phase(w)), Layer("ce", input_grad=Phase(0, AG))]
     deferred = None
     if limit is not None:
-        par = ParallelConfig(tp=2, pp=2, global_batch=m, defer_embedding_wgrad_compute=True,
+        par = make_par(tp=2, pp=2, global_batch=m, defer_embedding_wgrad_compute=True,
                              wgrad_deferral_limit=limit)
         deferred = defer_wgrad.build(rows, layers, [0, 1, 2], par, 0)
     s1 = StageProgram(1, [tuple(layers)], deferred=deferred)
@@ -121,7 +122,7 @@ def test_generator_moves_the_output_layer_wgrad(vpp, limit, sp):
     variant chunk has the same layers with logits' weight-grad compute 0 and (SP) no re-gather;
     the drain holds one GEMM per deferred microbatch (the removed compute) and, with SP, as
     many all-gathers of the removed one."""
-    par = ParallelConfig(tp=2, pp=2, vpp=vpp, global_batch=8, sequence_parallel=sp,
+    par = make_par(tp=2, pp=2, vpp=vpp, global_batch=8, sequence_parallel=sp,
                          defer_embedding_wgrad_compute=True, wgrad_deferral_limit=limit)
     prog = generate(GPT_TINY, par, A100)
     first, last = prog.stages
@@ -179,14 +180,14 @@ def test_generated_layouts_never_slower(tmp_path, layout):
 ])
 def test_refused(kw, match):
     """Megatron-Core's own refusals (PP 1, a negative limit) and simrun's."""
-    par = ParallelConfig(**{"global_batch": 4, "defer_embedding_wgrad_compute": True, **kw})
+    par = make_par(**{"global_batch": 4, "defer_embedding_wgrad_compute": True, **kw})
     with pytest.raises(UsageError, match=match):
         validate(GPT_TINY, par)
 
 
 def test_limit_without_deferral_refused():
     with pytest.raises(UsageError, match="applies with --defer-embedding-wgrad-compute"):
-        validate(GPT_TINY, ParallelConfig(pp=2, global_batch=4, wgrad_deferral_limit=2))
+        validate(GPT_TINY, make_par(pp=2, global_batch=4, wgrad_deferral_limit=2))
 
 
 @pytest.mark.parametrize("extra,field", [
@@ -213,7 +214,7 @@ def test_symmetric_equals_per_rank(vpp):
     from sim.topology import load_topology
 
     t = load_topology(str(ROOT / "topologies" / "tiny-fattree-8.yaml"))
-    par = ParallelConfig(tp=2, pp=2, dp=2, vpp=vpp, global_batch=8, sequence_parallel=True,
+    par = make_par(tp=2, pp=2, dp=2, vpp=vpp, global_batch=8, sequence_parallel=True,
                          defer_embedding_wgrad_compute=True, wgrad_deferral_limit=3)
     prog = generate(GPT_TINY, par, A100)
     pl = Placement(2, 2, 2, 1)

@@ -4,6 +4,7 @@ and the timeline's boxes (docs/schedules.md)."""
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.engine import simulate
 from sim.errors import UsageError
@@ -11,7 +12,7 @@ from sim.models.generator import embedding_grad_comm
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import ModelSpec, load_model
 from sim.network.simple import FreeNetwork
-from sim.parallel.config import ParallelConfig, Training
+from sim.parallel.config import Training
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import Layer, Phase
 from sim.viz.boxes import timeline_boxes
@@ -21,7 +22,7 @@ TINY = ModelSpec("tiny", layers=8, hidden=256, heads=4, vocab=1000, seq_len=128)
 
 def _par(**kw):
     base = dict(tp=1, pp=4, dp=1, vpp=2, global_batch=8, micro_batch=1, schedule="dualpipe")
-    return ParallelConfig(**{**base, **kw})
+    return make_par(**{**base, **kw})
 
 
 def test_every_rank_holds_stage_r_and_stage_p_minus_1_minus_r():

@@ -5,11 +5,12 @@ import json
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
-from sim.models import ParallelConfig, generate, load_model
+from sim.models import generate, load_model
 from sim.network.simple import AlphaBetaNetwork
 from sim.program.pipeline import PipelineProgram, StageProgram, Task, TaskKind
 from sim.program.workload import Layer, Phase
@@ -92,7 +93,7 @@ def test_turning_an_overlap_on_never_slows_the_iteration(tp, pp, dp, vpp, gb):
     model = load_model(ROOT / "workloads/models/gpt2-medium.yaml")
     times = []
     for grad, param in ((False, False), (True, False), (True, True)):
-        par = ParallelConfig(tp=tp, pp=pp, dp=dp, vpp=vpp, global_batch=gb,
+        par = make_par(tp=tp, pp=pp, dp=dp, vpp=vpp, global_batch=gb,
                              distributed_optimizer=True, overlap_grad_reduce=grad,
                              overlap_param_gather=param)
         net = AlphaBetaNetwork(5000, {g: 200.0 if g is GroupKind.TP else 20.0

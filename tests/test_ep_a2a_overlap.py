@@ -4,6 +4,7 @@ their all-to-alls beside the compute, TP collectives kept blocking, and the refu
 (Megatron-Core's asserts, megatron/core/transformer/transformer_config.py)."""
 
 import pytest
+from par_support import make_par
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
@@ -11,7 +12,6 @@ from sim.errors import UsageError
 from sim.models import generate
 from sim.models.vocab.spec import ModelSpec, MoESpec
 from sim.network.simple import AlphaBetaNetwork
-from sim.parallel.config import ParallelConfig
 from sim.pipeline.schedules import schedule_table
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import Layer, Phase
@@ -121,7 +121,7 @@ MOE = ModelSpec("m", layers=4, hidden=256, heads=4, vocab=1000, seq_len=128,
 def _par(**kw):
     base = dict(tp=1, pp=2, dp=2, ep=2, vpp=2, global_batch=8, micro_batch=1,
                 overlap_moe_expert_parallel_comm=True)
-    return ParallelConfig(**{**base, **kw})
+    return make_par(**{**base, **kw})
 
 
 def test_generated_program_carries_the_flag_and_runs():

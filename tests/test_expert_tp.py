@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
@@ -19,7 +20,6 @@ from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import load_model, model_from_dict
 from sim.network.simple import AlphaBetaNetwork
 from sim.network.symmetry import copies
-from sim.parallel.config import ParallelConfig
 from sim.parallel.placement import Placement
 from sim.topology.gpu import GpuSpec
 
@@ -91,7 +91,7 @@ def test_megatron_refusals():
         (MOE_SMALL, dict(tp=2, dp=8, ep=4, etp=1, zero=1), "ZeRO"),
     ]
     for model, kw, text in cases:
-        par = ParallelConfig(global_batch=64, sequence_parallel=True, **kw)
+        par = make_par(global_batch=64, sequence_parallel=True, **kw)
         with pytest.raises(UsageError, match=text) as e:
             validate(model, par)
         assert e.value.field == "--expert-tensor-parallel-size"
@@ -114,7 +114,7 @@ def test_dispatch_gather_and_gemm_shapes():
     # TP 2 with SP: nt = 1024/2 = 512 tokens per GPU; all-to-all nt·top_k·h·2 bytes in EP
     a2a = 512 * K * H * 2
     # ETP = TP = 2: the TP group gathers n·top_k = 2048 token copies (h·2 bytes each)
-    base = ParallelConfig(tp=2, dp=8, ep=4, global_batch=8, sequence_parallel=True)
+    base = make_par(tp=2, dp=8, ep=4, global_batch=8, sequence_parallel=True)
     rows, comms = _moe_comms(base)
     gathers = [c for c in comms if c[3] is GroupKind.TP]
     assert {c[4] for c in gathers} == {2048 * H * 2} and len(gathers) == 4
@@ -124,7 +124,7 @@ def test_dispatch_gather_and_gemm_shapes():
     assert fc1.fwd[0].flops == 2 * 2048 * H * (F // 2)
     assert fc1.expert_params == 2 * (H * F // 2 + F // 2)  # weight + column-parallel bias
     # ETP 1: no gather; the GPU's own 512·2 copies through whole experts (same FLOPs)
-    etp1 = ParallelConfig(tp=2, dp=8, ep=4, etp=1, global_batch=8, sequence_parallel=True)
+    etp1 = make_par(tp=2, dp=8, ep=4, etp=1, global_batch=8, sequence_parallel=True)
     rows1, comms1 = _moe_comms(etp1)
     assert [c for c in comms1 if c[3] in (GroupKind.TP, GroupKind.ETP)] == []
     assert [c[4] for c in comms1 if c[3] is GroupKind.EP] == [a2a] * 4
@@ -132,7 +132,7 @@ def test_dispatch_gather_and_gemm_shapes():
     assert fc1.fwd[0].flops == 2 * 1024 * H * F
     assert fc1.expert_params == 2 * (H * F + F)
     # TP 1, ETP 2 (no SP): each GPU's 1024 tokens; the ETP pair gathers 2·1024·2 copies
-    etp2 = ParallelConfig(tp=1, dp=8, ep=2, etp=2, global_batch=8)
+    etp2 = make_par(tp=1, dp=8, ep=2, etp=2, global_batch=8)
     _, comms2 = _moe_comms(etp2)
     g = [c[1:] for c in comms2 if c[3] is GroupKind.ETP]
     size = 2 * 1024 * K * H * 2
@@ -159,7 +159,7 @@ def _dp_ep_bytes(par):
 def test_expert_gradient_reduce_bytes_and_memory():
     kw = dict(tp=2, dp=8, ep=4, global_batch=8, sequence_parallel=True,
               distributed_optimizer=True)
-    base, etp1 = ParallelConfig(**kw), ParallelConfig(etp=1, **kw)
+    base, etp1 = make_par(**kw), make_par(etp=1, **kw)
     assert (base.edp, etp1.edp) == (2, 4)  # 16 / (2·4), 16 / (1·4)
     # per GPU: 12 layers × 2 local experts × (fc1 h·F/e + F/e bias, fc2 F/e·h + h bias)
     per_gpu = {e: 12 * 2 * (2 * H * F // e + F // e + H) for e in (1, 2)}
@@ -186,7 +186,7 @@ def test_small_run_etp1_vs_etp_tp_differences():
     bw = dict.fromkeys(GroupKind, 1.0)
     res = {}
     for etp in (2, 1):
-        par = ParallelConfig(tp=2, dp=8, ep=4, etp=etp, global_batch=16,
+        par = make_par(tp=2, dp=8, ep=4, etp=etp, global_batch=16,
                              sequence_parallel=True, distributed_optimizer=True)
         prog = generate(TINY, par, GPU)
         r = simulate(prog, AlphaBetaNetwork(0, bw))

@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
-from sim.models import ParallelConfig, generate
+from sim.models import generate
 from sim.models.compute import H100, op_time_ns
 from sim.models.compute_setup import ComputeSetup
 from sim.models.layers import output_rows, transformer_layer_rows
@@ -44,7 +45,7 @@ def _casts(rows) -> dict[str, tuple[str, int]]:
 
 
 def _layer(recipe: str, tp: int = 1, sp: bool = False, micro_batch: int = 2):
-    par = ParallelConfig(tp=tp, micro_batch=micro_batch, global_batch=micro_batch,
+    par = make_par(tp=tp, micro_batch=micro_batch, global_batch=micro_batch,
                          dtype="fp8", fp8_recipe=recipe, sequence_parallel=sp)
     return transformer_layer_rows(TINY, par, Dims.of(TINY, par), 0)
 
@@ -130,7 +131,7 @@ def test_grouped_linear_casts_of_the_routed_experts_by_hand():
     (the dispatcher gathers bf16 tokens: no FP8 gather); weights: 4 local experts' shards."""
     moe = ModelSpec("m", layers=2, hidden=64, heads=4, vocab=1024, seq_len=32,
                     moe=MoESpec(experts=4, top_k=2, expert_ffn_hidden=96))
-    par = ParallelConfig(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
+    par = make_par(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
                          fp8_recipe="tensorwise", sequence_parallel=True)
     got = _casts(transformer_layer_rows(moe, par, Dims.of(moe, par), 0))
     m, fc1, fc2 = 128, 96 // 2, 96 // 2  # token copies; fc1 output and fc2 input per rank
@@ -164,7 +165,7 @@ def test_casts_sit_before_their_gemms():
 
 
 def test_bf16_has_no_casts():
-    par = ParallelConfig(micro_batch=2, global_batch=2)
+    par = make_par(micro_batch=2, global_batch=2)
     assert _casts(transformer_layer_rows(TINY, par, Dims.of(TINY, par), 0)) == {}
 
 
@@ -194,7 +195,7 @@ def test_cast_time_from_the_measured_add_bandwidth():
 
 
 def _iteration(recipe: str, microbatches: int = 1, **kw) -> tuple[int, object]:
-    par = ParallelConfig(micro_batch=2, global_batch=2 * microbatches, dtype="fp8",
+    par = make_par(micro_batch=2, global_batch=2 * microbatches, dtype="fp8",
                          fp8_recipe=recipe, **kw)
     prog = generate(TINY, par, H100_80, compute=ROOFLINE)
     return simulate(prog, AlphaBetaNetwork(0, {})).iteration_ns, prog
@@ -208,7 +209,7 @@ def test_weight_casts_run_once_per_iteration():
                  for x in layers)
     once = sum(x.first_forward_ns for x in layers)
     opt = sum(t.compute_ns for t in prog.stages[0].epilogue)
-    plan = build_model_plan(TINY, ParallelConfig(micro_batch=2, global_batch=2, dtype="fp8"))
+    plan = build_model_plan(TINY, make_par(micro_batch=2, global_batch=2, dtype="fp8"))
     rows = [r for r in plan.stages[0].chunks[0] if r.first_fwd]
     assert sum(len(r.first_fwd) for r in rows) == 2 * 4  # 2 layers × 4 linears
     assert once == sum(math.ceil(_op_ns(r.first_fwd) - 1e-6) for r in rows)
@@ -245,7 +246,7 @@ def test_recipes_differ_by_the_closed_form():
 
 
 def test_delayed_amax_all_reduce_per_chunk():
-    par = ParallelConfig(pp=2, vpp=1, dp=2, micro_batch=2, global_batch=8, dtype="fp8")
+    par = make_par(pp=2, vpp=1, dp=2, micro_batch=2, global_batch=8, dtype="fp8")
     plan = build_model_plan(TINY, par)
     for st in plan.stages:
         rows = st.chunks[0]
@@ -262,13 +263,13 @@ def test_delayed_amax_all_reduce_per_chunk():
         layer_rows = [r for r in rows if r.name.startswith("layer") and r not in amax]
         first = rows.index(layer_rows[0])
         assert rows.index(bwd) == first - 1  # walked right after the chunk's first layer
-    tensorwise = build_model_plan(TINY, ParallelConfig(dp=2, micro_batch=2, global_batch=4,
+    tensorwise = build_model_plan(TINY, make_par(dp=2, micro_batch=2, global_batch=4,
                                                        dtype="fp8", fp8_recipe="tensorwise"))
     assert not any("amax_reduction" in r.name for r in tensorwise.stages[0].rows())
 
 
 def test_output_layer_runs_in_bf16():
-    par = ParallelConfig(micro_batch=2, global_batch=2, dtype="fp8")
+    par = make_par(micro_batch=2, global_batch=2, dtype="fp8")
     dm = Dims.of(TINY, par)
     rows = output_rows(TINY, dm, True)
     gemms = [o for r in rows for o in r.ops() if o.kernel == "gemm"]
@@ -310,7 +311,7 @@ def test_default_recipe_is_stated(tmp_path, capsys):
 
 def test_aicb_text_carries_the_weight_casts_once():
     from sim.models.aicb_writer import FIRST_FORWARD_ROW, aicb_text
-    par = ParallelConfig(micro_batch=2, global_batch=6, dtype="fp8")
+    par = make_par(micro_batch=2, global_batch=6, dtype="fp8")
     prog = generate(TINY, par, H100_80, compute=ROOFLINE)
     once = sum(x.first_forward_ns for x in prog.stages[0].chunks[0])
     lines = aicb_text(prog).splitlines()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
+from par_support import make_par
+
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
-from sim.models import ParallelConfig, generate
+from sim.models import generate
 from sim.models.compute import H100, op_time_ns
 from sim.models.compute_setup import ComputeSetup
 from sim.models.features.fp8 import describe
@@ -29,7 +31,7 @@ OVH = 2000.0  # H100 element-wise overhead per kernel (ns)
 
 
 def _rows(recipe="tensorwise", tp=2, sp=True, **kw):
-    par = ParallelConfig(tp=tp, micro_batch=2, global_batch=2, dtype="fp8", fp8_recipe=recipe,
+    par = make_par(tp=tp, micro_batch=2, global_batch=2, dtype="fp8", fp8_recipe=recipe,
                          sequence_parallel=sp, **kw)
     return transformer_layer_rows(TINY, par, Dims.of(TINY, par), 0)
 
@@ -93,7 +95,7 @@ def test_timeline_by_hand():
     while the compute stream waits, then the qkv row. The backward: zeroing + amax pass over
     the local 32 × 64 output gradient of proj (4 + 4096 B: 2·2000 + 4100/2680 → 4002), the
     all-reduce (2004), then proj's dgrad row starts."""
-    par = ParallelConfig(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
+    par = make_par(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
                          fp8_recipe="tensorwise", sequence_parallel=True)
     prog = generate(TINY, par, H100_80, compute=ROOFLINE)
     res = simulate(prog, AlphaBetaNetwork(1000, {g: 1.0 for g in GroupKind}), record_spans=True)
@@ -121,7 +123,7 @@ def test_timeline_by_hand():
 def test_grouped_linear_scale_kernels_per_expert():
     moe = ModelSpec("m", layers=2, hidden=64, heads=4, vocab=1024, seq_len=32,
                     moe=MoESpec(experts=4, top_k=2, expert_ffn_hidden=96))
-    par = ParallelConfig(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
+    par = make_par(tp=2, micro_batch=2, global_batch=2, dtype="fp8",
                          fp8_recipe="tensorwise", sequence_parallel=True)
     ops = [o for r in transformer_layer_rows(moe, par, Dims.of(moe, par), 0)
            for o in r.fwd + r.ig + r.first_fwd if o.name.startswith("moe_")

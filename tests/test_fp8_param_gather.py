@@ -11,6 +11,7 @@ import math
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 from test_fp8 import H100_80, QKV, ROOFLINE, TINY, F, H, _casts
 
 from sim.cli import main
@@ -35,7 +36,7 @@ OVERHEAD_NS = 2000  # the roofline's per element-wise kernel overhead on H100
 def _par(**kw) -> ParallelConfig:
     base = dict(dp=2, micro_batch=2, global_batch=4, dtype="fp8", distributed_optimizer=True,
                 fp8_param_gather=True)
-    return ParallelConfig(**{**base, **kw})
+    return make_par(**{**base, **kw})
 
 
 def test_the_te_linear_weights_are_fp8_and_not_cast_in_forward():
@@ -140,7 +141,7 @@ def test_fp8_param_gather_never_slows_the_iteration(tp, pp, dp, vpp, gb, recipe,
     net = AlphaBetaNetwork(5000, {g: 200.0 if g is GroupKind.TP else 20.0 for g in GroupKind})
     times = []
     for fp in (False, True):
-        par = ParallelConfig(tp=tp, pp=pp, dp=dp, vpp=vpp, global_batch=gb, dtype="fp8",
+        par = make_par(tp=tp, pp=pp, dp=dp, vpp=vpp, global_batch=gb, dtype="fp8",
                              fp8_recipe=recipe, distributed_optimizer=True,
                              overlap_param_gather=overlap, fp8_param_gather=fp)
         times.append(simulate(generate(model, par, H100_80, compute=ROOFLINE), net).iteration_ns)

@@ -13,6 +13,7 @@ import json
 import math
 
 import pytest
+from par_support import make_par
 
 from sim.cli import main
 from sim.errors import InputError, UsageError
@@ -154,12 +155,12 @@ def test_the_layer_generator_marks_each_weight_gemm_with_its_pass():
     copies in the backward) are forward passes, their weight gradients wgrad, dgrad unmarked."""
     from conftest import WORKLOADS
 
-    from sim.models import ParallelConfig, load_model
+    from sim.models import load_model
     from sim.models.layers import transformer_layer_rows
     from sim.models.vocab.dims import Dims
 
     model = load_model(WORKLOADS / "models" / "llama3-8b.yaml")
-    par = ParallelConfig(dtype="fp8", recompute="full")
+    par = make_par(dtype="fp8", recompute="full")
     rows = transformer_layer_rows(model, par, Dims.of(model, par), 0)
     gemms = [op for r in rows for op in (*r.fwd, *r.ig, *r.wg) if op.kernel == "gemm"]
     by_role = {}

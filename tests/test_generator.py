@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.comm import CollKind, GroupKind
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_model_plan, generate, load_model
+from sim.models import build_model_plan, generate, load_model
 from sim.models.generator import bucket_params
 from sim.models.vocab.spec import ModelSpec
 from sim.program.pipeline import TaskKind
@@ -34,7 +35,7 @@ def _layer_rows(program, stage=0, chunk=0, layer=0):
 
 
 def test_layout_and_stage_contents():
-    par = ParallelConfig(tp=8, pp=8, dp=2, vpp=3, global_batch=64, sequence_parallel=True,
+    par = make_par(tp=8, pp=8, dp=2, vpp=3, global_batch=64, sequence_parallel=True,
                          recompute="selective")
     prog = generate(GPT175, par, A100_80)
     assert (prog.tp, prog.pp, prog.dp, prog.vpp, prog.microbatches) == (8, 8, 2, 3, 32)
@@ -65,7 +66,7 @@ def test_tp_traffic_per_layer_matches_calibration_c(sp):
     Megatron also re-gathers the sequence-sharded inputs of QKV and fc1 in backward (their
     saved activations): two more all-gathers of b·s·h, 2·b·s·h·(t−1)/t elements."""
     b, s, h, t = 2, 2048, 12288, 8
-    par = ParallelConfig(tp=t, pp=8, global_batch=16, micro_batch=b, sequence_parallel=sp)
+    par = make_par(tp=t, pp=8, global_batch=16, micro_batch=b, sequence_parallel=sp)
     rows = _layer_rows(generate(GPT175, par, A100_80))
     kinds = []
     sent = regather = 0.0
@@ -91,7 +92,7 @@ def test_tp_traffic_per_layer_matches_calibration_c(sp):
 def test_tp_collectives_sit_where_megatron_runs_them():
     """No SP: all-reduce after the projection and fc2 forward, after the QKV and fc1
     input-gradient (the f operator's backward)."""
-    par = ParallelConfig(tp=8, pp=8, global_batch=8)
+    par = make_par(tp=8, pp=8, global_batch=8)
     rows = _layer_rows(generate(GPT175, par, A100_80))
     where = [(lay.name.split("_", 1)[1], ph) for lay in rows
              for ph, c in _comms([lay], ("forward", "input_grad"))]
@@ -100,7 +101,7 @@ def test_tp_collectives_sit_where_megatron_runs_them():
 
 
 def test_full_recompute_reruns_forward_with_its_collectives():
-    par = ParallelConfig(tp=8, pp=8, global_batch=8, recompute="full")
+    par = make_par(tp=8, pp=8, global_batch=8, recompute="full")
     rows = _layer_rows(generate(GPT175, par, A100_80))
     rc = [x for x in rows if "recompute" in x.name]
     normal = [x for x in rows if "recompute" not in x.name]
@@ -115,7 +116,7 @@ def test_full_recompute_reruns_forward_with_its_collectives():
 
 @pytest.mark.parametrize("distributed", [False, True])
 def test_dp_gradient_sync_covers_every_parameter_once(distributed):
-    par = ParallelConfig(tp=8, pp=8, dp=4, vpp=3, global_batch=64,
+    par = make_par(tp=8, pp=8, dp=4, vpp=3, global_batch=64,
                          distributed_optimizer=distributed)
     prog = generate(GPT175, par, A100_80)
     plan = build_model_plan(GPT175, par)
@@ -147,7 +148,7 @@ def test_dp_gradient_sync_covers_every_parameter_once(distributed):
 
 
 def test_no_overlap_gives_one_blocking_reduction_after_backward():
-    par = ParallelConfig(tp=8, pp=8, dp=4, global_batch=32, overlap_grad_reduce=False)
+    par = make_par(tp=8, pp=8, dp=4, global_batch=32, overlap_grad_reduce=False)
     prog = generate(GPT175, par, A100_80)
     plan = build_model_plan(GPT175, par)
     st = prog.stages[0]
@@ -158,7 +159,7 @@ def test_no_overlap_gives_one_blocking_reduction_after_backward():
 
 
 def test_no_dp_no_gradient_collectives():
-    prog = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8), A100_80)
+    prog = generate(GPT175, make_par(tp=8, pp=8, global_batch=8), A100_80)
     assert not [c for st in prog.stages for ch in st.chunks for _, c in _comms(ch)
                 if c.group is GroupKind.DP]
 
@@ -166,7 +167,7 @@ def test_no_dp_no_gradient_collectives():
 def test_moe_all_to_all_in_ep_group():
     m = load_model(MODELS / "mixtral-8x7b.yaml")
     b, s, h, t, k = 1, 4096, 4096, 4, 2
-    par = ParallelConfig(tp=t, pp=4, dp=8, ep=4, global_batch=32, micro_batch=b,
+    par = make_par(tp=t, pp=4, dp=8, ep=4, global_batch=32, micro_batch=b,
                          sequence_parallel=True, distributed_optimizer=True)
     prog = generate(m, par, H100_80)
     rows = _layer_rows(prog)
@@ -198,16 +199,16 @@ def test_moe_all_to_all_in_ep_group():
 ])
 def test_bad_layouts_name_the_flag(kwargs, flag):
     with pytest.raises(UsageError) as err:
-        generate(GPT175, ParallelConfig(**{"global_batch": 8, **kwargs}), A100_80)
+        generate(GPT175, make_par(**{"global_batch": 8, **kwargs}), A100_80)
     assert err.value.field == flag
 
 
 def test_fp8_needs_an_fp8_gpu():
     with pytest.raises(UsageError) as err:
-        generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8, dtype="fp8"), A100_80)
+        generate(GPT175, make_par(tp=8, pp=8, global_batch=8, dtype="fp8"), A100_80)
     assert err.value.field == "--dtype"
-    bf16 = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8), H100_80)
-    fp8 = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8, dtype="fp8"), H100_80)
+    bf16 = generate(GPT175, make_par(tp=8, pp=8, global_batch=8), H100_80)
+    fp8 = generate(GPT175, make_par(tp=8, pp=8, global_batch=8, dtype="fp8"), H100_80)
     f = sum(x.forward.compute_ns for x in fp8.stages[1].chunks[0])
     b = sum(x.forward.compute_ns for x in bf16.stages[1].chunks[0])
     assert 0.5 < f / b < 0.85  # GEMMs at twice the peak, attention and element-wise unchanged
@@ -215,7 +216,7 @@ def test_fp8_needs_an_fp8_gpu():
 
 def test_compute_scales_with_micro_batch_and_tp():
     def fwd(**kw):
-        prog = generate(GPT175, ParallelConfig(pp=8, global_batch=64, **kw), A100_80)
+        prog = generate(GPT175, make_par(pp=8, global_batch=64, **kw), A100_80)
         return sum(x.forward.compute_ns for x in prog.stages[1].chunks[0])
 
     base = fwd(tp=8, micro_batch=1)
@@ -227,7 +228,7 @@ def test_compute_scales_with_micro_batch_and_tp():
 
 
 def test_assumptions_are_stated():
-    par = ParallelConfig(tp=8, pp=8, dp=2, global_batch=16, sequence_parallel=True,
+    par = make_par(tp=8, pp=8, dp=2, global_batch=16, sequence_parallel=True,
                          distributed_optimizer=True)
     text = "\n".join(generate(GPT175, par, A100_80).assumptions)
     for words in ("vocab 51200", "GEMM efficiency", "reduce-scatter", "pipeline message",
@@ -236,6 +237,6 @@ def test_assumptions_are_stated():
 
 
 def test_deterministic():
-    par = ParallelConfig(tp=4, pp=4, dp=2, vpp=2, global_batch=32, sequence_parallel=True)
+    par = make_par(tp=4, pp=4, dp=2, vpp=2, global_batch=32, sequence_parallel=True)
     m = ModelSpec("m", layers=16, hidden=2048, heads=16, vocab=32000, seq_len=1024)
     assert repr(generate(m, par, A100_80)) == repr(generate(m, par, A100_80))

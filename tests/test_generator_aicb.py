@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
-from sim.models import ParallelConfig, generate, load_model
+from sim.models import generate, load_model
 from sim.models.aicb_writer import aicb_text, write_aicb
 from sim.topology.gpu import GpuSpec
 from sim.workload.aicb import read_aicb
@@ -46,7 +47,7 @@ def test_round_trip_through_the_aicb_reader(tmp_path, kw):
     # the text holds one stage's gradient placement for all (the written stage 0's, without
     # Megatron's delayed reduction; delayed stages: the test below); the other stages match
     # but for their DP buckets (Megatron-Core: one per chunk there)
-    par = ParallelConfig(**kw, delay_grad_reduce=False)
+    par = make_par(**kw, delay_grad_reduce=False)
     prog = generate(GPT175, par, A100_80)
     path = tmp_path / "w.txt"
     rows = write_aicb(prog, path)
@@ -74,7 +75,7 @@ def test_delayed_stage_written_as_iteration_rows(tmp_path, kw):
     its grad syncs as the first iteration-level rows: read back, its layers carry no bucket
     collective and its epilogue issues the same collectives, non-blocking, before the
     optimizer waits for them."""
-    prog = generate(GPT175, ParallelConfig(**kw), A100_80)
+    prog = generate(GPT175, make_par(**kw), A100_80)
     st = prog.stages[1]
     assert st.grad_syncs
     path = tmp_path / "w.txt"
@@ -95,7 +96,7 @@ def test_delayed_stage_written_as_iteration_rows(tmp_path, kw):
 
 
 def test_file_layout_like_seed_002(tmp_path):
-    par = ParallelConfig(tp=8, pp=8, dp=2, global_batch=8, sequence_parallel=True)
+    par = make_par(tp=8, pp=8, dp=2, global_batch=8, sequence_parallel=True)
     prog = generate(GPT175, par, A100_80)
     text = aicb_text(prog)
     lines = text.splitlines()
@@ -128,7 +129,7 @@ def test_file_layout_like_seed_002(tmp_path):
 
 
 def test_process_time_and_atomic_write(tmp_path):
-    prog = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8), A100_80)
+    prog = generate(GPT175, make_par(tp=8, pp=8, global_batch=8), A100_80)
     path = tmp_path / "w.txt"
     write_aicb(prog, path, process_ns=100)
     assert all(ln.endswith("\t100") for ln in path.read_text().splitlines()[2:])
@@ -137,7 +138,7 @@ def test_process_time_and_atomic_write(tmp_path):
 
 def test_ep_group_suffix(tmp_path):
     m = load_model(WORKLOADS / "models" / "moe-gpt-small.yaml")
-    par = ParallelConfig(tp=2, pp=2, dp=8, ep=4, global_batch=16, sequence_parallel=True,
+    par = make_par(tp=2, pp=2, dp=8, ep=4, global_batch=16, sequence_parallel=True,
                          delay_grad_reduce=False)  # every stage per bucket, as the text holds
     text = aicb_text(generate(m, par, A100_80))
     assert "ALLTOALL_EP" in text and "_DP_EP" in text
@@ -150,6 +151,6 @@ def test_ep_group_suffix(tmp_path):
 
 
 def test_bad_stage():
-    prog = generate(GPT175, ParallelConfig(tp=8, pp=8, global_batch=8), A100_80)
+    prog = generate(GPT175, make_par(tp=8, pp=8, global_batch=8), A100_80)
     with pytest.raises(ValueError):
         aicb_text(prog, stage=8)

@@ -3,10 +3,11 @@ gradient bucket issues both, and the tied word embedding's gradient is all-reduc
 first and the last stage (Megatron's embedding group)."""
 
 import pytest
+from par_support import make_par
 
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
-from sim.models import ParallelConfig, generate
+from sim.models import generate
 from sim.models.generator import _layers, bucket_params, embedding_grad_comm
 from sim.models.plan import build_model_plan
 from sim.models.vocab.rows import Row
@@ -28,7 +29,7 @@ class _ZeroTimer:
 def test_row_completing_a_dense_and_an_expert_bucket_issues_both():
     # DP 8, EP 2: dense gradients in DP (8 ranks), expert gradients in DP_EP (4 ranks); one
     # row holding more than a bucket of each closes both buckets at once.
-    par = ParallelConfig(dp=8, ep=2, global_batch=8)
+    par = make_par(dp=8, ep=2, global_batch=8)
     big = bucket_params(8)
     rows = [Row("layer0_a", params=big, expert_params=big + 5, tags={"layer": 0}),
             Row("layer0_b", params=7, tags={"layer": 0})]
@@ -47,7 +48,7 @@ GPT_TINY = ModelSpec("tiny", layers=4, hidden=256, heads=4, vocab=1000, seq_len=
 
 
 def test_tied_embedding_allreduce_on_first_and_last_stage_only():
-    par = ParallelConfig(tp=2, pp=4, dp=2, global_batch=8)
+    par = make_par(tp=2, pp=4, dp=2, global_batch=8)
     prog = generate(GPT_TINY, par, A100)
     v_pad = 1024  # 1000 padded to a multiple of 128·tp = 256
     for st in prog.stages:
@@ -65,8 +66,8 @@ def test_tied_embedding_allreduce_on_first_and_last_stage_only():
 
 @pytest.mark.parametrize("model, par", [
     (ModelSpec("untied", layers=4, hidden=256, heads=4, vocab=1000, seq_len=128,
-               tied_embeddings=False), ParallelConfig(pp=2, global_batch=2)),
-    (GPT_TINY, ParallelConfig(pp=1, dp=2, global_batch=2)),
+               tied_embeddings=False), make_par(pp=2, global_batch=2)),
+    (GPT_TINY, make_par(pp=1, dp=2, global_batch=2)),
 ])
 def test_no_embedding_allreduce_when_untied_or_one_stage(model, par):
     plan = build_model_plan(model, par)
@@ -77,7 +78,7 @@ def test_embedding_allreduce_timeline():
     # pp = 2, one microbatch, α = 0 and 1 GB/s everywhere: the all-reduce of S bytes between
     # two ranks takes 2·(n−1)/n·S / 1 GB/s = S ns. Stage 0 finishes its backward last, so
     # stage 1 waits for it (idle, counted as bubble) and then both spend S ns in the EMB group.
-    par = ParallelConfig(pp=2, global_batch=1)
+    par = make_par(pp=2, global_batch=1)
     prog = generate(GPT_TINY, par, A100)
     size = 1024 * 256 * 4
     net = AlphaBetaNetwork(0, dict.fromkeys(GroupKind, 1.0))

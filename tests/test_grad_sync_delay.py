@@ -7,12 +7,13 @@ import json
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.engine.interference import Interference
-from sim.models import ParallelConfig, generate
+from sim.models import generate
 from sim.models.features.grad_sync import delays, launch_points
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import ModelSpec
@@ -108,19 +109,19 @@ def test_interleaved_launch_points_follow_megatron():
     (1,0), (0,1), (1,1); backward k runs chunk v−1−c, so chunk 1's last backward is k = 1 and
     chunk 0's k = 3. Rank r launches after backward k + r: rank 0 chunk 1 after 1, chunk 0
     after 3; rank 1 chunk 1 after 2, chunk 0 at 4 ≥ 4 backwards: after the last (3)."""
-    par = ParallelConfig(pp=2, dp=2, vpp=2, global_batch=4)
+    par = make_par(pp=2, dp=2, vpp=2, global_batch=4)
     assert par.schedule_name == "interleaved" and par.microbatches == 2
     assert launch_points(par, 0) == [(1, 1), (0, 3)]
     assert launch_points(par, 1) == [(1, 2), (0, 3)]
-    one = ParallelConfig(pp=4, dp=2, global_batch=16)
+    one = make_par(pp=4, dp=2, global_batch=16)
     assert [launch_points(one, s) for s in (1, 3)] == [[(0, 7)], [(0, 7)]]
     # non-interleaved 1F1B: a later stage's single gradient bucket (Megatron-Core buckets
     # only pipeline rank 0's first chunk) closes at the end of its last backward, where the
     # delayed launch is too, so no stage delays
     assert not any(delays(one, s) for s in range(4)) and delays(par, 0) and delays(par, 1)
-    assert not delays(ParallelConfig(pp=2, dp=2, vpp=2, global_batch=4,
+    assert not delays(make_par(pp=2, dp=2, vpp=2, global_batch=4,
                                      delay_grad_reduce=False), 1)
-    assert not delays(ParallelConfig(pp=4, dp=2, global_batch=16, schedule="gpipe"), 1)
+    assert not delays(make_par(pp=4, dp=2, global_batch=16, schedule="gpipe"), 1)
 
 
 def _stage_interleaved(stage: int, delayed: bool) -> StageProgram:
@@ -167,8 +168,8 @@ GPT_TINY = ModelSpec("tiny", layers=8, hidden=256, heads=4, vocab=1000, seq_len=
 def test_generator_moves_the_buckets_of_delayed_stages(vpp):
     """Delayed stages carry no asynchronous bucket collective in their layers; their grad
     syncs hold the same collectives (the same bytes as per bucket without delay)."""
-    on = generate(GPT_TINY, ParallelConfig(pp=2, dp=2, vpp=vpp, global_batch=8), A100)
-    off = generate(GPT_TINY, ParallelConfig(pp=2, dp=2, vpp=vpp, global_batch=8,
+    on = generate(GPT_TINY, make_par(pp=2, dp=2, vpp=vpp, global_batch=8), A100)
+    off = generate(GPT_TINY, make_par(pp=2, dp=2, vpp=vpp, global_batch=8,
                                             delay_grad_reduce=False), A100)
 
     def bucket_bytes(st):
@@ -183,7 +184,7 @@ def test_generator_moves_the_buckets_of_delayed_stages(vpp):
         else:
             assert not bucket_bytes(s_on) and moved == bucket_bytes(s_off) != []
             assert [g.chunk for g in s_on.grad_syncs] == [c for c, _ in launch_points(
-                ParallelConfig(pp=2, dp=2, vpp=vpp, global_batch=8), s_on.stage)]
+                make_par(pp=2, dp=2, vpp=vpp, global_batch=8), s_on.stage)]
 
 
 @pytest.mark.parametrize("vpp", [1, 2])
@@ -193,7 +194,7 @@ def test_only_stage_0s_first_chunk_is_bucketed(vpp):
     bucket size of 1 parameter (every weighted row closes a bucket), stage 0's first chunk
     has one bucket per weighted row, every other chunk exactly one dense bucket, of all its
     parameters (4 bytes each: fp32 main grads), on the chunk's first weighted row."""
-    par = ParallelConfig(pp=2, dp=2, vpp=vpp, global_batch=8, delay_grad_reduce=False,
+    par = make_par(pp=2, dp=2, vpp=vpp, global_batch=8, delay_grad_reduce=False,
                          ddp_bucket_size=1)
     prog = generate(GPT_TINY, par, A100)
     plan = build_model_plan(GPT_TINY, par)
@@ -243,7 +244,7 @@ def test_symmetric_equals_per_rank_with_delayed_stages(pp, vpp, order):
     the same iteration and per-stage breakdown as simulating every rank, with interference."""
     t = load_topology(str(ROOT / "topologies" / "tiny-fattree-8.yaml"))
     dp = 8 // pp
-    prog = generate(GPT_TINY, ParallelConfig(pp=pp, dp=dp, vpp=vpp, global_batch=4 * dp), A100)
+    prog = generate(GPT_TINY, make_par(pp=pp, dp=dp, vpp=vpp, global_batch=4 * dp), A100)
     assert any(st.grad_syncs for st in prog.stages) == (vpp > 1)  # 1F1B: per-chunk buckets
     pl = Placement(1, dp, pp, 1, order)
 

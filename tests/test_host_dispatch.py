@@ -4,6 +4,7 @@ Rule: kernel i starts at max(GPU free, its host issue time); the host issues one
 t_host from where it stands; after a sync it stands where the awaited kernel ended."""
 
 import pytest
+from par_support import make_par
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
@@ -103,12 +104,12 @@ def test_rows_without_kernel_lists_take_no_host_time():
 def _moe_program(dispatcher: str = "alltoall"):
     from conftest import WORKLOADS  # noqa: PLC0415
 
-    from sim.models import ParallelConfig, generate, load_model  # noqa: PLC0415
+    from sim.models import generate, load_model
     from sim.topology.gpu import GpuSpec  # noqa: PLC0415
 
     gpu = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
     m = load_model(WORKLOADS / "models" / "mixtral-8x7b.yaml")
-    par = ParallelConfig(tp=1, pp=2, dp=4, ep=4, global_batch=16, micro_batch=1,
+    par = make_par(tp=1, pp=2, dp=4, ep=4, global_batch=16, micro_batch=1,
                          distributed_optimizer=True, moe_token_dispatcher=dispatcher)
     return generate(m, par, gpu)
 

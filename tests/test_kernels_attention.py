@@ -4,11 +4,12 @@ attention predictions against every shared H100 measurement."""
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.kernels.attention import AttnShape, fit, unit_makespan
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.models.compute import H100, Timer
 from sim.models.generator import generate
 from sim.models.vocab.ops import Op, OpKind
@@ -129,15 +130,15 @@ def test_simulated_attention_within_15_percent_of_every_shared_measurement(backe
 def test_backend_flag_values_follow_megatron_core():
     """Megatron-Core's default is ``auto`` (TransformerConfig.attention_backend); Transformer
     Engine then prefers cuDNN's fused kernel on Hopper+ and FlashAttention-2 before."""
-    assert ParallelConfig(attention_backend="auto").backend == "fused"
-    assert ParallelConfig(flash_attention=True).backend == "flash"
-    assert ParallelConfig().requested_backend == "auto"
-    assert ParallelConfig().backend == "fused" and ParallelConfig().fused_attention
-    assert attention_kernel(ParallelConfig().training, "H100") == "fused"
-    assert attention_kernel(ParallelConfig().training, "A100") == "flash"
-    assert attention_kernel(ParallelConfig(attention_backend="unfused").training,
+    assert make_par(attention_backend="auto").backend == "fused"
+    assert make_par(flash_attention=True).backend == "flash"
+    assert make_par().requested_backend == "auto"
+    assert make_par().backend == "fused" and make_par().fused_attention
+    assert attention_kernel(make_par().training, "H100") == "fused"
+    assert attention_kernel(make_par().training, "A100") == "flash"
+    assert attention_kernel(make_par(attention_backend="unfused").training,
                             "H100") == "unfused"
-    assert not ParallelConfig(attention_backend="unfused").fused_attention
+    assert not make_par(attention_backend="unfused").fused_attention
 
 
 def test_generated_h100_attention_by_default_is_the_measured_cudnn_kernel():
@@ -146,7 +147,7 @@ def test_generated_h100_attention_by_default_is_the_measured_cudnn_kernel():
     3 8B at TP 4: b 1, 32 / 4 = 8 heads, s 8192, d 128; attn_cudnn rows 0.28026 ms forward,
     0.77318 ms backward, measured on one H100 SXM on 2026-11-22)."""
     model = load_model(ROOT / "workloads/models/llama3-8b.yaml")
-    par = ParallelConfig(tp=4, global_batch=1)
+    par = make_par(tp=4, global_batch=1)
     plan = build_model_plan(model, par)
     prog = generate(model, par, H100_SXM, plan=plan)
     assert "cuDNN fused attention" in " ".join(prog.assumptions)

@@ -7,10 +7,11 @@ import json
 
 import pytest
 from conftest import TOPOLOGIES, WORKLOADS
+from par_support import make_par
 
 from sim.cli import main
 from sim.kernels.table import write_table
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.profiling.profile import kernels_for, table_from_times
 
 H100_TOPO = str(TOPOLOGIES / "dgx-h100-1024.yaml")
@@ -52,7 +53,7 @@ def test_profile_table_round_trips_through_kernel_table(tmp_path, capsys):
     """A table written by the profile writer (times: 10 µs per kernel) read back by a run:
     the report names it and times the layer kernels from it."""
     model = load_model(LLAMA)
-    specs = kernels_for(model, ParallelConfig(tp=8, attention_backend="flash"))
+    specs = kernels_for(model, make_par(tp=8, attention_backend="flash"))
     table = table_from_times("H100-SXM5-80GB", specs, [0.01] * len(specs), {"source": "test"})
     path = tmp_path / "mine.csv"
     write_table(table, path)

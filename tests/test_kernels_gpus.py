@@ -5,10 +5,11 @@ from dataclasses import replace
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.errors import UsageError
 from sim.kernels.gpus import catalog, describe, find
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import A100, GENERIC, H100
 from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.generator import generate
@@ -71,7 +72,7 @@ def test_a_gpu_declared_in_its_topology_uses_the_declared_efficiency():
 
 def _program(gpu):
     model = load_model(WORKLOADS / "models" / "gpt3-175b.yaml")
-    par = ParallelConfig(tp=8, pp=8, dp=1, micro_batch=1, global_batch=8, flash_attention=True)
+    par = make_par(tp=8, pp=8, dp=1, micro_batch=1, global_batch=8, flash_attention=True)
     return generate(model, par, gpu)
 
 

@@ -24,10 +24,11 @@ import math
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import H100, Timer
 from sim.models.layers import transformer_layer_rows
 from sim.models.vocab.dims import Dims
@@ -98,7 +99,7 @@ def composed_layer_ms(model, t, b, backend):
 
 
 def simulated_layer_ms(model, t, b, backend):
-    par = ParallelConfig(tp=t, micro_batch=b, global_batch=b, attention_backend=backend)
+    par = make_par(tp=t, micro_batch=b, global_batch=b, attention_backend=backend)
     rows = transformer_layer_rows(model, par, Dims.of(model, par), 0)
     # the reference writes weight gradients in bf16 (no fp32 main-grad accumulation)
     timer = Timer(H100_SXM, H100, TableLookup(TABLE, slots=132), par.backend,

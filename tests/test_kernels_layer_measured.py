@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import H100, Timer
 from sim.models.layers import transformer_layer_rows
 from sim.models.vocab.dims import Dims
@@ -59,7 +60,7 @@ def model_of(row: dict):
 
 
 def predicted_layer_ms(model, tp: int, micro_batch: int, backend: str) -> tuple[float, Timer]:
-    par = ParallelConfig(tp=tp, micro_batch=micro_batch, global_batch=micro_batch,
+    par = make_par(tp=tp, micro_batch=micro_batch, global_batch=micro_batch,
                          attention_backend=backend)
     rows = transformer_layer_rows(model, par, Dims.of(model, par), 0)
     # the reference writes weight gradients in bf16 (no fp32 main-grad accumulation)

@@ -3,10 +3,11 @@ tables written by the writer round-trip through the reader and the compute model
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import read_table, write_table
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import H100, Timer
 from sim.models.layers import transformer_layer_rows
 from sim.models.vocab.dims import Dims
@@ -35,7 +36,7 @@ def test_gpt3_tp8_kernels_are_the_layer_gemms_attention_and_elementwise():
     logits GEMMs (vocab 51200 / 8 = 6400), flash attention at 12 heads per GPU, LayerNorm,
     GeLU on 6144 columns, dropout-add, the residual-gradient add, and AdamW."""
     model = load_model(WORKLOADS / "models" / "gpt3-175b.yaml")
-    par = ParallelConfig(tp=8, flash_attention=True)
+    par = make_par(tp=8, flash_attention=True)
     k = _by_kind(kernels_for(model, par))
     gemms = {(g["m"], g["k"], g["n"]) for g in k["gemm_bf16"]}
     n, h = 2048, 12288
@@ -57,7 +58,7 @@ def test_gpt3_tp8_kernels_are_the_layer_gemms_attention_and_elementwise():
 
 def test_fp8_and_backend_choose_the_kinds():
     model = load_model(WORKLOADS / "models" / "llama3-8b.yaml")
-    k = _by_kind(kernels_for(model, ParallelConfig(dtype="fp8", attention_backend="fused")))
+    k = _by_kind(kernels_for(model, make_par(dtype="fp8", attention_backend="fused")))
     assert "gemm_fp8" in k
     # only the output layer's GEMMs run in bf16 (Megatron-Core's output layer is outside TE)
     n, h, v = 8192, 4096, 128256
@@ -66,7 +67,7 @@ def test_fp8_and_backend_choose_the_kinds():
     assert k["attn_cudnn_fwd"] == [{"b": 1, "s": 8192, "hq": 32, "hkv": 8, "d": 128,
                                     "causal": 1}]
     assert "swiglu_fwd" in k and "rmsnorm_fwd" in k
-    unfused = _by_kind(kernels_for(model, ParallelConfig(attention_backend="unfused")))
+    unfused = _by_kind(kernels_for(model, make_par(attention_backend="unfused")))
     assert not any(kind.startswith("attn_") for kind in unfused)
 
 
@@ -102,7 +103,7 @@ def test_table_written_by_the_writer_round_trips_into_the_compute_model(tmp_path
     """Times from the roofline of every kernel of a Llama-like layer, written as a profile
     table, read back: the compute model then takes every one of those kernels from it."""
     model = load_model(WORKLOADS / "models" / "llama3-8b.yaml")
-    par = ParallelConfig(flash_attention=True)
+    par = make_par(flash_attention=True)
     specs = kernels_for(model, par)
     times = [round(0.001 * (i + 1), 6) for i in range(len(specs))]
     table = table_from_times("H100-SXM5-80GB", specs, times, {"source": "test"})

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.kernels.lookup import EXACT, TableLookup
 from sim.kernels.table import read_table
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import H100, Timer
 from sim.models.layers import transformer_layer_rows
 from sim.models.vocab.dims import Dims
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROFILED = ROOT / "tests" / "data" / "h100-profile-llama3-8b-tp1-flash.csv"
 LAYERS = ROOT / "sim" / "data" / "kernels" / "h100-sxm-layers.csv"
 H100_SXM = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}, 80, 3350)
-PAR = ParallelConfig(tp=1, micro_batch=1, global_batch=1, attention_backend="flash")
+PAR = make_par(tp=1, micro_batch=1, global_batch=1, attention_backend="flash")
 
 
 def _model():

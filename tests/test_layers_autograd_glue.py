@@ -22,10 +22,11 @@ from dataclasses import replace
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import shipped_table
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import H100, Timer
 from sim.models.layers import output_rows, transformer_layer_rows
 from sim.models.vocab.dims import Dims
@@ -38,7 +39,7 @@ def layer_ops(model_file: str, seq: int | None = None, **par_kw):
     model = load_model(WORKLOADS / "models" / model_file)
     if seq is not None:
         model = replace(model, seq_len=seq)
-    par = ParallelConfig(**{"global_batch": 1, **par_kw})
+    par = make_par(**{"global_batch": 1, **par_kw})
     rows = transformer_layer_rows(model, par, Dims.of(model, par), 0)
     fwd = {op.name: op for r in rows for op in r.fwd}
     ig = {op.name: op for r in rows for op in r.ig}
@@ -72,7 +73,7 @@ def test_sequence_parallel_residual_add_covers_the_local_tokens():
 
 def test_final_norm_has_no_residual_add():
     model = load_model(WORKLOADS / "models" / "llama2-7b.yaml")
-    par = ParallelConfig(global_batch=1)
+    par = make_par(global_batch=1)
     rows = output_rows(model, Dims.of(model, par), True)
     names = [op.name for r in rows for op in r.ig]
     assert "final_norm_grad" in names

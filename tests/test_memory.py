@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.models.memory import check_memory, inflight_activation_bytes, layer_activation_bytes
 from sim.pipeline.schedules import schedule_table
 from sim.topology.gpu import GpuSpec
@@ -17,7 +18,7 @@ GPT175 = load_model(MODELS / "gpt3-175b.yaml")
 
 
 def test_175b_tp1_pp1_is_infeasible():
-    rep = check_memory(GPT175, ParallelConfig(tp=1, pp=1, global_batch=1), A100_80)
+    rep = check_memory(GPT175, make_par(tp=1, pp=1, global_batch=1), A100_80)
     assert not rep.feasible
     assert "exceeds the 80.0 GB" in rep.reason and "stage 0" in rep.reason
     # 2 + 4 + 12 bytes per parameter for ~174.6e9 parameters alone
@@ -28,7 +29,7 @@ def test_175b_tp1_pp1_is_infeasible():
 def test_175b_tp8_pp8_is_feasible():
     """Korthikanti et al.'s 175B run: TP 8, PP 8, interleaved (3 chunks), sequence parallel +
     selective recompute, micro batch 1."""
-    par = ParallelConfig(tp=8, pp=8, vpp=3, global_batch=64, sequence_parallel=True,
+    par = make_par(tp=8, pp=8, vpp=3, global_batch=64, sequence_parallel=True,
                          recompute="selective")
     rep = check_memory(GPT175, par, A100_80)
     assert rep.feasible, rep.reason
@@ -39,7 +40,7 @@ def test_175b_tp8_pp8_is_feasible():
 def test_175b_tp8_pp8_without_recompute_does_not_fit():
     """Without recomputation or SP the s²-sized attention activations blow the budget — why the
     paper needed selective recompute."""
-    par = ParallelConfig(tp=8, pp=8, vpp=3, global_batch=64)
+    par = make_par(tp=8, pp=8, vpp=3, global_batch=64)
     assert not check_memory(GPT175, par, A100_80).feasible
 
 
@@ -54,7 +55,7 @@ def test_175b_tp8_pp8_without_recompute_does_not_fit():
     (8, True, "full", lambda s, b, h, a, t: 2 * s * b * h / t),
 ])
 def test_layer_activations_equal_korthikanti(tp, sp, recompute, formula):
-    par = ParallelConfig(tp=tp, micro_batch=2, global_batch=2, sequence_parallel=sp,
+    par = make_par(tp=tp, micro_batch=2, global_batch=2, sequence_parallel=sp,
                          recompute=recompute, attention_backend="unfused")
     got = layer_activation_bytes(GPT175, par)
     assert got == pytest.approx(formula(2048, 2, 12288, 96, tp), rel=1e-12)
@@ -62,7 +63,7 @@ def test_layer_activations_equal_korthikanti(tp, sp, recompute, formula):
 
 def test_flash_attention_drops_the_score_term():
     """No s×s term; the fused kernel's fp32 softmax statistics (4·a·s·b/t) instead."""
-    par = ParallelConfig(tp=8, micro_batch=1, global_batch=1, sequence_parallel=True,
+    par = make_par(tp=8, micro_batch=1, global_batch=1, sequence_parallel=True,
                          flash_attention=True)
     assert layer_activation_bytes(GPT175, par) == 34 * 2048 * 12288 // 8 + 4 * 96 * 2048 // 8
 
@@ -95,13 +96,13 @@ def test_interleaved_first_stage_factor(p, v, m):
 
 def test_model_states_per_parameter():
     """18 bytes per parameter without, 6 + 12/d with the distributed optimizer."""
-    par = ParallelConfig(tp=8, pp=8, dp=16, global_batch=128)
+    par = make_par(tp=8, pp=8, dp=16, global_batch=128)
     plan = build_model_plan(GPT175, par)
     p0 = plan.stages[0].params
     plain = check_memory(GPT175, par, A100_80, plan=plan).stages[0]
     assert (plain.weights_bytes, plain.grads_bytes, plain.optimizer_bytes) == \
         (2 * p0, 4 * p0, 12 * p0)
-    par_d = ParallelConfig(tp=8, pp=8, dp=16, global_batch=128, distributed_optimizer=True)
+    par_d = make_par(tp=8, pp=8, dp=16, global_batch=128, distributed_optimizer=True)
     dist = check_memory(GPT175, par_d, A100_80).stages[0]
     assert dist.optimizer_bytes == 12 * -(-p0 // 16)
 
@@ -110,7 +111,7 @@ def test_stage_activation_totals_1f1b():
     """Stage r of a 1F1B 175B run (TP 8, PP 8, selective + SP, b = 1) holds min(8 − r, M)
     microbatches of its 12 layers at 34·s·b·h/t bytes each, plus the first stage's embedding
     dropout mask and the last stage's output buffers; one-off 2 GB reserved."""
-    par = ParallelConfig(tp=8, pp=8, global_batch=16, sequence_parallel=True,
+    par = make_par(tp=8, pp=8, global_batch=16, sequence_parallel=True,
                          recompute="selective")
     rep = check_memory(GPT175, par, A100_80)
     s, b, h, t, V = 2048, 1, 12288, 8, 51200
@@ -128,7 +129,7 @@ def test_stage_activation_totals_1f1b():
 
 def test_moe_expert_states_divide_by_ep():
     m = load_model(MODELS / "mixtral-8x7b.yaml")
-    par = ParallelConfig(tp=2, pp=4, dp=8, ep=8, global_batch=64, sequence_parallel=True,
+    par = make_par(tp=2, pp=4, dp=8, ep=8, global_batch=64, sequence_parallel=True,
                          distributed_optimizer=True)
     plan = build_model_plan(m, par)
     st = check_memory(m, par, A100_80, plan=plan).stages[1]

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 
 from conftest import TOPOLOGIES, WORKLOADS
+from par_support import make_par
 
 from sim.cli import main
 from sim.models.memory import check_memory
 from sim.models.vocab.spec import load_model
-from sim.parallel.config import ParallelConfig
-from sim.parallel.config import ParallelConfig as _ParallelConfig
 from sim.topology import load_topology
 
 MODELS = WORKLOADS / "models"
@@ -43,22 +42,22 @@ def test_llama3_8b_at_tp1_lists_only_what_fits_and_fused_attention_where_it_help
     model, gpu = load_model(MODELS / "llama3-8b.yaml"), load_topology(
         TOPOLOGIES / "dgx-h100-1024.yaml").gpu
     base = dict(global_batch=1024, sequence_parallel=True, distributed_optimizer=True)
-    before = check_memory(model, ParallelConfig(dp=1024, attention_backend="unfused", **base),
+    before = check_memory(model, make_par(dp=1024, attention_backend="unfused", **base),
                           gpu)
     assert not before.feasible
-    flash = check_memory(model, ParallelConfig(dp=1024, attention_backend="fused", **base), gpu)
+    flash = check_memory(model, make_par(dp=1024, attention_backend="fused", **base), gpu)
     # fused attention drops the s×s scores (2·a·s²·b per layer without attention dropout:
     # 32 layers · 2·32·8192² = 137.4 GB of the 178.3): 178.3 → 40.9 GB, not enough alone
     assert round(before.peak.activations_bytes / 1e9, 1) == 178.3
     assert round(flash.peak.activations_bytes / 1e9, 1) == 40.9 and not flash.feasible
     expect = {
         "--recompute full": gb(before, check_memory(
-            model, ParallelConfig(dp=1024, recompute="full", attention_backend="unfused",
+            model, make_par(dp=1024, recompute="full", attention_backend="unfused",
                                   **base), gpu)),
         "--attention-backend fused with --tp 2 (DP 512)": gb(before, check_memory(
-            model, ParallelConfig(tp=2, dp=512, attention_backend="fused", **base), gpu)),
+            model, make_par(tp=2, dp=512, attention_backend="fused", **base), gpu)),
         "--attention-backend fused with --pp 2 (DP 512)": gb(before, check_memory(
-            model, ParallelConfig(pp=2, dp=512, attention_backend="fused", **base), gpu)),
+            model, make_par(pp=2, dp=512, attention_backend="fused", **base), gpu)),
     }
     got = listed(err)
     for change, numbers in expect.items():
@@ -78,15 +77,15 @@ def test_each_listed_change_fits_and_saves_what_it_says(capsys):
     model = load_model(MODELS / "gpt3-175b.yaml")
     gpu = load_topology(TOPOLOGIES / "dgx-a100-1024.yaml").gpu
 
-    def ParallelConfig(**kw):  # noqa: N802 - the unfused configs of this test
-        return _ParallelConfig(**{"attention_backend": "unfused", **kw})
+    def unfused(**kw):  # the unfused configs of this test
+        return make_par(**{"attention_backend": "unfused", **kw})
 
-    par = ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536)
+    par = unfused(tp=8, pp=8, dp=16, global_batch=1536)
     before = check_memory(model, par, gpu)
-    singles = {"--recompute full": ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
+    singles = {"--recompute full": unfused(tp=8, pp=8, dp=16, global_batch=1536,
                                                   recompute="full"),
-               "--tp 16 (DP 8)": ParallelConfig(tp=16, pp=8, dp=8, global_batch=1536),
-               "--distributed-optimizer": ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
+               "--tp 16 (DP 8)": unfused(tp=16, pp=8, dp=8, global_batch=1536),
+               "--distributed-optimizer": unfused(tp=8, pp=8, dp=16, global_batch=1536,
                                                          distributed_optimizer=True)}
     got = listed(err)
     for flag, p in singles.items():
@@ -97,9 +96,9 @@ def test_each_listed_change_fits_and_saves_what_it_says(capsys):
     # and the ones not listed alone do not fit on their own
     for kw in ({"attention_backend": "fused"}, {"sequence_parallel": True},
                {"recompute": "selective"}):
-        assert not check_memory(model, ParallelConfig(tp=8, pp=8, dp=16, global_batch=1536,
+        assert not check_memory(model, unfused(tp=8, pp=8, dp=16, global_batch=1536,
                                                       **kw), gpu).feasible
-    assert not check_memory(model, ParallelConfig(tp=8, pp=16, dp=8, global_batch=1536),
+    assert not check_memory(model, unfused(tp=8, pp=16, dp=8, global_batch=1536),
                             gpu).feasible
     for change in ("--attention-backend fused", "--sequence-parallel", "--recompute selective",
                    "--pp 16 (DP 8)"):
@@ -114,8 +113,8 @@ def test_when_no_single_change_fits_pairs_are_listed(capsys):
     assert got and all(" with " in change for change in got)
     model = load_model(MODELS / "gpt3-175b.yaml")
     gpu = load_topology(TOPOLOGIES / "dgx-a100-1024.yaml").gpu
-    both = ParallelConfig(tp=8, pp=2, dp=64, global_batch=1536, recompute="full",
+    both = make_par(tp=8, pp=2, dp=64, global_batch=1536, recompute="full",
                           distributed_optimizer=True)
-    before = check_memory(model, ParallelConfig(tp=8, pp=2, dp=64, global_batch=1536), gpu)
+    before = check_memory(model, make_par(tp=8, pp=2, dp=64, global_batch=1536), gpu)
     assert got["--recompute full with --distributed-optimizer"] == gb(
         before, check_memory(model, both, gpu))

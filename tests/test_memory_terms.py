@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from par_support import make_par
 
 from sim.cli import main
 from sim.models import ParallelConfig, build_model_plan
@@ -37,7 +38,7 @@ S, H, A, QH, KVH, F = 256, 64, 4, 64, 32, 160
 def _par(**kw) -> ParallelConfig:
     base = dict(tp=2, micro_batch=2, global_batch=2, sequence_parallel=True)
     base.update(kw)
-    return ParallelConfig(**base)
+    return make_par(**base)
 
 
 def _layer(b, t, *, x, masks, proj, attn_extra, sp=True):

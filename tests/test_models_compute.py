@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.comm import CollKind
 from sim.errors import UsageError
-from sim.models import ParallelConfig, load_model
+from sim.models import load_model
 from sim.models.compute import (
     A100,
     H100,
@@ -42,7 +43,7 @@ def layer_times_ms(sp: bool, recompute: str) -> tuple[float, float]:
     """Forward and backward time of one 22B layer (b = 4, s = 2048, TP 8): modelled compute of
     every operator plus the layer's blocking TP collectives."""
     model = load_model(WORKLOADS / "models" / "gpt-22b.yaml")
-    par = ParallelConfig(tp=8, micro_batch=4, global_batch=4, sequence_parallel=sp,
+    par = make_par(tp=8, micro_batch=4, global_batch=4, sequence_parallel=sp,
                          recompute=recompute, attention_backend="unfused")
     rows = transformer_layer_rows(model, par, Dims.of(model, par), 0)
 

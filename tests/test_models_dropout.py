@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.models.compute import A100, ops_time_ns
 from sim.models.vocab.spec import ModelSpec, model_from_dict
 from sim.topology.gpu import GpuSpec
@@ -25,7 +26,7 @@ TINY = ModelSpec("tiny", layers=1, hidden=16, heads=2, vocab=128, seq_len=8, ffn
 
 
 def rows(model, **kw):
-    par = ParallelConfig(tp=kw.pop("tp", 1), global_batch=1, **kw)
+    par = make_par(tp=kw.pop("tp", 1), global_batch=1, **kw)
     return {r.name: r for r in build_model_plan(model, par).stages[0].rows()}
 
 

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.models.compute import A100, H100, ops_time_ns
 from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
@@ -27,7 +28,7 @@ TINY = ModelSpec("tiny-llama", layers=1, hidden=8, heads=2, vocab=128, seq_len=4
 def layer_rows(model, compile_: bool, final: bool = False, **kw):
     """The rows of layer 0 (and the final norm's with ``final``) of a one-stage plan."""
     mb = kw.get("micro_batch", 1)
-    par = ParallelConfig(tp=kw.pop("tp", 1), global_batch=mb, compile=compile_, **kw)
+    par = make_par(tp=kw.pop("tp", 1), global_batch=mb, compile=compile_, **kw)
     plan = build_model_plan(model, par)
     return {r.name: r for r in plan.stages[0].rows()
             if r.tags.get("layer") == 0 or (final and r.name == "final_norm")}
@@ -165,7 +166,7 @@ def test_eager_layer_extra_time_hand_derived():
 ])
 def test_no_compile_refused_where_it_cannot_apply(model, kw, field):
     spec = load_model(str(ROOT / "workloads" / "models" / f"{model}.yaml"))
-    par = ParallelConfig(tp=kw.pop("tp", 1), global_batch=1, compile=False, **kw)
+    par = make_par(tp=kw.pop("tp", 1), global_batch=1, compile=False, **kw)
     with pytest.raises(UsageError) as err:
         build_model_plan(spec, par)
     assert err.value.field == field
@@ -174,7 +175,7 @@ def test_no_compile_refused_where_it_cannot_apply(model, kw, field):
 def test_norm_type_refused_when_compiled():
     spec = load_model(str(ROOT / "workloads" / "models" / "llama3-8b.yaml"))
     with pytest.raises(UsageError) as err:
-        build_model_plan(spec, ParallelConfig(global_batch=1, norm_type="fused_rmsnorm"))
+        build_model_plan(spec, make_par(global_batch=1, norm_type="fused_rmsnorm"))
     assert err.value.field == "--norm-type"
 
 

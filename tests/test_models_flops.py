@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
-from sim.models import ParallelConfig, build_model_plan, load_model, model_flops_per_iteration
+from sim.models import build_model_plan, load_model, model_flops_per_iteration
 from sim.models.flops import (
     achieved_throughput,
     hardware_flops_per_iteration,
@@ -33,7 +34,7 @@ TABLE_B = [
 def _plan(name, tp, pp, gpus, batch, mb, vpp, recompute, sp, dp=None):
     model = load_model(MODELS / f"{name}.yaml")
     dp = dp or gpus // (tp * pp)
-    par = ParallelConfig(tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mb, global_batch=batch,
+    par = make_par(tp=tp, pp=pp, dp=dp, vpp=vpp, micro_batch=mb, global_batch=batch,
                          sequence_parallel=sp, recompute=recompute,
                          attention_backend="unfused")  # Korthikanti et al.'s 2022 kernels
     return model, build_model_plan(model, par)
@@ -92,7 +93,7 @@ def test_padded_vocabulary_enters_the_generated_logits():
 def test_non_gpt_models_match_general_closed_form(name, recompute, flash):
     model = load_model(MODELS / f"{name}.yaml")
     moe = model.moe is not None
-    par = ParallelConfig(tp=4, pp=2, dp=4, ep=2 if moe else 1, micro_batch=1, global_batch=16,
+    par = make_par(tp=4, pp=2, dp=4, ep=2 if moe else 1, micro_batch=1, global_batch=16,
                          sequence_parallel=True, recompute=recompute, flash_attention=flash,
                          attention_backend="" if flash else "unfused")
     plan = build_model_plan(model, par)
@@ -122,7 +123,7 @@ def test_kv_channels_widen_q_and_the_projection_by_hand():
     assert (m.head_dim, m.q_hidden, m.kv_hidden) == (128, q, kv)
     assert model_flops_per_iteration(m, 1) == 3 * s * (L * per_layer + 2 * h * V)
     # the generated operators carry the same widths (one GPU: TP 1, EP 1)
-    par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1)
+    par = make_par(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1)
     plan = build_model_plan(m, par)
     assert plan.iteration_flops()[0] == model_flops_per_iteration(m, 1, vocab=plan.dims.v)
 

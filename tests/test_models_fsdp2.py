@@ -6,11 +6,12 @@ import math
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.models.features.zero import zero3_layers
 from sim.models.generator import generate
 from sim.models.vocab.rows import Row
@@ -28,7 +29,7 @@ def _program(fsdp2: bool):
     rows = [Row("layer0_a", params=10, tags={"layer": 0}),
             Row("layer1_a", params=20, tags={"layer": 1})]
     layers = [Layer(r.name, Phase(10), Phase(10), Phase(10)) for r in rows]
-    par = ParallelConfig(dp=2, global_batch=2, zero=3, fsdp=True, use_torch_fsdp2=fsdp2)
+    par = make_par(dp=2, global_batch=2, zero=3, fsdp=True, use_torch_fsdp2=fsdp2)
     prog_layers = zero3_layers(layers, rows, par,
                                lambda ops: sum(op.bytes for op in ops) // 10)
     return PipelineProgram(tp=1, pp=1, dp=2, ep=1, vpp=1, microbatches=1, pp_bytes=0,
@@ -84,7 +85,7 @@ def test_fsdp2_copies_and_fp32_reduce_scatter_hand_derived_timeline():
 
 def test_generated_fsdp2_phases_hand_derived():
     model = load_model(str(ROOT / "workloads" / "models" / "llama3-8b.yaml"))
-    par = ParallelConfig(dp=8, global_batch=8, zero=3, fsdp=True, use_torch_fsdp2=True,
+    par = make_par(dp=8, global_batch=8, zero=3, fsdp=True, use_torch_fsdp2=True,
                          flash_attention=True)
     plan = build_model_plan(model, par)
     layer_params = sum(r.params for r in plan.stages[0].rows() if r.tags.get("layer") == 0)
@@ -99,7 +100,7 @@ def test_generated_fsdp2_phases_hand_derived():
     assert gather.weight_grad.comm.size_bytes == 4 * layer_params
     bwd = {lay.name: lay for lay in prog.stages[0].chunks[0]}["layer0_zero3_gather_bwd"]
     assert bwd.input_grad.compute_ns == gather.forward.compute_ns
-    plain = generate(model, ParallelConfig(dp=8, global_batch=8, zero=3, fsdp=True,
+    plain = generate(model, make_par(dp=8, global_batch=8, zero=3, fsdp=True,
                                            flash_attention=True), A100_80)
     g0 = {lay.name: lay for lay in plain.stages[0].chunks[0]}["layer0_zero3_gather"]
     assert g0.forward.compute_ns == 0 and g0.weight_grad.comm.size_bytes == 2 * layer_params
@@ -108,5 +109,5 @@ def test_generated_fsdp2_phases_hand_derived():
 def test_use_torch_fsdp2_needs_fsdp():
     model = load_model(str(ROOT / "workloads" / "models" / "llama3-8b.yaml"))
     with pytest.raises(UsageError) as err:
-        build_model_plan(model, ParallelConfig(dp=8, global_batch=8, use_torch_fsdp2=True))
+        build_model_plan(model, make_par(dp=8, global_batch=8, use_torch_fsdp2=True))
     assert err.value.field == "--use-torch-fsdp2"

@@ -6,10 +6,11 @@ import hashlib
 
 import pytest
 from conftest import WORKLOADS
+from par_support import make_par
 
 from sim.cli.inspect import main
 from sim.errors import InputError
-from sim.models import ParallelConfig, generate, total_params
+from sim.models import generate, total_params
 from sim.models.compute import A100, op_time_ns
 from sim.models.inspect import detect_format
 from sim.models.optimizer import ShampooBlock, block_step_flops, root_flops
@@ -61,7 +62,7 @@ def test_param_table_matches_generated_stage_parameters():
     spec = ModelSpec("gpt2-medium", layers=24, hidden=1024, heads=16, vocab=50257, seq_len=1024)
     from sim.models import build_model_plan
 
-    plan = build_model_plan(spec, ParallelConfig(tp=4, pp=6, global_batch=6))
+    plan = build_model_plan(spec, make_par(tp=4, pp=6, global_batch=6))
     assert plan.stages[0].params == import_param_table(TABLE).params_per_gpu
 
 
@@ -89,7 +90,7 @@ def test_shampoo_becomes_optimizer_work_on_the_owner():
     stage's optimizer task, and all-gathers the roots in the DP group."""
     info = import_param_table(TABLE)
     spec = ModelSpec("gpt2-medium", layers=24, hidden=1024, heads=16, vocab=50257, seq_len=1024)
-    par = ParallelConfig(tp=4, pp=6, dp=2, global_batch=12)
+    par = make_par(tp=4, pp=6, dp=2, global_batch=12)
     adam = generate(spec, par, A100_80)
     shampoo = generate(spec, par, A100_80, optimizer=info.shampoo)
     per_layer_ns = sum(op_time_ns(op, A100_80, A100, "bf16") for op in

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.errors import InputError, UsageError
-from sim.models import ParallelConfig, build_model_plan, load_model, total_params
+from sim.models import build_model_plan, load_model, total_params
 from sim.models.compute import A100, ops_time_ns
 from sim.models.memory import layer_activation_bytes
 from sim.models.vocab.spec import ModelSpec, model_from_dict
@@ -28,7 +29,7 @@ TINY = ModelSpec("tiny-qk", layers=2, hidden=16, heads=4, vocab=128, seq_len=8, 
 
 def qkv_row(model, **kw):
     """Layer 0's attn_qkv row of a one-stage plan (micro batch 1)."""
-    par = ParallelConfig(tp=kw.pop("tp", 1), global_batch=1, **kw)
+    par = make_par(tp=kw.pop("tp", 1), global_batch=1, **kw)
     plan = build_model_plan(model, par)
     return next(r for r in plan.stages[0].rows() if r.name == "layer0_attn_qkv")
 
@@ -100,11 +101,11 @@ def test_weights_and_kept_activations():
     plain = replace(TINY, qk_layernorm=False)
     # the norms keep their inputs (2 bytes per element) and an fp32 inverse RMS per head and
     # token: s·b·(heads + kv_heads)·(2d + 4) / t = 8·(4 + 2)·(16 + 4) / t = 960 / t
-    for par in (ParallelConfig(global_batch=1), ParallelConfig(tp=2, global_batch=1),
-                ParallelConfig(tp=2, global_batch=1, sequence_parallel=True)):
+    for par in (make_par(global_batch=1), make_par(tp=2, global_batch=1),
+                make_par(tp=2, global_batch=1, sequence_parallel=True)):
         got = layer_activation_bytes(TINY, par) - layer_activation_bytes(plain, par)
         assert got == 960 // par.tp
-    full = ParallelConfig(global_batch=1, recompute="full")
+    full = make_par(global_batch=1, recompute="full")
     assert layer_activation_bytes(TINY, full) == layer_activation_bytes(plain, full)
 
 
@@ -127,7 +128,7 @@ def test_spec_field_must_be_boolean(tmp_path):
 
 
 def test_eager_mode_refused():
-    par = ParallelConfig(global_batch=1, compile=False)
+    par = make_par(global_batch=1, compile=False)
     with pytest.raises(UsageError, match="no QK norm"):
         build_model_plan(TINY, par)
 

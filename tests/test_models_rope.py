@@ -10,10 +10,11 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT, SEED_512, SEED_OPTABLE
+from par_support import make_par
 
 from sim.cli import main
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.models.compute import A100, H100, ops_time_ns
 from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
@@ -29,7 +30,7 @@ TINY = ModelSpec("tiny-rope", layers=2, hidden=16, heads=2, vocab=128, seq_len=8
 
 def qkv_row(model, **kw):
     """Layer 0's attn_qkv row of a one-stage plan (micro batch 1)."""
-    par = ParallelConfig(tp=kw.pop("tp", 1), global_batch=1, **kw)
+    par = make_par(tp=kw.pop("tp", 1), global_batch=1, **kw)
     plan = build_model_plan(model, par)
     return next(r for r in plan.stages[0].rows() if r.name == "layer0_attn_qkv")
 
@@ -52,7 +53,7 @@ def test_fused_kernels_hand_derived():
     # 2 kernels × 2 µs + 1280 bytes at 1600 bytes/ns (0.8 ns) = 4000.8 ns → 4001 each way
     fwd = [op for op in row.fwd if op.name.startswith("rope_")]
     assert ops_time_ns(fwd, GPU, A100, "bf16") == 4001
-    both_layers = [op for r in build_model_plan(TINY, ParallelConfig(global_batch=1)).stages[0]
+    both_layers = [op for r in build_model_plan(TINY, make_par(global_batch=1)).stages[0]
                    .rows() for op in r.fwd + r.ig if op.name.startswith("rope_")]
     assert len(both_layers) == 8  # 2 layers × q, k × forward, backward
 
@@ -110,7 +111,7 @@ def test_eager_counts_only_its_own_rope():
 
 
 def _layer_ns(model, gpu, cm, **kw) -> int:
-    par = ParallelConfig(tp=kw.pop("tp", 1), global_batch=kw.get("micro_batch", 1), **kw)
+    par = make_par(tp=kw.pop("tp", 1), global_batch=kw.get("micro_batch", 1), **kw)
     rows = build_model_plan(model, par).stages[0].rows()
     return sum(ops_time_ns(r.ops(), gpu, cm, "bf16") for r in rows if r.tags.get("layer") == 0)
 
@@ -169,7 +170,7 @@ def test_no_rope_fusion_refused_where_it_changes_nothing(capsys, args, says):
 
 
 def test_check_refuses_without_rope():
-    par = ParallelConfig(global_batch=1, apply_rope_fusion=False)
+    par = make_par(global_batch=1, apply_rope_fusion=False)
     with pytest.raises(UsageError, match="no rotary embedding"):
         build_model_plan(replace(TINY, position_embedding="alibi"), par)
     assert build_model_plan(TINY, par).stages  # a RoPE model takes it

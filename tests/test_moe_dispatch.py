@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind
@@ -17,7 +18,7 @@ from sim.models.features.moe import distinct_nodes
 from sim.models.flops import model_flops_per_iteration
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import load_model
-from sim.parallel.config import ParallelConfig, Training
+from sim.parallel.config import Training
 from sim.scenario.model_run import ep_nodes, with_training_overrides
 from sim.scenario.options import NetworkOptions
 from sim.scenario.steps import dispatcher_network
@@ -37,7 +38,7 @@ def test_distinct_nodes_equals_enumeration(experts, k, nodes):
 
 
 def _dispatch_sizes(model, **kw):
-    par = ParallelConfig(global_batch=kw.pop("dp", 16), dp=16, flash_attention=True, **kw)
+    par = make_par(global_batch=kw.pop("dp", 16), dp=16, flash_attention=True, **kw)
     plan = build_model_plan(model, par)
     return [r.fwd_comm.size_bytes for st in plan.stages for rows in st.chunks for r in rows
             if r.fwd_comm is not None and r.fwd_comm.kind is CollKind.ALLTOALL]
@@ -87,12 +88,12 @@ def test_mixtral_flex_across_two_nodes():
 def test_ep_nodes_from_placement(tp, dp, ep, order, nodes):
     topo = load_topology(str(ROOT / "topologies/dgx-h100-scalable.yaml"), nodes=8)
     pp = 64 // (tp * dp)
-    par = ParallelConfig(tp=tp, dp=dp, pp=pp, ep=ep, global_batch=dp)
+    par = make_par(tp=tp, dp=dp, pp=pp, ep=ep, global_batch=dp)
     assert ep_nodes(par, topo, order) == nodes
 
 
 def test_dispatcher_network_options():
-    par = ParallelConfig(dp=16, ep=16, global_batch=16, moe_token_dispatcher="flex")
+    par = make_par(dp=16, ep=16, global_batch=16, moe_token_dispatcher="flex")
     got = dispatcher_network(NetworkOptions(), par).algorithm
     assert got == "alltoall=hierarchical"
     got = dispatcher_network(NetworkOptions(algorithm="allreduce=tree"), par).algorithm
@@ -101,7 +102,7 @@ def test_dispatcher_network_options():
     assert dispatcher_network(mine, par) is mine
     got = dispatcher_network(NetworkOptions(algorithm="ring"), par).algorithm
     assert "alltoall=hierarchical" in got and "allreduce=ring" in got
-    par = ParallelConfig(dp=16, ep=16, global_batch=16)
+    par = make_par(dp=16, ep=16, global_batch=16)
     assert dispatcher_network(NetworkOptions(), par).algorithm is None
     assert dispatcher_network(NetworkOptions(), None).algorithm is None  # a workload file
 
@@ -118,10 +119,10 @@ def test_shared_expert_intermediate_size_changes_params_and_flops():
 def test_dispatcher_options_refused_where_they_do_not_apply():
     dense = load_model(MODELS / "gpt2-medium.yaml")
     with pytest.raises(UsageError) as e:
-        build_model_plan(dense, ParallelConfig(moe_token_dispatcher="flex"))
+        build_model_plan(dense, make_par(moe_token_dispatcher="flex"))
     assert e.value.field == "--moe-token-dispatcher-type"
     with pytest.raises(UsageError) as e:
-        build_model_plan(dense, ParallelConfig(moe_shared_expert_intermediate_size=64))
+        build_model_plan(dense, make_par(moe_shared_expert_intermediate_size=64))
     assert e.value.field == "--moe-shared-expert-intermediate-size"
 
 

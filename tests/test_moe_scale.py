@@ -3,13 +3,13 @@ experts, dense first layers, and the shipped large-model specs against published
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.comm import CollKind, GroupKind
 from sim.errors import UsageError
 from sim.models.flops import model_flops_per_iteration, total_params
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import load_model
-from sim.parallel.config import ParallelConfig
 
 MODELS = ROOT / "workloads/models"
 
@@ -34,7 +34,7 @@ def test_deepseek_v3_like_counts():
 
 def _plan(**kw):
     m = load_model(MODELS / "deepseek-v3-like.yaml")
-    par = ParallelConfig(tp=1, pp=1, dp=64, ep=64, global_batch=64, flash_attention=True, **kw)
+    par = make_par(tp=1, pp=1, dp=64, ep=64, global_batch=64, flash_attention=True, **kw)
     return m, build_model_plan(m, par)
 
 
@@ -82,6 +82,6 @@ def test_load_imbalance_and_capacity_factor_scale_the_busiest_gpu():
 def test_moe_option_errors():
     with pytest.raises(UsageError, match="mixture-of-experts"):
         build_model_plan(load_model(MODELS / "llama3-70b.yaml"),
-                         ParallelConfig(dp=8, global_batch=8, moe_load_imbalance=1.2))
+                         make_par(dp=8, global_batch=8, moe_load_imbalance=1.2))
     with pytest.raises(UsageError, match=r"\[1, 64\]"):
         _plan(moe_load_imbalance=0.5)

@@ -6,10 +6,11 @@ dispatcher)."""
 
 from dataclasses import replace
 
+from par_support import make_par
+
 from sim.models.compute import A100, ops_time_ns
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import ModelSpec, MoESpec
-from sim.parallel.config import ParallelConfig
 from sim.topology.gpu import GpuSpec
 
 # a GPU of round bandwidth: at 80% of 2000 GB/s, 1600 bytes per ns
@@ -22,7 +23,7 @@ TINY = ModelSpec("tiny-moe", layers=1, hidden=16, heads=2, vocab=128, seq_len=8,
 
 
 def rows(model=TINY, **kw):
-    par = ParallelConfig(global_batch=kw.pop("global_batch", 2), flash_attention=True, **kw)
+    par = make_par(global_batch=kw.pop("global_batch", 2), flash_attention=True, **kw)
     return {r.name: r for r in build_model_plan(model, par).stages[0].rows()}
 
 

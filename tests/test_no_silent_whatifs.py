@@ -146,6 +146,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                           "*": ["--ddp-bucket-size", "1000000"]},
     "--overlap-param-gather": {"model": ["--overlap-param-gather", "--distributed-optimizer"],
                                "*": ["--overlap-param-gather"]},
+    "--overlap-param-gather-with-optimizer-step": {
+        "*": ["--overlap-param-gather-with-optimizer-step"]},
     "--decoder-first-pipeline-num-layers": {"*": ["--decoder-first-pipeline-num-layers", "8"]},
     "--decoder-last-pipeline-num-layers": {"*": ["--decoder-last-pipeline-num-layers", "8"]},
     "--account-for-embedding-in-pipeline-split": {
@@ -263,6 +265,8 @@ CONTEXT: dict[tuple[str, str], list[str]] = {
     ("aicb-csv", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
     ("model", "--fp8-recipe"): ["--dtype", "fp8"],
     ("model", "--fp8-param-gather"): ["--dtype", "fp8", "--distributed-optimizer"],
+    ("model", "--overlap-param-gather-with-optimizer-step"): [
+        *PP_MODEL, "--vpp", "2", "--distributed-optimizer", "--overlap-param-gather"],
     ("model", "--vpp"): [*PP_MODEL], ("model", "--schedule"): [*PP_MODEL],
     ("model", "--microbatch-group-size"): [*PP_MODEL, "--vpp", "2"],
     ("model", "--decoder-first-pipeline-num-layers"): [*PP_MODEL],

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.errors import UsageError
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import load_model
-from sim.parallel.config import ParallelConfig
 from sim.parallel.split import PipelineSplit, stage_layer_counts, virtual_stage_layers
 
 
@@ -73,7 +73,7 @@ def test_accounting_that_gives_the_even_split_is_refused(p, v, emb, loss, flag):
 
 def test_plan_places_layers_by_the_split():
     model = load_model(ROOT / "workloads/models/bloom-176b.yaml")
-    par = ParallelConfig(tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048,
+    par = make_par(tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048,
                          split=PipelineSplit(account_for_embedding=True, account_for_loss=True))
     plan = build_model_plan(model, par)
     assert [len(st.layers[0]) for st in plan.stages] == [5] + [6] * 10 + [5]

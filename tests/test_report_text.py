@@ -8,6 +8,7 @@ import re
 import pytest
 from conftest import SEED_1024, TOPOLOGIES, WORKLOADS
 
+from sim.assumption import Assumption as A
 from sim.cli import main
 from sim.comm import GroupKind
 from sim.engine import simulate
@@ -109,8 +110,10 @@ def test_stage_table_headers_carry_units_and_rows_sum_to_the_iteration():
 
 
 def test_default_lists_three_assumptions_verbose_all_verbatim():
-    rep = synthetic(assumptions=["schedule: 1f1b", "TP communication per Megatron", "x",
-                                 "y", "compute model (A100): roofline"])
+    # typed lines (sim.assumption): the summary reads their keys, not their words
+    rep = synthetic(assumptions=[A("schedule: 1f1b", "schedule"),
+                                 A("TP communication per Megatron", "tp-comm"), "x", "y",
+                                 A("compute model (A100): roofline", "compute-model")])
     short = format_report(rep).split("assumptions that matter most (3 of 5; --verbose lists "
                                      "all):\n", 1)[1].splitlines()
     # largest parts first: compute 63.3%, exposed TP 16.7%, idle 13.3%
@@ -121,9 +124,13 @@ def test_default_lists_three_assumptions_verbose_all_verbatim():
 
 
 def test_departures_from_the_input_are_always_listed():
-    rep = synthetic(assumptions=["schedule: 1f1b", "a", "header vpp: 8 cannot be a virtual "
-                                 "pipeline size here", "WARNING: NIC faster than its port",
-                                 "compute model (A100): roofline", "TP communication"])
+    rep = synthetic(assumptions=[A("schedule: 1f1b", "schedule"), "a",
+                                 A("header vpp: 8 cannot be a virtual pipeline size here",
+                                   "header-vpp", departs=True),
+                                 A("WARNING: NIC faster than its port", "topology-warning",
+                                   departs=True),
+                                 A("compute model (A100): roofline", "compute-model"),
+                                 A("TP communication", "tp-comm")])
     short = format_report(rep).split("--verbose lists all):\n", 1)[1].splitlines()
     assert short[:2] == ["  - header vpp: 8 cannot be a virtual pipeline size here",
                          "  - WARNING: NIC faster than its port"]
@@ -260,7 +267,9 @@ def test_set_overrides_are_always_in_the_short_report(capsys):
 
 def test_long_departures_are_wrapped_not_cut():
     long = "WARNING: " + " ".join(f"word{i}" for i in range(60))  # about 420 characters
-    rep = synthetic(assumptions=[long, "schedule: 1f1b", "compute model: x" + "y" * 300])
+    rep = synthetic(assumptions=[A(long, "topology-warning", departs=True),
+                                 A("schedule: 1f1b", "schedule"),
+                                 A("compute model: x" + "y" * 300, "compute-model")])
     lines = format_report(rep).splitlines()
     assert max(map(len, lines)) <= 200
     i = next(k for k, ln in enumerate(lines) if ln.startswith("  - WARNING: word0 "))

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
@@ -14,7 +15,7 @@ from sim.engine import simulate
 from sim.engine.interference import Interference
 from sim.engine.overlap import overlapped_ns
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.network.simple import AlphaBetaNetwork
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import GemmOverlap, Layer, Phase
@@ -55,7 +56,7 @@ def test_hand_derived_timeline_with_and_without_interference(fuse):
 
 def _pairs(sp: bool, **kw) -> dict:
     model = load_model(ROOT / "workloads/models/gpt-22b.yaml")
-    par = ParallelConfig(tp=8, global_batch=1, sequence_parallel=sp, **kw)
+    par = make_par(tp=8, global_batch=1, sequence_parallel=sp, **kw)
     rows = {r.name: r for r in build_model_plan(model, par).stages[0].chunks[0]
             if r.name.startswith("layer0_")}
     return {(name[7:], ph): [(c.kind.value, op, how) for c, op, how in getattr(r, ph + "_ovl")]
@@ -84,7 +85,7 @@ def test_generated_layer_pairs_the_column_parallel_backward_collectives():
 def test_refused_where_it_changes_nothing(kw, msg):
     model = load_model(ROOT / "workloads/models/gpt-22b.yaml")
     with pytest.raises(UsageError, match=msg):
-        build_model_plan(model, ParallelConfig(global_batch=1,
+        build_model_plan(model, make_par(global_batch=1,
                                                async_tensor_model_parallel_allreduce=True, **kw))
 
 

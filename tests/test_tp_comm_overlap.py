@@ -6,13 +6,14 @@ import json
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
 from sim.engine.overlap import overlapped_ns
 from sim.errors import UsageError
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.network.simple import AlphaBetaNetwork
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import GemmOverlap, Layer, Phase
@@ -90,7 +91,7 @@ def test_each_method_on_a_hand_derived_timeline(fuse):
 
 def test_generated_layer_pairs_every_collective_with_transformer_engines_gemm():
     model = load_model(ROOT / "workloads/models/gpt-22b.yaml")
-    par = ParallelConfig(tp=8, global_batch=1, sequence_parallel=True, tp_comm_overlap=True)
+    par = make_par(tp=8, global_batch=1, sequence_parallel=True, tp_comm_overlap=True)
     rows = {r.name: r for r in build_model_plan(model, par).stages[0].chunks[0]
             if r.name.startswith("layer0_")}
     got = {(name[7:], ph): [(c.kind.value, op, how) for c, op, how in getattr(r, ph + "_ovl")]
@@ -119,7 +120,7 @@ def test_generated_layer_pairs_every_collective_with_transformer_engines_gemm():
 def test_refused_where_it_cannot_apply(kw, msg):
     model = load_model(ROOT / "workloads/models/gpt-22b.yaml")
     with pytest.raises(UsageError, match=msg):
-        build_model_plan(model, ParallelConfig(global_batch=1, tp_comm_overlap=True, **kw))
+        build_model_plan(model, make_par(global_batch=1, tp_comm_overlap=True, **kw))
 
 
 def test_refused_for_workload_files(capsys):

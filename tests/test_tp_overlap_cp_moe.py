@@ -8,11 +8,12 @@ import json
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.cli import main
 from sim.comm import CollKind, Comm, GroupKind
 from sim.engine import simulate
-from sim.models import ParallelConfig, build_model_plan, load_model
+from sim.models import build_model_plan, load_model
 from sim.network.simple import AlphaBetaNetwork
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import GemmOverlap, Layer, Phase
@@ -114,7 +115,7 @@ def _layer_ovl(rows, layer: int) -> dict:
 
 def test_generated_cp2_layer_overlaps_the_ranks_s_over_cp_tokens():
     model = load_model(ROOT / "workloads/models/gpt-22b.yaml")
-    par = ParallelConfig(tp=4, cp=2, global_batch=1, sequence_parallel=True,
+    par = make_par(tp=4, cp=2, global_batch=1, sequence_parallel=True,
                          tp_comm_overlap=True)
     rows = build_model_plan(model, par).stages[0].chunks[0]
     b = model.seq_len // 2 * model.hidden * 2  # the rank's s/cp tokens × h, 2 bytes
@@ -136,7 +137,7 @@ def test_generated_cp2_layer_overlaps_the_ranks_s_over_cp_tokens():
 
 def test_moe_layer_overlaps_attention_and_shared_experts_not_routed_experts():
     model = load_model(ROOT / "workloads/models/deepseek-v3-like.yaml")
-    par = ParallelConfig(tp=4, ep=8, dp=8, global_batch=8, sequence_parallel=True,
+    par = make_par(tp=4, ep=8, dp=8, global_batch=8, sequence_parallel=True,
                          tp_comm_overlap=True)
     rows = build_model_plan(model, par).stages[0].chunks[0]
     moe = model.moe.dense_layers  # the first MoE layer

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 from schedule_support import reference_end_ns
 
 from sim.engine import simulate
@@ -16,7 +17,6 @@ from sim.models.memory import inflight_activation_bytes
 from sim.models.plan import build_model_plan
 from sim.models.vocab.spec import ModelSpec, load_model
 from sim.network.simple import FreeNetwork
-from sim.parallel.config import ParallelConfig
 from sim.pipeline.schedules import schedule_table, stage_chunk, virtual_stage, zb_v
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import Layer, Phase
@@ -182,14 +182,14 @@ def test_zb_v_model_plan_places_chunks_in_a_v():
     # GPT-2 medium, 24 layers on 4 stages x 2 chunks: 3 layers per virtual stage; chunk 1 of
     # stage r holds virtual stage 2p-1-r, so stage 0 has layers 0-2 and 21-23
     model = load_model(str(ROOT / "workloads/models/gpt2-medium.yaml"))
-    par = ParallelConfig(tp=1, pp=4, dp=1, vpp=2, global_batch=8, micro_batch=1,
+    par = make_par(tp=1, pp=4, dp=1, vpp=2, global_batch=8, micro_batch=1,
                          schedule="zb-v")
     plan = build_model_plan(model, par)
     assert [st.layers for st in plan.stages] == [
         [[0, 1, 2], [21, 22, 23]], [[3, 4, 5], [18, 19, 20]],
         [[6, 7, 8], [15, 16, 17]], [[9, 10, 11], [12, 13, 14]]]
     with pytest.raises(UsageError, match="at least 2p−1 = 7"):
-        build_model_plan(model, ParallelConfig(tp=1, pp=4, dp=1, vpp=2, global_batch=6,
+        build_model_plan(model, make_par(tp=1, pp=4, dp=1, vpp=2, global_batch=6,
                                                micro_batch=1, schedule="zb-v"))
 
 
@@ -199,11 +199,11 @@ def test_zb_v_tied_embeddings_need_no_embedding_group_allreduce():
     # reduce; stage 0 holds one copy of the tied weight (1F1B: stages 0 and p-1 hold one each)
     tiny = ModelSpec("tiny", layers=8, hidden=256, heads=4, vocab=1000, seq_len=128)
     for sched, v, emb_stages in (("1f1b", 1, [0, 3]), ("zb-v", 2, [])):
-        par = ParallelConfig(tp=1, pp=4, dp=1, vpp=v, global_batch=8, schedule=sched)
+        par = make_par(tp=1, pp=4, dp=1, vpp=v, global_batch=8, schedule=sched)
         plan = build_model_plan(tiny, par)
         assert [s for s in range(4) if embedding_grad_comm(plan, s) is not None] == emb_stages
-    par = ParallelConfig(tp=1, pp=4, dp=1, vpp=2, global_batch=8, schedule="zb-v")
-    v1f1b = ParallelConfig(tp=1, pp=4, dp=1, global_batch=8)
+    par = make_par(tp=1, pp=4, dp=1, vpp=2, global_batch=8, schedule="zb-v")
+    v1f1b = make_par(tp=1, pp=4, dp=1, global_batch=8)
     zbv_params = [st.params for st in build_model_plan(tiny, par).stages]
     one_params = [st.params for st in build_model_plan(tiny, v1f1b).stages]
     assert sum(one_params) - sum(zbv_params) == 1024 * 256  # one tied copy fewer (padded V)

@@ -3,6 +3,7 @@ order and timeline, and the sharded memory of each stage."""
 
 import pytest
 from conftest import ROOT
+from par_support import make_par
 
 from sim.comm import CollKind, GroupKind
 from sim.engine import simulate
@@ -13,7 +14,6 @@ from sim.models.memory import check_memory
 from sim.models.vocab.rows import Row
 from sim.models.vocab.spec import load_model
 from sim.network.simple import AlphaBetaNetwork
-from sim.parallel.config import ParallelConfig
 from sim.program.pipeline import PipelineProgram, StageProgram
 from sim.program.workload import Layer, Phase
 from sim.topology.gpu import GpuSpec
@@ -25,7 +25,7 @@ def _program(m=1):
     rows = [Row("layer0_a", params=10, tags={"layer": 0}),
             Row("layer1_a", params=20, tags={"layer": 1})]
     layers = [Layer(r.name, Phase(10), Phase(10), Phase(10)) for r in rows]
-    par = ParallelConfig(dp=2, global_batch=2 * m, zero=3)
+    par = make_par(dp=2, global_batch=2 * m, zero=3)
     prog_layers = zero3_layers(layers, rows, par)
     return PipelineProgram(tp=1, pp=1, dp=2, ep=1, vpp=1, microbatches=m, pp_bytes=0,
                            stages=[StageProgram(0, [tuple(prog_layers)])], schedule="1f1b")
@@ -96,10 +96,10 @@ GPU = GpuSpec("H100", {"bf16": 989.0}, 80, 3350, compute_efficiency=0.75)
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_zero_memory_per_stage(stage):
     model = load_model(MODEL)
-    par = ParallelConfig(dp=8, global_batch=8, zero=stage, flash_attention=True)
+    par = make_par(dp=8, global_batch=8, zero=stage, flash_attention=True)
     mem = check_memory(model, par, GPU)
     st = mem.stages[0]
-    base = check_memory(model, ParallelConfig(dp=8, global_batch=8, flash_attention=True),
+    base = check_memory(model, make_par(dp=8, global_batch=8, flash_attention=True),
                         GPU).stages[0]
     psi = base.weights_bytes // 2  # parameters on the GPU
     shard = -(-psi // 8)
@@ -115,16 +115,16 @@ def test_zero_memory_per_stage(stage):
 
 def test_zero_generated_program_and_constraints():
     model = load_model(MODEL)
-    prog = generate(model, ParallelConfig(dp=8, global_batch=8, zero=3, flash_attention=True),
+    prog = generate(model, make_par(dp=8, global_batch=8, zero=3, flash_attention=True),
                     GPU)
     names = [lay.name for lay in prog.stages[0].chunks[0]]
     assert names[:2] == ["zero3_prefetch", "embedding_zero3_gather"]
     assert "layer31_zero3_gather_bwd" in names and names[-1] == "zero3_prefetch_bwd"
     assert not any(t.label.startswith("param_allgather") for t in prog.stages[0].epilogue)
     with pytest.raises(UsageError, match="pipeline engine"):
-        generate(model, ParallelConfig(pp=2, dp=4, global_batch=8, zero=2), GPU)
+        generate(model, make_par(pp=2, dp=4, global_batch=8, zero=2), GPU)
     with pytest.raises(UsageError, match="give one"):
-        generate(model, ParallelConfig(dp=8, global_batch=8, zero=1,
+        generate(model, make_par(dp=8, global_batch=8, zero=1,
                                        distributed_optimizer=True), GPU)
 
 

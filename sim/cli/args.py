@@ -10,28 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.cli.execution import add_execution_arguments, check_execution_flags, execution_options
-from sim.cli.expert_args import add_expert_tp_argument
-from sim.cli.fp8_args import recipe_of
-from sim.cli.grad_sync_args import grad_sync_options
-from sim.cli.moe_args import check_moe_overlap_flag, moe_overlap_options
-from sim.cli.param_gather_args import param_gather_options
-from sim.cli.run_training_args import (
-    add_fsdp_argument,
-    add_moe_arguments,
-    add_overlap_arguments,
-    add_split_arguments,
-)
-from sim.cli.training_args import add_shared_training_arguments
+from sim.cli.training_args import add_training_arguments, training_of
 from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s, slowdown
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
 from sim.models.compute_setup import ComputeOptions
 from sim.network.factory import ROUTINGS
-from sim.parallel.config import Training
-from sim.parallel.layer_layout import parse_layout
+from sim.options.registry import file_refusals
 from sim.parallel.layout import LayoutRequest
-from sim.parallel.split import PipelineSplit
 from sim.pipeline.schedules import SCHEDULES
 from sim.runtime.watchdog import DEFAULT_MAX_SIM_TIME_S
 from sim.runtime.watchdog import FLAG as WATCHDOG_FLAG
@@ -123,16 +109,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     g.add_argument("--global-batch", type=positive_int, metavar="B",
                    help="sequences per iteration; microbatches = global / (micro·DP) (required "
                         "unless --microbatches is given)")
-    add_shared_training_arguments(g, every_layout=False)
-    add_overlap_arguments(g)
-    _add_modern_arguments(g)
-    g.add_argument("--ignore-memory", action="store_true",
-                   help="simulate even when the layout does not fit in GPU memory")
-
-
-def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
-    """Uneven pipeline split, context parallelism, ZeRO/FSDP and MoE routing flags."""
-    add_split_arguments(g)
+    add_training_arguments(g)
     g.add_argument("--context-parallel-size", "--cp", type=positive_int, default=1, metavar="N",
                    dest="cp",
                    help="context parallelism (Megatron-Core ring attention): each sequence "
@@ -141,79 +118,24 @@ def _add_modern_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--zero", type=int, choices=(1, 2, 3), default=0, metavar="STAGE",
                    help="DeepSpeed ZeRO stage: 1 shards the optimizer state, 2 also the "
                         "gradients, 3 also the parameters (per-layer all-gathers)")
-    add_fsdp_argument(g)
-    add_moe_arguments(g)
-    add_expert_tp_argument(g)
-    add_execution_arguments(g)
+    g.add_argument("--expert-tensor-parallel-size", type=positive_int, metavar="N", dest="etp",
+                   help="MoE: expert tensor-parallel size, each expert's weights split N ways; "
+                        "the stage's TP·DP·CP ranks form ETP x EP x EDP expert groups "
+                        "(Megatron-Core; default: the TP size)")
+    g.add_argument("--ignore-memory", action="store_true",
+                   help="simulate even when the layout does not fit in GPU memory")
 
 
-def training_of(args: argparse.Namespace, micro_batch: int = 1) -> Training:
-    """The training options of :func:`add_model_arguments` (or the sweep's same flags, whose
-    micro batch varies per layout)."""
-    return Training(global_batch=args.global_batch, micro_batch=micro_batch,
-                    sequence_parallel=args.sequence_parallel, recompute=args.recompute,
-                    dtype=args.dtype, distributed_optimizer=args.distributed_optimizer,
-                    flash_attention=args.flash_attention,
-                    overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    **grad_sync_options(args),
-                    attention_backend=getattr(args, "attention_backend", "") or "",
-                    split=PipelineSplit(
-                        getattr(args, "first_stage_layers", None),
-                        getattr(args, "last_stage_layers", None),
-                        getattr(args, "account_for_embedding_in_pipeline_split", False),
-                        getattr(args, "account_for_loss_in_pipeline_split", False),
-                        parse_layout(getattr(args, "pipeline_model_parallel_layout", None))),
-                    fsdp=getattr(args, "fsdp", False),
-                    moe_load_imbalance=getattr(args, "moe_load_imbalance", 1.0),
-                    moe_capacity_factor=getattr(args, "moe_expert_capacity_factor", None),
-                    overlap_param_gather=getattr(args, "overlap_param_gather", False),
-                    moe_token_dispatcher=getattr(args, "moe_token_dispatcher_type", "alltoall"),
-                    moe_shared_expert_intermediate_size=getattr(
-                        args, "moe_shared_expert_intermediate_size", None),
-                    tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
-                    async_tensor_model_parallel_allreduce=getattr(
-                        args, "async_tensor_model_parallel_allreduce", False),
-                    fp8_recipe=recipe_of(args), **execution_options(args),
-                    **moe_overlap_options(args), **param_gather_options(args))
-
-
-def check_model_only_flags(args: argparse.Namespace) -> None:
-    """Flags that change generated workloads only: refused with a workload file."""
-    for dest, flag in (("cp", "--context-parallel-size"),
-                       ("first_stage_layers", "--decoder-first-pipeline-num-layers"),
-                       ("last_stage_layers", "--decoder-last-pipeline-num-layers"),
-                       ("account_for_embedding_in_pipeline_split",
-                        "--account-for-embedding-in-pipeline-split"),
-                       ("account_for_loss_in_pipeline_split",
-                        "--account-for-loss-in-pipeline-split"),
-                       ("pipeline_model_parallel_layout", "--pipeline-model-parallel-layout"),
-                       ("moe_expert_capacity_factor", "--moe-expert-capacity-factor"),
-                       ("moe_shared_expert_intermediate_size",
-                        "--moe-shared-expert-intermediate-size"),
-                       # an AICB row's compute is the whole phase: the GEMM that would hide
-                       # a collective cannot be told apart from the rest
-                       ("tp_comm_overlap", "--tp-comm-overlap"),
-                       ("async_tensor_model_parallel_allreduce",
-                        "--async-tensor-model-parallel-allreduce")):
-        value = getattr(args, dest, None)
-        # True == 1 in Python: a store_true flag that is set is True, never a default
-        if value is True or value not in (None, False, 1):
-            raise UsageError("applies to --model runs (a workload file fixes its rows)",
-                             field=flag)
-    if getattr(args, "attention_backend", "") or getattr(args, "flash_attention", False):
-        # a workload file carries its own (measured) attention times
-        raise UsageError("applies to --model runs (a workload file carries its own attention "
-                         "times)", field="--attention-backend" if getattr(
-                             args, "attention_backend", "") else "--flash-attention")
-    check_execution_flags(args)
-    check_moe_overlap_flag(args)
-    if getattr(args, "moe_load_imbalance", 1.0) != 1.0:
+def check_model_only_flags(args: argparse.Namespace, given: set[str]) -> None:
+    """Flags that change generated workloads only, refused with a workload file before it is
+    read: the declared training options (:func:`sim.options.registry.file_refusals`, the
+    verdict table's reason) and ``--context-parallel-size``."""
+    if args.cp != 1:
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
-                         field="--moe-load-imbalance")
-    if getattr(args, "moe_token_dispatcher_type", "alltoall") != "alltoall":
-        raise UsageError("applies to --model runs (a workload file fixes its rows)",
-                         field="--moe-token-dispatcher-type")
-    if getattr(args, "fsdp", False) and getattr(args, "zero", 0) not in (0, 3):
+                         field="--context-parallel-size")
+    for flag, why in file_refusals(given):
+        raise UsageError(why, field=flag)
+    if args.fsdp and args.zero not in (0, 3):
         raise UsageError("FSDP FULL_SHARD is ZeRO stage 3; do not combine with another --zero",
                          field="--fsdp")
 

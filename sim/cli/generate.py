@@ -23,7 +23,7 @@ from sim.cli.args import (
     layout_request,
     model_input,
 )
-from sim.cli.types import Parser, nonneg_int, positive_int
+from sim.cli.types import Parser, given_flags, nonneg_int, positive_int
 from sim.errors import SimrunError, UsageError
 from sim.files.outputs import check_output_paths
 from sim.models.aicb_writer import write_aicb
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         topo = load_topology(args.topo, nodes=args.nodes)
         run = _model_run(args, topo)
         # training options without effect on this layout are refused (sim/options/applicable.py)
-        given = applicable.given_flags(build_parser(), list(argv or []))
+        given = given_flags(build_parser(), list(argv or []))
         applicable.check_effect(given, [], run)
         prog = run.program
         if args.stage >= prog.pp:

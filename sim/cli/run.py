@@ -30,6 +30,7 @@ from sim.cli.host_args import add_host_dispatch_argument, host_dispatch_ns
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.types import (
     Parser,
+    given_flags,
     nonneg_float,
     nonneg_int,
     positive_float,
@@ -121,7 +122,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
 
 def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scenario:
     """The :class:`Scenario` the parsed arguments describe (usage errors name the flag);
-    ``given``: the flags on the command line (:func:`sim.options.applicable.given_flags`), refused
+    ``given``: the flags on the command line (:func:`sim.cli.types.given_flags`), refused
     where they do not apply to the input."""
     given = set() if given is None else given
     if args.workload and args.model and is_collective_log(args.workload):
@@ -135,7 +136,7 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
         applicable.check_given(given, "model")
         workload = model_input(args)
     else:
-        check_model_only_flags(args)
+        check_model_only_flags(args, given)
         workload = WorkloadInput(args.workload, args.format,
                                  bytes_per_element=args.bytes_per_element,
                                  missing_backward_ratio=args.missing_backward_ratio,
@@ -170,7 +171,7 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> 
     """The main job: workload + topology → simulated iteration → report. ``t0``: process
     start (perf_counter), for ``--timing``."""
     args = build_parser(subcommands).parse_args(argv)
-    given = applicable.given_flags(build_parser(subcommands), argv)
+    given = given_flags(build_parser(subcommands), argv)
     res = run_scenario(scenario_of(args, given))
     applicable.check_effect(given, res.report["assumptions"], res.model_run, args.set)
     warn_topology(res.topology)

@@ -23,15 +23,13 @@ from sim.cli.args import (
     training_of,
 )
 from sim.cli.host_args import add_host_dispatch_argument
-from sim.cli.run_training_args import add_run_training_arguments
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.sweep_args import add_refused_arguments, layout_checked, simulation_options
-from sim.cli.training_args import add_shared_training_arguments
-from sim.cli.types import Parser, positive_float, positive_int
+from sim.cli.training_args import add_training_arguments
+from sim.cli.types import Parser, given_flags, positive_float, positive_int
 from sim.errors import UsageError
 from sim.limits import parse_int
 from sim.models.compute_setup import ComputeOptions
-from sim.options import applicable
 from sim.pipeline.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
 from sim.sweep.runner import DASK_MISSING
@@ -82,8 +80,7 @@ def build_parser() -> Parser:
     g = p.add_argument_group("training (shared by every layout)")
     g.add_argument("--global-batch", type=positive_int, required=True, metavar="B",
                    help="sequences per iteration")
-    add_shared_training_arguments(g, every_layout=True)
-    add_run_training_arguments(g)
+    add_training_arguments(g, sweep=True)
     g = p.add_argument_group("simulation (as in a single run)")
     g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
                    help="rank-to-GPU order, fastest dimension first (default: %(default)s)")
@@ -160,7 +157,7 @@ def parse_schedules(text: str) -> tuple[str, ...]:
 
 def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> SweepOptions:
     """The sweep the parsed arguments describe; ``given``: the flags on the command line
-    (:func:`sim.options.applicable.given_flags`), refused per layout where they do not apply."""
+    (:func:`sim.cli.types.given_flags`), refused per layout where they do not apply."""
     if args.fsdp and args.zero is None:  # FSDP FULL_SHARD: ZeRO-3 semantics, as in a run
         args.zero = "3"
     space = Space(
@@ -199,4 +196,4 @@ def main(argv: list[str] | None = None) -> int:
     if args.fp8_recipe and args.dtype != "fp8":
         raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 casts)",
                          field="--fp8-recipe")
-    return run_sweep(sweep_options(args, applicable.given_flags(build_parser(), argv)))
+    return run_sweep(sweep_options(args, given_flags(build_parser(), argv)))

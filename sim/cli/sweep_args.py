@@ -108,5 +108,5 @@ def layout_checked(given: set[str]) -> frozenset[str]:
     flags (:data:`sim.options.applicable.TABLE`) but :data:`WHERE_IT_APPLIES` and the list flags
     (each
     value of a list is checked by the layout's own validation). ``given``: the sweep's flags
-    on the command line (:func:`sim.options.applicable.given_flags`)."""
+    on the command line (:func:`sim.cli.types.given_flags`)."""
     return frozenset((given & set(TABLE)) - set(WHERE_IT_APPLIES) - set(LISTS))

@@ -48,3 +48,19 @@ def sim_time_s(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds ≤ "
                                          f"{MAX_SIM_TIME_S:.4g}, got {text!r}")
     return value
+
+
+class _Absent(list):
+    """Default of every option while finding which were given (:func:`given_flags`)."""
+
+
+def given_flags(probe: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The flags (first long option string of each) present in ``argv``, even when given their
+    default value. ``probe``: a fresh parser of the run, spent by this call."""
+    # the "not given" marker: not a string (argparse converts string defaults with the flag's
+    # type) and a list (append actions copy their default and append to the copy)
+    absent = _Absent()
+    names = {a.dest: next((o for o in a.option_strings if o.startswith("--")), a.dest)
+             for a in probe._actions}  # noqa: SLF001 - argparse has no public list of actions
+    probe.set_defaults(**dict.fromkeys(names, absent))
+    return {names[k] for k, v in vars(probe.parse_args(argv)).items() if v is not absent}

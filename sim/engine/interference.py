@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from sim.assumption import Assumption
 from sim.comm import Comm, GroupKind
 from sim.engine.segments import Fused, Part
 from sim.network.base import CommRequest
@@ -49,8 +50,8 @@ DEFAULT_NCCL_CHANNELS = 24
 DEFAULT_SMS = 132
 
 
-NO_ASYNC = ("interference: none: no asynchronous collective ran beside compute in this run "
-            "(nothing to take SMs from)")
+NO_ASYNC = Assumption("interference: none: no asynchronous collective ran beside compute in "
+                      "this run (nothing to take SMs from)", "interference-none")
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,8 @@ model, the workload generator and importers of model descriptions (see docs/mode
 Public API::
 
     load_model(path) -> ModelSpec
-    ParallelConfig(tp, pp, dp, vpp, ep, micro_batch, global_batch, sequence_parallel,
-                   recompute, dtype, distributed_optimizer, schedule, ...)
-        = ParallelConfig.of(Layout(...), Training(...))  (sim.parallel.layout.Layout + Training)
+    ParallelConfig.derive(Layout(...), Training(...)) -> ParallelConfig(layout, training)
+        (sim.parallel.layout.Layout + Training; microbatches from the global batch)
     generate(model, par, gpu, ...) -> PipelineProgram
     build_model_plan(model, par) -> ModelPlan  (operators per row, FLOP accounting)
     check_memory(model, par, gpu, ...) -> MemoryReport

@@ -4,9 +4,20 @@ communication, MoE dispatch, pipeline split), and the GPU facts they rest on."""
 
 from __future__ import annotations
 
+from sim.assumption import Assumption
 from sim.kernels.gpus import find
 from sim.models.compute import ComputeModel
-from sim.models.features import eager, fp8, fp8_params, fsdp2, qk_norm, rope, tp_async, tp_overlap
+from sim.models.features import (
+    eager,
+    fp8,
+    fp8_params,
+    fsdp2,
+    param_gather_step,
+    qk_norm,
+    rope,
+    tp_async,
+    tp_overlap,
+)
 from sim.models.features.grad_sync import delay_applies, grad_sync_note
 from sim.models.features.moe import (
     describe_ep_a2a_overlap,
@@ -64,7 +75,9 @@ def _fp8_notes(par: ParallelConfig) -> list[str]:
     if par.dtype != "fp8":
         return []
     out = [fp8.describe(par.fp8_recipe, par.sp, par.fp8_param_gather)]
-    return out + ([fp8_params.describe(par)] if par.fp8_param_gather else [])
+    out = [Assumption(out[0], "fp8")]
+    return out + ([Assumption(fp8_params.describe(par), "fp8-params")]
+                  if par.fp8_param_gather else [])
 
 
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
@@ -79,81 +92,89 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
         f"{' gated' if m.gated_mlp else ''}, vocab {m.vocab} padded to {dm.v} "
         f"(multiple of 128·tp), sequence {m.seq_len}"
         + (f", MoE {m.moe.experts} experts top-{m.moe.top_k}" if m.moe else ""),
-        f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}"
-        + (f" cp={par.cp}" if par.cp > 1 else "")
-        + (f" etp={par.etp} (edp={par.edp})" if par.etp != par.tp else "") + f", micro batch "
-        f"{par.micro_batch}, global batch {par.global_batch} → "
-        f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
-        f"schedule {par.schedule_name}; " + _split_note(m, par),
-        f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per element; DP "
-        f"gradients {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} bytes per parameter"
-        + (" (--grad-reduce-in-bf16: bf16 gradient buffer and reduction)"
-           if par.grad_reduce_in_bf16 else "") + f", weights {PARAM_BYTES}",
-        f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
-        + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp else "")
-        + "; attention: " + _attention_text(par, gpu_family(gpu)),
-        cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s {par.dtype}, "
-        f"{gpu.hbm_GBps:g} GB/s HBM",
-        eager.describe(par),
-        rope.describe(m, par, dm),
+        Assumption(
+            f"layout: tp={par.tp} pp={par.pp} dp={par.dp} ep={par.ep} vpp={par.vpp}"
+            + (f" cp={par.cp}" if par.cp > 1 else "")
+            + (f" etp={par.etp} (edp={par.edp})" if par.etp != par.tp else "")
+            + f", micro batch {par.micro_batch}, global batch {par.global_batch} → "
+            f"{plural(par.microbatches, 'microbatch', 'microbatches')}; "
+            f"schedule {par.schedule_name}; " + _split_note(m, par), "layout"),
+        Assumption(f"training dtype {par.dtype}; activations and TP/PP messages 2 bytes per "
+                   f"element; DP gradients {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} "
+                   "bytes per parameter"
+                   + (" (--grad-reduce-in-bf16: bf16 gradient buffer and reduction)"
+                      if par.grad_reduce_in_bf16 else "") + f", weights {PARAM_BYTES}", "dtype"),
+        Assumption(
+            f"recompute: {par.recompute}; sequence parallel: {'on' if par.sp else 'off'}"
+            + (" (requested but ignored: tp = 1)" if par.sequence_parallel and not par.sp
+               else "") + "; attention: " + _attention_text(par, gpu_family(gpu)),
+            "training-options", departs=par.sequence_parallel and not par.sp),
+        Assumption(cm.describe() + f"; GPU {gpu.name}: {gpu.tflops(par.dtype):g} TFLOP/s "
+                   f"{par.dtype}, {gpu.hbm_GBps:g} GB/s HBM", "compute-model"),
+        Assumption(eager.describe(par), "eager"),
+        Assumption(rope.describe(m, par, dm), "rope"),
         *([qk_norm.describe(m)] if m.qk_layernorm else []),
         dropout_note(m, par),
         "FLOPs: matrix multiplies only (2 per multiply-add), attention over the full s×s scores",
-        "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, with "
-        "sequence parallelism, all-gather/reduce-scatter; blocking in the TP group unless "
-        "overlapped as stated below"
-        + ("" if par.tp_comm_overlap else " (--tp-comm-overlap would pipeline them with their "
-           "GEMMs)"),
+        Assumption(
+            "TP communication per Megatron: f/g operators (all-reduce of n·h activations) or, "
+            "with sequence parallelism, all-gather/reduce-scatter; blocking in the TP group "
+            "unless overlapped as stated below"
+            + ("" if par.tp_comm_overlap else " (--tp-comm-overlap would pipeline them with "
+               "their GEMMs)"), "tp-comm"),
         "embedding on the first stage (vocab-parallel, TP all-reduce of its output); final norm, "
         "output layer and vocab-parallel cross entropy (3 all-reduces of n fp32 values) on the "
         "last stage",
-        f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} = "
-        "pp_bytes (no scatter/gather optimisation)",
+        Assumption(f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} "
+                   "= pp_bytes (no scatter/gather optimisation)", "pp-message"),
     ]
     out += _fp8_notes(par)
     if par.tp_comm_overlap:
-        out.append(tp_overlap.describe(*gpu_sms(gpu)))
+        out.append(Assumption(tp_overlap.describe(*gpu_sms(gpu)), "tp-overlap"))
     elif tp_async.applies(par):
-        out.append(tp_async.describe())
+        out.append(Assumption(tp_async.describe(), "tp-async"))
     schedule_note = par.layout.schedule_type.assumption(par.pp, par.microbatches)
     if schedule_note:
         out.append(schedule_note)
     if par.zero:
         out.append(_zero_note(par))
     if par.cp > 1:
-        out.append(f"context parallelism cp={par.cp} (Megatron-Core ring attention through "
-                   f"TransformerEngine): {m.seq_len // par.cp} tokens per rank (2·cp chunks, "
+        out.append(Assumption(f"context parallelism cp={par.cp} (Megatron-Core ring attention "
+                   f"through TransformerEngine): {m.seq_len // par.cp} tokens per rank "
+                   "(2·cp chunks, "
                    "causal load balancing); attention in cp steps, each overlapped with the P2P "
                    "exchange of a KV block (backward: KV and dK/dV) around the CP ring, costed "
                    "as one ring all-gather step; step 0 the causal call, later steps the slower "
                    "of the two half-size non-causal calls, plus TE's output/LSE merges and "
                    "dQ/dK/dV accumulation at the add kernel's bandwidth, the forward's two "
                    "streams run back to back; DP gradients reduced over DP×CP "
-                   f"({par.dp_cp} ranks); activations ÷ cp")
+                   f"({par.dp_cp} ranks); activations ÷ cp", "context-parallel"))
     if par.dp_cp > 1 and not par.zero:
         kind = "reduce-scatter" if par.distributed_optimizer else "all-reduce"
         if par.overlap_grad_reduce:
-            out.append(f"--overlap-grad-reduce: DP gradient {kind} per Megatron DDP bucket "
-                       f"(≥ {bucket_params(par.dp, par.ddp_bucket_size):,} parameters"
+            out.append(Assumption(f"--overlap-grad-reduce: DP gradient {kind} per Megatron DDP "
+                       f"bucket (≥ {bucket_params(par.dp, par.ddp_bucket_size):,} parameters"
                        f"{bucket_source(par.dp, par.ddp_bucket_size)}, in backward order, "
                        "per model chunk; embedding and output layer in buckets of their own; "
                        "as Megatron-Core, only pipeline stage 0's first chunk is bucketed, "
                        "every other chunk is one bucket), "
                        "non-blocking, issued in the last "
-                       "microbatch's backward; the optimizer waits for them")
+                       "microbatch's backward; the optimizer waits for them", "grad-reduce"))
         else:
-            out.append(f"--no-overlap-grad-reduce: DP gradient {kind} after the backward, "
-                       "blocking")
+            out.append(Assumption(f"--no-overlap-grad-reduce: DP gradient {kind} after the "
+                                  "backward, blocking", "no-overlap-grad-reduce"))
         if delay_applies(par):
             out.append(grad_sync_note(par))
         pb = "1 byte per FP8 weight, 2 per other" if par.fp8_param_gather else "2 bytes"
+        out += param_gather_step.notes(par)
         if par.overlap_param_gather:
-            out.append("--overlap-param-gather: the distributed optimizer's parameter all-gather "
-                       f"({pb}/parameter) per gradient bucket (one per chunk but stage 0's "
-                       "first), non-blocking and in forward "
-                       "order from the start of the iteration (the previous step's all-gathers "
-                       "overlapping this forward); the first forward use of a bucket waits for "
-                       "its all-gather")
+            out.append(Assumption(
+                "--overlap-param-gather: the distributed optimizer's parameter all-gather "
+                f"({pb}/parameter) per gradient bucket (one per chunk but stage 0's "
+                "first), non-blocking and in forward "
+                "order from the start of the iteration (the previous step's all-gathers "
+                "overlapping this forward); the first forward use of a bucket waits for "
+                "its all-gather", "param-gather"))
         elif par.distributed_optimizer:
             out.append(f"distributed optimizer: parameter all-gather ({pb}/parameter) after "
                        "the optimizer step, not overlapped with the next iteration "
@@ -163,7 +184,9 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             "fp32 -> fp16 parameter copy 6; + buffer zeroing)" if par.dtype == "fp16" else
             "Adam, memory-bound (30 bytes per updated parameter + gradient norm and buffer "
             "zeroing)")
-    out.append(f"optimizer: {adam}" + ("; distributed over DP" if par.shards_optimizer else ""))
+    out.append(Assumption(f"optimizer: {adam}"
+                          + ("; distributed over DP" if par.shards_optimizer else ""),
+                          "optimizer"))
     if isinstance(optimizer, ShampooPlan):
         out.append(f"Shampoo: {len(optimizer.layer_blocks)} preconditioned blocks per layer; "
                    f"inverse 4th roots by {optimizer.newton_steps}-step coupled Newton "
@@ -171,11 +194,12 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                    "the owning DP rank (owner mod dp); the step waits for the busiest owner; "
                    "roots all-gathered in DP")
     if m.tied_embeddings and par.pp > 1:
-        out.append(f"tied embeddings: the word-embedding gradient ({dm.v // dm.t * dm.h:,} "
-                   f"parameters per GPU, {grad_bytes(par.dtype, par.grad_reduce_in_bf16)} "
+        out.append(Assumption(f"tied embeddings: the word-embedding gradient "
+                   f"({dm.v // dm.t * dm.h:,} parameters per GPU, "
+                   f"{grad_bytes(par.dtype, par.grad_reduce_in_bf16)} "
                    "bytes each) all-reduced between the first and the last stage (Megatron's "
                    "embedding group) after the DP gradient sync, before the optimizer step; "
-                   "blocking")
+                   "blocking", "tied-embeddings"))
     if m.moe is not None:
         me = m.moe
         load = moe_load_factor(par)
@@ -184,7 +208,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                    f"{par.moe_load_imbalance:g}"
                    + (f", capacity factor {par.moe_capacity_factor:g}"
                       if par.moe_capacity_factor is not None else "") + ")")
-        out.append(
+        out.append(Assumption(
             f"MoE ({me.experts} experts of {me.expert_ffn_hidden}, top-{me.top_k}"
             + (f", shared-expert MLP of {me.shared_ffn_hidden}" if me.shared_ffn_hidden else "")
             + (f", first {me.dense_layers} layers dense" if me.dense_layers else "")
@@ -197,9 +221,10 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                "once each way)"
                if sorts_by_local_expert(m, par) else "")
             + "; expert gradients synced in DP_EP"
-            + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""))
+            + (f" ({par.edp} ranks: TP·DP·CP / (ETP·EP))" if par.etp != par.tp else ""),
+            "moe"))
         if par.overlap_moe_expert_parallel_comm:
-            out.append(describe_ep_a2a_overlap(par))
+            out.append(Assumption(describe_ep_a2a_overlap(par), "ep-a2a-overlap"))
     out.append("not modelled: gradient-norm all-reduce across model-parallel ranks (a few "
                "bytes), CPU launch overheads (unless --host-dispatch-us is given), memory "
                "allocator effects")
@@ -272,7 +297,7 @@ def _split_note(m: ModelSpec, par: ParallelConfig) -> str:
             f"{'/'.join(map(str, per_stage))}")
 
 
-def _zero_note(par: ParallelConfig) -> str:
+def _zero_note(par: ParallelConfig) -> Assumption:
     name = "PyTorch FSDP FULL_SHARD (ZeRO stage 3 semantics)" if par.fsdp else (
         f"DeepSpeed ZeRO stage {par.zero}")
     what = {1: "optimizer state", 2: "optimizer state and gradients",
@@ -286,5 +311,6 @@ def _zero_note(par: ParallelConfig) -> str:
                "its gradients reduce-scattered after its backward in every microbatch"}[par.zero]
     wire = ("16-bit parameters and fp32 gradients" if par.use_torch_fsdp2 else
             "16-bit parameters and gradients")
-    return (f"{name}: {what} sharded over the {par.dp_cp} DP ranks; {wire} on the wire; {comm} "
-            "(docs/models.md)" + ("; " + fsdp2.describe() if par.use_torch_fsdp2 else ""))
+    return Assumption(f"{name}: {what} sharded over the {par.dp_cp} DP ranks; {wire} on the "
+                      f"wire; {comm} (docs/models.md)"
+                      + ("; " + fsdp2.describe() if par.use_torch_fsdp2 else ""), "zero")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from sim.assumption import Assumption
 from sim.kernels.attention import AttnShape
 from sim.kernels.lookup import EXACT, Hit, TableLookup
 from sim.models.vocab.ops import FPROP, WGRAD, Op, OpKind
@@ -213,12 +214,13 @@ class Timer:
         """One line: compute time per iteration (summed over stages) by source."""
         total = self.table_ns + self.roofline_ns
         if total <= 0:
-            return "compute time: none"
+            return Assumption("compute time: none", "compute-time")
         ways = ", ".join(f"{how} {t / total:.1%}" for how, t in sorted(self.hows.items()))
-        return (f"compute time per iteration summed over stages: {self.table_ns / 1e6:.3f} ms "
-                f"({self.table_ns / total:.1%}) from the kernel table ({ways or 'none'}), "
-                f"{self.roofline_ns / 1e6:.3f} ms ({self.roofline_ns / total:.1%}) from the "
-                "roofline")
+        return Assumption(
+            f"compute time per iteration summed over stages: {self.table_ns / 1e6:.3f} ms "
+            f"({self.table_ns / total:.1%}) from the kernel table ({ways or 'none'}), "
+            f"{self.roofline_ns / 1e6:.3f} ms ({self.roofline_ns / total:.1%}) from the "
+            "roofline", "compute-time")
 
 
 _TABLE_BACKEND = {"flash": "flash", "fused": "cudnn"}

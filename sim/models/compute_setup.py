@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sim.assumption import Assumption
 from sim.errors import UsageError
 from sim.kernels.gpus import CatalogGpu, find, known_names
 from sim.kernels.lookup import TableLookup
@@ -80,8 +81,9 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     if opts.compute_efficiency is not None:
         cm = scaled_generic(opts.compute_efficiency)
         if entry is None:
-            notes.append(f"WARNING: GPU {gpu.name} is not in the GPU catalogue ({known_names()}"
-                         f"); compute uses --compute-efficiency {opts.compute_efficiency:g}")
+            notes.append(Assumption(f"WARNING: GPU {gpu.name} is not in the GPU catalogue "
+                                    f"({known_names()}); compute uses --compute-efficiency "
+                                    f"{opts.compute_efficiency:g}", "gpu-unknown", departs=True))
         else:
             notes.append(f"--compute-efficiency {opts.compute_efficiency:g} replaces the "
                          f"{entry.family} roofline efficiencies")
@@ -171,38 +173,42 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     if compute_scale is not None:
         if not compute_scale > 0:
             raise UsageError(f"must be > 0, got {compute_scale:g}", field="--compute-scale")
-        return compute_scale, (f"compute times of the workload file multiplied by "
-                               f"{compute_scale:g} (--compute-scale)")
+        return compute_scale, Assumption(f"compute times of the workload file multiplied by "
+                                         f"{compute_scale:g} (--compute-scale)",
+                                         "compute-scale")
     name = source_gpu or file_gpu
     topo_entry = find(topo_gpu.name)
     if name is None:
         if topo_entry is None:
             return 1.0, None
-        return 1.0, (f"compute times as in the workload file: it does not name the GPU it was "
-                     f"measured on; if that is not the topology's {topo_entry.name}, "
-                     "--source-gpu NAME scales them by the compute models' time ratio and "
-                     "--compute-scale F by a factor")
+        return 1.0, Assumption(f"compute times as in the workload file: it does not name the "
+                               f"GPU it was measured on; if that is not the topology's "
+                               f"{topo_entry.name}, --source-gpu NAME scales them by the "
+                               "compute models' time ratio and --compute-scale F by a factor",
+                               "compute-as-is")
     src = find(name)
     if src is None:
         raise UsageError(f"GPU {name!r} is not in the GPU catalogue (known: {known_names()})",
                          field="--source-gpu")
     origin = "--source-gpu" if source_gpu else "the file's gpu header field"
     if src is topo_entry:
-        return 1.0, (f"compute times as in the workload file, measured on {src.name} "
-                     f"({origin}), the topology's GPU")
+        return 1.0, Assumption(f"compute times as in the workload file, measured on "
+                               f"{src.name} ({origin}), the topology's GPU", "compute-as-is")
     if topo_entry is None:
-        return 1.0, (f"WARNING: compute times measured on {src.name} used as they are: the "
-                     f"topology's GPU {topo_gpu.name!r} is not in the GPU catalogue, so no "
-                     "compute model relates the two (--compute-scale F scales them)")
+        return 1.0, Assumption(f"WARNING: compute times measured on {src.name} used as they "
+                               f"are: the topology's GPU {topo_gpu.name!r} is not in the GPU "
+                               "catalogue, so no compute model relates the two (--compute-scale "
+                               "F scales them)", "compute-unscaled", departs=True)
     src_gpu = GpuSpec(src.name, dict(src.peak_tflops), src.hbm_GB, src.hbm_GBps)
     t_src = _reference_ns(src_gpu, resolve_compute(src_gpu))
     t_dst = _reference_ns(topo_gpu, topo_setup or resolve_compute(topo_gpu))
     f = t_dst / t_src
-    return f, (f"compute times measured on {src.name} ({origin}) scaled by {f:.4f} to the "
-               f"topology's {topo_entry.name}: the ratio of a {'x'.join(map(str, REFERENCE_GEMM))}"
-               f" bf16 GEMM's time on {topo_entry.name} ({t_dst / 1e6:.3f} ms) to that on "
-               f"{src.name} ({t_src / 1e6:.3f} ms) in their compute models; --compute-scale "
-               "overrides")
+    return f, Assumption(
+        f"compute times measured on {src.name} ({origin}) scaled by {f:.4f} to the "
+        f"topology's {topo_entry.name}: the ratio of a {'x'.join(map(str, REFERENCE_GEMM))}"
+        f" bf16 GEMM's time on {topo_entry.name} ({t_dst / 1e6:.3f} ms) to that on "
+        f"{src.name} ({t_src / 1e6:.3f} ms) in their compute models; --compute-scale "
+        "overrides", "compute-scaled")
 
 
 def scale_workload(wl, factor: float):

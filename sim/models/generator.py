@@ -12,13 +12,14 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from sim.assumption import Assumption
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.kernels.gpus import describe
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
-from sim.models.features import defer_wgrad, fp8_params, tp_overlap
+from sim.models.features import defer_wgrad, fp8_params, param_gather_step, tp_overlap
 from sim.models.features.grad_sync import delays, launch_points
 from sim.models.features.zero import BYTES_16, zero3_layers
 from sim.models.launches import phase_launches
@@ -81,7 +82,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
     program.assumptions += compute_notes(setup, timer, sustained_note)
-    program.assumptions += defer_wgrad.notes(program, par)
+    program.assumptions += [Assumption(a, "defer-wgrad") for a in defer_wgrad.notes(program, par)]
     return program
 
 
@@ -98,8 +99,9 @@ def compute_notes(setup: ComputeSetup, timer: Timer, sustained: str = "") -> lis
                 for k in sorted(timer.missing)]
         out += [sustained] if sustained else []
     else:
-        out.append("compute time: all from the roofline (the compute model above, on the "
-                   "GPU's dense peaks); no measured kernel table is used")
+        out.append(Assumption("compute time: all from the roofline (the compute model above, "
+                              "on the GPU's dense peaks); no measured kernel table is used",
+                              "compute-time"))
     return out
 
 
@@ -112,10 +114,10 @@ _KIND_MEANS = {"fastacc": "FP8 forward GEMMs at the split-accumulator rate, wher
 def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
                    optimizer: str | ShampooPlan, zero3: Zero3Units | None) -> StageProgram:
     par = plan.par
-    chunks, prologue = [], []
+    chunks, prologue, step_gathers = [], [], []
     delayed, deferred = delays(par, st.stage), None
     for c, rows in enumerate(st.chunks):
-        single = _single_bucket(st.stage, c)
+        single = _single_bucket(st.stage, c, par)
         layers, index = _layers(rows, par, timer, delayed, single)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
             if zero3 is not None:
@@ -123,13 +125,16 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
             else:
                 layers = list(zero3_layers(layers, rows, par, lambda ops: timer.ops_ns(
                     ops, par.dtype, par.microbatches)))
+        elif par.overlap_param_gather and c == 0 and param_gather_step.applies(par):
+            step_gathers = param_gather_step.gathers(_bucket_spans(rows, par, single), par)
         elif par.overlap_param_gather:
             _param_gathers(rows, par, layers, index, prologue, single)
         deferred = deferred or defer_wgrad.build(rows, layers, index, par, len(chunks))
         chunks.append(tuple(layers))
     syncs = _grad_syncs(st, par) if delayed else ()
     return StageProgram(stage=st.stage, chunks=chunks, prologue=tuple(prologue),
-                        epilogue=_epilogue(st, plan, timer, optimizer), grad_syncs=syncs,
+                        epilogue=_epilogue(st, plan, timer, optimizer, step_gathers),
+                        grad_syncs=syncs,
                         deferred=deferred)
 
 
@@ -140,7 +145,7 @@ def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:
     together after the backward op of :func:`launch_points`."""
     out = []
     for chunk, after in launch_points(par, st.stage):
-        buckets = sorted(_buckets(st.chunks[chunk], par, _single_bucket(st.stage, chunk)),
+        buckets = sorted(_buckets(st.chunks[chunk], par, _single_bucket(st.stage, chunk, par)),
                          key=lambda b: (b[2], -b[0]))
         tasks = []
         for _first, n, expert in buckets:
@@ -205,13 +210,14 @@ def _bucket_comms(rows: list[Row], par: ParallelConfig, delayed: bool = False,
     return out
 
 
-def _single_bucket(stage: int, chunk: int) -> bool:
+def _single_bucket(stage: int, chunk: int, par: ParallelConfig) -> bool:
     """Megatron-Core buckets gradients only on pipeline rank 0's first model chunk: a later
     pipeline stage (``DistributedDataParallel``: ``pp_rank > 0``, "not on the critical path")
     and a later chunk (Megatron-LM ``get_model`` / NeMo ``disable_bucketing=(model_chunk_idx >
     0)``) put each chunk's gradients in one bucket (megatron/core/distributed/
-    distributed_data_parallel.py, ee6737da and d98e8a64)."""
-    return stage > 0 or chunk > 0
+    distributed_data_parallel.py, ee6737da and d98e8a64); every chunk with
+    --overlap-param-gather-with-optimizer-step (:mod:`~sim.models.features.param_gather_step`)."""
+    return stage > 0 or chunk > 0 or param_gather_step.applies(par)
 
 
 def _buckets(rows: list[Row], par: ParallelConfig,
@@ -311,8 +317,8 @@ def embedding_grad_comm(plan: ModelPlan, stage: int) -> Comm | None:
     return Comm(CollKind.ALLREDUCE, GroupKind.EMB, size, blocking=True)
 
 
-def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
-              optimizer: str | ShampooPlan) -> tuple[Task, ...]:
+def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer, optimizer: str | ShampooPlan,
+              step_gathers: list[Task]) -> tuple[Task, ...]:
     par = plan.par
     dense, expert = st.params, st.expert_params
     tasks: list[Task] = []
@@ -326,15 +332,24 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer,
     if emb is not None:
         tasks.append(Task("embedding_grads", TaskKind.GRAD_SYNC, comm=emb, wait_async=True))
     g = grad_bytes(par.dtype, par.grad_reduce_in_bf16)
-    ops = adam_ops(dense, par.dp_cp, par.shards_optimizer, g, par.dtype == "fp16")
+    # --overlap-param-gather-with-optimizer-step: chunk 0's dense parameters stepped first
+    dense0 = min(dense, sum(n for _f, n, is_expert, _ in _bucket_spans(st.chunks[0], par, True)
+                            if not is_expert)) if step_gathers else 0
+    ops = adam_ops(dense - dense0, par.dp_cp, par.shards_optimizer, g, par.dtype == "fp16")
     if expert:
         ops += adam_ops(expert, par.edp, par.shards_optimizer, g, par.dtype == "fp16")
     layers = sum(len(ids) for ids in st.layers)
     first = st.stage == 0
     if isinstance(optimizer, ShampooPlan):
         ops += (optimizer.stage_op(layers, first, par.dp_cp),)
-    tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
-                      compute_ns=timer.ops_ns(ops, par.dtype), wait_async=True))
+    if step_gathers:
+        first_ns = timer.ops_ns(adam_ops(dense0, par.dp_cp, par.shards_optimizer, g,
+                                         par.dtype == "fp16"), par.dtype)
+        tasks += param_gather_step.optimizer_tasks(first_ns, timer.ops_ns(ops, par.dtype),
+                                                   step_gathers)
+    else:
+        tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
+                          compute_ns=timer.ops_ns(ops, par.dtype), wait_async=True))
     rows = list(st.rows())
     tasks += fp8_params.optimizer_tasks(rows, par, lambda o: timer.ops_ns(o, par.dtype))
     if isinstance(optimizer, ShampooPlan) and par.dp_cp > 1:

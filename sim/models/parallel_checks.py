@@ -6,10 +6,11 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
-from sim.models.features import defer_wgrad, eager, fp8_params, qk_norm, rope, tp_async
+from sim.models.features import eager, qk_norm, rope
 from sim.models.features.fp8 import check_recipe
 from sim.models.features.moe import check_ep_a2a_overlap
 from sim.models.vocab.spec import ModelSpec
+from sim.options.registry import registry
 from sim.parallel.config import (
     ATTENTION_BACKENDS,
     DTYPES,
@@ -41,10 +42,9 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     rope.check(model, par)
     qk_norm.check(model, par)
     _check_tp_comm_overlap(par)
-    tp_async.check(par)
     check_recipe(par.fp8_recipe)
-    defer_wgrad.check(par)
-    fp8_params.check(par)
+    for check in dict.fromkeys(o.check for o in registry() if o.check is not None):
+        check(par)  # the declared options' framework refusals (sim.options.registry)
 
 
 def _check_tp_comm_overlap(par: ParallelConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from sim.assumption import Assumption, departs, key_of
 from sim.comm import GroupKind
 from sim.network import nccl
 from sim.network.driver import FlowDriver
@@ -29,8 +30,9 @@ def describe_network(tuner: Tuner, driver: FlowDriver, symmetric: bool,
                        if driver.solver.inexact else ""))
     for g in sorted(fusable, key=lambda g: g.value):
         if fusable[g]:
-            out.append(f"{g.value} collectives never share links with other traffic: costed "
-                       "in isolation and merged with compute")
+            out.append(Assumption(f"{g.value} collectives never share links with other "
+                                  "traffic: costed in isolation and merged with compute",
+                                  f"isolated:{g.value}"))
     out += _run_lines(cl, driver)
     return out
 
@@ -41,7 +43,8 @@ def _model_lines(tuner: Tuner) -> list[str]:
     out = [f"network: flow-level model of {topo.name}: collectives become ring/tree/"
            "point-to-point coflows on the cluster graph; links shared max-min fairly, rates "
            "recomputed whenever a flow starts or ends"]
-    out += ["  " + line for line in topo.describe()]
+    out += [Assumption("  " + line, key_of(line), departs=departs(line), explains={},
+                       detail=True) for line in topo.describe()]
     algos = sorted(set(tuner.algorithm.values()))
     if algos == ["auto"]:
         out.append("collective algorithm: auto — least predicted time over NCCL's algorithms "
@@ -110,8 +113,8 @@ def _run_lines(cl: Cluster, driver: FlowDriver) -> list[str]:
     for (kind, group, n, algo), cnt in sorted(driver.chosen.items(),
                                               key=lambda kv: (kv[0][1].value, kv[0][0].value,
                                                               kv[0][3])):
-        out.append(f"chosen: {group.value} {kind.value.lower()} over {n} ranks: {algo} "
-                   f"({cnt}×)")
+        out.append(Assumption(f"chosen: {group.value} {kind.value.lower()} over {n} ranks: "
+                              f"{algo} ({cnt}×)", f"chosen:{group.value}"))
     for g, st in sorted(driver.stats.items(), key=lambda kv: kv[0].value):
         out.append(f"contention: {g.value}: {st.count} communications, achieved "
                    f"{st.actual_ns / 1e6:.3f} ms vs {st.isolated_ns / 1e6:.3f} ms isolated "

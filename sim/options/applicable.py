@@ -19,26 +19,24 @@ Every flag of ``simrun`` (the main run) is entered in :data:`TABLE`, once per in
   (:func:`check_workload`) or after the run, before anything is written (:func:`check_effect`).
 
 A flag added to the run's parser must be entered here (tests/test_no_silent_whatifs.py fails
-otherwise); docs/errors.md lists the refusals. The model-driven training flags' verdicts are in
-:mod:`sim.options.applicable_model`.
+otherwise); docs/errors.md lists the refusals. The training options' rows and per-layout
+refusals come from their declarations (:mod:`sim.options.registry`); the other model-input
+flags' verdicts are in :mod:`sim.options.applicable_model`.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sim.assumption import with_key
 from sim.comm import GroupKind
 from sim.engine.interference import NO_ASYNC
 from sim.errors import UsageError
-from sim.models.features.defer_wgrad import LIMIT_FLAG
-from sim.models.features.defer_wgrad import VERDICTS as DEFER_VERDICTS
-from sim.models.features.grad_sync import DELAY_SCHEDULES, delay_applies
-from sim.models.features.moe import dispatch_nodes
 from sim.options.applicable_log import LOG_VERDICTS
 from sim.options.applicable_model import MODEL_HOW
+from sim.options.registry import FILE_FIXES, refusals, table_rows
 from sim.program.workload import Workload
 from sim.workload import stages
 
@@ -65,26 +63,12 @@ def _kinds(aicb: tuple[str, str], optable: tuple[str, str],
     return {"aicb": Verdict(*aicb), "optable": Verdict(*optable), "model": Verdict(*model)}
 
 
-_FILE_FIXES = ("refused", "applies to --model runs only: a workload file fixes the compute times "
-                          "and message sizes; leave it out, or use --model")
+_FILE_FIXES = FILE_FIXES
 _GENERATED = "applies to workload files (how a file is read); with --model the workload is " \
              "generated, leave it out"
 _LAYOUT = "the layout; stated in the report's layout line and assumptions"
-_MODEL_ONLY = ("--dp", "--micro-batch", "--global-batch", "--sequence-parallel", "--recompute",
-               "--dtype", "--distributed-optimizer", "--flash-attention", "--attention-backend",
-               "--overlap-grad-reduce", "--no-overlap-grad-reduce", "--overlap-param-gather",
-               "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-               "--account-for-embedding-in-pipeline-split",
-               "--account-for-loss-in-pipeline-split", "--pipeline-model-parallel-layout",
-               "--context-parallel-size",
-               "--moe-load-imbalance", "--moe-expert-capacity-factor",
-               "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
-               "--ignore-memory", "--tp-comm-overlap", "--async-tensor-model-parallel-allreduce",
-               "--expert-tensor-parallel-size",
-               "--compile", "--no-compile", "--norm-type", "--fp8-recipe",
-               "--use-torch-fsdp2", "--no-rope-fusion", "--no-delay-grad-reduce",
-               "--overlap-moe-expert-parallel-comm", *DEFER_VERDICTS,
-               "--fp8-param-gather", "--grad-reduce-in-bf16", "--ddp-bucket-size")
+# the model-input flags that are not training options (those are declared in the registry)
+_MODEL_ONLY = tuple(MODEL_HOW)
 _NO_ASYNC = ("refused-if", "SM interference of asynchronous collectives (assumption "
                            "'interference: ...'); refused when the run has none")
 _SCALED = ("refused-if", "refused unless the file's compute times are scaled from another GPU "
@@ -147,9 +131,6 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                  "TP > 1)"),
                      ("refused", "applies to --model runs and AICB DeepSpeed files"),
                      ("refused-if", "refused at DP 1 (nothing to shard over)")),
-    "--fsdp": _kinds(("changes", "ZeRO-3 semantics for an AICB DeepSpeed file"),
-                     ("refused", "applies to --model runs and AICB DeepSpeed files"),
-                     ("refused-if", "refused at DP 1 (nothing to shard over)")),
     "--bytes-per-element": _kinds(
         ("refused", "applies to operator tables only (AICB sizes are bytes); leave it out"),
         ("changes", "bytes of element-count sizes (assumption)"), ("refused", _GENERATED)),
@@ -206,22 +187,9 @@ TABLE: dict[str, dict[str, Verdict]] = {
 
 for _flag, (_verdict, _why) in LOG_VERDICTS.items():
     TABLE[_flag]["aicb-csv"] = Verdict(_verdict, _why)
-
-
-class _Absent(list):
-    """Default of every option while finding which were given (:func:`given_flags`)."""
-
-
-def given_flags(probe: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The flags (first long option string of each) present in ``argv``, even when given their
-    default value. ``probe``: a fresh parser of the run, spent by this call."""
-    # the "not given" marker: not a string (argparse converts string defaults with the flag's
-    # type) and a list (append actions copy their default and append to the copy)
-    absent = _Absent()
-    names = {a.dest: next((o for o in a.option_strings if o.startswith("--")), a.dest)
-             for a in probe._actions}  # noqa: SLF001 - argparse has no public list of actions
-    probe.set_defaults(**dict.fromkeys(names, absent))
-    return {names[k] for k, v in vars(probe.parse_args(argv)).items() if v is not absent}
+# the training options' rows, from their declarations (sim.options.registry)
+for _flag, _row in table_rows().items():
+    TABLE[_flag] = {kind: Verdict(*_row[kind]) for kind in INPUT_KINDS}
 
 
 def check_given(given: Iterable[str], kind: str) -> None:
@@ -259,8 +227,8 @@ def check_workload(given: Iterable[str], wl: Workload, tp: int | None, ep: int |
     _refuse_if(given, "--ep", not _has_group(wl, GroupKind.EP, GroupKind.DP_EP),
                "the file has no expert-parallel (EP or DP_EP) collectives, so the EP size "
                "would change nothing")
-    _refuse_if(given, "--missing-backward-ratio", wl.format == "optable" and not any(
-        "--missing-backward-ratio" in a for a in wl.assumptions),
+    _refuse_if(given, "--missing-backward-ratio", wl.format == "optable" and not with_key(
+        wl.assumptions, "missing-backward"),
         "the file gives backward times, so the ratio would change nothing")
     stages_n = pp or h.pp or 1
     _refuse_if(given, "--row-placement", row_placement == "all" and stages_n == 1,
@@ -290,8 +258,7 @@ def check_effect(given: Iterable[str], assumptions: list[str], model_run: Any = 
     given = set(given)
     check_interference(given, assumptions)
     if model_run is None:
-        scaled = any(a.startswith("compute times measured on") and " scaled by " in a
-                     for a in assumptions)
+        scaled = bool(with_key(assumptions, "compute-scaled"))
         unused = ("the file's compute times are used as written (not scaled from another GPU), "
                   "so it would change nothing")
         for flag in ("--kernel-table", "--compute-efficiency", "--source-gpu"):
@@ -310,7 +277,8 @@ def check_interference(given: Iterable[str], assumptions: list[str]) -> None:
     """The SM-interference flags, refused when the run had no asynchronous collective (its
     ``assumptions`` hold :data:`~sim.engine.interference.NO_ASYNC`)."""
     for flag in ("--nccl-channels", "--comm-overlap-slowdown"):
-        _refuse_if(set(given), flag, NO_ASYNC in assumptions, "the run has no asynchronous "
+        _refuse_if(set(given), flag, bool(with_key(assumptions, NO_ASYNC.key)), "the run has "
+                   "no asynchronous "
                    "collective (nothing runs beside compute), so it would change nothing")
 
 
@@ -319,32 +287,10 @@ def check_layout(given: Iterable[str], model: Any, par: Any) -> None:
     (:class:`~sim.parallel.config.ParallelConfig`, its ``ep_nodes`` set for the cluster):
     :func:`check_effect`, and ``simrun sweep`` for each layout before simulating it."""
     given = set(given)
-    tp, dp = par.layout.tp, par.dp_cp  # Megatron shards over the DP group with CP
-    _refuse_if(given, "--sequence-parallel", tp == 1, "needs TP > 1 (Megatron ignores it at TP 1)")
-    for flag in ("--distributed-optimizer", "--zero", "--fsdp"):
-        _refuse_if(given, flag, dp == 1, "needs DP > 1 (there is nothing to shard the "
+    dp = par.dp_cp  # Megatron shards over the DP group with CP
+    _refuse_if(given, "--zero", dp == 1, "needs DP > 1 (there is nothing to shard the "
                                          "optimizer state over at DP 1)")
-    for flag in ("--overlap-grad-reduce", "--no-overlap-grad-reduce"):
-        _refuse_if(given, flag, dp == 1, "needs DP > 1 (no gradient reduction at DP 1)")
-    _refuse_if(given, "--no-delay-grad-reduce", not delay_applies(par),
-               "Megatron delays gradient reductions only with --overlap-grad-reduce, PP > 1, "
-               f"DP > 1, Megatron DDP (no ZeRO / FSDP) and its {' or '.join(DELAY_SCHEDULES)} "
-               "schedule, so it changes nothing here")
-    _refuse_if(given, LIMIT_FLAG, 0 < par.wgrad_deferral_limit >= par.microbatches, "every "
-               f"one of the {par.microbatches} microbatches is deferred, as with 0")
-    _refuse_if(given, "--ddp-bucket-size", dp == 1 or not par.overlap_grad_reduce
-               or bool(par.zero) or par.fsdp, "Megatron-Core buckets DP gradients only with "
-               "DP > 1 and --overlap-grad-reduce in its DDP (no ZeRO / FSDP), so it changes "
-               "nothing here")
-    _refuse_if(given, "--grad-reduce-in-bf16", par.dtype == "fp16" or bool(par.zero) or par.fsdp,
-               "fp16 and ZeRO / FSDP gradients are 16-bit already; it changes nothing here")
     _refuse_if(given, "--expert-tensor-parallel-size", model.moe is None,
                "applies to mixture-of-experts models (a dense model has no experts)")
-    _refuse_if(given, "--fp8-recipe", par.dtype != "fp8", "applies to --dtype fp8 runs "
-               f"(a {par.dtype} run has no FP8 casts or scaling factors)")
-    _refuse_if(given, "--moe-token-dispatcher-type",
-               par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1
-               and (par.ep == 1 or model.moe is not None and model.moe.experts == par.ep),
-               "the EP group lies inside one node with one expert per GPU (or EP is 1), where "
-               "the flex dispatcher sends every token copy and permutes them once, as the "
-               "alltoall dispatcher does, so it changes nothing")
+    for flag, why in refusals(given, model, par):  # the declared options' (sim.options.registry)
+        raise UsageError(f"{why}; leave it out", field=flag)

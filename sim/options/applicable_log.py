@@ -1,6 +1,7 @@
 """The verdicts of every flag of the main run for AICB's physical-format ZeRO-3 log read with
 its model spec (``--workload LOG.csv --model SPEC``, :mod:`sim.scenario.collective_log`): the
-``aicb-csv`` column of :data:`sim.options.applicable.TABLE` (verdicts as defined there)."""
+``aicb-csv`` column of :data:`sim.options.applicable.TABLE` (verdicts as defined there); the
+training options' are in their declarations (:mod:`sim.options.registry`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 _LOG_FIXES = "the log fixes it (one data-parallel group of its ranks, TP = PP = CP = EP = 1, " \
              "one microbatch, ZeRO stage 3); leave it out"
 _NO_PIPELINE = "the log is one DeepSpeed forward and backward (no pipeline stages); leave it out"
-_LOG_PLACES = "DeepSpeed's collectives come from the log; leave it out"
 LOG_VERDICTS: dict[str, tuple[str, str]] = {
     "--workload": ("input", "the collective log (AICB physical format)"),
     "--format": ("refused", "the physical format is detected; --format forces the reader of a "
@@ -20,13 +20,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                            "log's GPUs)"),
     **dict.fromkeys(("--tp", "--pp", "--ep", "--vpp", "--microbatches", "--gpus", "--dp",
                      "--zero", "--context-parallel-size"), ("refused", _LOG_FIXES)),
-    **dict.fromkeys(("--fsdp", "--use-torch-fsdp2"),
-                    ("refused", "the log is DeepSpeed ZeRO-3's; leave it out")),
-    **dict.fromkeys(("--schedule", "--microbatch-group-size", "--pp-comm-bytes",
-                     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-                     "--account-for-embedding-in-pipeline-split",
-                     "--account-for-loss-in-pipeline-split",
-                     "--pipeline-model-parallel-layout"), ("refused", _NO_PIPELINE)),
+    **dict.fromkeys(("--schedule", "--microbatch-group-size", "--pp-comm-bytes"),
+                    ("refused", _NO_PIPELINE)),
     "--host-dispatch-us": ("refused", "the log's collectives are not kernels the model "
                                       "launches in order; use --model alone; leave it out"),
     "--row-placement": ("refused", "the log's rows are collectives, placed by the model's rows; "
@@ -39,36 +34,8 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                                  "(training options)"),
     "--global-batch": ("refused", "the log is one microbatch per rank: the global batch is DP × "
                                   "--micro-batch; leave it out"),
-    "--sequence-parallel": ("refused", "needs TP > 1; the log is TP 1; leave it out"),
-    "--tp-comm-overlap": ("refused", "needs TP > 1; the log is TP 1; leave it out"),
-    "--async-tensor-model-parallel-allreduce": ("refused", "needs TP > 1; the log is TP 1; "
-                                                           "leave it out"),
-    "--fp8-recipe": ("refused", "the log is DeepSpeed's, without Transformer Engine's FP8 "
-                                "recipes; leave it out"),
-    "--recompute": ("changes", "activation recomputation (training options, memory; with full "
-                               "recomputation the backward gathers precede the re-run forward)"),
-    "--dtype": ("changes", "GEMM peak and MFU reference (training options)"),
-    "--flash-attention": ("changes", "the attention backend (training options)"),
-    "--attention-backend": ("changes", "the attention backend (training options)"),
-    **dict.fromkeys(("--distributed-optimizer", "--overlap-grad-reduce",
-                     "--no-overlap-grad-reduce", "--overlap-param-gather",
-                     "--no-delay-grad-reduce", "--fp8-param-gather",
-                     "--grad-reduce-in-bf16", "--ddp-bucket-size"),
-                    ("refused", "Megatron's; " + _LOG_PLACES)),
-    **dict.fromkeys(("--moe-load-imbalance", "--moe-expert-capacity-factor",
-                     "--moe-token-dispatcher-type", "--moe-shared-expert-intermediate-size",
-                     "--expert-tensor-parallel-size", "--overlap-moe-expert-parallel-comm"),
-                    ("refused", "the log is of a dense model; leave it out")),
-    **dict.fromkeys(("--defer-embedding-wgrad-compute", "--wgrad-deferral-limit"),
-                    ("refused", "Megatron-Core's pipeline flush; " + _NO_PIPELINE)),
+    "--expert-tensor-parallel-size": ("refused", "the log is of a dense model; leave it out"),
     "--ignore-memory": ("refused-if", "refused when the layout fits in GPU memory"),
-    "--no-rope-fusion": ("refused", "the log is DeepSpeed's, without Megatron-Core's RoPE "
-                                    "option; the model times its compute with Megatron-Core's "
-                                    "fused layer; leave it out"),
-    **dict.fromkeys(("--compile", "--no-compile", "--norm-type"),
-                    ("refused", "the model times the log's compute with Megatron's fused "
-                                "layer; the eager operator list is torchtitan's (--model "
-                                "runs); leave it out")),
     "--bytes-per-element": ("refused", "the log's sizes are bytes; leave it out"),
     "--missing-backward-ratio": ("refused", "the model times the backward; leave it out"),
     "--kernel-table": ("changes", "operator times (compute note)"),

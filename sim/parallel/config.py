@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from sim.errors import UsageError
 from sim.parallel.layout import Layout
@@ -87,6 +87,9 @@ class Training:
     ``ddp_bucket_size``: Megatron-LM's ``--ddp-bucket-size`` (Megatron-Core DDP
     ``bucket_size``, parameters per gradient bucket; None: Megatron-Core's default,
     :func:`sim.models.optimizer.bucket_params`).
+    ``overlap_param_gather_with_optimizer_step``: Megatron-Core's (model chunk 0's parameter
+    all-gather beside the optimizer step of the other chunks;
+    :mod:`sim.models.features.param_gather_step`).
     """
 
     global_batch: int | None = None
@@ -120,6 +123,7 @@ class Training:
     grad_reduce_in_bf16: bool = False
     ddp_bucket_size: int | None = None
     async_tensor_model_parallel_allreduce: bool = False
+    overlap_param_gather_with_optimizer_step: bool = False
 
     @property
     def backend(self) -> str:
@@ -150,18 +154,6 @@ def attention_kernel(training: Training, gpu_family: str) -> str:
     return "flash" if gpu_family in PRE_HOPPER_FAMILIES else "fused"
 
 
-def _part(part: str, name: str) -> property:
-    """A read-only view of ``self.<part>.<name>`` (the data lives in one place)."""
-    return property(lambda self: getattr(getattr(self, part), name),
-                    doc=f"``{part}.{name}``")
-
-
-def fields_of(obj) -> dict:
-    """A dataclass's fields by name, one level deep (nested dataclasses kept as they are,
-    unlike :func:`dataclasses.asdict`)."""
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
-
-
 def _microbatches(global_batch, micro_batch, dp) -> int:
     """``global_batch / (micro_batch · dp)``, or 0 when a size is not a positive integer
     (:func:`validate` names the flag)."""
@@ -171,135 +163,45 @@ def _microbatches(global_batch, micro_batch, dp) -> int:
     return 0
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class ParallelConfig:
     """A model-driven run's :class:`~sim.parallel.layout.Layout` and :class:`Training`.
 
-    Built from Megatron-style flat arguments (``ParallelConfig(tp=8, pp=8, global_batch=64,
-    sequence_parallel=True)``) or from the two parts (:meth:`of`). The layout's microbatches
-    per iteration are ``global_batch / (micro_batch · dp)``. The flat names read through to
-    the part that holds them (``par.tp`` is ``par.layout.tp``).
+    Built from the two parts: :meth:`derive` sets the layout's microbatches per iteration,
+    ``global_batch / (micro_batch · dp)``; :meth:`of` checks them. Every field of either part
+    reads through (``par.tp`` is ``par.layout.tp``, ``par.dtype`` is ``par.training.dtype``):
+    the data lives in one place.
     """
 
     layout: Layout
     training: Training
 
-    def __init__(self, tp: int = 1, pp: int = 1, dp: int = 1, vpp: int = 1, ep: int = 1,
-                 micro_batch: int = 1, global_batch: int = 1, sequence_parallel: bool = False,
-                 recompute: str = "none", dtype: str = "bf16",
-                 distributed_optimizer: bool = False, schedule: str | None = None,
-                 microbatch_group_size: int | None = None, flash_attention: bool = False,
-                 overlap_grad_reduce: bool = True, attention_backend: str = "",
-                 split: PipelineSplit = EVEN_SPLIT, cp: int = 1, zero: int = 0,
-                 fsdp: bool = False, moe_load_imbalance: float = 1.0,
-                 moe_capacity_factor: float | None = None,
-                 overlap_param_gather: bool = False, moe_token_dispatcher: str = "alltoall",
-                 moe_shared_expert_intermediate_size: int | None = None,
-                 ep_nodes: int = 1, tp_comm_overlap: bool = False,
-                 etp: int | None = None, compile: bool = True,
-                 norm_type: str = "rmsnorm", fp8_recipe: str = "delayed",
-                 use_torch_fsdp2: bool = False, apply_rope_fusion: bool = True,
-                 delay_grad_reduce: bool = True,
-                 overlap_moe_expert_parallel_comm: bool = False,
-                 defer_embedding_wgrad_compute: bool = False,
-                 wgrad_deferral_limit: int = 0,
-                 fp8_param_gather: bool = False,
-                 grad_reduce_in_bf16: bool = False,
-                 ddp_bucket_size: int | None = None,
-                 async_tensor_model_parallel_allreduce: bool = False) -> None:
-        training = Training(global_batch=global_batch, micro_batch=micro_batch,
-                            sequence_parallel=sequence_parallel, recompute=recompute,
-                            dtype=dtype, distributed_optimizer=distributed_optimizer,
-                            flash_attention=flash_attention,
-                            overlap_grad_reduce=overlap_grad_reduce,
-                            delay_grad_reduce=delay_grad_reduce,
-                            attention_backend=attention_backend, split=split, fsdp=fsdp,
-                            moe_load_imbalance=moe_load_imbalance,
-                            moe_capacity_factor=moe_capacity_factor,
-                            overlap_param_gather=overlap_param_gather,
-                            moe_token_dispatcher=moe_token_dispatcher,
-                            moe_shared_expert_intermediate_size=(
-                                moe_shared_expert_intermediate_size),
-                            ep_nodes=ep_nodes, tp_comm_overlap=tp_comm_overlap,
-                            compile=compile, norm_type=norm_type,
-                            fp8_recipe=fp8_recipe,
-                            use_torch_fsdp2=use_torch_fsdp2,
-                            apply_rope_fusion=apply_rope_fusion,
-                            overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
-                            defer_embedding_wgrad_compute=defer_embedding_wgrad_compute,
-                            wgrad_deferral_limit=wgrad_deferral_limit,
-                            fp8_param_gather=fp8_param_gather,
-                            grad_reduce_in_bf16=grad_reduce_in_bf16,
-                            async_tensor_model_parallel_allreduce=(
-                                async_tensor_model_parallel_allreduce),
-                            ddp_bucket_size=ddp_bucket_size)
-        layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, cp=cp, zero=zero,
-                        etp=None if etp == tp else etp,
-                        microbatches=_microbatches(global_batch, micro_batch, dp),
-                        schedule=schedule, microbatch_group_size=microbatch_group_size)
-        object.__setattr__(self, "layout", layout)
-        object.__setattr__(self, "training", training)
+    @classmethod
+    def derive(cls, layout: Layout, training: Training) -> ParallelConfig:
+        """``layout`` trained with ``training``, its microbatches derived from the global
+        batch (0 when a size is not a positive integer: :func:`validate` names the flag); an
+        ``etp`` equal to ``tp`` is the default (``None``)."""
+        return cls(replace(layout, etp=None if layout.etp == layout.tp else layout.etp,
+                           microbatches=_microbatches(training.global_batch,
+                                                      training.micro_batch, layout.dp)),
+                   training)
 
     @classmethod
     def of(cls, layout: Layout, training: Training) -> ParallelConfig:
         """The config of ``layout`` trained with ``training``; ``layout.microbatches`` must
         be ``global_batch / (micro_batch · dp)``."""
-        par = cls(tp=layout.tp, pp=layout.pp, dp=layout.dp, vpp=layout.vpp, ep=layout.ep,
-                  cp=layout.cp, zero=layout.zero, schedule=layout.schedule, etp=layout.etp,
-                  microbatch_group_size=layout.microbatch_group_size,
-                  **fields_of(training))
+        par = cls.derive(layout, training)
         if par.layout != layout:
             raise UsageError(f"{layout.microbatches} microbatches × micro batch "
                              f"{training.micro_batch} × DP {layout.dp} ≠ global batch "
                              f"{training.global_batch}", field="--microbatches")
         return par
 
-    tp = _part("layout", "tp")
-    pp = _part("layout", "pp")
-    dp = _part("layout", "dp")
-    ep = _part("layout", "ep")
-    vpp = _part("layout", "vpp")
-    microbatches = _part("layout", "microbatches")
-    schedule = _part("layout", "schedule")
-    microbatch_group_size = _part("layout", "microbatch_group_size")
-    cp = _part("layout", "cp")
-    zero = _part("layout", "zero")
-    world_size = _part("layout", "world_size")
-    schedule_name = _part("layout", "schedule_name")
-    global_batch = _part("training", "global_batch")
-    micro_batch = _part("training", "micro_batch")
-    sequence_parallel = _part("training", "sequence_parallel")
-    recompute = _part("training", "recompute")
-    dtype = _part("training", "dtype")
-    distributed_optimizer = _part("training", "distributed_optimizer")
-    flash_attention = _part("training", "flash_attention")
-    overlap_grad_reduce = _part("training", "overlap_grad_reduce")
-    delay_grad_reduce = _part("training", "delay_grad_reduce")
-    overlap_param_gather = _part("training", "overlap_param_gather")
-    tp_comm_overlap = _part("training", "tp_comm_overlap")
-    async_tensor_model_parallel_allreduce = _part("training",
-                                                  "async_tensor_model_parallel_allreduce")
-    compile = _part("training", "compile")
-    norm_type = _part("training", "norm_type")
-    fp8_recipe = _part("training", "fp8_recipe")
-    use_torch_fsdp2 = _part("training", "use_torch_fsdp2")
-    apply_rope_fusion = _part("training", "apply_rope_fusion")
-    attention_backend = _part("training", "attention_backend")
-    backend = _part("training", "backend")
-    requested_backend = _part("training", "requested_backend")
-    fused_attention = _part("training", "fused_attention")
-    split = _part("training", "split")
-    fsdp = _part("training", "fsdp")
-    moe_load_imbalance = _part("training", "moe_load_imbalance")
-    moe_capacity_factor = _part("training", "moe_capacity_factor")
-    moe_token_dispatcher = _part("training", "moe_token_dispatcher")
-    ep_nodes = _part("training", "ep_nodes")
-    overlap_moe_expert_parallel_comm = _part("training", "overlap_moe_expert_parallel_comm")
-    defer_embedding_wgrad_compute = _part("training", "defer_embedding_wgrad_compute")
-    wgrad_deferral_limit = _part("training", "wgrad_deferral_limit")
-    fp8_param_gather = _part("training", "fp8_param_gather")
-    grad_reduce_in_bf16 = _part("training", "grad_reduce_in_bf16")
-    ddp_bucket_size = _part("training", "ddp_bucket_size")
+    def __getattr__(self, name: str):
+        """A field or property of :attr:`layout` or :attr:`training` (layout first)."""
+        if name in _READ_THROUGH:
+            return getattr(self.__dict__[_READ_THROUGH[name]], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def shards_optimizer(self) -> bool:
@@ -335,3 +237,15 @@ def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
     """Megatron's padded vocabulary: the next multiple of ``divisible_by · tp``."""
     unit = divisible_by * tp
     return -(-vocab // unit) * unit
+
+
+def _public(cls) -> list[str]:
+    """The fields and properties of the dataclass ``cls``."""
+    props = [n for n, v in vars(cls).items() if isinstance(v, property)]
+    return [f.name for f in fields(cls)] + props
+
+
+#: the names :class:`ParallelConfig` reads through to its parts, derived from their fields and
+#: properties (a name of both is the layout's)
+_READ_THROUGH: dict[str, str] = {**dict.fromkeys(_public(Training), "training"),
+                                 **dict.fromkeys(_public(Layout), "layout")}

@@ -8,33 +8,17 @@ exposed communication + idle time = 100% on every stage.
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from sim.assumption import departs, explains, is_detail
 
 GROUP_ORDER = ("TP", "CP", "EP", "ETP", "PP", "DP", "DP_EP", "EMB")
 GROUP_WORDS = {"TP": "tensor-parallel", "CP": "context-parallel", "EP": "expert-parallel",
                "ETP": "expert tensor-parallel",
                "PP": "pipeline send/recv", "DP": "data-parallel gradient",
                "DP_EP": "expert data-parallel gradient", "EMB": "embedding-group gradient"}
-# Which assumptions explain each part of the iteration: prefixes of the assumption lines
-# written by the workload readers, the model generator and the network model.
-EXPLAINS = {
-    # for workload files, how the rows were read into microbatches sets the compute per iteration
-    "compute": ("compute model", "per-microbatch block", "operator table", "compute"),
-    "TP": ("TP communication", "chosen: TP", "TP collectives"),
-    "CP": ("context parallel", "chosen: CP"),
-    "EP": ("MoE", "chosen: EP", "EP "),
-    "PP": ("pipeline message", "chosen: PP"),
-    "DP": ("--overlap-grad-reduce", "DP gradient", "chosen: DP", "data-parallel size"),
-    "ETP": ("MoE", "chosen: ETP"),
-    "DP_EP": ("chosen: DP_EP",),
-    "EMB": ("chosen: EMB", "tied embeddings"),
-    "idle": ("layout:", "schedule:"),
-    "optimizer": ("optimizer:",),
-}
-# assumption lines that say the run departs from its input (a value that cannot be used, a
-# topology field overridden with --set) or warns: always shown
-_DEPARTURE = re.compile(r"\bWARNING\b|\bwarning:|\bcannot be\b|\bignored\b|\(--set\)")
+# Which assumption lines explain each part of the iteration, and which say the run departs
+# from its input: the typed fields of each line (sim.assumption), never its text
 
 
 def ms(x_s: float) -> str:
@@ -191,7 +175,7 @@ def departures(rep: dict[str, Any]) -> list[str]:
     """Assumptions that say the run departs from its input or warn (a header value that cannot
     be used, a topology field overridden with ``--set``, a physically doubtful topology, a
     layout simulated although it does not fit): always shown, whatever their number."""
-    return [a.strip() for a in rep["assumptions"] if _DEPARTURE.search(a)]
+    return [a.strip() for a in rep["assumptions"] if departs(a)]
 
 
 def top_assumptions(rep: dict[str, Any], k: int = 3) -> list[str]:
@@ -202,17 +186,25 @@ def top_assumptions(rep: dict[str, Any], k: int = 3) -> list[str]:
     chosen: list[str] = departures(rep)
     k += len(chosen)
     for part in sorted(sh, key=lambda p: -sh[p]):
-        for prefix in EXPLAINS.get(part, ()):
-            a = next((a for a in rep["assumptions"] if a.startswith(prefix)
-                      and a not in chosen), None)
-            if a is not None:
-                chosen.append(a)
-                break
+        a = _first_explaining(rep["assumptions"], part, chosen)
+        if a is not None:
+            chosen.append(a)
         if len(chosen) == k:
             return chosen
     for a in rep["assumptions"]:
         if len(chosen) == k:
             break
-        if a not in chosen and not a.startswith(" "):
+        if a not in chosen and not is_detail(a):
             chosen.append(a)
     return chosen
+
+
+def _first_explaining(lines: list[str], part: str, chosen: list[str]) -> str | None:
+    """The first line not yet ``chosen`` among those of the lowest rank that explain
+    ``part`` (:attr:`sim.assumption.Assumption.explains`)."""
+    ranks = sorted({explains(a)[part] for a in lines if part in explains(a)})
+    for r in ranks:
+        a = next((a for a in lines if explains(a).get(part) == r and a not in chosen), None)
+        if a is not None:
+            return a
+    return None

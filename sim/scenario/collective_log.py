@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sim.assumption import key_of
 from sim.errors import UsageError
 from sim.files.catalog import resolve
 from sim.files.inputs import read_text
@@ -96,8 +97,8 @@ def with_log(program: PipelineProgram, log: CollectiveLog, model_path: str) -> P
     st.epilogue = step_tasks(log, st.epilogue)
     count = {role: len(log.of(role)) for role in Role}
     skipped = ", ".join(f"{k} ({v})" for k, v in sorted(log.skipped.items()))
-    program.assumptions = [a for a in program.assumptions
-                           if not a.startswith("DeepSpeed ZeRO stage 3:")]
+    # the log's ZeRO-3 is stated below, not the generated program's
+    program.assumptions = [a for a in program.assumptions if key_of(a) != "zero"]
     program.assumptions[:0] = [
         f"collective log {log.path} (AICB physical format, one DeepSpeed ZeRO-3 iteration of "
         f"ranks 0-{log.ranks - 1} in one DP group): from the file, every collective's kind, "

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.assumption import Assumption
 from sim.comm import GroupKind
 from sim.errors import UsageError
 from sim.models.compute_setup import ComputeOptions, ComputeSetup, resolve_compute
@@ -167,8 +168,8 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
             advice = memory_advice(model, par, gpu, mem.peak.total_bytes)
             raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; {advice} "
                              "(--ignore-memory simulates it anyway)", field="--model")
-        notes.append("WARNING: simulated although the layout does not fit in GPU memory "
-                     "(--ignore-memory)")
+        notes.append(Assumption("WARNING: simulated although the layout does not fit in GPU "
+                                "memory (--ignore-memory)", "memory-ignored", departs=True))
     setup = compute if isinstance(compute, ComputeSetup) else resolve_compute(gpu, compute)
     program = generate(model, par, gpu, plan=fit.plan,
                        source=f"model {model.name} ({path})" if path else "",

@@ -11,7 +11,7 @@ import hashlib
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from sim.files.inputs import read_bytes  # bounded, never blocks (not Path.read_
 from sim.models.compute_setup import ComputeOptions, resolve_compute
 from sim.models.vocab.spec import load_model
 from sim.options import applicable
+from sim.options.registry import sweep_later
 from sim.parallel.config import Training
 from sim.runtime import progress
 from sim.runtime.process import Terminated
@@ -134,13 +135,9 @@ def _training_settings(training: Training) -> dict[str, Any]:
     """The shared training options as recorded in the settings: without the micro batch (it
     varies per layout; each row has it) and without an unset attention backend (sweeps recorded
     before it existed still resume; likewise the split, FSDP and MoE routing options at their
-    defaults, which a sweep does not vary)."""
-    later = {"attention_backend": "", "split": asdict(Training().split), "fsdp": False,
-             "moe_load_imbalance": 1.0, "moe_capacity_factor": None, "compile": True,
-             "norm_type": "rmsnorm", "use_torch_fsdp2": False, "apply_rope_fusion": True,
-             "fp8_param_gather": False,
-             "grad_reduce_in_bf16": False, "ddp_bucket_size": None,
-             "async_tensor_model_parallel_allreduce": False}
+    defaults, which a sweep does not vary): the options declared without
+    ``recorded_at_default`` (:func:`sim.options.registry.sweep_later`)."""
+    later = {k: asdict(v) if is_dataclass(v) else v for k, v in sweep_later().items()}
     return {k: v for k, v in asdict(training).items()
             if k != "micro_batch" and not (k in later and v == later[k])}
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from sim.errors import UsageError
 from sim.models.parallel_checks import validate
 from sim.models.vocab.spec import ModelSpec
-from sim.parallel.config import ParallelConfig, Training, fields_of
+from sim.parallel.config import ParallelConfig, Training
+from sim.parallel.layout import Layout
 from sim.pipeline.schedules import default_vpp
 
 
@@ -57,13 +58,12 @@ class SweepPoint:
     def config(self, training: Training) -> ParallelConfig:
         """The :class:`ParallelConfig` of this point trained with ``training`` (its micro batch
         replaced by the point's; interleaved schedule when ``vpp > 1``, else 1F1B)."""
-        return ParallelConfig(
-            tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep, cp=self.cp,
-            zero=self.zero, schedule=self.schedule or None, etp=self.etp or None,
-            microbatch_group_size=self.group_size or None,
-            **fields_of(replace(training, micro_batch=self.micro_batch,
-                                distributed_optimizer=training.distributed_optimizer
-                                and not self.zero)))
+        return ParallelConfig.derive(
+            Layout(tp=self.tp, pp=self.pp, dp=self.dp, vpp=self.vpp, ep=self.ep, cp=self.cp,
+                   zero=self.zero, schedule=self.schedule or None, etp=self.etp or None,
+                   microbatch_group_size=self.group_size or None),
+            replace(training, micro_batch=self.micro_batch,
+                    distributed_optimizer=training.distributed_optimizer and not self.zero))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.assumption import Assumption
 from sim.faults import Faults
 from sim.topology.gpu import GpuSpec
 
@@ -215,6 +216,8 @@ class Topology:
             out.append(f"fabric: {len(f.levels)}-level fat tree"
                        f"{', rail-optimised' if f.rail_optimized else ''}, links "
                        f"{f.link_bandwidth_gbps:g} Gb/s × {f.efficiency:g}; {lv}")
-        out += [f"topology override (--set): {o}" for o in self.overrides]
-        out += [f"WARNING: {w}" for w in self.warnings]
+        out += [Assumption(f"topology override (--set): {o}", "topology-override", departs=True)
+                for o in self.overrides]
+        out += [Assumption(f"WARNING: {w}", "topology-warning", departs=True)
+                for w in self.warnings]
         return out

@@ -37,10 +37,9 @@ Validation file schema (unknown keys are rejected with file, line and key)::
 
 from __future__ import annotations
 
-import inspect
 import math
 from concurrent.futures import as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,8 @@ from sim.files.inputs import read_text
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.models.parallel_checks import validate as check_parallel
 from sim.models.vocab.spec import load_model
-from sim.parallel.config import ParallelConfig
+from sim.parallel.config import ParallelConfig, Training
+from sim.parallel.layout import Layout
 from sim.parallel.split import PipelineSplit
 from sim.runtime.progress import Progress
 from sim.scenario import steps
@@ -85,20 +85,21 @@ FILE_KEYS = ("source", "topology", "defaults", "cases")
 
 
 def _par_keys() -> dict[str, type]:
-    """The :class:`ParallelConfig` options a case may set, with their value types: every
-    constructor argument whose default is a plain bool, int, float or str (new options of the
-    framework model become case keys without a change here)."""
+    """The :class:`Layout` and :class:`Training` fields a case may set, with their value types:
+    every field whose default is a plain bool, int, float or str, or ``None`` for an int or float
+    (new options of the framework model become case keys without a change here); the
+    microbatches follow from the global batch."""
     keys = {}
-    for p in inspect.signature(ParallelConfig.__init__).parameters.values():
-        d = p.default
-        if p.name == "self" or d is inspect.Parameter.empty:
+    for f in (*fields(Layout), *fields(Training)):
+        d = f.default
+        if f.name == "microbatches":
             continue
         if isinstance(d, (bool, int, float, str)):
-            keys[p.name] = type(d)
-        elif d is None and "int" in str(p.annotation):
-            keys[p.name] = int
-        elif d is None and "float" in str(p.annotation):
-            keys[p.name] = float
+            keys[f.name] = type(d)
+        elif d is None and "int" in str(f.type):
+            keys[f.name] = int
+        elif d is None and "float" in str(f.type):
+            keys[f.name] = float
     return keys
 
 
@@ -183,8 +184,11 @@ def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, 
     try:
         split = PipelineSplit(**{SPLIT_KEYS[k][0]: v for k, v in merged.items()
                                  if k in SPLIT_KEYS})
-        par = ParallelConfig(split=split,
-                             **{k: v for k, v in merged.items() if k in PAR_KEYS})
+        layout = {f.name for f in fields(Layout)}
+        given = {k: v for k, v in merged.items() if k in PAR_KEYS}
+        par = ParallelConfig.derive(
+            Layout(**{k: v for k, v in given.items() if k in layout}),
+            Training(split=split, **{k: v for k, v in given.items() if k not in layout}))
     except SimrunError as e:  # a layout the framework would refuse
         fail(getattr(e, "message", str(e)), at, f"cases[{i}]")
     case = _case(merged, par, base, topo, file_source)  # the model file names its own errors

@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from sim.assumption import Assumption
 from sim.errors import InputError
 from sim.program.workload import Layer
 
@@ -74,9 +75,9 @@ def find_structure(layers: list[Layer], ga: int, file: str) -> RowStructure:
             notes.append(
                 f"the {ga} unrolled blocks are not identical: {rep_count} share the values used "
                 f"for every microbatch; rows that differ: lines {_ranges(diff)}")
-        notes.append(
+        notes.append(Assumption(
             f"per-microbatch block: {k} rows (lines {rep[0].line}-{rep[-1].line}), found "
-            f"{ga} times = ga")
+            f"{ga} times = ga", "microbatch-block"))
         return RowStructure(layers[:start], list(rep), layers[end:], ga, notes)
     lead = 0
     while lead < len(names) and ITERATION_ROW.match(names[lead]):
@@ -88,8 +89,8 @@ def find_structure(layers: list[Layer], ga: int, file: str) -> RowStructure:
         raise InputError("every row is an iteration-level row; no per-microbatch layers",
                          file=file, field="rows")
     block = layers[lead:trail]
-    notes.append(f"per-microbatch block: {len(block)} rows (lines {block[0].line}-"
-                 f"{block[-1].line}); ga = 1")
+    notes.append(Assumption(f"per-microbatch block: {len(block)} rows (lines "
+                            f"{block[0].line}-{block[-1].line}); ga = 1", "microbatch-block"))
     return RowStructure(layers[:lead], block, layers[trail:], 1, notes)
 
 

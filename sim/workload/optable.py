@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from sim.assumption import Assumption
 from sim.comm import Comm, GroupKind
 from sim.errors import InputError
 from sim.files.inputs import INT64_MAX, split_lines
@@ -122,8 +123,9 @@ def read_optable(
         parsed.append((line, cols[col["name"]], phases))
 
     assumptions = [
-        "operator table units: compute times in ms (converted to ns), comm sizes in elements "
-        f"× {bytes_per_element} bytes per element (--bytes-per-element)",
+        Assumption("operator table units: compute times in ms (converted to ns), comm sizes in "
+                   f"elements × {bytes_per_element} bytes per element (--bytes-per-element)",
+                   "optable-units"),
         "ALLREDUCE_ASYNC = asynchronous data-parallel gradient all-reduce, overlapped with "
         "backward",
     ]
@@ -133,11 +135,11 @@ def read_optable(
     if fill:
         if not (backward_ratio > 0 and math.isfinite(backward_ratio)):
             raise InputError(f"must be > 0, got {backward_ratio}", field="--missing-backward-ratio")
-        assumptions.append(
+        assumptions.append(Assumption(
             f"every backward and weight-grad time in the file is 0 (not predicted): using "
             f"input-grad = weight-grad = {backward_ratio / 2:g} × forward per operator "
-            f"(backward = {backward_ratio:g} × forward; --missing-backward-ratio)"
-        )
+            f"(backward = {backward_ratio:g} × forward; --missing-backward-ratio)",
+            "missing-backward"))
     layers = [_layer(line, name, phases, backward_ratio if fill else None)
               for line, name, phases in parsed]
     return Workload(path=file, format="optable", header=WorkloadHeader(), layers=layers,

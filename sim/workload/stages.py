@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from sim.assumption import Assumption, key_of
 from sim.comm import CollKind, GroupKind
 from sim.errors import InputError, UsageError
 from sim.files.inputs import INT64_MAX
@@ -83,11 +84,13 @@ def derive_pp_bytes(body: list[Layer], tp: int) -> tuple[int | None, str]:
         return None, ""
     act = sizes.most_common(1)[0][0]
     if sp:
-        return act // tp, (f"pipeline message = {act // tp} bytes per microbatch, derived: most "
-                           f"common forward TP collective ({act} bytes = activation b·s·h·dtype) "
-                           f"/ TP {tp} (sequence parallel: all-gather/reduce-scatter seen)")
-    return act, (f"pipeline message = {act} bytes per microbatch, derived: most common forward "
-                 "TP all-reduce size (activation b·s·h·dtype)")
+        return act // tp, Assumption(
+            f"pipeline message = {act // tp} bytes per microbatch, derived: most common forward "
+            f"TP collective ({act} bytes = activation b·s·h·dtype) / TP {tp} (sequence "
+            "parallel: all-gather/reduce-scatter seen)", "pp-message")
+    return act, Assumption(f"pipeline message = {act} bytes per microbatch, derived: most "
+                           "common forward TP all-reduce size (activation b·s·h·dtype)",
+                           "pp-message")
 
 
 def _resolve(name: str, override: int | None, header: int | None, default: int,
@@ -169,7 +172,8 @@ def _resolve_dp(w: Workload, opts: LayoutOptions, tp: int, pp: int, ep: int,
                              f"DP = {dp} (--ep overrides)", file=w.path, line=1, field="ep")
         raise UsageError(f"expert-parallel size {ep} must divide the data-parallel size "
                          f"DP = {dp}", field="--ep")
-    notes.append(f"data-parallel size DP = all_gpus / (TP·PP) = {all_gpus} / ({tp}·{pp}) = {dp}")
+    notes.append(Assumption(f"data-parallel size DP = all_gpus / (TP·PP) = {all_gpus} / "
+                            f"({tp}·{pp}) = {dp}", "dp-size"))
     return dp
 
 
@@ -181,11 +185,12 @@ def _pp_bytes(opts: LayoutOptions, header_bytes: int | None, body: list[Layer], 
         if opts.pp_comm_bytes > INT64_MAX:
             raise UsageError(f"must be ≤ 2^63−1, got {opts.pp_comm_bytes}",
                              field="--pp-comm-bytes")
-        notes.append(f"pipeline message = {opts.pp_comm_bytes} bytes per microbatch "
-                     "(--pp-comm-bytes)")
+        notes.append(Assumption(f"pipeline message = {opts.pp_comm_bytes} bytes per "
+                                "microbatch (--pp-comm-bytes)", "pp-message"))
         return opts.pp_comm_bytes
     if header_bytes is not None:
-        notes.append(f"pipeline message = {header_bytes} bytes per microbatch (header pp_comm)")
+        notes.append(Assumption(f"pipeline message = {header_bytes} bytes per microbatch "
+                                "(header pp_comm)", "pp-message"))
         return header_bytes
     derived, why = derive_pp_bytes(body, tp)
     if derived is None:
@@ -194,7 +199,7 @@ def _pp_bytes(opts: LayoutOptions, header_bytes: int | None, body: list[Layer], 
                              "the pipeline message size from; pass --pp-comm-bytes",
                              field="--pp-comm-bytes")
         derived, why = 0, "no pipeline traffic (one stage)"
-    notes.append(why + " (--pp-comm-bytes overrides)")
+    notes.append(Assumption(why + " (--pp-comm-bytes overrides)", key_of(why)))
     return derived
 
 
@@ -257,9 +262,10 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
                          "stage); --vpp overrides")
         else:
             v = 1
-            notes.append(f"header vpp = {header_vpp} cannot be a virtual pipeline size here "
-                         f"({reason}); read as AICB's layers-per-stage field and not used for "
-                         "scheduling (--vpp overrides)")
+            notes.append(Assumption(f"header vpp = {header_vpp} cannot be a virtual pipeline "
+                                    f"size here ({reason}); read as AICB's layers-per-stage "
+                                    "field and not used for scheduling (--vpp overrides)",
+                                    "header-vpp", departs=True))
     elif typ is not None and typ.v_shape:
         v = 2
         notes.append(f"virtual pipeline size 2: the {typ.name} schedule's two chunks per stage in "
@@ -267,13 +273,15 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
     else:
         v = 1
         if header_vpp and header_vpp > 1:
-            notes.append(f"header vpp = {header_vpp} ignored for the {opts.schedule} schedule")
+            notes.append(Assumption(f"header vpp = {header_vpp} ignored for the "
+                                    f"{opts.schedule} schedule", "header-vpp", departs=True))
     if v > 1 and n_layers % v:
         raise UsageError(f"{n_layers} layers per stage cannot be split into {v} virtual-pipeline "
                          "chunks", field="--vpp")
     if typ is None:
         typ = default_schedule(v)
-        notes.append(f"schedule: {typ.name} (default for virtual pipeline size {v}; --schedule)")
+        notes.append(Assumption(f"schedule: {typ.name} (default for virtual pipeline size {v}; "
+                                "--schedule)", "schedule"))
     _check_groups(opts.microbatch_group_size, typ, pp, m, v, notes)
     typ.check(pp, m, v, opts.microbatch_group_size)
     return v, typ.name

@@ -56,17 +56,6 @@ DEFER_WGRAD_TAG = "defer_wgrad"
 DEFER_REGATHER_TAG = "defer_regather"
 #: Megatron-Core's schedules that call ``finish_embedding_wgrad_compute`` (for messages)
 SCHEDULES = names_where(lambda s: s.defers_embedding_wgrad)
-#: applicability (sim.options.applicable): the verdicts of the two flags for --model runs
-VERDICTS = {
-    FLAG: ("refused-if", "the last stage's output-layer weight-gradient GEMMs (and SP "
-                         "all-gathers) of the deferred microbatches run after its last "
-                         "backward (assumption '--defer-embedding-wgrad-compute ...'); refused "
-                         "at PP 1 (as Megatron-Core), with ZeRO / FSDP and for schedules other "
-                         "than Megatron's 1f1b and interleaved"),
-    LIMIT_FLAG: ("refused-if", "how many microbatches are deferred (0: all; assumption line); "
-                               "refused without --defer-embedding-wgrad-compute and when N > 0 "
-                               "reaches the microbatch count (every one is deferred, as with 0)"),
-}
 
 
 def deferred_microbatches(par) -> int:

@@ -51,12 +51,13 @@ from sim.errors import UsageError
 from sim.models.features import fp8_current
 from sim.models.vocab.ops import Op, OpKind, elementwise
 from sim.models.vocab.rows import Block, Row
+from sim.parallel.config import Training
 
 #: Megatron-Core ``--fp8-recipe`` values simrun models; ``delayed`` is Megatron-Core's default
 RECIPES = ("delayed", "tensorwise")
 #: Megatron-Core's other recipes (block scaling): refused
 NOT_MODELLED = ("mxfp8", "blockwise")
-DEFAULT_RECIPE = "delayed"
+DEFAULT_RECIPE = Training.fp8_recipe  # Megatron-Core's default, written once (Training)
 #: bytes read + written per element by each kernel (bf16 in, FP8 out)
 BYTES = {"fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2}
 #: Megatron-Core's TE linears of a transformer layer: simrun block → (parallel mode, norm fused

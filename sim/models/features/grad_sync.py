@@ -31,6 +31,7 @@ drain carries stage after stage (:mod:`sim.engine.interference`).
 
 from __future__ import annotations
 
+from sim.assumption import Assumption
 from sim.parallel.config import ParallelConfig
 from sim.pipeline.orders import interleaved_table
 from sim.pipeline.registry import names_where
@@ -73,14 +74,16 @@ def launch_points(par: ParallelConfig, stage: int) -> list[tuple[int, int]]:
     return [(c, k) for k, c in during] + [(c, k) for k, c in after]
 
 
-def grad_sync_note(par: ParallelConfig) -> str:
+def grad_sync_note(par: ParallelConfig) -> Assumption:
     """The assumption line of a run where :func:`delay_applies` (the interleaved schedule)."""
     if not par.delay_grad_reduce:
-        return ("--no-delay-grad-reduce: every pipeline stage reduces its DP gradients per "
-                "bucket during each chunk's last backward (Megatron without grad_sync_func)")
-    return ("DP gradient reduction (Megatron delay_grad_reduce, interleaved): no backward "
-            "reduces per bucket; pipeline stage r launches a model chunk's buckets together "
-            "r backward ops after the chunk's last-microbatch backward (at the end when "
-            "that is past its last backward), so every stage launches a chunk's "
-            "reductions at the same schedule step; --no-delay-grad-reduce: per bucket "
-            "during each chunk's last backward")
+        return Assumption("--no-delay-grad-reduce: every pipeline stage reduces its DP "
+                          "gradients per bucket during each chunk's last backward (Megatron "
+                          "without grad_sync_func)", "no-delay-grad-reduce")
+    return Assumption("DP gradient reduction (Megatron delay_grad_reduce, interleaved): no "
+                      "backward reduces per bucket; pipeline stage r launches a model chunk's "
+                      "buckets together r backward ops after the chunk's last-microbatch "
+                      "backward (at the end when that is past its last backward), so every "
+                      "stage launches a chunk's reductions at the same schedule step; "
+                      "--no-delay-grad-reduce: per bucket during each chunk's last backward",
+                      "dp-gradient")
