@@ -15,9 +15,6 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SEED_512, SEED_OPTABLE, TOPOLOGIES, WORKLOADS
 
-# the module-scoped fixture costs seconds: build it once, on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_determinism")
-
 TINY = str(TOPOLOGIES / "tiny-2x2.yaml")
 GPT2M = str(WORKLOADS / "models" / "gpt2-medium.yaml")
 # Every command writes into the current directory (relative paths), so the outputs of runs in

@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-# the module-scoped fixture costs seconds: build it once, on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_golden_reports")
-
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("golden_reports", ROOT / "scripts/golden_reports.py")
 golden_reports = importlib.util.module_from_spec(_spec)

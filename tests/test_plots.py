@@ -42,9 +42,6 @@ from sim.viz.timeline import (
 from sim.workload.registry import read_workload
 from sim.workload.stages import LayoutOptions, build_program
 
-# the module-scoped fixture costs seconds: build it once, on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_plots")
-
 C, M = "compute", "comm"
 
 

@@ -16,9 +16,6 @@ from sim.sweep import SweepPoint as Layout
 from sim.sweep.store import ResultStore
 from sim.topology import load_topology
 
-# the module-scoped fixture costs seconds: build it once, on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_sweep")
-
 TOPO = str(TOPOLOGIES / "dgx-a100-1024.yaml")
 GPT175 = str(WORKLOADS / "models" / "gpt3-175b.yaml")
 GPT22 = str(WORKLOADS / "models" / "gpt-22b.yaml")
