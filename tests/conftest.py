@@ -28,6 +28,14 @@ def pytest_configure(config):
         compileall.compile_dir(ROOT / "sim", quiet=2)
 
 
+def pytest_collection_modifyitems(items):
+    """The modules with a test marked ``slow`` first (in their order, each module whole, so a
+    module-scoped fixture is built once): with ``-n`` (pytest-xdist, ``--dist worksteal``) the
+    long tests start at once instead of ending the run on one worker while the others idle."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable
+
+
 def uniform_program(p: int, m: int, f_ns: int, b_ns: int, *, v: int = 1, schedule: str = "1f1b",
                     pp_bytes: int = 0, layers_per_chunk: int = 1) -> PipelineProgram:
     """p identical stages; per microbatch and stage: forward f_ns, backward b_ns (split equally

@@ -80,6 +80,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, bytes]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_command_wrote_its_outputs(runs):
     files = set(runs["0"])
     for name in ("seed512.json", "seed512-trace.json.gz", "perrank.json", "perrank-trace.json",

@@ -64,6 +64,7 @@ def test_enumeration_obeys_megatrons_constraints():
     assert Layout(8, 8, 16, 3, 1).key == "tp8-pp8-dp16-vpp3-mb1"
 
 
+@pytest.mark.slow
 def test_sweep_of_175b_on_1024_gpus_completes_and_ranks(full_sweep, capsys):
     data = json.loads((full_sweep / "results.json").read_text())
     rows = data["rows"]
