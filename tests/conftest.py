@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,13 @@ TOPOLOGIES = ROOT / "topologies"
 SEED_1024 = WORKLOADS / "aicb-gpt-h16384-tp8-pp16-dp8-1024gpu.txt"
 SEED_512 = WORKLOADS / "aicb-gpt13b-tp8-pp8-512gpu.txt"
 SEED_OPTABLE = WORKLOADS / "optable-gpt2-large-block.tsv"
+
+
+# Where PYTHONDONTWRITEBYTECODE is set, pytest also keeps no cache of the test modules it
+# rewrites for its assertion messages, so every run (every xdist worker) parses and rewrites all
+# of them again: about half of the 10 s of collection. Let the test process write its
+# ``__pycache__`` (ignored by git), as Python does by default.
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config):
