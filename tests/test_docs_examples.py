@@ -189,12 +189,31 @@ def test_python_block_runs_and_prints_what_it_says(block, docs_dir, monkeypatch,
     assert_shown(block.where, says, out)
 
 
+# The blocks marked <!-- not-run: reason --> (file, start of the block's first line): a new
+# marker is added here too, so no block stops running unnoticed.
+NOT_RUN_BLOCKS = [
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install . "),
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e "),
+    ("README.md", "python -m pytest -q -n auto "),
+    ("docs/kernel-tables.md", "simrun profile "),
+    ("docs/sweeps.md", "simrun sweep --model workloads/models/gpt3-175b.yaml "),
+    ("docs/sweeps.md", "dask scheduler "),
+    ("docs/validation.md", "simrun validate "),
+    ("docs/visualisation.md", "python scripts/make_gallery.py"),
+]
+
+
 def test_blocks_not_run_are_marked_with_a_reason():
-    """The blocks that do not run, each with its reason (pytest -rA or -s shows the list)."""
+    """The blocks that do not run are the listed ones, each with its reason (-rA or -s prints
+    them)."""
     marked = [b for b in ALL if b.kind == "not-run"]
     for b in marked:
         print(f"not run: {b.where}: {b.not_run}")
         assert len(b.not_run) >= 10, f"{b.where}: say why the block cannot run"
+    got = [(str(b.path.relative_to(ROOT)), b.text.splitlines()[0]) for b in marked]
+    assert len(got) == len(NOT_RUN_BLOCKS), got
+    for (path, first), (want_path, want) in zip(got, NOT_RUN_BLOCKS, strict=True):
+        assert path == want_path and first.startswith(want), (path, first)
     # every marker sits right before a block (a marker elsewhere marks nothing)
     for path in DOCS:
         lines = path.read_text().splitlines()
