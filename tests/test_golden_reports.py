@@ -20,6 +20,7 @@ def generated(tmp_path_factory):
     return golden_reports.generate(tmp_path_factory.mktemp("golden"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*golden_reports.CASES, "sweep"])
 def test_report_is_byte_identical_to_golden(generated, name):
     golden = ROOT / "tests" / "golden" / generated[name].name

@@ -152,6 +152,7 @@ def test_huge_times_and_sizes_through_engine_report_and_trace():
 
 
 # ---- accumulation over 10^6 events ----------------------------------------------------------
+@pytest.mark.slow
 def test_integer_nanoseconds_do_not_drift_over_a_million_events():
     """500,000 microbatches of 100 ns forward + 100 ns backward on one stage: 10^6 timed events.
     Integer ns give exactly 10^8 ns = 0.1 s; accumulating the same durations as float seconds

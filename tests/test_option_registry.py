@@ -12,7 +12,7 @@ from conftest import ROOT
 from sim.cli import build_parser
 from sim.cli.sweep import build_parser as sweep_parser
 from sim.cli.training_args import training_of
-from sim.options import applicable, registry
+from sim.options import applicable, declaration, registry
 from sim.parallel.config import Training
 
 #: Training fields that are not options of their own: the batch sizes are model-input flags
@@ -41,7 +41,7 @@ def test_every_training_field_is_declared_once():
     assert len(names) == len(set(names))
     for o in registry.registry():
         assert o.framework and o.feature.startswith("sim."), o.field
-        assert all(f.kind in registry.KINDS for f in o.flags), o.field
+        assert all(f.kind in declaration.KINDS for f in o.flags), o.field
 
 
 @pytest.mark.parametrize("parser", [build_parser, sweep_parser])

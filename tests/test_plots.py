@@ -270,14 +270,15 @@ def test_matplotlib_is_not_imported_at_start_up():
 def test_cli_writes_plots_and_trace(tmp_path):
     paths = {k: tmp_path / n for k, n in (("plot", "t.png"), ("bd", "b.svg"),
                                           ("trace", "t.json.gz"), ("json", "r.json"))}
+    # the gallery's small interleaved case (4 stages × 2 chunks: half the CPU of the seed's 8 × 8)
     assert main(["--workload", str(SEED_512), "--topo", str(TOPOLOGIES / "dgx-a100-512.yaml"),
-                 "--microbatches", "8", "--quiet", "--plot", str(paths["plot"]),
-                 "--breakdown-plot", str(paths["bd"]), "--trace", str(paths["trace"]),
-                 "--json", str(paths["json"])]) == 0
-    assert Image.open(paths["plot"]).size == figure_size(8)
+                 "--pp", "4", "--vpp", "2", "--microbatches", "8", "--quiet",
+                 "--plot", str(paths["plot"]), "--breakdown-plot", str(paths["bd"]),
+                 "--trace", str(paths["trace"]), "--json", str(paths["json"])]) == 0
+    assert Image.open(paths["plot"]).size == figure_size(4)
     assert paths["bd"].read_bytes().startswith(b"<?xml")
     assert paths["trace"].read_bytes()[:2] == b"\x1f\x8b"  # gzip
-    assert json.loads(paths["json"].read_text())["virtual_pipeline_size"] == 8
+    assert json.loads(paths["json"].read_text())["virtual_pipeline_size"] == 2
 
 
 @pytest.mark.parametrize("extra,needle", [

@@ -25,6 +25,15 @@ SWEEP_175 = ["sweep", "--model", GPT175, "--topo", TOPO, "--gpus", "1024", "--tp
              "--pp", "2,4,8,16,32", "--vpp", "1,2,3", "--micro-batch", "1,2",
              "--global-batch", "512", "--sequence-parallel", "--recompute", "selective",
              "--distributed-optimizer", "--workers", "2", "--no-progress"]
+# Interruption and resume are the same code whatever a layout costs: GPT-2 medium on 8 GPUs,
+# TP {1,2} x PP {1,2,4} x VPP {1,2} x micro batch {1,2}, 20 valid layouts of a fraction of a
+# second each (the 175B layouts above take 0.5-2.3 s each; test_sweep_of_175b_… checks the
+# plots). The uninterrupted and the interrupted run in this process, the resumed one on two
+# worker processes (results arrive in any order), so its outputs also equal the in-process ones.
+SWEEP_SMALL = ["sweep", "--model", str(WORKLOADS / "models" / "gpt2-medium.yaml"), "--topo",
+               str(TOPOLOGIES / "tiny-fattree-8.yaml"), "--gpus", "8", "--tp", "1,2",
+               "--pp", "1,2,4", "--vpp", "1,2", "--micro-batch", "1,2", "--global-batch", "16",
+               "--no-progress", "--no-plot"]
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +64,7 @@ def test_enumeration_obeys_megatrons_constraints():
     assert Layout(8, 8, 16, 3, 1).key == "tp8-pp8-dp16-vpp3-mb1"
 
 
+@pytest.mark.slow
 def test_sweep_of_175b_on_1024_gpus_completes_and_ranks(full_sweep, capsys):
     data = json.loads((full_sweep / "results.json").read_text())
     rows = data["rows"]
@@ -106,37 +116,41 @@ def test_sweep_row_matches_a_direct_model_run(full_sweep, tmp_path):
     assert rep["memory"]["peak_bytes"]["total_bytes"] == r["memory_per_gpu_bytes"]
 
 
-def test_interrupted_sweep_resumes_without_redoing_layouts(full_sweep, tmp_path, capsys):
+def test_interrupted_sweep_resumes_without_redoing_layouts(tmp_path, capsys):
+    whole = tmp_path / "whole"
+    assert main([*SWEEP_SMALL, "--out", str(whole), "--workers", "1"]) == 0
+    assert json.loads((whole / "results.json").read_text())["layouts"] == 20
     out = tmp_path / "resumed"
-    # "interrupt" after 11 layouts, and a torn line as a kill in the middle of a write leaves
-    assert main([*SWEEP_175, "--out", str(out), "--limit", "11"]) == 0
+    # "interrupt" after 7 layouts, and a torn line as a kill in the middle of a write leaves
+    assert main([*SWEEP_SMALL, "--out", str(out), "--limit", "7", "--workers", "1"]) == 0
     assert json.loads((out / "results.json").read_text())["complete"] is False
     first = (out / "results.jsonl").read_text().splitlines()
-    assert len(first) == 11
+    assert len(first) == 7
     with open(out / "results.jsonl", "a") as fh:
-        fh.write('{"layout": "tp8-pp32-dp4-vpp3-mb')
+        fh.write('{"layout": "tp2-pp4-dp1-vpp2-mb')
     capsys.readouterr()
     # without --resume the earlier results are protected
-    assert main([*SWEEP_175, "--out", str(out)]) == 2
+    assert main([*SWEEP_SMALL, "--out", str(out)]) == 2
     assert "--resume" in capsys.readouterr().err
-    assert main([*SWEEP_175, "--out", str(out), "--resume"]) == 0
-    assert "11 already done, 17 to run" in capsys.readouterr().err
+    assert main([*SWEEP_SMALL, "--out", str(out), "--resume", "--workers", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "7 already done, 13 to run" in err and "local process pool (2 workers)" in err
     lines = (out / "results.jsonl").read_text().splitlines()
-    assert lines[:11] == first  # kept as they were (their wall-clock elapsed_s included)
+    assert lines[:7] == first  # kept as they were (their wall-clock elapsed_s included)
     keys = [json.loads(x)["layout"] for x in lines]
-    assert len(keys) == 28 == len(set(keys))  # every layout exactly once: none recomputed
+    assert len(keys) == 20 == len(set(keys))  # every layout exactly once: none recomputed
     # the final outputs equal the uninterrupted run's, byte for byte
     for name in ("results.csv", "results.json"):
-        assert (out / name).read_bytes() == (full_sweep / name).read_bytes()
+        assert (out / name).read_bytes() == (whole / name).read_bytes()
     # resuming a finished sweep runs nothing
-    assert main([*SWEEP_175, "--out", str(out), "--resume"]) == 0
-    assert "28 already done, 0 to run" in capsys.readouterr().err
+    assert main([*SWEEP_SMALL, "--out", str(out), "--resume"]) == 0
+    assert "20 already done, 0 to run" in capsys.readouterr().err
 
 
-def test_resume_refuses_other_settings(full_sweep, tmp_path, capsys):
+def test_resume_refuses_other_settings(tmp_path, capsys):
     out = tmp_path / "other"
-    assert main([*SWEEP_175, "--out", str(out), "--limit", "1", "--no-plot"]) == 0
-    args = [a if a != "512" else "1024" for a in SWEEP_175]
+    assert main([*SWEEP_SMALL, "--out", str(out), "--limit", "1", "--workers", "1"]) == 0
+    args = [a if a != "16" else "32" for a in SWEEP_SMALL]
     assert main([*args, "--out", str(out), "--resume"]) == 2
     assert "differs in: training" in capsys.readouterr().err
 

@@ -20,6 +20,7 @@ SWEEP = ["sweep", "--model", GPT22, "--topo", TOPO, "--nodes", "2", "--tp", "2,4
          "--no-plot", "--no-progress", "--quiet"]
 
 
+@pytest.mark.slow
 def test_sweep_on_a_real_local_dask_cluster(tmp_path, capsys):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   host="127.0.0.1", dashboard_address=None) as cluster:

@@ -44,6 +44,7 @@ def test_shipped_cases_are_the_published_measurements():
         assert c.global_batch == c.tp * c.pp if size != "22B" else c.pp == 1
 
 
+@pytest.mark.slow
 def test_simrun_validate_prints_the_error_table(tmp_path, capsys):
     out = tmp_path / "v.json"
     assert main(["validate", str(CASES), "--json", str(out)]) == 0

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.cli.types import nonneg_int, positive_int
-from sim.options.registry import Flag, Option, default, flags, help_of, registry, values
+from sim.options.declaration import Flag, Option, default, help_of
+from sim.options.registry import flags, registry, values
 from sim.parallel.config import Training
 
 #: argparse types of the registry's value kinds (``switch`` and ``parse`` are handled apart)

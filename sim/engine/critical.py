@@ -46,7 +46,14 @@ def critical_path(deps: dict[int, list[Wait]], end_rank: int, end_ns: int,
     ends = {r: [d[1] for d in lst] for r, lst in deps.items()}
     out: list[PathSegment] = []
     r, t = end_rank, end_ns
+    # The ranks visited at time t. t never grows and each step depends only on (rank, t), so a
+    # rank visited twice at one t is a cycle of ranks waiting on each other at t (DualPipe's two
+    # directions): the walk would go round it, adding nothing, until the limit.
+    seen: set[int] = set()
     for _ in range(limit):
+        if r in seen:
+            break
+        seen.add(r)
         i = bisect_right(ends.get(r, []), t) - 1
         if i < 0:
             if t > 0:
@@ -60,6 +67,8 @@ def critical_path(deps: dict[int, list[Wait]], end_rank: int, end_ns: int,
             out.append(PathSegment(r, ct, t1, kind, cause_rank))
         if (cause_rank, ct) == (r, t):
             break  # no progress (cannot happen with positive durations)
+        if ct != t:
+            seen.clear()
         r, t = cause_rank, ct
         if t <= 0:
             break

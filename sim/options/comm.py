@@ -7,7 +7,7 @@ from __future__ import annotations
 from sim.models.features import fp8_params, param_gather_step, tp_async
 from sim.models.features.fp8 import NOT_MODELLED, RECIPES
 from sim.models.features.grad_sync import DELAY_SCHEDULES, delay_applies
-from sim.options.registry import Flag, Option
+from sim.options.declaration import Flag, Option
 
 _MEGATRON_LOG = ("refused", "Megatron's; DeepSpeed's collectives come from the log; leave it out")
 _NO_TP_LOG = ("refused", "needs TP > 1; the log is TP 1; leave it out")

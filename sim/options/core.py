@@ -4,7 +4,7 @@ Megatron-Core's uneven pipeline split."""
 
 from __future__ import annotations
 
-from sim.options.registry import Flag, Option
+from sim.options.declaration import Flag, Option
 from sim.parallel.config import ATTENTION_BACKENDS, DTYPES, RECOMPUTE
 from sim.parallel.layer_layout import parse_layout
 

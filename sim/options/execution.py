@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sim.models.features import defer_wgrad
 from sim.models.features.eager import NORM_TYPES
-from sim.options.registry import Flag, Option
+from sim.options.declaration import Flag, Option
 
 #: a workload file's verdict: its compute times are measured, not these kernels'
 _FILE = ("refused", "applies to --model runs (a workload file fixes its compute times); leave "

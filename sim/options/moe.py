@@ -5,7 +5,7 @@ expert-parallel all-to-all overlap (combined 1F1B)."""
 from __future__ import annotations
 
 from sim.models.features.moe import dispatch_nodes
-from sim.options.registry import Flag, Option
+from sim.options.declaration import Flag, Option
 
 _DENSE_LOG = ("refused", "the log is of a dense model; leave it out")
 _MOE = "sim.models.features.moe"
