@@ -183,7 +183,13 @@ def test_shell_block_runs_and_prints_what_it_shows(block, simrun):
 @pytest.mark.parametrize("block", PYTHON, ids=_ids(PYTHON))
 def test_python_block_runs_and_prints_what_it_says(block, docs_dir, monkeypatch, capsys):
     monkeypatch.chdir(docs_dir)
-    exec(compile(block.text, block.where, "exec"), {"__name__": "__doc_block__"})
+    # a page's python blocks are one session: the blocks before this one run first (a later
+    # block may use their names), their output not checked here
+    namespace = {"__name__": "__doc_block__"}
+    for earlier in (b for b in PYTHON if b.path == block.path and b.line < block.line):
+        exec(compile(earlier.text, earlier.where, "exec"), namespace)
+    capsys.readouterr()
+    exec(compile(block.text, block.where, "exec"), namespace)
     out = capsys.readouterr().out
     says = [x.split("# prints: ", 1)[1] for x in block.text.splitlines() if "# prints: " in x]
     assert_shown(block.where, says, out)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from hostile_support import ROOT, run_bounded
@@ -31,7 +34,17 @@ def _exit_2(o, needle: str) -> None:
 
 
 @pytest.fixture
-def files(tmp_path):
+def short_tmp():
+    """A fresh directory with a short path: an error message cuts a word over 80 characters
+    (sim.errors), and pytest-xdist's tmp_path (…/popen-gwN/<test name>0/) can exceed that."""
+    d = Path(tempfile.mkdtemp(prefix="simrun-out-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def files(short_tmp):
+    tmp_path = short_tmp
     w = tmp_path / "w.txt"
     w.write_bytes(OPTABLE.read_bytes())
     t = tmp_path / "t.yaml"
@@ -43,7 +56,8 @@ def files(tmp_path):
 
 @pytest.mark.parametrize("case", ["json=workload", "trace=workload", "json=topo", "trace=json",
                                   "json=hardlink-of-workload", "plot=symlink-to-topo"])
-def test_an_output_that_is_an_input_or_another_output_is_refused(case, files, tmp_path):
+def test_an_output_that_is_an_input_or_another_output_is_refused(case, files, short_tmp):
+    tmp_path = short_tmp
     w, t, _ = files
     before = {p: p.read_bytes() for p in (w, t)}
     os.link(w, tmp_path / "hard.txt")
@@ -78,8 +92,8 @@ def test_generate_refuses_to_overwrite_its_model(files):
     assert m.read_bytes() == before
 
 
-def test_validate_refuses_to_overwrite_its_validation_file(tmp_path):
-    v = tmp_path / "v.yaml"
+def test_validate_refuses_to_overwrite_its_validation_file(short_tmp):
+    v = short_tmp / "v.yaml"
     v.write_text("topology: t\ncases: []\n")
     o = run_bounded("validate", str(v), "--json", str(v))
     _exit_2(o, f"--json: '{v}' is the same file as the input of FILE ({v})")
