@@ -1,6 +1,5 @@
 """Transformer Engine's FP8 casts (sim/models/features/fp8.py): byte counts of a tiny layer derived
-by
-hand from the tensor shapes, their times (the measured H100 table's streaming bandwidth, else the
+by hand from the tensor shapes, their times (the measured H100 table's streaming bandwidth, else the
 roofline), once-per-iteration weight casts, the recipes' closed-form difference, the delayed
 recipe's amax all-reduces, the bf16 output layer, and the flag's refusals."""
 

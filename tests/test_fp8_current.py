@@ -1,6 +1,5 @@
 """Transformer Engine's current scaling (sim/models/features/fp8_current.py): the TP amax
-all-reduces of
-sequence-parallel operands placed by hand (TE v2.9 linear.py / layernorm_linear.py
+all-reduces of sequence-parallel operands placed by hand (TE v2.9 linear.py / layernorm_linear.py
 _customize_quantizers_float8_current_scaling, quantizer.cpp quantize_impl), a hand-worked
 (time, what) timeline of one forward and one backward reduction, the per-expert scale kernels
 of a grouped linear, and the assumption line."""

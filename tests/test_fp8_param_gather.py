@@ -1,6 +1,5 @@
 """Megatron-Core's --fp8-param-gather (sim/models/features/fp8_params.py): which weights are FP8,
-the
-parameter all-gather's bytes derived by hand, a hand-worked (time, what) timeline of the
+the parameter all-gather's bytes derived by hand, a hand-worked (time, what) timeline of the
 optimizer step, the first forward without weight casts, never slower with DP ≥ 2, and the
 refusals."""
 

@@ -1,7 +1,6 @@
 """PyTorch eager mode (--no-compile, sim/models/features/eager.py): the kernels of a tiny
-torchtitan Llama
-layer with bytes worked out by hand from the tensor shapes, their exact roofline time, eager
-never faster than fused, and the refusals."""
+torchtitan Llama layer with bytes worked out by hand from the tensor shapes, their exact roofline
+time, eager never faster than fused, and the refusals."""
 
 import math
 from dataclasses import replace

@@ -1,7 +1,6 @@
 """Megatron-Core's rotary position embedding (sim/models/features/rope.py): the kernels of a tiny
-model's
-layer with bytes worked out by hand from the tensor shapes (Transformer Engine's fused kernel
-and Megatron-Core's unfused torch expression), their exact roofline time, CP and TP sizes,
+model's layer with bytes worked out by hand from the tensor shapes (Transformer Engine's fused
+kernel and Megatron-Core's unfused torch expression), their exact roofline time, CP and TP sizes,
 eager runs counting only their own RoPE, unfused never faster, the report's assumption line and
 the refusals of --no-rope-fusion."""
 

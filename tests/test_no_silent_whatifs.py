@@ -1,6 +1,6 @@
 """No silent what-ifs (sim/options/applicable.py): every flag of the main run × input kind either
-changes
-the simulation, with the report saying how, or exits 2 with a one-line reason naming the flag.
+changes the simulation, with the report saying how, or exits 2 with a one-line reason naming the
+flag.
 
 One test per (flag, input kind) of the table: ``refused`` → exit 2 naming the flag; ``changes``
 → the result and what the report states both differ from the run without the flag; ``states``

@@ -1,6 +1,5 @@
 """The progress line (sim/runtime/progress.py): only on a terminal, only after the delay, erased
-before
-anything else is printed (also when the work fails)."""
+before anything else is printed (also when the work fails)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,6 @@ def layout_checked(given: set[str]) -> frozenset[str]:
     (:func:`sim.options.applicable.check_layout`,
     :func:`sim.options.applicable.check_interference`): the run's
     flags (:data:`sim.options.applicable.TABLE`) but :data:`WHERE_IT_APPLIES` and the list flags
-    (each
-    value of a list is checked by the layout's own validation). ``given``: the sweep's flags
+    (each value of a list is checked by the layout's own validation). ``given``: the sweep's flags
     on the command line (:func:`sim.cli.types.given_flags`)."""
     return frozenset((given & set(TABLE)) - set(WHERE_IT_APPLIES) - set(LISTS))

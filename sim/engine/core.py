@@ -72,9 +72,8 @@ def simulate(
     is exact on uniform clusters). ``classes``: an explicit partition of the ranks into
     classes with one simulated representative each (overrides ``per_rank``; see
     :mod:`sim.parallel.rank_classes`). ``compute_scale``: rank → factor on its compute times (a
-    slow GPU:
-    1.5). ``record_spans``: keep every interval for traces and plots. ``fuse``: merge compute
-    with fusable blocking comms into single timeouts; done only where every simulated member
+    slow GPU: 1.5). ``record_spans``: keep every interval for traces and plots. ``fuse``: merge
+    compute with fusable blocking comms into single timeouts; done only where every simulated member
     of the group runs in lockstep (one simulated member, or a uniform per-rank run).
     ``until_ns``: stop the clock there (watchdog); ranks still busy then are reported as
     stalled. ``interference``: asynchronous collectives take SMs from the compute beside them

@@ -19,8 +19,7 @@ Blocking collectives do not run beside compute (the stream waits for them), so t
 SMs from it; Transformer Engine's GEMM-overlapped collectives carry their own SM count
 (:mod:`sim.engine.overlap`), except the NCCL ones issued asynchronously beside one GEMM
 (``nccl`` overlaps, :mod:`sim.models.features.tp_async`), whose kernel holds its channels' SMs by
-the
-same rule (:func:`overlap_ctas`). Pipeline send/receive kernels are not counted (stated).
+the same rule (:func:`overlap_ctas`). Pipeline send/receive kernels are not counted (stated).
 
 The speed change is exact in simulated time: a compute run that a collective starts or ends
 during is advanced piecewise (one extra event per change); a rank with no asynchronous

@@ -17,8 +17,8 @@ proj_fprop, fc2_fprop; ``bulk`` for qkv/fc1 dgrad and wgrad):
 - ``nccl``: as ``bulk``, but an NCCL collective issued asynchronously beside the GEMM
   (Megatron's ``async_tensor_model_parallel_allreduce``, Transformer Engine's backward without
   userbuffers: :mod:`sim.models.features.tp_async`); its kernel holds one SM per NCCL channel
-  (CTA), the
-  count the engine takes from the network (:meth:`~sim.network.base.Network.kernel_channels`,
+  (CTA), the count the engine takes from the network
+  (:meth:`~sim.network.base.Network.kernel_channels`,
   capped by ``--nccl-channels``) when it compiles the pass.
 
 Interference: while a communication kernel runs on ``comm_sms`` of the GPU's ``sms`` SMs, the

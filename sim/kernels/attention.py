@@ -7,8 +7,7 @@ blocks of the other side, ``j + 1`` of them for forward tile ``j`` under a causa
 SM at a time (``slots`` = SM count) and hands the next tile to the first SM that frees, in launch
 order (heads one after another). A call whose keys are not its queries (``s_kv ≠ s``, the
 non-causal half-size calls of context-parallel ring attention, :mod:`sim.models.features.context`)
-has
-``ceil(s/128)`` forward tiles of ``ceil(s_kv/128)`` blocks each and ``ceil(s_kv/128)`` backward
+has ``ceil(s/128)`` forward tiles of ``ceil(s_kv/128)`` blocks each and ``ceil(s_kv/128)`` backward
 tiles of ``ceil(s/128)`` blocks each. A tile costs ``c0 + blocks · cb`` µs, so the kernel takes::
 
     t = t_launch + makespan(tiles, slots)

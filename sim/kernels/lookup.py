@@ -45,8 +45,7 @@ BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "
                      "cp_copy": 4, "cp_out_correction": 6, "cp_lse_correction": 12}
 #: memory-bound kernels no table measures, timed at the achieved bandwidth of a measured
 #: streaming kernel at the same bytes: Transformer Engine's FP8 casts (sim.models.features.fp8)
-# stream
-#: their bytes as the element-wise add does
+# stream their bytes as the element-wise add does
 #: and so do the element-wise kernels of context-parallel ring attention
 # (sim.models.features.context:
 #: bf16 copies, the LSE-scaled output merge; the fp32 LSE merge, counted per query row and head)

@@ -204,7 +204,6 @@ def format_table(table: KernelTable) -> str:
 
 def write_table(table: KernelTable, path: str | Path) -> None:
     """Write ``table`` to ``path`` atomically (:func:`sim.files.outputs.atomic_write`: temp file
-    beside
-    it, then rename; devices, read-only files and symlinks handled as for every output)."""
+    beside it, then rename; devices, read-only files and symlinks handled as for every output)."""
     text = format_table(table)
     atomic_write(path, lambda f: f.write(text), flag="--out")

@@ -47,8 +47,7 @@ def layer_params(model: ModelSpec, moe: bool = True) -> int:
 
 def qk_norm_params(model: ModelSpec) -> int:
     """Weights of one layer's q and k norms (``qk_layernorm``, :mod:`sim.models.features.qk_norm`):
-    one
-    ``head_dim`` vector each (LayerNorm: weight and bias), replicated across TP."""
+    one ``head_dim`` vector each (LayerNorm: weight and bias), replicated across TP."""
     if not model.qk_layernorm:
         return 0
     return 2 * (2 if model.norm == "layernorm" else 1) * model.head_dim

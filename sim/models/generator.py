@@ -140,8 +140,7 @@ def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
 
 def _grad_syncs(st: StagePlan, par: ParallelConfig) -> tuple[GradSync, ...]:
     """Megatron's delayed gradient reduction (:mod:`sim.models.features.grad_sync`): each model
-    chunk's
-    bucket collectives — dense buckets in backward order, then expert buckets — launched
+    chunk's bucket collectives — dense buckets in backward order, then expert buckets — launched
     together after the backward op of :func:`launch_points`."""
     out = []
     for chunk, after in launch_points(par, st.stage):

@@ -40,8 +40,7 @@ the last stage the final-norm and output-layer inputs (4·s·b·h, ÷ t with SP)
 logits (4·s·b·V/t).
 
 Microbatches in flight come from the exact schedule (:mod:`sim.pipeline.schedules`): the maximum
-over
-time of Σ_chunks (forwards done − backwards done) × that chunk's activations. This gives
+over time of Σ_chunks (forwards done − backwards done) × that chunk's activations. This gives
 ``min(p − r, M)`` for 1F1B stage ``r`` and Megatron's ``(1 + (p − 1)/(p·v))`` factor for the
 interleaved first stage.
 """

@@ -7,8 +7,7 @@ other TP ranks' DP groups; EP / DP_EP / ETP likewise, in Megatron-Core's expert 
 pipeline send ``s → s'`` runs for every ``(tp, dp)`` pair. :func:`copies` lists those groups,
 the representative's first, each in group order, so that flow ``i`` of a copy corresponds to
 flow ``i`` of the representative. In hybrid simulation (sim/parallel/rank_classes.py) only the
-groups
-whose members are in the same classes, member by member, are copies. :func:`local_copies`
+groups whose members are in the same classes, member by member, are copies. :func:`local_copies`
 keeps just the copies that can touch the representative's links, without routing any
 (docs/scale.md).
 """
@@ -104,8 +103,7 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
 def _expert_copies(pl: Placement, group: GroupKind):
     """Every ETP, EP or DP_EP group of one stage (offsets from the stage's first rank), in
     group order: local index ``i = etp + ETP·(ep + EP·edp)`` (sim.parallel.placement), rank ``i mod
-    TP``
-    along tp and ``i // TP`` along dp."""
+    TP`` along tp and ``i // TP`` along dp."""
     et, e, d = np.arange(pl.etp), np.arange(pl.ep), np.arange(pl.edp)
     if group is GroupKind.ETP:  # rows (ep, edp), members etp
         i = (e[:, None] + pl.ep * d[None, :]).reshape(-1)[:, None] * pl.etp + et[None, :]

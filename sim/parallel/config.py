@@ -37,8 +37,7 @@ class Training:
     forward; a bucket's first use waits for it), ``tp_comm_overlap`` (Megatron-Core
     ``--tp-comm-overlap``: Transformer Engine pipelines the TP collectives of each layer
     with their GEMMs; :mod:`sim.models.features.tp_overlap`), ``compile`` (element-wise kernels
-    fused,
-    as Megatron-Core / Transformer Engine and ``torch.compile`` run them; ``False``: PyTorch
+    fused, as Megatron-Core / Transformer Engine and ``torch.compile`` run them; ``False``: PyTorch
     eager, torchtitan's ``training.compile = false``, :mod:`sim.models.features.eager`) and
     ``norm_type`` (torchtitan's ``model.norm_type`` in eager mode: ``rmsnorm`` or
     ``fused_rmsnorm``), ``use_torch_fsdp2`` (Megatron-LM's ``--use-torch-fsdp2``: with

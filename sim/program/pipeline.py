@@ -73,8 +73,7 @@ class GradSync:
 @dataclass(frozen=True, slots=True)
 class DeferredWgrad:
     """Megatron-Core's ``defer_embedding_wgrad_compute`` (:mod:`sim.models.features.defer_wgrad`):
-    the
-    backward of the first ``microbatches`` microbatches of model chunk ``chunk`` runs
+    the backward of the first ``microbatches`` microbatches of model chunk ``chunk`` runs
     ``layers`` (the chunk without the output layer's weight-gradient GEMM and its
     sequence-parallel input all-gather) instead of the chunk's layers, and ``drain`` (the
     deferred all-gathers and GEMMs) runs after the stage's last backward, before the

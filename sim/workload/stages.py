@@ -3,8 +3,7 @@
 AICB files list the rows of ONE rank (one pipeline stage) with the per-microbatch block unrolled
 ``ga`` times, preceded and followed by iteration-level rows. This module recovers that structure
 (:mod:`sim.workload.blocks`), resolves the :class:`~sim.parallel.layout.Layout` from the header and
-the
-overrides, places rows on stages, splits layers into virtual-pipeline chunks and builds a
+the overrides, places rows on stages, splits layers into virtual-pipeline chunks and builds a
 :class:`~sim.program.pipeline.PipelineProgram`. Every interpretation it makes is appended to
 ``program.assumptions`` (printed in every report) and can be overridden (see
 :class:`LayoutOptions`). The rules are documented in docs/workload-formats.md.

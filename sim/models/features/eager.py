@@ -4,8 +4,7 @@ as PyTorch runs them without ``torch.compile``, one kernel per ATen operator.
 simrun's default layer (:mod:`sim.models.layers`) has Megatron-Core / Transformer Engine's fused
 element-wise kernels (one RMSNorm kernel per direction, fused bias-dropout-add, one SwiGLU
 kernel, Transformer Engine's fused rotary embedding of :mod:`sim.models.features.rope`, which the
-eager
-kernels below replace). torchtitan (pytorch/torchtitan at commit 0413363,
+eager kernels below replace). torchtitan (pytorch/torchtitan at commit 0413363,
 ``torchtitan/models/llama/model.py`` and ``torchtitan/models/norms.py``) writes the block in
 plain PyTorch; with ``training.compile = false`` (the default of its job config and of every
 shipped preset at that commit) each operator below is one kernel. Bytes are HBM bytes read +

@@ -35,8 +35,7 @@ NVIDIA/TransformerEngine at d0067d0da6cb01811b8072a7d304f0e00344ce2b:
   step (``DistributedDataParallel._start_bucket_group_param_sync``).
 * **what it replaces**: Transformer Engine's once-per-iteration weight cast(+transpose) of a
   bf16 weight in the first microbatch's forward (:func:`sim.models.features.fp8.weight_casts`):
-  with an
-  FP8 weight ``_Linear.forward`` uses the tensor as it is.
+  with an FP8 weight ``_Linear.forward`` uses the tensor as it is.
 
 Preconditions (``megatron/training/arguments.py``): ``--fp8-param-gather`` needs the
 distributed optimizer, torch FSDP2 or Megatron-FSDP; ``fp8_param`` needs FP8

@@ -20,9 +20,8 @@ the key is a strided view of the QKV output (its group stride is ``(np/ng + 2)·
 copied (reads and writes ``K``, ``2A·K``); so is the query when every head has its own group
 (``heads == kv_heads``: the reshape is a view), while a GQA query is already the reshape's copy
 (:func:`sim.models.features.rope.split_forward_ops`). The gradient arriving in backward is the
-rotary
-backward's new tensor: no copy. Kept for backward (:func:`saved_bytes`): the norm's contiguous
-input (2 bytes per element) and its fp32 inverse RMS per row (``ctx.save_for_backward(x,
+rotary backward's new tensor: no copy. Kept for backward (:func:`saved_bytes`): the norm's
+contiguous input (2 bytes per element) and its fp32 inverse RMS per row (``ctx.save_for_backward(x,
 rstdevs)``). Their weights: :func:`sim.models.flops.qk_norm_params`.
 """
 

@@ -35,8 +35,7 @@ element-wise bandwidth efficiency plus the per-kernel overhead, :mod:`sim.models
 
 Activation memory is as without RoPE (the rotated q and k replace the QKV output that the
 attention kernel saves). PyTorch eager runs (``--no-compile``, :mod:`sim.models.features.eager`)
-count
-torchtitan's complex-number RoPE instead of these kernels.
+count torchtitan's complex-number RoPE instead of these kernels.
 """
 
 from __future__ import annotations

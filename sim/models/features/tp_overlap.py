@@ -33,8 +33,7 @@ micro_batch_size / context_parallel_size`` tokens (``megatron/training/initializ
 ``_initialize_tp_communicators``, NVIDIA/Megatron-LM at d98e8a64): each CP rank's TP group
 overlaps the same collectives around the same four linears, on its ``s/CP`` tokens. The
 ring-attention steps (:mod:`sim.models.features.context`) sit between the qkv and proj linears and
-keep
-their peer-to-peer KV exchanges in the CP group; nothing of them changes.
+keep their peer-to-peer KV exchanges in the CP group; nothing of them changes.
 
 **MoE layers.** The attention part is a dense attention: its five collectives overlap as above.
 The routed experts' linears are built with Transformer Engine's userbuffer overlap switched
@@ -105,8 +104,7 @@ SHARED_MOVES = mlp_moves("shared_", "moe_router", bulk=False)
 #: TP size for ring_exchange; ``num_sm`` 16 with the SM margin for pipeline and bulk)
 PIPELINE_SPLITS = 4
 #: (``nccl``: an asynchronous NCCL collective beside its GEMM, :mod:`sim.models.features.tp_async`;
-# the
-#: engine sets its SMs from the NCCL channels it runs on)
+# the engine sets its SMs from the NCCL channels it runs on)
 COMM_SMS = {"ring_exchange": 0, "pipeline": 16, "bulk": 16, "nccl": 0}
 
 

@@ -108,8 +108,7 @@ def sp_regather(dm: Dims, tokens: int = 0) -> Conj:
     (11.8 vs 11.9 ms), where the saved element-wise work alone is worth ~0.7 ms, so it is
     modelled as blocking like the other TP collectives (``--async-tensor-model-parallel-
     allreduce`` runs it beside the dgrad GEMM instead: :mod:`sim.models.features.tp_async`). Placed
-    as
-    the backward collective of an operator *after* the linear (rows are walked in reverse in
+    as the backward collective of an operator *after* the linear (rows are walked in reverse in
     backward), so it runs before the linear's backward. No-op without sequence parallelism.
     """
     if dm.t == 1 or not dm.sp:

@@ -65,8 +65,7 @@ class Row:
     expert_params: int = 0
     tags: dict[str, int] = field(default_factory=dict)
     # --tp-comm-overlap (sim.models.features.tp_overlap): per phase, (comm, name of the GEMM op of
-    # the
-    # phase it is pipelined with, Transformer Engine's overlap method)
+    # the phase it is pipelined with, Transformer Engine's overlap method)
     fwd_ovl: tuple[tuple[Comm, str, str], ...] = ()
     ig_ovl: tuple[tuple[Comm, str, str], ...] = ()
     wg_ovl: tuple[tuple[Comm, str, str], ...] = ()
