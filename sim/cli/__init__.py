@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from sim.cli.fields import cli_error
 from sim.cli.run import build_parser as _build_parser
 from sim.cli.run import run as _run
 from sim.errors import SimrunError, UsageError
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(_subcommand(argv[0])(argv[1:]) or 0)
         return run(argv)
     except SimrunError as e:
-        print(f"simrun: error: {e}", file=sys.stderr)
+        print(f"simrun: error: {cli_error(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP
         code, word = exit_status(e)

@@ -100,7 +100,7 @@ def schedule_table(
         raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {n_ops:,} "
                          f"forward/backward ops per iteration; simrun simulates at most "
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
-                         field="--microbatches")
+                         field="microbatches")
     typ.check(p, m, v, n)
     if ep_a2a_overlap:
         return [typ.combined_ops(p, r, m, v, n) for r in range(p)]

@@ -90,7 +90,7 @@ class Schedule:
         if n is not None:
             raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
                              f"{self.name} (virtual pipeline size {v})",
-                             field="--microbatch-group-size")
+                             field="microbatch_group_size")
         self.check_chunks(p, m, v, vpp_field)
 
     def check_chunks(self, p: int, m: int, v: int, vpp_field: str) -> None:

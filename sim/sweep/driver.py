@@ -146,13 +146,13 @@ def run_sweep(opts: SweepOptions) -> int:
     """Run the sweep ``opts`` describes; returns the exit code (bad input raises
     :class:`UsageError`; Ctrl-C or SIGTERM raise :class:`KeyboardInterrupt` after saving)."""
     if opts.resume and opts.overwrite:
-        raise UsageError("give --resume or --overwrite, not both", field="--resume")
+        raise UsageError("give --resume or --overwrite, not both", field="resume")
     model = load_model(opts.model)
     topo = load_topology(opts.topology, nodes=opts.nodes, overrides=opts.overrides)
     gpus = opts.space.gpus or topo.num_gpus
     if gpus > topo.num_gpus:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
-                         "--nodes", field="--gpus")
+                         "--nodes", field="gpus")
     space = replace(opts.space, gpus=gpus)
     layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node,
                                          check=_layout_check(opts, model, topo))
@@ -160,7 +160,7 @@ def run_sweep(opts: SweepOptions) -> int:
         _refuse_no_layout(skipped, opts.given)
     dtype = opts.training.dtype
     if dtype not in topo.gpu.peak_tflops:
-        raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="--dtype")
+        raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="dtype")
     out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
     settings = settings_of(opts, model, topo, gpus)
     store = ResultStore(out)
@@ -229,7 +229,7 @@ def _refuse_no_layout(skipped: list[tuple[str, str]], given: frozenset[str]) -> 
                          f"; e.g. {skipped[0][0]}: {reasons[0]})", field=flag)
     why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])
     raise UsageError(f"no valid layout among {len(skipped)} combinations ({why}"
-                     f"{' …' if len(skipped) > 3 else ''})", field="--tp")
+                     f"{' …' if len(skipped) > 3 else ''})", field="tp")
 
 
 def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
