@@ -8,9 +8,11 @@ results), 2 bad input, 130 interrupted (finished layouts are on disk; rerun with
 from __future__ import annotations
 
 import hashlib
+import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from sim.sweep.store import ResultStore
 from sim.topology import load_topology
 from sim.words import plural
 
+_OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
 
 @dataclass(frozen=True)
 class SweepOptions:
@@ -52,7 +56,8 @@ class SweepOptions:
     ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
     single-run refusals apply per layout (:func:`sim.options.applicable.check_layout`,
     :func:`sim.options.applicable.check_interference`;
-    :func:`sim.cli.sweep_args.layout_checked`)."""
+    :func:`sim.cli.sweep_args.layout_checked`); ``name_field`` names an option in the skip
+    reasons (the CLI: its flag; by default the option's name)."""
 
     model: str
     topology: str
@@ -76,6 +81,7 @@ class SweepOptions:
     compute: ComputeOptions = field(default_factory=ComputeOptions)
     overrides: tuple[str, ...] = ()
     given: frozenset[str] = frozenset()
+    name_field: Callable[[str], str] = str
 
 
 def _sha256(path: str) -> str:
@@ -156,6 +162,7 @@ def run_sweep(opts: SweepOptions) -> int:
     space = replace(opts.space, gpus=gpus)
     layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node,
                                          check=_layout_check(opts, model, topo))
+    skipped = [(k, _named(r, opts.name_field)) for k, r in skipped]
     if not layouts:
         _refuse_no_layout(skipped, opts.given)
     dtype = opts.training.dtype
@@ -208,6 +215,12 @@ def _layout_check(opts: SweepOptions, model, topo):
     spec = with_training_overrides(model, opts.training)
     return lambda par: applicable.check_layout(opts.given, spec,
                                                with_ep_nodes(par, topo, opts.placement))
+
+
+def _named(reason: str, name_field: Callable[[str], str]) -> str:
+    """A skip reason ``"tp: why"`` with its option named by ``name_field``."""
+    head, sep, why = reason.partition(": ")
+    return f"{name_field(head)}{sep}{why}" if sep and _OPTION_NAME.fullmatch(head) else reason
 
 
 def _by_flag(skipped: list[tuple[str, str]], given: frozenset[str]) -> dict[str, list[str]]:
