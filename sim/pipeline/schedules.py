@@ -81,7 +81,7 @@ stay far below (p=128, v=8, M=4096 is 8.4 M). More is a mistyped ``--microbatche
 
 
 def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, *,
-                   vpp_field: str = "--schedule") -> None:
+                   vpp_field: str = "schedule") -> None:
     """Every constraint schedule ``name`` puts on the layout (pipeline size ``p``, ``m``
     microbatches, ``v`` chunks per stage, interleaved group size ``n``); the one check that
     single runs, workload files and sweeps share. Raises :class:`UsageError` (``vpp_field``:
