@@ -85,7 +85,7 @@ def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, 
     """Every constraint schedule ``name`` puts on the layout (pipeline size ``p``, ``m``
     microbatches, ``v`` chunks per stage, interleaved group size ``n``); the one check that
     single runs, workload files and sweeps share. Raises :class:`UsageError` (``vpp_field``:
-    the flag named when a one-chunk schedule gets ``v > 1``)."""
+    the option named when a one-chunk schedule gets ``v > 1``)."""
     schedule_type(name).check(p, m, v, n, vpp_field=vpp_field)
 
 
