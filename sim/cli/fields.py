@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import re
+from collections.abc import Callable
 
 from sim.errors import InputError, SimrunError
 from sim.options.registry import registry
@@ -32,18 +32,14 @@ def _declared() -> dict[str, str]:
     return out
 
 
-def _parsers() -> list[argparse.ArgumentParser]:
-    """The main run's parser, then each subcommand's (one that cannot be imported is left
-    out)."""
-    from sim.cli import SUBCOMMANDS, build_parser
+_PARSERS: list[Callable[[], list[argparse.ArgumentParser]]] = []
 
-    parsers = [build_parser()]
-    for module, _ in SUBCOMMANDS.values():
-        try:
-            parsers.append(importlib.import_module(module).build_parser())
-        except ImportError:
-            continue
-    return parsers
+
+def register_parsers(make: Callable[[], list[argparse.ArgumentParser]]) -> None:
+    """Set where the parsers come from: ``make()`` gives the main run's parser, then each
+    subcommand's (:mod:`sim.cli` registers them; this module does not import it)."""
+    _PARSERS[:] = [make]
+    _parsed.cache_clear()
 
 
 @functools.cache
@@ -51,7 +47,7 @@ def _parsed() -> dict[str, tuple[str, ...]]:
     """Each ``dest`` of the parsers → its long option strings (the first parser that has that
     ``dest`` wins)."""
     out: dict[str, tuple[str, ...]] = {}
-    for parser in _parsers():
+    for parser in (_PARSERS[0]() if _PARSERS else []):
         for action in parser._actions:  # noqa: SLF001 - argparse exposes no public list
             longs = tuple(s for s in action.option_strings if s.startswith("--"))
             if longs and action.dest not in out:
