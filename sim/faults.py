@@ -161,7 +161,7 @@ def faults_with(topo, slow_gpus=(), slow_nodes=(), degraded_links=(), failed_nic
     for n, f in slow_nodes:
         if n >= topo.num_nodes:
             raise UsageError(f"node {n} is not in the cluster (nodes 0..{topo.num_nodes - 1})",
-                             field="--slow-node")
+                             field="slow_node")
         for i in range(topo.gpus_per_node):
             slow[n * topo.gpus_per_node + i] = f
     faults = topo.faults.merged(Faults(slow, frozenset(failed_nics), dict(degraded_links)))

@@ -83,4 +83,4 @@ def check_program_work(program) -> None:
         raise UsageError(f"{program.microbatches:,} microbatches × {rows:,} layer rows = "
                          f"{passes:,} layer passes; simrun's work budget is {MAX_WORK:,} "
                          "(fewer microbatches, or fewer rows per microbatch)",
-                         field="--microbatches")
+                         field="microbatches")

@@ -49,7 +49,7 @@ def _one_line_error(err: str) -> str:
 def test_gpus_not_a_multiple_of_tp_pp_names_where_the_count_came_from():
     with pytest.raises(UsageError) as e:
         build_program(read_workload(SEED_1024), LayoutOptions(all_gpus=1000, default_gpus=1024))
-    assert e.value.field == "--gpus"
+    assert e.value.field == "gpus"
     assert "1000 GPUs (--gpus) is not a multiple of TP·PP = 8·16" in str(e.value)
     text = _aicb("model_parallel_NPU_group: 2 pp: 2 all_gpus: 6", ["a", "b"])
     with pytest.raises(InputError) as e:  # the file's value: file, line and field
@@ -107,16 +107,16 @@ def test_fewer_gpus_than_the_topology_is_a_printed_fallback(tmp_path, capsys):
 
 # ---- interleaved schedule ----------------------------------------------------------------------
 @pytest.mark.parametrize("opts,field,needle", [
-    (dict(microbatches=7, vpp=2), "--microbatches", "N=8 must lie in [p=8, M=7]"),
-    (dict(microbatches=12, vpp=2), "--microbatches", "M mod N = 12 mod 8 = 4 must be 0 or ≥ p=8"),
-    (dict(microbatches=8, vpp=3), "--vpp", "40 layers per stage cannot be split into 3"),
-    (dict(microbatches=16, vpp=2, microbatch_group_size=17), "--microbatches",
+    (dict(microbatches=7, vpp=2), "microbatches", "N=8 must lie in [p=8, M=7]"),
+    (dict(microbatches=12, vpp=2), "microbatches", "M mod N = 12 mod 8 = 4 must be 0 or ≥ p=8"),
+    (dict(microbatches=8, vpp=3), "vpp", "40 layers per stage cannot be split into 3"),
+    (dict(microbatches=16, vpp=2, microbatch_group_size=17), "microbatches",
      "N=17 must lie in [p=8, M=16]"),
-    (dict(microbatches=8, vpp=2, schedule="gpipe"), "--schedule",
+    (dict(microbatches=8, vpp=2, schedule="gpipe"), "schedule",
      "the gpipe schedule runs one model chunk per stage"),
-    (dict(microbatches=8, schedule="1f1b", microbatch_group_size=8), "--microbatch-group-size",
+    (dict(microbatches=8, schedule="1f1b", microbatch_group_size=8), "microbatch_group_size",
      "only the interleaved schedule groups microbatches"),
-    (dict(pp=1, all_gpus=8, vpp=2, schedule="interleaved"), "--pp",
+    (dict(pp=1, all_gpus=8, vpp=2, schedule="interleaved"), "pp",
      "needs ≥ 2 pipeline stages"),
 ])
 def test_interleaved_constraints(opts, field, needle):
@@ -137,7 +137,7 @@ def test_header_vpp_that_cannot_be_a_virtual_pipeline_size_is_a_printed_fallback
 def test_too_many_schedule_ops_are_refused_not_allocated(monkeypatch):
     with pytest.raises(UsageError, match="simrun simulates at most 16,777,216") as e:
         schedule_table("interleaved", 4, MAX_OPS // 16 + 4, 2)
-    assert e.value.field == "--microbatches"
+    assert e.value.field == "microbatches"
     monkeypatch.setattr("sim.pipeline.schedules.MAX_OPS", 64)  # the boundary, on a small scale
     assert sum(len(ops) for ops in schedule_table("1f1b", 4, 8)) == 64
     with pytest.raises(UsageError, match="9 microbatches × 4 stages × 1 chunks = 72"):
@@ -200,7 +200,7 @@ def test_pipeline_without_a_message_size_is_an_error():
                       "a\t-1\t100\tNONE\t0\t50\tNONE\t0\t50\tNONE\t0\t100"]) + "\n"
     with pytest.raises(UsageError, match="no pp_comm and has no TP collective") as e:
         build_program(read_aicb(text, "g.txt"), LayoutOptions())
-    assert e.value.field == "--pp-comm-bytes"
+    assert e.value.field == "pp_comm_bytes"
 
 
 def test_missing_backward_times_are_a_printed_rule():

@@ -149,4 +149,4 @@ def test_refusals_are_megatron_cores_asserts(model, kw, words):
     from sim.models.parallel_checks import validate  # noqa: PLC0415
     with pytest.raises(UsageError, match=words) as e:
         validate(model, _par(**kw))
-    assert e.value.field == "--overlap-moe-expert-parallel-comm"
+    assert e.value.field == "overlap_moe_expert_parallel_comm"

@@ -123,7 +123,7 @@ def test_watchdog_stops_a_runaway_simulation_at_the_limit():
     with pytest.raises(WatchdogExpired) as e:
         simulate_watched(simulate, prog, FreeNetwork(), max_sim_time_s=3600.0)
     msg = str(e.value)
-    assert msg.startswith("--max-sim-time-s: watchdog: the iteration had not finished after "
+    assert msg.startswith("max_sim_time_s: watchdog: the iteration had not finished after "
                           "3600 s of simulated time")
     # 1F1B, p = 2, M = 2, f = 1000 s, b = 2000 s: at 3600 s stage 1 computes B0 (2000-4000 s)
     # and stage 0 waits for its gradient

@@ -94,7 +94,7 @@ def test_megatron_refusals():
         par = make_par(global_batch=64, sequence_parallel=True, **kw)
         with pytest.raises(UsageError, match=text) as e:
             validate(model, par)
-        assert e.value.field == "--expert-tensor-parallel-size"
+        assert e.value.field == "expert_tensor_parallel_size"
 
 
 # ---- sizes ----------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_the_tables_measured_factor_per_dtype_and_the_override(tmp_path):
 def test_refused_without_a_kernel_table():
     with pytest.raises(UsageError) as e:
         resolve_compute(H100_SXM, ComputeOptions(kernel_table="none", sustained_slowdown=1.1))
-    assert e.value.field == "--sustained-slowdown"
+    assert e.value.field == "sustained_slowdown"
 
 
 @pytest.mark.parametrize("line, why", [("# sustained_slowdown_fp8: 0.9", "from 1 to 3"),

@@ -185,17 +185,17 @@ def test_moe_all_to_all_in_ep_group():
 
 
 @pytest.mark.parametrize("kwargs, flag", [
-    (dict(tp=5), "--tp"),
-    (dict(tp=8, pp=5), "--pp"),
-    (dict(tp=8, pp=8, dp=3, global_batch=64), "--global-batch"),
-    (dict(tp=8, pp=8, vpp=3, global_batch=4), "--microbatches"),
-    (dict(tp=8, pp=8, vpp=5), "--pp"),
-    (dict(tp=8, pp=8, recompute="some"), "--recompute"),
-    (dict(tp=8, pp=8, dtype="fp4"), "--dtype"),
-    (dict(tp=8, pp=8, ep=2, dp=2, global_batch=2), "--ep"),
-    (dict(tp=8, pp=8, schedule="zb"), "--schedule"),
-    (dict(tp=8, pp=8, schedule="1f1b", vpp=2, global_batch=16), "--vpp"),
-    (dict(tp=8, pp=8, micro_batch=0), "--micro-batch"),
+    (dict(tp=5), "tp"),
+    (dict(tp=8, pp=5), "pp"),
+    (dict(tp=8, pp=8, dp=3, global_batch=64), "global_batch"),
+    (dict(tp=8, pp=8, vpp=3, global_batch=4), "microbatches"),
+    (dict(tp=8, pp=8, vpp=5), "pp"),
+    (dict(tp=8, pp=8, recompute="some"), "recompute"),
+    (dict(tp=8, pp=8, dtype="fp4"), "dtype"),
+    (dict(tp=8, pp=8, ep=2, dp=2, global_batch=2), "ep"),
+    (dict(tp=8, pp=8, schedule="zb"), "schedule"),
+    (dict(tp=8, pp=8, schedule="1f1b", vpp=2, global_batch=16), "vpp"),
+    (dict(tp=8, pp=8, micro_batch=0), "micro_batch"),
 ])
 def test_bad_layouts_name_the_flag(kwargs, flag):
     with pytest.raises(UsageError) as err:
@@ -206,7 +206,7 @@ def test_bad_layouts_name_the_flag(kwargs, flag):
 def test_fp8_needs_an_fp8_gpu():
     with pytest.raises(UsageError) as err:
         generate(GPT175, make_par(tp=8, pp=8, global_batch=8, dtype="fp8"), A100_80)
-    assert err.value.field == "--dtype"
+    assert err.value.field == "dtype"
     bf16 = generate(GPT175, make_par(tp=8, pp=8, global_batch=8), H100_80)
     fp8 = generate(GPT175, make_par(tp=8, pp=8, global_batch=8, dtype="fp8"), H100_80)
     f = sum(x.forward.compute_ns for x in fp8.stages[1].chunks[0])

@@ -156,12 +156,12 @@ def test_eager_layer_extra_time_hand_derived():
 
 
 @pytest.mark.parametrize(("model", "kw", "field"), [
-    ("gpt2-medium", {}, "--no-compile"),  # LayerNorm, GeLU, learned positions
-    ("mixtral-8x7b", {}, "--no-compile"),  # MoE layers
-    ("llama3-8b", {"dtype": "fp8"}, "--no-compile"),
-    ("llama3-8b", {"attention_backend": "unfused"}, "--no-compile"),
+    ("gpt2-medium", {}, "no_compile"),  # LayerNorm, GeLU, learned positions
+    ("mixtral-8x7b", {}, "no_compile"),  # MoE layers
+    ("llama3-8b", {"dtype": "fp8"}, "no_compile"),
+    ("llama3-8b", {"attention_backend": "unfused"}, "no_compile"),
     ("llama3-8b", {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True},
-     "--tp-comm-overlap"),
+     "tp_comm_overlap"),
 ])
 def test_no_compile_refused_where_it_cannot_apply(model, kw, field):
     spec = load_model(str(ROOT / "workloads" / "models" / f"{model}.yaml"))
@@ -175,7 +175,7 @@ def test_norm_type_refused_when_compiled():
     spec = load_model(str(ROOT / "workloads" / "models" / "llama3-8b.yaml"))
     with pytest.raises(UsageError) as err:
         build_model_plan(spec, make_par(global_batch=1, norm_type="fused_rmsnorm"))
-    assert err.value.field == "--norm-type"
+    assert err.value.field == "norm_type"
 
 
 @pytest.mark.parametrize("flag", [["--no-compile"], ["--compile"],

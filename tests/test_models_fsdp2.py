@@ -110,4 +110,4 @@ def test_use_torch_fsdp2_needs_fsdp():
     model = load_model(str(ROOT / "workloads" / "models" / "llama3-8b.yaml"))
     with pytest.raises(UsageError) as err:
         build_model_plan(model, make_par(dp=8, global_batch=8, use_torch_fsdp2=True))
-    assert err.value.field == "--use-torch-fsdp2"
+    assert err.value.field == "use_torch_fsdp2"

@@ -120,10 +120,10 @@ def test_dispatcher_options_refused_where_they_do_not_apply():
     dense = load_model(MODELS / "gpt2-medium.yaml")
     with pytest.raises(UsageError) as e:
         build_model_plan(dense, make_par(moe_token_dispatcher="flex"))
-    assert e.value.field == "--moe-token-dispatcher-type"
+    assert e.value.field == "moe_token_dispatcher"
     with pytest.raises(UsageError) as e:
         build_model_plan(dense, make_par(moe_shared_expert_intermediate_size=64))
-    assert e.value.field == "--moe-shared-expert-intermediate-size"
+    assert e.value.field == "moe_shared_expert_intermediate_size"
 
 
 def test_flex_end_to_end_runs_hierarchical_and_cuts_ep_time(tmp_path):

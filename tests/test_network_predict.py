@@ -25,7 +25,7 @@ def test_sizes_double_like_nccl_tests():
     assert parse_sizes("16M") == [16 << 20]
     assert parse_sizes("3:20") == [3, 6, 12]
     for bad in ("0:8", "8:4", "x", "8:1T", "-1:8"):
-        with pytest.raises(UsageError, match="--sizes"):
+        with pytest.raises(UsageError, match="sizes"):
             parse_sizes(bad)
 
 
@@ -94,8 +94,8 @@ def test_sendrecv_ring_of_pairs_runs_concurrently(tmp_path):
     (["--topo", DGX, "--gpus", "1"], InputError, "--gpus"),
     (["--topo", DGX, "--gpus", "2000"], InputError, "--gpus"),
     (["--topo", DGX, "--op", "reduce"], UsageError, "invalid choice"),
-    (["--topo", DGX, "--algorithm", "magic"], UsageError, "--algorithm"),
-    (["--topo", DGX, "--algorithm", "allreduce=magic"], UsageError, "--algorithm"),
+    (["--topo", DGX, "--algorithm", "magic"], UsageError, "algorithm"),
+    (["--topo", DGX, "--algorithm", "allreduce=magic"], UsageError, "algorithm"),
     (["--topo", DGX, "--nodes", "0"], InputError, "--nodes"),
     (["--topo", "nope.yaml"], InputError, "nope.yaml"),
     (["--gpus", "8"], UsageError, "--topo"),

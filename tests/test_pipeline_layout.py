@@ -72,7 +72,7 @@ def test_virtual_pipeline_size_and_layers_per_virtual_stage():
     with pytest.raises(UsageError, match="lists 6 virtual stages, not a multiple of the "
                                          "pipeline-parallel size 4") as e:
         lay.virtual_pipeline_size(4)
-    assert e.value.field == FLAG
+    assert e.value.field == "pipeline_model_parallel_layout"
 
 
 @pytest.mark.parametrize("text, where", [
@@ -87,7 +87,7 @@ def test_virtual_pipeline_size_and_layers_per_virtual_stage():
 def test_unreadable_characters_are_named_with_their_position(text, where):
     with pytest.raises(UsageError, match=re.escape(where)) as e:
         parse_layout(text)
-    assert e.value.field == FLAG
+    assert e.value.field == "pipeline_model_parallel_layout"
     assert "\n" not in e.value.format()
 
 
@@ -114,7 +114,7 @@ def test_empty_and_runaway_layouts_are_refused():
 def test_megatrons_checks_of_the_layers(text, message):
     with pytest.raises(UsageError, match=message) as e:
         parse_layout(text).check(3)
-    assert e.value.field == FLAG
+    assert e.value.field == "pipeline_model_parallel_layout"
 
 
 def test_virtual_stage_layers_from_the_layout():
@@ -127,7 +127,7 @@ def test_virtual_stage_layers_from_the_layout():
     both = PipelineSplit(first_stage_layers=2, layout=parse_layout("E|tt|t|t|tt|L"))
     with pytest.raises(UsageError, match="cannot be combined with --decoder-first") as e:
         virtual_stage_layers(6, 2, 3, both)
-    assert e.value.field == FLAG
+    assert e.value.field == "pipeline_model_parallel_layout"
     assert split.virtual_pipeline_size(2, None) == 3
     assert PipelineSplit().virtual_pipeline_size(2, None) is None
     with pytest.raises(UsageError, match="leave --vpp out"):

@@ -32,7 +32,7 @@ def test_first_and_last_stage_layers():
         1, 2, 2, 1, 2, 2]
     with pytest.raises(UsageError, match="not divisible by the virtual pipeline") as e:
         virtual_stage_layers(11, 3, 2, PipelineSplit(first_stage_layers=3))
-    assert e.value.field == "--decoder-first-pipeline-num-layers"
+    assert e.value.field == "first_stage_layers"
     with pytest.raises(UsageError, match="cannot be split evenly"):
         virtual_stage_layers(70, 12, 1, PipelineSplit(first_stage_layers=5))
 
@@ -53,10 +53,10 @@ def test_embedding_and_loss_accounted_as_layers():
 
 
 @pytest.mark.parametrize("p, v, emb, loss, flag", [
-    (2, 1, True, True, "--account-for-loss-in-pipeline-split"),  # 26/2 = 13: 12 + 12
-    (1, 2, True, True, "--account-for-loss-in-pipeline-split"),  # one stage, two chunks
-    (1, 1, True, False, "--account-for-embedding-in-pipeline-split"),  # 25/1: 24
-    (1, 1, False, True, "--account-for-loss-in-pipeline-split"),
+    (2, 1, True, True, "account_for_loss_in_pipeline_split"),  # 26/2 = 13: 12 + 12
+    (1, 2, True, True, "account_for_loss_in_pipeline_split"),  # one stage, two chunks
+    (1, 1, True, False, "account_for_embedding_in_pipeline_split"),  # 25/1: 24
+    (1, 1, False, True, "account_for_loss_in_pipeline_split"),
 ])
 def test_accounting_that_gives_the_even_split_is_refused(p, v, emb, loss, flag):
     """24 layers: embedding and loss counted on two virtual stages give (24 + 2)/2 − 1 = 12 on

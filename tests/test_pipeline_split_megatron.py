@@ -24,6 +24,9 @@ from sim.scenario.model_run import parallel_config
 EMB = "--account-for-embedding-in-pipeline-split"
 LOSS = "--account-for-loss-in-pipeline-split"
 FIRST = "--decoder-first-pipeline-num-layers"
+# the options' names in the library's errors (the CLI names them by the flags above)
+EMB_, LOSS_ = "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"
+FIRST_ = "first_stage_layers"
 BOTH = PipelineSplit(account_for_embedding=True, account_for_loss=True)
 LLAMA_405B = ROOT / "workloads" / "models" / "llama3-405b.yaml"
 
@@ -55,23 +58,23 @@ def test_accounted_zero_layer_chunks_numbered_as_megatron_offsets():
 
 @pytest.mark.parametrize("layers, p, v, split, flag, message", [
     # 5 + 2 = 7 is not divisible by PP 2 (Megatron-Core's first check)
-    (5, 2, 2, BOTH, EMB, "7 cannot be split evenly over the 2 pipeline stages"),
+    (5, 2, 2, BOTH, EMB_, "7 cannot be split evenly over the 2 pipeline stages"),
     # 4 + 2 = 6 over 2 ranks: 3 per rank, not divisible by VPP 2 (its second check)
-    (4, 2, 2, BOTH, EMB, "gives 3 per stage, not divisible by the virtual pipeline size 2"),
-    (6, 4, 1, PipelineSplit(account_for_loss=True), LOSS, "7 cannot be split evenly over the 4"),
+    (4, 2, 2, BOTH, EMB_, "gives 3 per stage, not divisible by the virtual pipeline size 2"),
+    (6, 4, 1, PipelineSplit(account_for_loss=True), LOSS_, "7 cannot be split evenly over the 4"),
     # first stage 3 layers not divisible by VPP 2
-    (11, 3, 2, PipelineSplit(first_stage_layers=3), FIRST, "3 layers are not divisible by the "
-                                                           "virtual pipeline size 2"),
+    (11, 3, 2, PipelineSplit(first_stage_layers=3), FIRST_, "3 layers are not divisible by the "
+                                                            "virtual pipeline size 2"),
     # 8 − 2 = 6 over 2 middle stages: 3 each, not divisible by VPP 2
-    (8, 3, 2, PipelineSplit(first_stage_layers=2), "--vpp", "each middle stage's 3 layers"),
+    (8, 3, 2, PipelineSplit(first_stage_layers=2), "vpp", "each middle stage's 3 layers"),
     # 12 − 2 = 10 over 3 middle stages
-    (12, 4, 2, PipelineSplit(first_stage_layers=2), FIRST, "the 10 layers left for the 3 middle"),
+    (12, 4, 2, PipelineSplit(first_stage_layers=2), FIRST_, "the 10 layers left for the 3 middle"),
     # 4 − 4 = 0 layers for 3 middle stages (Megatron-Core's "Mismatch")
-    (4, 4, 1, PipelineSplit(first_stage_layers=4), FIRST, "cannot be split evenly"),
-    (8, 4, 1, PipelineSplit(first_stage_layers=0), FIRST, "must be ≥ 1, got 0"),
-    (10, 2, 1, PipelineSplit(3, 6), "--decoder-last-pipeline-num-layers",
+    (4, 4, 1, PipelineSplit(first_stage_layers=4), FIRST_, "cannot be split evenly"),
+    (8, 4, 1, PipelineSplit(first_stage_layers=0), FIRST_, "must be ≥ 1, got 0"),
+    (10, 2, 1, PipelineSplit(3, 6), "last_stage_layers",
      "3 + 6 must equal the 10 layers"),
-    (10, 4, 1, PipelineSplit(2, 2, account_for_loss=True), LOSS, "cannot be combined"),
+    (10, 4, 1, PipelineSplit(2, 2, account_for_loss=True), LOSS_, "cannot be combined"),
 ])
 def test_megatrons_refusals_name_the_option(layers, p, v, split, flag, message):
     with pytest.raises(UsageError) as e:

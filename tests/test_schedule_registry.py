@@ -40,7 +40,7 @@ def test_unknown_name_is_a_usage_error_naming_the_option():
     with pytest.raises(UsageError, match="unknown schedule 'pipedream'; choose one of gpipe, "
                                          "1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe") as e:
         schedule_type("pipedream")
-    assert e.value.field == "--schedule"
+    assert e.value.field == "schedule"
 
 
 def test_default_schedule_is_megatrons():
@@ -68,7 +68,7 @@ def test_properties_of_each_schedule():
 def test_combined_1f1b_refused_where_megatron_refuses_it():
     with pytest.raises(UsageError, match="only in the interleaved schedule") as e:
         schedule_type("1f1b").combined_ops(4, 0, 8)
-    assert e.value.field == "--overlap-moe-expert-parallel-comm"
+    assert e.value.field == "overlap_moe_expert_parallel_comm"
     # p = 1: F0 alone, then (F1 & B0), (F2 & B1), then B2
     ops = schedule_type("1f1b").combined_ops(1, 0, 3)
     assert [o.label(False) for o in ops] == ["F0", "F1&B0", "F2&B1", "B2"]
@@ -154,11 +154,11 @@ def test_op_counts_match_the_tables():
 
 def test_constraints_are_the_schedules_refusals():
     with pytest.raises(UsageError, match="one model chunk per stage") as e:
-        schedule_type("zb-h1").check(4, 8, 2, vpp_field="--vpp")
-    assert e.value.field == "--vpp"
+        schedule_type("zb-h1").check(4, 8, 2, vpp_field="vpp")
+    assert e.value.field == "vpp"
     with pytest.raises(UsageError, match="only the interleaved schedule groups") as e:
         schedule_type("1f1b").check(4, 8, 1, 4)
-    assert e.value.field == "--microbatch-group-size"
+    assert e.value.field == "microbatch_group_size"
     with pytest.raises(UsageError, match="2p−1 = 7"):
         schedule_type("zb-h2").check(4, 6)
     with pytest.raises(UsageError, match="even number of microbatches"):

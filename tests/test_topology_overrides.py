@@ -40,7 +40,7 @@ def test_keys_are_dotted_paths_with_list_indices(key, path):
 def test_malformed_overrides_are_usage_errors(text):
     with pytest.raises(UsageError) as e:
         parse_override(text)
-    assert e.value.field == "--set"
+    assert e.value.field == "set"
 
 
 @pytest.mark.parametrize("setting,old,new", [

@@ -169,7 +169,7 @@ def test_trace_ranks_errors_are_usage_errors():
     res = hand_case()
     with pytest.raises(UsageError, match="--per-rank"):
         build_trace(res, ranks="5")
-    with pytest.raises(UsageError, match="--trace-ranks"):
+    with pytest.raises(UsageError, match="trace_ranks"):
         build_trace(res, ranks="zero")
 
 

@@ -261,7 +261,7 @@ def test_a_layout_megatron_refuses_is_named_at_load_time(tmp_path):
     v = tmp_path / "v.yaml"
     v.write_text("topology: t.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 1, pp: 3,\n"
                  "     global_batch: 6, micro_batch: 1, measured_s: 1.0}\n")
-    with pytest.raises(InputError, match=r"v.yaml:3: cases\[0\]: .*\(--pp\)"):
+    with pytest.raises(InputError, match=r"v.yaml:3: cases\[0\]: .*\(pp\)"):
         load_cases(v)
 
 

@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from sim.cli.fields import cli_error, register_parsers
 from sim.cli.run import build_parser as _build_parser
 from sim.cli.run import run as _run
 from sim.errors import SimrunError, UsageError
@@ -39,6 +40,21 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def build_parser():
     """The parser of the main run (``simrun --help``)."""
     return _build_parser(SUBCOMMANDS)
+
+
+def _parsers() -> list:
+    """The main run's parser, then each subcommand's (one that cannot be imported is left
+    out): where :mod:`sim.cli.fields` finds the flags of option names."""
+    parsers = [build_parser()]
+    for module, _ in SUBCOMMANDS.values():
+        try:
+            parsers.append(importlib.import_module(module).build_parser())
+        except ImportError:
+            continue
+    return parsers
+
+
+register_parsers(_parsers)
 
 
 def run(argv: list[str]) -> int:
@@ -75,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(_subcommand(argv[0])(argv[1:]) or 0)
         return run(argv)
     except SimrunError as e:
-        print(f"simrun: error: {e}", file=sys.stderr)
+        print(f"simrun: error: {cli_error(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP
         code, word = exit_status(e)

@@ -23,6 +23,7 @@ from sim.cli.args import (
     layout_request,
     model_input,
 )
+from sim.cli.fields import cli_error
 from sim.cli.types import Parser, given_flags, nonneg_int, positive_int
 from sim.errors import SimrunError, UsageError
 from sim.files.outputs import check_output_paths
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"stage {args.stage} outside 0..{prog.pp - 1}", field="--stage")
         rows = write_aicb(prog, args.out, stage=args.stage, process_ns=args.process_ns)
     except SimrunError as exc:
-        print(f"simrun generate: error: {exc}", file=sys.stderr)
+        print(f"simrun generate: error: {cli_error(exc)}", file=sys.stderr)
         return exc.exit_code
     par = run.par
     print(f"wrote {rows} rows to {args.out}: {run.model.name}, TP {par.tp} x PP {par.pp} x DP "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from sim.cli.fields import cli_error
 from sim.cli.types import Parser, positive_int
 from sim.errors import SimrunError
 from sim.models.inspect import Sizes, describe
@@ -41,6 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         for line in describe(args.file, sizes):
             print(line)
     except SimrunError as exc:
-        print(f"simrun inspect: error: {exc}", file=sys.stderr)
+        print(f"simrun inspect: error: {cli_error(exc)}", file=sys.stderr)
         return exc.exit_code
     return 0

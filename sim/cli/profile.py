@@ -16,6 +16,7 @@ import sys
 from dataclasses import replace
 
 from sim.cli.args import add_layout_arguments, add_model_arguments, layout_request, model_input
+from sim.cli.fields import cli_error
 from sim.cli.types import Parser, positive_float
 from sim.errors import SimrunError, UsageError
 from sim.files.outputs import check_output_paths
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                                  progress=lambda line: print(line, file=sys.stderr))
         write_table(table, args.out)
     except SimrunError as exc:
-        print(f"simrun profile: error: {exc}", file=sys.stderr)
+        print(f"simrun profile: error: {cli_error(exc)}", file=sys.stderr)
         return exc.exit_code
     for s in skipped:
         print(f"skipped {s}", file=sys.stderr)

@@ -22,6 +22,7 @@ from sim.cli.args import (
     network_options,
     training_of,
 )
+from sim.cli.fields import flag_of
 from sim.cli.host_args import add_host_dispatch_argument
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.sweep_args import add_refused_arguments, layout_checked, simulation_options
@@ -170,6 +171,7 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         zero=parse_stages(args.zero or "0"), schedule=parse_schedules(args.schedule),
         group_size=args.microbatch_group_size or 0)
     return SweepOptions(
+        name_field=flag_of,
         model=args.model, topology=args.topo, training=training_of(args), space=space,
         nodes=args.nodes, network=network_options(args),
         placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,

@@ -128,15 +128,15 @@ def aicb_text(program: PipelineProgram, *, stage: int = 0, process_ns: int = 0) 
     if any(ph.overlaps for _n, lay in block for ph in (lay.forward, lay.input_grad,
                                                        lay.weight_grad)):
         raise UsageError("AICB text has one collective per phase after its compute: it cannot "
-                         "hold a collective pipelined with a GEMM", field="--tp-comm-overlap")
+                         "hold a collective pipelined with a GEMM", field="tp_comm_overlap")
     if any(st.deferred is not None for st in program.stages):
         raise UsageError("AICB text repeats one row list per microbatch: it cannot hold the "
                          "output-layer weight gradients deferred to the pipeline flush",
-                         field="--defer-embedding-wgrad-compute")
+                         field="defer_embedding_wgrad_compute")
     if program.etp not in (None, program.tp):
         raise UsageError("AICB text has no expert tensor-parallel group (its header and comm "
                          "suffixes know TP, EP and DP_EP only)",
-                         field="--expert-tensor-parallel-size")
+                         field="expert_tensor_parallel_size")
     header = (
         f"{POLICY} model_parallel_NPU_group: {program.tp} ep: {program.ep} pp: {program.pp} "
         f"vpp: {program.vpp} ga: {program.microbatches} all_gpus: {program.world_size} "

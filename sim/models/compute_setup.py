@@ -100,7 +100,7 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
         raise UsageError(f"GPU {gpu.name!r} of the topology is not in the GPU catalogue "
                          f"(known: {known_names()}); name one of them in node.gpu.name, declare "
                          "node.gpu.compute_efficiency in the topology or give "
-                         "--compute-efficiency FRACTION", field="--compute-efficiency")
+                         "--compute-efficiency FRACTION", field="compute_efficiency")
     table = None
     if opts.kernel_table not in (None, "none"):
         table = read_table(opts.kernel_table)
@@ -113,7 +113,7 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
         notes.append(table.describe() + f"; attention tile model on {slots} SMs ({why})")
     elif opts.sustained_slowdown is not None:
         raise UsageError("scales kernel-table times, and this run has no kernel table: its "
-                         "compute is timed by the roofline", field="--sustained-slowdown")
+                         "compute is timed by the roofline", field="sustained_slowdown")
     return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown)
 
 
@@ -172,7 +172,7 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     """
     if compute_scale is not None:
         if not compute_scale > 0:
-            raise UsageError(f"must be > 0, got {compute_scale:g}", field="--compute-scale")
+            raise UsageError(f"must be > 0, got {compute_scale:g}", field="compute_scale")
         return compute_scale, Assumption(f"compute times of the workload file multiplied by "
                                          f"{compute_scale:g} (--compute-scale)",
                                          "compute-scale")
@@ -189,7 +189,7 @@ def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | No
     src = find(name)
     if src is None:
         raise UsageError(f"GPU {name!r} is not in the GPU catalogue (known: {known_names()})",
-                         field="--source-gpu")
+                         field="source_gpu")
     origin = "--source-gpu" if source_gpu else "the file's gpu header field"
     if src is topo_entry:
         return 1.0, Assumption(f"compute times as in the workload file, measured on "

@@ -58,7 +58,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     plan = plan or build_model_plan(model, par)
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
-                         f"{', '.join(sorted(gpu.peak_tflops))})", field="--dtype")
+                         f"{', '.join(sorted(gpu.peak_tflops))})", field="dtype")
     setup = compute or resolve_compute(gpu)
     timer = timer_for(gpu, setup, attention_kernel(par.training, gpu_family(gpu)))
     # Megatron's gradient-accumulation fusion adds weight gradients into fp32 main grads;
@@ -69,7 +69,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         timer.cm = compute_model
     cm = timer.cm
     if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
-        raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="--dtype")
+        raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="dtype")
     stages = [_stage_program(st, plan, timer, optimizer, zero3) for st in plan.stages]
     dm = plan.dims
     pp_bytes = dm.n * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)

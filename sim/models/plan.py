@@ -72,7 +72,7 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
     validate(model, par)
     if model.moe is not None and par.tp > 1 and not par.sp:
         raise UsageError("mixture-of-experts models with tp > 1 need --sequence-parallel "
-                         "(Megatron-Core's MoE layers expect it)", field="--sequence-parallel")
+                         "(Megatron-Core's MoE layers expect it)", field="sequence_parallel")
     dm = Dims.of(model, par)
     p, v, typ = par.pp, par.vpp, par.layout.schedule_type
     n_vs = typ.virtual_stage_count(p, v)  # DualPipe: p stages, each on two ranks

@@ -24,7 +24,7 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
     if "=" not in text:
         if text not in ALGORITHMS:
             raise UsageError(f"unknown algorithm {text!r} (known: {', '.join(ALGORITHMS)})",
-                             field="--algorithm")
+                             field="algorithm")
         return text
     out: dict[str, str] = {}
     for part in text.split(","):
@@ -32,10 +32,10 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
         op, algo = op.strip().lower(), algo.strip()
         if op not in OPS:
             raise UsageError(f"unknown operation {op!r} (known: {', '.join(OPS)})",
-                             field="--algorithm")
+                             field="algorithm")
         if algo not in ALGORITHMS:
             raise UsageError(f"unknown algorithm {algo!r} (known: {', '.join(ALGORITHMS)})",
-                             field="--algorithm")
+                             field="algorithm")
         out[op] = algo
     return out
 
@@ -65,17 +65,17 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     if nvls_enable is not None and (nv is None or not nv.nvls):
         raise UsageError("the topology's NVSwitches do not declare nvls: true, so NVLS never "
                          "runs and the switch would change nothing; leave it out",
-                         field="--nccl-nvls-enable")
+                         field="nccl_nvls_enable")
     if collnet_enable is not None and (topology.fabric is None or not topology.fabric.sharp):
         raise UsageError("the topology's fabric does not declare sharp: true, so SHARP never "
                          "runs and the switch would change nothing; leave it out",
-                         field="--nccl-collnet-enable")
+                         field="nccl_collnet_enable")
     if routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
-                         field="--routing")
+                         field="routing")
     if protocol is not None and protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})",
-                         field="--protocol")
+                         field="protocol")
     if isinstance(algorithm, str):
         algorithm = parse_algorithm(algorithm)
     net = FlowNetwork(topology, algorithm=algorithm, routing=routing, protocol=protocol,

@@ -62,7 +62,7 @@ def parse_nccl_algo(text: str | None) -> dict[CollKind, frozenset[str]] | None:
         if not modelled:
             raise UsageError(f"{text!r} leaves {f} no algorithm the model has (ring, tree, nvls, "
                              "collnetdirect)",
-                             field="--nccl-algo")
+                             field="nccl_algo")
         out[FUNCS[f]] = modelled
     return out
 
@@ -76,6 +76,6 @@ def parse_nccl_proto(text: str | None) -> dict[CollKind, frozenset[str]] | None:
         if f not in FUNCS:
             continue
         if not names:
-            raise UsageError(f"{text!r} leaves {f} no protocol", field="--nccl-proto")
+            raise UsageError(f"{text!r} leaves {f} no protocol", field="nccl_proto")
         out[FUNCS[f]] = frozenset(PROTOS[x] for x in names)
     return out

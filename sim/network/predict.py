@@ -44,9 +44,9 @@ def parse_size(text: str) -> int:
     num = t[: len(t) - len(suffix)]
     value = parse_int(num)
     if value is None:
-        raise UsageError(f"bad size {text!r} (expected e.g. 8, 64K, 16M, 8G)", field="--sizes")
+        raise UsageError(f"bad size {text!r} (expected e.g. 8, 64K, 16M, 8G)", field="sizes")
     if value * _SUFFIX[suffix] > INT64_MAX:  # as in workload files
-        raise UsageError(f"size {text!r} exceeds 2^63−1 bytes", field="--sizes")
+        raise UsageError(f"size {text!r} exceeds 2^63−1 bytes", field="sizes")
     return value * _SUFFIX[suffix]
 
 
@@ -56,7 +56,7 @@ def parse_sizes(text: str) -> list[int]:
     lo = parse_size(lo_s)
     hi = parse_size(hi_s) if sep else lo
     if lo < 1 or hi < lo:
-        raise UsageError(f"sizes {text!r}: need 1 ≤ A ≤ B in A:B", field="--sizes")
+        raise UsageError(f"sizes {text!r}: need 1 ≤ A ≤ B in A:B", field="sizes")
     out = []
     s = lo
     while s <= hi:

@@ -193,7 +193,7 @@ class ParallelConfig:
         if par.layout != layout:
             raise UsageError(f"{layout.microbatches} microbatches × micro batch "
                              f"{training.micro_batch} × DP {layout.dp} ≠ global batch "
-                             f"{training.global_batch}", field="--microbatches")
+                             f"{training.global_batch}", field="microbatches")
         return par
 
     def __getattr__(self, name: str):

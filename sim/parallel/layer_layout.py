@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from sim.errors import UsageError
 
 FLAG = "--pipeline-model-parallel-layout"
+OPTION = "pipeline_model_parallel_layout"  # errors name the option (the CLI, its flag)
 LAYERS = {"E": "the embedding", "t": "a transformer layer", "m": "an MTP layer",
           "L": "the output layer and loss"}
 _GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")  # Megatron's two patterns, applied in this order
@@ -46,7 +47,7 @@ class LayerLayout:
         n = len(self.stages)
         if n % pp:
             raise UsageError(f"{self.text!r} lists {n} virtual stages, not a multiple of the "
-                             f"pipeline-parallel size {pp} (Megatron-Core)", field=FLAG)
+                             f"pipeline-parallel size {pp} (Megatron-Core)", field=OPTION)
         return n // pp
 
     def decoder_layers(self) -> list[int]:
@@ -68,27 +69,27 @@ class LayerLayout:
         flat = "".join(self.stages)
         if not flat or flat[0] != "E":
             raise UsageError(f"{self.text!r}: the first layer must be the embedding E, got "
-                             f"{_got(flat[:1])} (Megatron-Core)", field=FLAG)
+                             f"{_got(flat[:1])} (Megatron-Core)", field=OPTION)
         if flat[-1] != "L":
             raise UsageError(f"{self.text!r}: the last layer must be the loss L, got "
-                             f"{_got(flat[-1])} (Megatron-Core)", field=FLAG)
+                             f"{_got(flat[-1])} (Megatron-Core)", field=OPTION)
         for ch in "EL":
             if flat.count(ch) != 1:
                 raise UsageError(f"{self.text!r}: {LAYERS[ch]} {ch} must appear exactly once, "
-                                 f"it appears {flat.count(ch)} times (Megatron-Core)", field=FLAG)
+                                 f"it appears {flat.count(ch)} times (Megatron-Core)", field=OPTION)
         if "m" in flat:
             n = flat.count("m")
             raise UsageError(f"{self.text!r}: {n} MTP layer{'s' if n > 1 else ''} m, but the "
                              "model has no MTP layer (Megatron-Core: the count must equal "
-                             "mtp_num_layers; simrun models no MTP)", field=FLAG)
+                             "mtp_num_layers; simrun models no MTP)", field=OPTION)
         if flat.count("t") != layers:
             raise UsageError(f"{self.text!r} holds {flat.count('t')} transformer layers t, but "
                              f"the model has {layers} (Megatron-Core: must match num_layers)",
-                             field=FLAG)
+                             field=OPTION)
         if "E" not in self.stages[0] or "L" not in self.stages[-1]:
             raise UsageError(f"{self.text!r}: empty virtual stages before the embedding or "
                              "after the loss are not modelled (E must be in the first virtual "
-                             "stage and L in the last)", field=FLAG)
+                             "stage and L in the last)", field=OPTION)
 
 
 def parse_layout(text: str | None) -> LayerLayout | None:
@@ -97,7 +98,7 @@ def parse_layout(text: str | None) -> LayerLayout | None:
     if text is None:
         return None
     if not text.strip():
-        raise UsageError("empty layout (e.g. 'Et*3|(tt|)*29,m|L')", field=FLAG)
+        raise UsageError("empty layout (e.g. 'Et*3|(tt|)*29,m|L')", field=OPTION)
     items = _expand(text)
     stages: list[str] = [""]
     for ch, pos in items:
@@ -109,7 +110,7 @@ def parse_layout(text: str | None) -> LayerLayout | None:
             raise UsageError(f"cannot read {ch!r} at character {pos + 1} of {text!r}: a layer "
                              "is E (embedding), t (transformer layer), m (MTP layer) or L "
                              "(loss), '|' separates virtual stages, '(...)*N' and 'x*N' repeat",
-                             field=FLAG)
+                             field=OPTION)
     return LayerLayout(text, tuple(stages))
 
 
@@ -126,7 +127,7 @@ def _expand(text: str) -> list[tuple[str, int]]:
             times = int(mt.group(2))
             if len(out) + (mt.end(1) - mt.start(1)) * times > MAX_CHARS:
                 raise UsageError(f"the repetition at character {items[mt.start()][1] + 1} of "
-                                 f"{text!r} expands past {MAX_CHARS:,} layers", field=FLAG)
+                                 f"{text!r} expands past {MAX_CHARS:,} layers", field=OPTION)
             out += items[mt.start(1):mt.end(1)] * times
             last = mt.end()
         items = out + items[last:]

@@ -52,12 +52,12 @@ def parse_order(order: str) -> tuple[str, str, str]:
         i = parts.index("cp")
         if parts.count("cp") != 1 or i + 1 >= len(parts) or parts[i + 1] != "dp":
             raise UsageError(f"placement order {order!r}: cp must come directly before dp "
-                             "(Megatron-Core's tp-cp-dp-pp)", field="--placement")
+                             "(Megatron-Core's tp-cp-dp-pp)", field="placement")
         parts = parts[:i] + parts[i + 1:]
     if sorted(parts) != sorted(DIMS):
         raise UsageError(
             f"placement order {order!r} must list each of tp, dp, pp once (e.g. 'tp-dp-pp')",
-            field="--placement",
+            field="placement",
         )
     return parts  # type: ignore[return-value]
 
@@ -71,19 +71,19 @@ class Placement:
         for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("cp", cp),
                             ("etp", etp)):
             if value < 1:
-                raise UsageError(f"{name} must be ≥ 1, got {value}", field=f"--{name}")
+                raise UsageError(f"{name} must be ≥ 1, got {value}", field=name)
         if etp == tp and dp % ep:
             raise UsageError(
-                f"expert-parallel size {ep} must divide the data-parallel size {dp}", field="--ep"
+                f"expert-parallel size {ep} must divide the data-parallel size {dp}", field="ep"
             )
         if (tp * dp) % (etp * ep):
             raise UsageError(f"expert TP × EP = {etp}·{ep} must divide the {tp * dp} ranks of "
                              f"a pipeline stage (TP·DP·CP)",
-                             field="--expert-tensor-parallel-size")
+                             field="expert_tensor_parallel_size")
         self.etp = etp
         if dp % cp:
             raise UsageError(f"context-parallel size {cp} must divide the DP×CP size {dp}",
-                             field="--cp")
+                             field="cp")
         self.tp, self.dp, self.pp, self.ep, self.cp = tp, dp, pp, ep, cp
         self.order = parse_order(order)
         if etp != tp and pp > 1 and self.order[-1] != "pp" and etp * ep != tp * cp:
@@ -91,7 +91,7 @@ class Placement:
             raise UsageError(f"with the placement order {self.order_string} (pipeline not "
                              f"slowest) Megatron-Core needs the expert data-parallel size to "
                              f"equal DP, i.e. ETP·EP = TP·CP ({etp}·{ep} ≠ {tp}·{cp})",
-                             field="--expert-tensor-parallel-size")
+                             field="expert_tensor_parallel_size")
         self.world_size = tp * dp * pp
         sizes = {"tp": tp, "dp": dp, "pp": pp}
         stride = 1

@@ -34,13 +34,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
-from sim.parallel.layer_layout import FLAG as LAYOUT
+from sim.parallel.layer_layout import OPTION as LAYOUT_OPTION
 from sim.parallel.layer_layout import LayerLayout
 
 FIRST = "--decoder-first-pipeline-num-layers"
 LAST = "--decoder-last-pipeline-num-layers"
 EMB = "--account-for-embedding-in-pipeline-split"
 LOSS = "--account-for-loss-in-pipeline-split"
+# errors name the option (the CLI, its flag)
+_OPTION = {FIRST: "first_stage_layers", LAST: "last_stage_layers",
+           EMB: "account_for_embedding_in_pipeline_split",
+           LOSS: "account_for_loss_in_pipeline_split"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +75,7 @@ class PipelineSplit:
                              "leave --vpp out (Megatron-Core: no more than one of "
                              "--num-layers-per-virtual-pipeline-stage, "
                              "--num-virtual-stages-per-pipeline-rank and this option)",
-                             field=LAYOUT)
+                             field=LAYOUT_OPTION)
         return self.layout.virtual_pipeline_size(pp)
 
 
@@ -87,7 +91,7 @@ def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> l
             raise UsageError("cannot be combined with --decoder-first/last-pipeline-num-layers "
                              "(Megatron-Core refuses standalone embedding/loss accounting with "
                              "uneven stages)",
-                             field=EMB if split.account_for_embedding else LOSS)
+                             field=_OPTION[EMB if split.account_for_embedding else LOSS])
         per_stage = _first_last(layers, p, v, first, last)
     elif split.account_for_embedding or split.account_for_loss:
         return _accounted(layers, p, v, split)
@@ -95,7 +99,7 @@ def virtual_stage_layers(layers: int, p: int, v: int, split: PipelineSplit) -> l
         if layers % (p * v):
             raise UsageError(f"{layers} layers cannot be split evenly into pp·vpp = {p}·{v} "
                              f"model chunks (uneven splits: {FIRST}, {LAST}, {EMB})",
-                             field="--pp")
+                             field="pp")
         return [layers // (p * v)] * (p * v)
     return [per_stage[r] // v for c in range(v) for r in range(p)]
 
@@ -108,10 +112,10 @@ def _from_layout(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]
             or split.account_for_embedding or split.account_for_loss):
         raise UsageError(f"cannot be combined with {FIRST}, {LAST}, {EMB} or {LOSS} "
                          "(Megatron-Core: the layout cannot be set with other pipeline layout "
-                         "arguments)", field=LAYOUT)
+                         "arguments)", field=LAYOUT_OPTION)
     if lay.virtual_pipeline_size(p) != v:
         raise UsageError(f"{lay.text!r} lists {len(lay.stages)} virtual stages, but PP × "
-                         f"virtual pipeline size = {p} × {v} = {p * v}", field=LAYOUT)
+                         f"virtual pipeline size = {p} × {v} = {p * v}", field=LAYOUT_OPTION)
     lay.check(layers)
     return lay.decoder_layers()
 
@@ -127,30 +131,31 @@ def _first_last(layers: int, p: int, v: int, first: int | None,
             continue
         if n < 1:
             raise UsageError(f"must be ≥ 1, got {n} (Megatron-Core: num_layers_in_{where}_"
-                             "pipeline_stage must be larger than 0)", field=flag)
+                             "pipeline_stage must be larger than 0)", field=_OPTION[flag])
         if n % v:
             raise UsageError(f"the {where} stage's {n} layers are not divisible by the virtual "
-                             f"pipeline size {v} (Megatron-Core)", field=flag)
+                             f"pipeline size {v} (Megatron-Core)", field=_OPTION[flag])
         rest -= n
         stages -= 1
     given = FIRST if first is not None else LAST
     if p < 2:  # Megatron-Core needs first == num_layers here: the even split, a no-op
-        raise UsageError("uneven pipeline stages need ≥ 2 stages", field=given)
+        raise UsageError("uneven pipeline stages need ≥ 2 stages", field=_OPTION[given])
     if stages == 0:
         if rest:
             raise UsageError(f"first + last = {first} + {last} must equal the {layers} layers "
                              "with 2 stages (Megatron-Core: no middle stage for the "
-                             f"{rest} left)", field=LAST)
+                             f"{rest} left)", field=_OPTION[LAST])
         assert first is not None and last is not None
         return [first, last]
     if rest < stages or rest % stages:
         raise UsageError(f"the {rest} layers left for the {stages} middle stages cannot be "
                          "split evenly, at least one each (Megatron-Core: the middle layers "
-                         "must be divisible by the middle pipeline-parallel size)", field=given)
+                         "must be divisible by the middle pipeline-parallel size)",
+                         field=_OPTION[given])
     mid = rest // stages
     if mid % v:
         raise UsageError(f"each middle stage's {mid} layers are not divisible by the virtual "
-                         f"pipeline size {v} (Megatron-Core)", field="--vpp")
+                         f"pipeline size {v} (Megatron-Core)", field="vpp")
     return [first if first is not None else mid] + [mid] * (p - 2) + [
         last if last is not None else mid]
 
@@ -168,11 +173,11 @@ def _accounted(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
     if total % p:
         raise UsageError(f"{layers} layers + {what} = {total} cannot be split evenly over "
                          f"the {p} pipeline stages (Megatron-Core: not divisible by the "
-                         "pipeline-parallel size)", field=flag)
+                         "pipeline-parallel size)", field=_OPTION[flag])
     if (total // p) % v:
         raise UsageError(f"{layers} layers + {what} = {total} over {p} stages gives "
                          f"{total // p} per stage, not divisible by the virtual pipeline size "
-                         f"{v} (Megatron-Core)", field=flag)
+                         f"{v} (Megatron-Core)", field=_OPTION[flag])
     counts = [total // (p * v)] * (p * v)
     if emb:
         counts[0] -= 1
@@ -183,7 +188,7 @@ def _accounted(layers: int, p: int, v: int, split: PipelineSplit) -> list[int]:
                  f"the split it gives, {counts[0]} layers on each of the {p * v} virtual "
                  "stages, is the even split")
         raise UsageError(f"{where}, so it would change nothing; leave it out",
-                         field=LOSS if loss else EMB)
+                         field=_OPTION[LOSS if loss else EMB])
     return counts
 
 

@@ -24,14 +24,14 @@ def check_dualpipe(p: int, m: int, v: int) -> None:
     if v != 2:
         raise UsageError(f"the dualpipe schedule runs two model stages per rank (one per "
                          f"direction); got a virtual pipeline size of {v} (use --vpp 2)",
-                         field="--vpp")
+                         field="vpp")
     if p < 2 or p % 2:
         raise UsageError(f"the dualpipe schedule needs an even pipeline size ≥ 2 (got {p})",
-                         field="--pp")
+                         field="pp")
     if m % 2 or m < 2 * p:
         raise UsageError(f"the dualpipe schedule needs an even number of microbatches, at least "
                          f"2p = {2 * p} (got {m}): half enter at each end of the pipeline",
-                         field="--microbatches")
+                         field="microbatches")
 
 
 def dualpipe_stage(p: int, rank: int, chunk: int) -> int:

@@ -56,7 +56,7 @@ class Interleaved(Schedule):
     def ops(self, p, r, m, v=1, n=None):
         return interleaved(p, r, m, v, n)
 
-    def check(self, p, m, v=1, n=None, *, vpp_field="--schedule"):
+    def check(self, p, m, v=1, n=None, *, vpp_field="schedule"):
         check_interleaved(p, m, v, n)
 
     def supports_combined_1f1b(self, p):

@@ -41,9 +41,9 @@ class ScheduleOp:
 def check_args(p: int, r: int, m: int) -> None:
     """Pipeline size ``p ≥ 1``, ``m ≥ 1`` microbatches and a stage ``r`` in ``0..p−1``."""
     if p < 1:
-        raise UsageError(f"pipeline size must be ≥ 1, got {p}", field="--pp")
+        raise UsageError(f"pipeline size must be ≥ 1, got {p}", field="pp")
     if m < 1:
-        raise UsageError(f"microbatches must be ≥ 1, got {m}", field="--microbatches")
+        raise UsageError(f"microbatches must be ≥ 1, got {m}", field="microbatches")
     if not 0 <= r < p:
         raise ValueError(f"stage {r} outside 0..{p - 1}")
 

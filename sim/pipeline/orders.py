@@ -43,22 +43,22 @@ def check_interleaved(p: int, m: int, v: int, n: int | None = None) -> int:
         raise UsageError(
             f"the interleaved schedule needs a virtual pipeline size ≥ 2 (got {v}); "
             "use --schedule 1f1b or set --vpp",
-            field="--vpp",
+            field="vpp",
         )
     if p < 2:
-        raise UsageError("the interleaved schedule needs ≥ 2 pipeline stages", field="--pp")
+        raise UsageError("the interleaved schedule needs ≥ 2 pipeline stages", field="pp")
     group = p if n is None else n
     if not p <= group <= m:
         raise UsageError(
             f"interleaved schedule: microbatch group size N={group} must lie in [p={p}, M={m}] "
             f"(Megatron needs at least as many microbatches as pipeline stages)",
-            field="--microbatches",
+            field="microbatches",
         )
     if m % group != 0 and m % group < p:
         raise UsageError(
             f"interleaved schedule: M mod N = {m} mod {group} = {m % group} must be 0 or ≥ p={p} "
             "(Megatron refuses this: dependency bubbles)",
-            field="--microbatches",
+            field="microbatches",
         )
     return group
 

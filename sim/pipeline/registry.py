@@ -27,7 +27,7 @@ def schedule_type(name: str) -> Schedule:
         return REGISTRY[name]
     except KeyError:
         raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}",
-                         field="--schedule") from None
+                         field="schedule") from None
 
 
 def find_schedule(name: str | None) -> Schedule | None:

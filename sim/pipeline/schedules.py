@@ -81,11 +81,11 @@ stay far below (p=128, v=8, M=4096 is 8.4 M). More is a mistyped ``--microbatche
 
 
 def check_schedule(name: str, p: int, m: int, v: int = 1, n: int | None = None, *,
-                   vpp_field: str = "--schedule") -> None:
+                   vpp_field: str = "schedule") -> None:
     """Every constraint schedule ``name`` puts on the layout (pipeline size ``p``, ``m``
     microbatches, ``v`` chunks per stage, interleaved group size ``n``); the one check that
     single runs, workload files and sweeps share. Raises :class:`UsageError` (``vpp_field``:
-    the flag named when a one-chunk schedule gets ``v > 1``)."""
+    the option named when a one-chunk schedule gets ``v > 1``)."""
     schedule_type(name).check(p, m, v, n, vpp_field=vpp_field)
 
 
@@ -100,7 +100,7 @@ def schedule_table(
         raise UsageError(f"{m} microbatches × {p} stages × {v} chunks = {n_ops:,} "
                          f"forward/backward ops per iteration; simrun simulates at most "
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
-                         field="--microbatches")
+                         field="microbatches")
     typ.check(p, m, v, n)
     if ep_a2a_overlap:
         return [typ.combined_ops(p, r, m, v, n) for r in range(p)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from sim.errors import UsageError
 from sim.pipeline.ops import ScheduleOp
 
-A2A_FLAG = "--overlap-moe-expert-parallel-comm"
+A2A_OPTION = "overlap_moe_expert_parallel_comm"  # errors name the option (the CLI, its flag)
 
 
 class Schedule:
@@ -66,7 +66,7 @@ class Schedule:
         (:meth:`supports_combined_1f1b`)."""
         raise UsageError("with pipeline parallelism, Megatron-Core overlaps the expert-parallel "
                          "all-to-alls only in the interleaved schedule (set --vpp)",
-                         field=A2A_FLAG)
+                         field=A2A_OPTION)
 
     def supports_combined_1f1b(self, p: int) -> bool:
         """Whether Megatron-Core runs combined 1F1B with this schedule on ``p`` stages."""
@@ -84,13 +84,13 @@ class Schedule:
     # constraints -----------------------------------------------------------------------
 
     def check(self, p: int, m: int, v: int = 1, n: int | None = None, *,
-              vpp_field: str = "--schedule") -> None:
+              vpp_field: str = "schedule") -> None:
         """Every constraint the schedule puts on the layout. Raises :class:`UsageError`
-        (``vpp_field``: the flag named when a one-chunk schedule gets ``v > 1``)."""
+        (``vpp_field``: the option named when a one-chunk schedule gets ``v > 1``)."""
         if n is not None:
             raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
                              f"{self.name} (virtual pipeline size {v})",
-                             field="--microbatch-group-size")
+                             field="microbatch_group_size")
         self.check_chunks(p, m, v, vpp_field)
 
     def check_chunks(self, p: int, m: int, v: int, vpp_field: str) -> None:

@@ -19,7 +19,7 @@ def check_zero_bubble(p: int, m: int) -> None:
     none, and 1F1B is the schedule to use). Raises :class:`UsageError`."""
     if m < p:
         raise UsageError(f"the zb-h1 schedule needs at least as many microbatches as pipeline "
-                         f"stages (M={m} < p={p}); use --schedule 1f1b", field="--microbatches")
+                         f"stages (M={m} < p={p}); use --schedule 1f1b", field="microbatches")
 
 
 def zb_h1(p: int, r: int, m: int) -> list[ScheduleOp]:
@@ -48,7 +48,7 @@ def check_zb_h2(p: int, m: int) -> None:
     :class:`UsageError`."""
     if m < 2 * p - 1:
         raise UsageError(f"the zb-h2 schedule needs at least 2p−1 = {2 * p - 1} microbatches "
-                         f"(got {m}); use --schedule zb-h1 or 1f1b", field="--microbatches")
+                         f"(got {m}); use --schedule zb-h1 or 1f1b", field="microbatches")
 
 
 def zb_h2(p: int, r: int, m: int) -> list[ScheduleOp]:
@@ -85,10 +85,10 @@ def check_zb_v(p: int, m: int, v: int) -> None:
     forward). Raises :class:`UsageError`."""
     if v != 2:
         raise UsageError(f"the zb-v schedule runs two model chunks per stage in V placement; "
-                         f"got a virtual pipeline size of {v} (use --vpp 2)", field="--vpp")
+                         f"got a virtual pipeline size of {v} (use --vpp 2)", field="vpp")
     if m < 2 * p - 1:
         raise UsageError(f"the zb-v schedule needs at least 2p−1 = {2 * p - 1} microbatches "
-                         f"(got {m}); use --schedule zb-h1 or 1f1b", field="--microbatches")
+                         f"(got {m}); use --schedule zb-h1 or 1f1b", field="microbatches")
 
 
 def zb_v(p: int, r: int, m: int) -> list[ScheduleOp]:

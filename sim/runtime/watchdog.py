@@ -25,6 +25,7 @@ from sim.limits import check_program_work
 
 DEFAULT_MAX_SIM_TIME_S = 1e6  # ~11.6 days of simulated time: far beyond any real iteration
 FLAG = "--max-sim-time-s"
+OPTION = "max_sim_time_s"  # errors name the option (the CLI, its flag)
 
 
 def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):
@@ -43,7 +44,7 @@ def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: fl
                 f"watchdog: the iteration had not finished after {max_sim_time_s:g} s of "
                 f"simulated time ({FLAG}); ranks then: {detail}. Raise {FLAG} if the "
                 "iteration really is that long, else check the input's times and sizes",
-                field=FLAG) from None
+                field=OPTION) from None
     return simulate(program, network, until_ns=None, **kw)  # a deadlock: report its real time
 
 

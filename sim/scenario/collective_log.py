@@ -41,7 +41,7 @@ def log_layout(log: CollectiveLog, request: LayoutRequest,
     if log.ranks != n:
         raise UsageError(f"line 1 names {log.ranks} ranks but the collectives run in groups "
                          f"of {n}: simrun reads logs of one data-parallel group",
-                         field="--workload")
+                         field="workload")
     for flag, value, want in (("--tp", request.tp, 1), ("--pp", request.pp, 1),
                               ("--context-parallel-size", request.cp, 1),
                               ("--ep", request.ep, 1), ("--vpp", request.vpp, 1),
@@ -54,7 +54,7 @@ def log_layout(log: CollectiveLog, request: LayoutRequest,
     gb = training.micro_batch * n
     if training.global_batch not in (None, gb):
         raise UsageError(f"{training.global_batch}: {why} and one microbatch, so the global "
-                         f"batch is DP × --micro-batch = {gb}", field="--global-batch")
+                         f"batch is DP × --micro-batch = {gb}", field="global_batch")
     return replace(request, tp=1, pp=1, cp=1, ep=1, vpp=1, dp=n, gpus=n, zero=3,
                    microbatches=1)
 
@@ -78,7 +78,7 @@ def units_of(log: CollectiveLog, model: ModelSpec) -> Zero3Units:
     """The generator's ZeRO-3 hook: the log's collectives among a chunk's timed rows."""
     if model.moe is not None:
         raise UsageError(f"{model.name} is a mixture-of-experts model; AICB's DeepSpeed "
-                         "ZeRO-3 logs are of dense models", field="--model")
+                         "ZeRO-3 logs are of dense models", field="model")
 
     def units(layers: list[Layer], rows: list[Row], par: ParallelConfig) -> list[Layer]:
         del par  # the log fixes the layout

@@ -68,7 +68,7 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
         if gpus % (tp * pp * cp):
             what = f"TP·PP = {tp}·{pp}" if cp == 1 else f"TP·PP·CP = {tp}·{pp}·{cp}"
             raise UsageError(f"{gpus} GPUs are not a multiple of {what}; give --dp or --gpus",
-                             field="--dp")
+                             field="dp")
         dp = gpus // (tp * pp * cp)
     else:
         dp = request.dp
@@ -76,18 +76,18 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
             what = (f"TP·PP·DP = {tp}·{pp}·{dp}" if cp == 1
                     else f"TP·PP·DP·CP = {tp}·{pp}·{dp}·{cp}")
             raise UsageError(f"{what} = {tp * pp * dp * cp} but --gpus is {request.gpus}",
-                             field="--dp")
+                             field="dp")
     b = training.micro_batch
     gb = training.global_batch
     m = request.microbatches
     if gb is None:
         if not m:
             raise UsageError("required with --model (or give --microbatches)",
-                             field="--global-batch")
+                             field="global_batch")
         gb = m * b * dp
     elif m and m * b * dp != gb:
         raise UsageError(f"{m} microbatches × micro batch {b} × DP {dp} = {m * b * dp} "
-                         f"sequences, but --global-batch is {gb}", field="--microbatches")
+                         f"sequences, but --global-batch is {gb}", field="microbatches")
     zero = request.zero or (3 if training.fsdp else 0)  # FSDP FULL_SHARD: ZeRO-3 semantics
     vpp = (training.split.virtual_pipeline_size(pp, request.vpp)  # a layout fixes it
            or request.vpp or default_vpp(request.schedule))  # zb-v: two chunks per stage
@@ -145,10 +145,10 @@ def fit_model(model: ModelSpec, par: ParallelConfig, topology: Topology,
     has or the GPU has no peak for the dtype."""
     model = with_training_overrides(model, par.training)
     par = with_ep_nodes(par, topology, placement)
-    par.layout.require_gpus_of(topology, field="--dp", hint="use --nodes")
+    par.layout.require_gpus_of(topology, field="dp", hint="use --nodes")
     gpu = topology.gpu
     if par.dtype not in gpu.peak_tflops:
-        raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak", field="--dtype")
+        raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak", field="dtype")
     plan = build_model_plan(model, par)
     return ModelFit(model, par, plan, check_memory(model, par, gpu, plan=plan))
 
@@ -167,7 +167,7 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
         if not ignore_memory:
             advice = memory_advice(model, par, gpu, mem.peak.total_bytes)
             raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; {advice} "
-                             "(--ignore-memory simulates it anyway)", field="--model")
+                             "(--ignore-memory simulates it anyway)", field="model")
         notes.append(Assumption("WARNING: simulated although the layout does not fit in GPU "
                                 "memory (--ignore-memory)", "memory-ignored", departs=True))
     setup = compute if isinstance(compute, ComputeSetup) else resolve_compute(gpu, compute)

@@ -63,7 +63,7 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
     must be 1."""
     if request.cp not in (None, 1):
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
-                         field="--context-parallel-size")
+                         field="context_parallel_size")
     w = read_workload(wl.path, wl.format, bytes_per_element=wl.bytes_per_element,
                       backward_ratio=wl.missing_backward_ratio)
     w = _on_topology_gpu(w, topology, compute or ComputeOptions())

@@ -153,7 +153,7 @@ def interference_of(gpu: GpuSpec, opts: SimulationOptions) -> tuple[Interference
         sms, src = DEFAULT_SMS, "assumed: the GPU catalogue has no SM count for it"
     if opts.nccl_channels >= sms:
         raise UsageError(f"must be below the GPU's {sms} SMs, got {opts.nccl_channels}",
-                         field="--nccl-channels")
+                         field="nccl_channels")
     intf = Interference(sms, opts.nccl_channels, opts.comm_overlap_slowdown)
     return intf, src
 

@@ -8,9 +8,11 @@ results), 2 bad input, 130 interrupted (finished layouts are on disk; rerun with
 from __future__ import annotations
 
 import hashlib
+import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from sim.sweep.store import ResultStore
 from sim.topology import load_topology
 from sim.words import plural
 
+_OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
 
 @dataclass(frozen=True)
 class SweepOptions:
@@ -52,7 +56,8 @@ class SweepOptions:
     ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
     single-run refusals apply per layout (:func:`sim.options.applicable.check_layout`,
     :func:`sim.options.applicable.check_interference`;
-    :func:`sim.cli.sweep_args.layout_checked`)."""
+    :func:`sim.cli.sweep_args.layout_checked`); ``name_field`` names an option in the skip
+    reasons (the CLI: its flag; by default the option's name)."""
 
     model: str
     topology: str
@@ -76,6 +81,7 @@ class SweepOptions:
     compute: ComputeOptions = field(default_factory=ComputeOptions)
     overrides: tuple[str, ...] = ()
     given: frozenset[str] = frozenset()
+    name_field: Callable[[str], str] = str
 
 
 def _sha256(path: str) -> str:
@@ -146,21 +152,22 @@ def run_sweep(opts: SweepOptions) -> int:
     """Run the sweep ``opts`` describes; returns the exit code (bad input raises
     :class:`UsageError`; Ctrl-C or SIGTERM raise :class:`KeyboardInterrupt` after saving)."""
     if opts.resume and opts.overwrite:
-        raise UsageError("give --resume or --overwrite, not both", field="--resume")
+        raise UsageError("give --resume or --overwrite, not both", field="resume")
     model = load_model(opts.model)
     topo = load_topology(opts.topology, nodes=opts.nodes, overrides=opts.overrides)
     gpus = opts.space.gpus or topo.num_gpus
     if gpus > topo.num_gpus:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
-                         "--nodes", field="--gpus")
+                         "--nodes", field="gpus")
     space = replace(opts.space, gpus=gpus)
     layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node,
                                          check=_layout_check(opts, model, topo))
+    skipped = [(k, _named(r, opts.name_field)) for k, r in skipped]
     if not layouts:
         _refuse_no_layout(skipped, opts.given)
     dtype = opts.training.dtype
     if dtype not in topo.gpu.peak_tflops:
-        raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="--dtype")
+        raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="dtype")
     out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
     settings = settings_of(opts, model, topo, gpus)
     store = ResultStore(out)
@@ -210,6 +217,12 @@ def _layout_check(opts: SweepOptions, model, topo):
                                                with_ep_nodes(par, topo, opts.placement))
 
 
+def _named(reason: str, name_field: Callable[[str], str]) -> str:
+    """A skip reason ``"tp: why"`` with its option named by ``name_field``."""
+    head, sep, why = reason.partition(": ")
+    return f"{name_field(head)}{sep}{why}" if sep and _OPTION_NAME.fullmatch(head) else reason
+
+
 def _by_flag(skipped: list[tuple[str, str]], given: frozenset[str]) -> dict[str, list[str]]:
     """The skip reasons that name a flag given on the command line, by flag."""
     out: dict[str, list[str]] = {}
@@ -229,7 +242,7 @@ def _refuse_no_layout(skipped: list[tuple[str, str]], given: frozenset[str]) -> 
                          f"; e.g. {skipped[0][0]}: {reasons[0]})", field=flag)
     why = "; ".join(f"{k}: {r}" for k, r in skipped[:3])
     raise UsageError(f"no valid layout among {len(skipped)} combinations ({why}"
-                     f"{' …' if len(skipped) > 3 else ''})", field="--tp")
+                     f"{' …' if len(skipped) > 3 else ''})", field="tp")
 
 
 def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,

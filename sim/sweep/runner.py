@@ -157,12 +157,12 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
         # dask is a heavy import, needed only for sweeps on a cluster
         from distributed import Client, as_completed
     except ImportError:  # the optional extra (simrun sweep checks it before any work)
-        raise UsageError(DASK_MISSING, field="--scheduler") from None
+        raise UsageError(DASK_MISSING, field="scheduler") from None
     try:
         client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot connect to the Dask scheduler at {address}: {exc}",
-                         field="--scheduler") from None
+                         field="scheduler") from None
     futures: dict = {}
     try:
         nworkers = len(client.scheduler_info().get("workers", {}))

@@ -53,11 +53,11 @@ class ResultStore:
             if diff:
                 raise UsageError(f"{self.dir} holds a sweep with other settings (differs in: "
                                  f"{', '.join(diff)}); use another --out or drop --resume",
-                                 field="--resume")
+                                 field="resume")
             done = self._read_rows()
         elif exists and not overwrite:
             raise UsageError(f"{self.results_path} exists; pass --resume to continue that sweep "
-                             "or --overwrite to start again", field="--out")
+                             "or --overwrite to start again", field="out")
         else:
             if exists:
                 self.results_path.unlink()
@@ -69,7 +69,7 @@ class ResultStore:
         try:
             return json.loads(self.settings_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {self.settings_path}: {exc}", field="--resume") from None
+            raise UsageError(f"cannot read {self.settings_path}: {exc}", field="resume") from None
 
     def _read_rows(self) -> dict[str, dict[str, Any]]:
         text = self.results_path.read_text(encoding="utf-8")

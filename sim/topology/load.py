@@ -248,7 +248,7 @@ def parse_topology(text: str, path: str, nodes: int | None = None,
     description = top.str("description", default="")
     file_nodes = top.int("nodes", maximum=MAX_NODES)
     if nodes is not None and not 1 <= nodes <= MAX_NODES:
-        raise InputError(f"must be in [1, {MAX_NODES}], got {nodes}", field="--nodes")
+        raise InputError(f"must be in [1, {MAX_NODES}], got {nodes}", field="nodes")
     num_nodes = file_nodes if nodes is None else nodes
     ns = top.sub("node")
     assert ns is not None

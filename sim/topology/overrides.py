@@ -43,7 +43,7 @@ def parse_override(text: str) -> Override:
     key = key.strip()
     if not sep or not key:
         raise UsageError(f"expected KEY=VALUE (e.g. fabric.link_bandwidth_gbps=800), got "
-                         f"{show(text)}", field="--set")
+                         f"{show(text)}", field="set")
     path: list = []
     pos = 0
     for m in _PART.finditer(key):
@@ -55,7 +55,7 @@ def parse_override(text: str) -> Override:
         pos = m.end()
     if pos != len(key) or not path or not isinstance(path[0], str):
         raise UsageError(f"malformed key {show(key)} (expected dotted names such as "
-                         "node.gpu.hbm_GBps or fabric.levels[0].radix)", field="--set")
+                         "node.gpu.hbm_GBps or fabric.levels[0].radix)", field="set")
     value, _ = load_yaml_with_lines(raw, f"--set {key}")
     return Override(key, tuple(path), value)
 

@@ -13,6 +13,7 @@ from sim.errors import UsageError
 from sim.limits import MAX_TRACE_RANKS, parse_int
 
 FLAG = "--trace-ranks"
+OPTION = "trace_ranks"  # errors name the option (the CLI, its flag)
 
 
 def parse_rank_spec(spec: str | None) -> str | tuple[int, ...]:
@@ -27,11 +28,11 @@ def parse_rank_spec(spec: str | None) -> str | tuple[int, ...]:
         hi = parse_int(hi_text.strip()) if dash else lo
         if lo is None or hi is None or hi < lo:
             raise UsageError(f"expected 'stage-reps', 'all' or a list of ranks like 0,8,16 or "
-                             f"0-7, got {spec!r}", field=FLAG)
+                             f"0-7, got {spec!r}", field=OPTION)
         count = len(ranks) + hi - lo + 1  # checked before the list is built
         if count > MAX_TRACE_RANKS:
             raise UsageError(f"lists {count:,} ranks or more; at most {MAX_TRACE_RANKS:,} "
-                             "(simrun's work budget)", field=FLAG)
+                             "(simrun's work budget)", field=OPTION)
         ranks.extend(range(lo, hi + 1))
     return tuple(dict.fromkeys(ranks))  # drop repeats, keep order
 
@@ -52,6 +53,6 @@ def select_ranks(result: SimResult, spec: str | tuple[int, ...] | None = None) -
             hint = "" if result.per_rank else "; only one rank per stage is simulated " \
                                               "in symmetric mode, use --per-rank for others"
             raise UsageError(f"rank(s) {', '.join(map(str, missing))} were not simulated "
-                             f"(simulated: {shown}){hint}", field=FLAG)
+                             f"(simulated: {shown}){hint}", field=OPTION)
         chosen = list(parsed)
     return sorted(chosen, key=lambda r: (stage_of[r], r))

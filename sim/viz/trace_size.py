@@ -98,5 +98,5 @@ def check_trace_size(prog: PipelineProgram, spec: str | tuple[int, ...], placeme
             f"(over {LIMIT_BYTES / 1e6:.0f} MB)")
     if not force:
         raise UsageError(f"{what}: show fewer ranks with --trace-ranks (e.g. stage-reps), or "
-                         "add --force to write it anyway", field="--trace")
+                         "add --force to write it anyway", field="trace")
     return f"{what}; writing it anyway (--force)"

@@ -34,7 +34,7 @@ def read_as_zero(prog: PipelineProgram, stage: int) -> PipelineProgram:
     """``prog`` (read from an AICB DeepSpeed file) with ZeRO stage ``stage`` semantics."""
     if prog.tp != 1:
         raise UsageError(f"AICB DeepSpeed files have no tensor parallelism; this layout has "
-                         f"TP {prog.tp}, whose all-gathers are TP collectives", field="--zero")
+                         f"TP {prog.tp}, whose all-gathers are TP collectives", field="zero")
     gathers = [0]
 
     def remap(ph: Phase) -> Phase:

@@ -134,7 +134,7 @@ def read_optable(
     fill = total_bwd == 0 and total_fwd > 0
     if fill:
         if not (backward_ratio > 0 and math.isfinite(backward_ratio)):
-            raise InputError(f"must be > 0, got {backward_ratio}", field="--missing-backward-ratio")
+            raise InputError(f"must be > 0, got {backward_ratio}", field="missing_backward_ratio")
         assumptions.append(Assumption(
             f"every backward and weight-grad time in the file is 0 (not predicted): using "
             f"input-grad = weight-grad = {backward_ratio / 2:g} × forward per operator "
@@ -183,6 +183,6 @@ def _layer(line: int, name: str, phases: list, backward_ratio: float | None) -> 
         half = tf * backward_ratio / 2
         if not half <= INT64_MAX:
             raise InputError(f"{backward_ratio:g} × the forward time of line {line} exceeds "
-                             "2^63−1 ns", field="--missing-backward-ratio")
+                             "2^63−1 ns", field="missing_backward_ratio")
         tb = tw = int(round(half))
     return Layer(name, Phase(tf, cf), Phase(tb, cb), Phase(tw, cw), line=line)

@@ -27,7 +27,7 @@ def _needs_model(text: str, file: str, **_) -> Workload:
     raise UsageError(f"{file} is AICB's physical-format collective log (a DeepSpeed ZeRO-3 "
                      "iteration without compute times): give the model spec whose tensors it "
                      "gathers, which times the compute (docs/workload-formats.md)",
-                     field="--model")
+                     field="model")
 
 
 READERS: dict[str, Reader] = {
@@ -60,7 +60,7 @@ def read_workload(path: str | Path, fmt: str | None = None, **options) -> Worklo
     if fmt is not None:
         if fmt not in READERS:
             raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(READERS)}",
-                             field="--format")
+                             field="format")
         reader = READERS[fmt]
     else:
         found = [r for r in READERS.values() if r.sniff(text)]

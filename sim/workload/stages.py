@@ -110,7 +110,7 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
     notes = list(w.assumptions)
     if opts.row_placement not in ROW_PLACEMENTS:
         raise UsageError(f"unknown row placement {opts.row_placement!r}; choose "
-                         f"{' or '.join(ROW_PLACEMENTS)}", field="--row-placement")
+                         f"{' or '.join(ROW_PLACEMENTS)}", field="row_placement")
     tp = _resolve("tp", opts.tp, h.tp, 1, notes, "tensor-parallel size")
     pp = _resolve("pp", opts.pp, h.pp, 1, notes, "pipeline stages")
     ep = _resolve("ep", opts.ep, h.ep, 1, notes, "expert-parallel size")
@@ -120,7 +120,7 @@ def build_program(w: Workload, opts: LayoutOptions) -> PipelineProgram:
                  "microbatches per iteration")
     for name, val in (("tp", tp), ("pp", pp), ("ep", ep), ("microbatches", m)):
         if val < 1:
-            raise UsageError(f"must be ≥ 1, got {val}", field=f"--{name}")
+            raise UsageError(f"must be ≥ 1, got {val}", field=name)
     dp = _resolve_dp(w, opts, tp, pp, ep, notes)
     first, body, last = _split_block(structure.block, opts.row_placement)
     period = layer_period([lay.name for lay in body]) if body else 1
@@ -163,14 +163,14 @@ def _resolve_dp(w: Workload, opts: LayoutOptions, tp: int, pp: int, ep: int,
         if not src:  # the file's value: name the file, line and field, like any input error
             raise InputError(f"{problem} (--gpus overrides)", file=w.path, line=1,
                              field="all_gpus")
-        raise UsageError(problem, field="--gpus")
+        raise UsageError(problem, field="gpus")
     dp = all_gpus // (tp * pp)
     if dp % ep:
         if opts.ep is None and h.ep is not None:
             raise InputError(f"expert-parallel size {ep} must divide the data-parallel size "
                              f"DP = {dp} (--ep overrides)", file=w.path, line=1, field="ep")
         raise UsageError(f"expert-parallel size {ep} must divide the data-parallel size "
-                         f"DP = {dp}", field="--ep")
+                         f"DP = {dp}", field="ep")
     notes.append(Assumption(f"data-parallel size DP = all_gpus / (TP·PP) = {all_gpus} / "
                             f"({tp}·{pp}) = {dp}", "dp-size"))
     return dp
@@ -183,7 +183,7 @@ def _pp_bytes(opts: LayoutOptions, header_bytes: int | None, body: list[Layer], 
     if opts.pp_comm_bytes is not None:
         if opts.pp_comm_bytes > INT64_MAX:
             raise UsageError(f"must be ≤ 2^63−1, got {opts.pp_comm_bytes}",
-                             field="--pp-comm-bytes")
+                             field="pp_comm_bytes")
         notes.append(Assumption(f"pipeline message = {opts.pp_comm_bytes} bytes per "
                                 "microbatch (--pp-comm-bytes)", "pp-message"))
         return opts.pp_comm_bytes
@@ -196,7 +196,7 @@ def _pp_bytes(opts: LayoutOptions, header_bytes: int | None, body: list[Layer], 
         if pp > 1:
             raise UsageError("the file gives no pp_comm and has no TP collective to derive "
                              "the pipeline message size from; pass --pp-comm-bytes",
-                             field="--pp-comm-bytes")
+                             field="pp_comm_bytes")
         derived, why = 0, "no pipeline traffic (one stage)"
     notes.append(Assumption(why + " (--pp-comm-bytes overrides)", key_of(why)))
     return derived
@@ -227,7 +227,7 @@ def _check_groups(group: int | None, typ: Schedule, pp: int, m: int, v: int,
     if group is not None and not typ.interleaves:
         raise UsageError(f"only the interleaved schedule groups microbatches; this run uses "
                          f"{typ.name} (virtual pipeline size {v})",
-                         field="--microbatch-group-size")
+                         field="microbatch_group_size")
     if typ.interleaves:
         check_interleaved(pp, m, v, group)
         if group is not None:
@@ -241,11 +241,11 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
     if typ is not None and typ.bidirectional:
         raise UsageError("the dualpipe schedule runs two model stages per rank, one per "
                          "direction; a workload file holds one stage's rows per rank (use "
-                         "--model)", field="--schedule")
+                         "--model)", field="schedule")
     if opts.vpp is not None:
         v = opts.vpp
         if v < 1:
-            raise UsageError(f"must be ≥ 1, got {v}", field="--vpp")
+            raise UsageError(f"must be ≥ 1, got {v}", field="vpp")
     elif header_vpp and header_vpp > 1 and (typ is None or typ.interleaves):
         reason = None
         if n_layers % header_vpp:
@@ -276,7 +276,7 @@ def _resolve_vpp(opts: LayoutOptions, header_vpp: int | None, pp: int, m: int, n
                                     f"{opts.schedule} schedule", "header-vpp", departs=True))
     if v > 1 and n_layers % v:
         raise UsageError(f"{n_layers} layers per stage cannot be split into {v} virtual-pipeline "
-                         "chunks", field="--vpp")
+                         "chunks", field="vpp")
     if typ is None:
         typ = default_schedule(v)
         notes.append(Assumption(f"schedule: {typ.name} (default for virtual pipeline size {v}; "

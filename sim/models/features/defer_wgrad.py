@@ -49,7 +49,9 @@ from sim.program.pipeline import DeferredWgrad, PipelineProgram, Task, TaskKind
 from sim.program.workload import Layer
 
 FLAG = "--defer-embedding-wgrad-compute"
+OPTION = "defer_embedding_wgrad_compute"  # errors name the option (the CLI, its flag)
 LIMIT_FLAG = "--wgrad-deferral-limit"
+LIMIT_OPTION = "wgrad_deferral_limit"  # errors name the option (the CLI, its flag)
 #: row tags (:func:`sim.models.layers.output_rows`): the output layer's row, and the row whose
 #: input-gradient comm is the output layer's sequence-parallel re-gather
 DEFER_WGRAD_TAG = "defer_wgrad"
@@ -71,25 +73,25 @@ def check(par) -> None:
     """Megatron-Core's refusals (``ModelParallelConfig.__post_init__``) and simrun's."""
     limit = par.wgrad_deferral_limit
     if isinstance(limit, bool) or not isinstance(limit, int):
-        raise UsageError(f"must be an integer, got {limit!r}", field=LIMIT_FLAG)
+        raise UsageError(f"must be an integer, got {limit!r}", field=LIMIT_OPTION)
     if not par.defer_embedding_wgrad_compute:
         if limit:
             raise UsageError("applies with --defer-embedding-wgrad-compute (Megatron-Core: "
-                             "invalid without it)", field=LIMIT_FLAG)
+                             "invalid without it)", field=LIMIT_OPTION)
         return
     if par.pp == 1:
         raise UsageError("Cannot defer embedding wgrad compute when pipeline model parallel is "
-                         "not used (Megatron-Core's check)", field=FLAG)
+                         "not used (Megatron-Core's check)", field=OPTION)
     if limit < 0:
         raise UsageError("must be >= 0 (Megatron-Core's check; 0 defers every microbatch)",
-                         field=LIMIT_FLAG)
+                         field=LIMIT_OPTION)
     if not par.layout.schedule_type.defers_embedding_wgrad:
         raise UsageError(f"Megatron-Core defers the output-layer wgrad in its "
                          f"{' and '.join(SCHEDULES)} schedules only, not "
-                         f"{par.schedule_name}", field=FLAG)
+                         f"{par.schedule_name}", field=OPTION)
     if par.zero or par.fsdp:
         raise UsageError("modelled with Megatron-Core's DDP / distributed optimizer only, not "
-                         "with ZeRO or FSDP", field=FLAG)
+                         "with ZeRO or FSDP", field=OPTION)
 
 
 def build(rows, layers: list[Layer], index: list[int], par,

@@ -195,10 +195,10 @@ def check(model: ModelSpec, par: ParallelConfig) -> None:
         if par.norm_type != "rmsnorm":
             raise UsageError("torchtitan's norm_type applies in eager mode (--no-compile); "
                              "compiled, the norm is one fused kernel either way",
-                             field="--norm-type")
+                             field="norm_type")
         return
     if par.norm_type not in NORM_TYPES:
-        raise UsageError(f"must be one of {', '.join(NORM_TYPES)}", field="--norm-type")
+        raise UsageError(f"must be one of {', '.join(NORM_TYPES)}", field="norm_type")
     style = (model.norm == "rmsnorm", model.gated_mlp, model.position_embedding == "rope")
     if not all(style) or model.moe is not None:
         raise UsageError(f"the eager operator list is torchtitan's dense Llama block (RMSNorm, "
@@ -206,16 +206,16 @@ def check(model: ModelSpec, par: ParallelConfig) -> None:
                          f"{model.norm}, {'SwiGLU' if model.gated_mlp else 'GeLU'}, "
                          f"{model.position_embedding} positions"
                          + (", MoE layers" if model.moe is not None else ""),
-                         field="--no-compile")
+                         field="no_compile")
     if par.dtype == "fp8":
         raise UsageError("eager fp8 (torchao's Float8Linear) is not modelled; Transformer "
-                         "Engine's fp8 runs compiled (fused) kernels", field="--no-compile")
+                         "Engine's fp8 runs compiled (fused) kernels", field="no_compile")
     if par.backend == "unfused":
         raise UsageError("torchtitan calls scaled_dot_product_attention (a fused kernel: "
-                         "--attention-backend flash or fused)", field="--no-compile")
+                         "--attention-backend flash or fused)", field="no_compile")
     if par.tp_comm_overlap:
         raise UsageError("Transformer Engine's userbuffers overlap runs in Megatron-Core, "
-                         "not in eager PyTorch", field="--tp-comm-overlap")
+                         "not in eager PyTorch", field="tp_comm_overlap")
 
 
 def describe(par: ParallelConfig) -> str:

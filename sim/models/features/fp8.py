@@ -86,9 +86,9 @@ def check_recipe(recipe: str) -> None:
         return
     if recipe in NOT_MODELLED:
         raise UsageError(f"{recipe} (block scaling) is a Megatron-Core recipe simrun does not "
-                         f"model; use one of {', '.join(RECIPES)}", field="--fp8-recipe")
+                         f"model; use one of {', '.join(RECIPES)}", field="fp8_recipe")
     raise UsageError(f"unknown recipe {recipe!r} (one of {', '.join(RECIPES)})",
-                     field="--fp8-recipe")
+                     field="fp8_recipe")
 
 
 def kernel(name: str, kind: str, rows: int, cols: int) -> Op:

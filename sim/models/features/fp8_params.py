@@ -52,6 +52,7 @@ from sim.models.vocab.ops import Op, OpKind
 from sim.program.pipeline import Task, TaskKind
 
 FLAG = "--fp8-param-gather"
+OPTION = "fp8_param_gather"  # errors name the option (the CLI, its flag)
 #: bytes per element of an FP8 parameter in the parameter all-gather (bf16: 2)
 FP8_PARAM_BYTES = 1
 #: bytes of one FP8 weight's amax in the post-step reduction (fp32)
@@ -65,13 +66,13 @@ def check(par) -> None:
         return
     if par.dtype != "fp8":
         raise UsageError(f"applies to --dtype fp8 runs (a {par.dtype} run has no FP8 "
-                         "weights; Megatron-Core: fp8_param must be used with fp8)", field=FLAG)
+                         "weights; Megatron-Core: fp8_param must be used with fp8)", field=OPTION)
     if par.fsdp or par.zero >= 1:
         raise UsageError("FP8 parameters with FSDP / ZeRO (Megatron-FSDP's FP8 all-gathers) "
-                         "are not modelled; use it with --distributed-optimizer", field=FLAG)
+                         "are not modelled; use it with --distributed-optimizer", field=OPTION)
     if not par.distributed_optimizer:
         raise UsageError("needs --distributed-optimizer (Megatron-LM: only supported with the "
-                         "distributed optimizer, torch FSDP2 or Megatron-FSDP)", field=FLAG)
+                         "distributed optimizer, torch FSDP2 or Megatron-FSDP)", field=OPTION)
 
 
 def gather_bytes(params: int, fp8_params: int) -> int:

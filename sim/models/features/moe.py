@@ -248,6 +248,7 @@ def moe_mlp_items(model: ModelSpec, dm: Dims, load: float = 1.0, nodes: int = 1,
 
 
 _A2A_FLAG = "--overlap-moe-expert-parallel-comm"
+_A2A_OPTION = "overlap_moe_expert_parallel_comm"  # errors name the option (the CLI, its flag)
 
 
 def check_ep_a2a_overlap(model: ModelSpec, par: ParallelConfig) -> None:
@@ -260,12 +261,12 @@ def check_ep_a2a_overlap(model: ModelSpec, par: ParallelConfig) -> None:
         return
     if model.moe is None or par.ep < 2:
         raise UsageError("needs a mixture-of-experts model with expert parallelism (--ep > 1):"
-                         " it overlaps the EP all-to-alls", field=_A2A_FLAG)
+                         " it overlaps the EP all-to-alls", field=_A2A_OPTION)
     if par.recompute == "full":
-        raise UsageError("Megatron-Core refuses it with full recomputation", field=_A2A_FLAG)
+        raise UsageError("Megatron-Core refuses it with full recomputation", field=_A2A_OPTION)
     if not par.layout.schedule_type.supports_combined_1f1b(par.pp):
         raise UsageError("with pipeline parallelism it needs the interleaved schedule (set "
-                         f"--vpp > 1), got {par.schedule_name}", field=_A2A_FLAG)
+                         f"--vpp > 1), got {par.schedule_name}", field=_A2A_OPTION)
 
 
 def describe_ep_a2a_overlap(par: ParallelConfig) -> str:

@@ -33,6 +33,7 @@ from sim.errors import UsageError
 from sim.program.pipeline import Task, TaskKind
 
 FLAG = "--overlap-param-gather-with-optimizer-step"
+OPTION = "overlap_param_gather_with_optimizer_step"  # errors name the option (the CLI, its flag)
 
 
 def applies(par) -> bool:
@@ -46,16 +47,16 @@ def check(par) -> None:
         return
     if not par.distributed_optimizer:
         raise UsageError("only supported with the distributed optimizer (Megatron-LM's check); "
-                         "add --distributed-optimizer", field=FLAG)
+                         "add --distributed-optimizer", field=OPTION)
     if not par.overlap_param_gather:
         raise UsageError("must be used with --overlap-param-gather (Megatron-LM's check)",
-                         field=FLAG)
+                         field=OPTION)
     if par.vpp == 1:
         raise UsageError("only supported with interleaved pipeline parallelism (Megatron-LM's "
-                         "check: a virtual pipeline size); add --vpp", field=FLAG)
+                         "check: a virtual pipeline size); add --vpp", field=OPTION)
     if par.fp8_param_gather:
         raise UsageError("not modelled with --fp8-param-gather (the FP8 quantisation after the "
-                         "step is not split by model chunk)", field=FLAG)
+                         "step is not split by model chunk)", field=OPTION)
 
 
 def gathers(spans, par) -> list[Task]:

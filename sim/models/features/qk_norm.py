@@ -77,7 +77,7 @@ def check(model: ModelSpec, par: ParallelConfig) -> None:
     """PyTorch eager (``--no-compile``) counts torchtitan's Llama block, which has no QK norm."""
     if model.qk_layernorm and not par.compile:
         raise UsageError(f"model {model.name} sets qk_layernorm; the eager operator list is "
-                         "torchtitan's Llama block, which has no QK norm", field="--no-compile")
+                         "torchtitan's Llama block, which has no QK norm", field="no_compile")
 
 
 def describe(model: ModelSpec) -> str:

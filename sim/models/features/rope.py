@@ -163,11 +163,11 @@ def check(model: ModelSpec, par: ParallelConfig) -> None:
         return
     if not applies(model):
         raise UsageError(f"model {model.name} has {model.position_embedding} positions, no "
-                         "rotary embedding, so it would change nothing", field="--no-rope-fusion")
+                         "rotary embedding, so it would change nothing", field="apply_rope_fusion")
     if not par.compile:
         raise UsageError("with --no-compile the rotary embedding is torchtitan's eager "
                          "complex multiply, not Megatron-Core's, so it would change nothing",
-                         field="--no-rope-fusion")
+                         field="apply_rope_fusion")
 
 
 def describe(model: ModelSpec, par: ParallelConfig, dm: Dims) -> str:

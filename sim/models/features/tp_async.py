@@ -51,6 +51,7 @@ from sim.models.features.tp_overlap import move, plan_moves
 from sim.models.vocab.rows import Row
 
 FLAG = "--async-tensor-model-parallel-allreduce"
+OPTION = "async_tensor_model_parallel_allreduce"  # errors name the option (the CLI, its flag)
 _AG, _RS, _AR = CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLREDUCE
 
 
@@ -81,7 +82,7 @@ def check(par) -> None:
     why = ("TP 1 has no TP communication" if par.tp == 1 else
            "--tp-comm-overlap runs them through userbuffers instead" if par.tp_comm_overlap else
            "eager PyTorch (--no-compile) is not Megatron's linear layer")
-    raise UsageError(f"changes nothing here: {why}", field=FLAG)
+    raise UsageError(f"changes nothing here: {why}", field=OPTION)
 
 
 def applies(par) -> bool:
