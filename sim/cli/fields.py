@@ -23,7 +23,7 @@ _OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 @functools.cache
 def _declared() -> dict[str, str]:
     """The registry's flags by the option names that differ from them: each flag's ``dest``
-    and the :class:`~sim.models.training.Training` field it sets (its last dotted part)."""
+    and the :class:`~sim.parallel.config.Training` field it sets (its last dotted part)."""
     out: dict[str, str] = {}
     for opt in registry():
         for flag in opt.flags:
