@@ -133,7 +133,9 @@ def check_model_only_flags(args: argparse.Namespace, given: set[str]) -> None:
     if args.cp != 1:
         raise UsageError("applies to --model runs (a workload file fixes its rows)",
                          field="--context-parallel-size")
-    for flag, why in file_refusals(given):
+    refused = file_refusals(given)
+    if refused:
+        flag, why = refused[0]
         raise UsageError(why, field=flag)
     if args.fsdp and args.zero not in (0, 3):
         raise UsageError("FSDP FULL_SHARD is ZeRO stage 3; do not combine with another --zero",
