@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import secrets
@@ -23,6 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError, UsageError
+
+NAME_MAX = 255
+"""Longest file name, in bytes, of the file systems simrun writes to (Linux ext4, XFS, btrfs,
+tmpfs; macOS APFS counts UTF-8 bytes alike)."""
+
+PATH_MAX = 4096
+"""Longest path, in bytes with its terminating NUL, that Linux system calls take."""
+
+_TMP_EXTRA = len(".simrun-4194304-0123abcd.tmp") + 1
+"""Bytes a temp file's name adds to its output's name at most: a leading dot, then
+``.simrun-PID-RANDOM.tmp`` (Linux pids stay ≤ 4,194,304, ``/proc/sys/kernel/pid_max``)."""
+
 
 STDOUT = ("-", "/dev/stdout")
 """Output names meaning standard output (for outputs that allow it)."""
@@ -63,6 +77,25 @@ def _target(path: str | Path) -> Path:
     return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
+def _check_name_lengths(path: str | Path, where: dict) -> None:
+    """Refuse a name the file system cannot hold: a component over :data:`NAME_MAX` bytes or a
+    path over :data:`PATH_MAX` bytes (the kernel's ENAMETOOLONG, said in one line)."""
+    raw = os.fsencode(str(path))
+    if len(raw) >= PATH_MAX:
+        raise InputError(f"path is {len(raw)} bytes long; the file system takes at most "
+                         f"{PATH_MAX - 1}", file=_shorten_path(raw), field=where["field"])
+    for part in raw.split(b"/"):
+        if len(part) > NAME_MAX:
+            raise InputError(f"a file name of {len(part)} bytes; the file system takes at most "
+                             f"{NAME_MAX} bytes per name", file=_shorten_path(raw),
+                             field=where["field"])
+
+
+def _shorten_path(raw: bytes) -> str:
+    text = os.fsdecode(raw)
+    return text if len(text) <= 80 else f"{text[:40]}…{text[-36:]}"
+
+
 def check_output_path(path: str | Path, flag: str = "") -> Path:
     """Fail early (before a long simulation) if ``path`` cannot be written: its directory is
     missing or not writable, it exists and is not a regular file (a directory, a device other
@@ -71,9 +104,17 @@ def check_output_path(path: str | Path, flag: str = "") -> Path:
     if not str(path):
         raise InputError("empty file name", field=flag or None)
     where = {"file": str(path), "field": flag or None}
+    _check_name_lengths(path, where)
     p = _target(path)
     if is_devnull(p):
         return p.parent
+    if Path(path).is_symlink():
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise InputError("is a symbolic link that loops; give a file name", **where) \
+                    from None
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"directory {str(parent)!r} does not exist", **where)
@@ -141,10 +182,22 @@ def check_output_paths(outputs: Mapping[str, str | Path | None],
         seen[key] = f"the output of {flag} ({path})"
 
 
+def _tmp_stem(name: str) -> str:
+    """The part of a temp file's name that stands for the output ``name``: the name itself, or,
+    when the temp name would pass :data:`NAME_MAX` (an output name of 230–255 bytes), its first
+    bytes and a hash of the whole, so that the temp file can be created beside it."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) + _TMP_EXTRA <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    keep = raw[:NAME_MAX - _TMP_EXTRA - len(digest) - 1].decode("utf-8", "ignore")
+    return f"{keep}~{digest}"
+
+
 def _clean_stale(parent: Path, name: str) -> None:
     """Remove temp files of ``name`` left by simrun processes that no longer run (killed with
     SIGKILL or by a power cut mid-write). Files of running processes are left alone."""
-    prefix = f".{name}.simrun-"
+    prefix = f".{_tmp_stem(name)}.simrun-"
     try:
         entries = [e for e in os.listdir(parent) if e.startswith(prefix) and e.endswith(".tmp")]
     except OSError:
@@ -188,7 +241,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
     except OSError:
         mode = 0o666 & ~_umask()
     _clean_stale(parent, p.name)
-    tmp = parent / f".{p.name}.simrun-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    tmp = parent / f".{_tmp_stem(p.name)}.simrun-{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o600)

@@ -1,6 +1,8 @@
-"""Signals: simrun ends quietly on SIGINT, SIGTERM and SIGHUP, whenever they arrive.
+"""Signals: simrun ends quietly on SIGINT, SIGTERM, SIGHUP and every other catchable signal whose
+default action ends the process (SIGQUIT, SIGUSR1/2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU — the
+CPU-time limit's warning — and SIGXFSZ), whenever they arrive.
 
-- While a command runs, SIGTERM and SIGHUP raise :class:`Terminated` (a ``KeyboardInterrupt``),
+- While a command runs, these signals raise :class:`Terminated` (a ``KeyboardInterrupt``),
   so they stop it the way Ctrl-C does: temp files of outputs being written are removed
   (:func:`sim.files.outputs.atomic_write`), a sweep stops its workers and keeps its resume log, and
   the CLI prints one line (``simrun: terminated (SIGTERM)``) and exits with 128 + the signal
@@ -18,12 +20,16 @@ import signal
 import sys
 from collections.abc import Callable
 
-_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
-                      if hasattr(signal, name))
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in (
+    # every catchable signal whose default action ends the process (POSIX signal(7)): without a
+    # handler the process would die with an output's temp file left behind
+    "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
+    "SIGXCPU", "SIGXFSZ") if hasattr(signal, name))
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised in the main thread like Ctrl-C's ``KeyboardInterrupt``."""
+    """A stop signal (SIGTERM, SIGHUP, ...), raised in the main thread like Ctrl-C's
+    ``KeyboardInterrupt``."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -44,7 +50,7 @@ def _raise(signum: int, frame) -> None:  # noqa: ARG001 - signal handler signatu
 
 
 def terminate_as_interrupt() -> Callable[[], None]:
-    """Make SIGTERM and SIGHUP raise :class:`Terminated`; returns a function that restores the
+    """Make the stop signals raise :class:`Terminated`; returns a function that restores the
     previous handlers. Does nothing outside the main thread."""
     previous = {}
     for signum in _STOP_SIGNALS:
@@ -70,7 +76,7 @@ def _exit_now(signum: int, frame) -> None:  # noqa: ARG001 - signal handler sign
 
 
 def quiet_shutdown() -> None:
-    """From now on (the command has finished), SIGINT, SIGTERM and SIGHUP flush the output and
+    """From now on (the command has finished), SIGINT and the stop signals flush the output and
     exit at once with 128 + the signal number, without a traceback."""
     for signum in (signal.SIGINT, *_STOP_SIGNALS):
         try:
