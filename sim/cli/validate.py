@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         src, cs = load_cases(f)
         sources.append(src)
         cases += cs
+    # the files the validation files name are inputs too: none may be the --json output
+    check_output_paths({"--json": args.json}, {"model": [c.model_path for c in cases],
+                                               "topology": [c.topology_path for c in cases]},
+                       stdout_ok=("--json",))
     if args.only:
         cases = [c for c in cases if args.only in c.name]
         if not cases:

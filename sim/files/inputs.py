@@ -96,6 +96,17 @@ def max_input_bytes() -> int:
     return int(text)
 
 
+_READ: dict[tuple[int, int], str] = {}
+"""Regular files this process has read (device, inode → the name it was read by): every input,
+given directly or named inside another file, so that no output can replace one
+(:func:`sim.files.outputs.atomic_write` refuses)."""
+
+
+def input_read_as(dev: int, ino: int) -> str | None:
+    """The name under which this process read the file ``(dev, ino)``, or None."""
+    return _READ.get((dev, ino))
+
+
 def read_bytes(path: str | Path, *, what: str = "file", flag: str | None = None) -> bytes:
     """The bytes of ``path``, at most :func:`max_input_bytes` of them. Regular files and
     pipes/FIFOs (read without blocking, :data:`PIPE_IDLE_TIMEOUT_S`) only: devices such as
@@ -123,9 +134,12 @@ def read_bytes(path: str | Path, *, what: str = "file", flag: str | None = None)
         if stat.S_ISFIFO(mode):
             data = _read_pipe(fd, limit, where, what)
         else:
-            if os.fstat(fd).st_size > limit:
-                raise _too_big(os.fstat(fd).st_size, limit, where, what)
+            st = os.fstat(fd)
+            if st.st_size > limit:
+                raise _too_big(st.st_size, limit, where, what)
             data = _read_upto(fd, limit, where, what)
+            if len(_READ) < 65536:  # bounded: a run reads a handful of files
+                _READ.setdefault((st.st_dev, st.st_ino), str(path))
         return data
     except OSError as e:
         raise InputError(f"cannot read {what}: {e.strerror or e}", **where) from None

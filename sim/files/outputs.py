@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError, UsageError
+from sim.files.inputs import input_read_as
 
 NAME_MAX = 255
 """Longest file name, in bytes, of the file systems simrun writes to (Linux ext4, XFS, btrfs,
@@ -237,9 +238,14 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
             write(f)
         return
     try:
-        mode = stat.S_IMODE(os.stat(p).st_mode)
+        st = os.stat(p)
+        mode = stat.S_IMODE(st.st_mode)
     except OSError:
-        mode = 0o666 & ~_umask()
+        st, mode = None, 0o666 & ~_umask()
+    read_as = st and input_read_as(st.st_dev, st.st_ino)
+    if read_as:  # named inside another input (a validation file's model, ...): never replaced
+        raise InputError(f"is an input of this run (read as {read_as}); simrun never "
+                         "overwrites its inputs: give another name", **where)
     _clean_stale(parent, p.name)
     tmp = parent / f".{_tmp_stem(p.name)}.simrun-{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:

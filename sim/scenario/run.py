@@ -124,7 +124,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     out = s.outputs
     check_output_paths({"--json": out.json, "--trace": out.trace, "--plot": out.plot,
                         "--breakdown-plot": out.breakdown_plot},
-                       {input_flag(s.workload): s.workload.path, "--topo": s.topology},
+                       {input_flag(s.workload): s.workload.path, "--topo": s.topology,
+                        "--kernel-table": s.compute.kernel_table},
                        stdout_ok=("--json",))
     p = prepare_scenario(s)
     done = steps.run(p, progress=True)
