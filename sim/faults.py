@@ -4,7 +4,7 @@ Faults come from the command line (``--slow-gpu``, ``--slow-node``, ``--degrade-
 ``--fail-nic``; parsed by :func:`parse_slow`, :func:`parse_link`, :func:`parse_nic`) and from a
 topology file's ``faults`` section (docs/topology.md); both are merged (:func:`faults_with`).
 GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r); NICs are ``NODE.K``.
-Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in (0, 1] multiplies the bandwidth, both
+Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in [1e-6, 1] multiplies the bandwidth, both
 directions):
 
 - ``nic:NODE.K`` — NIC K of node NODE (its PCIe and fabric links);
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.errors import InputError, UsageError
+from sim.limits import MIN_LINK_FACTOR, SCALE_RANGE, parse_float
 from sim.parallel.rank_classes import RankClasses
 
 LINK_KINDS = ("nic", "nvlink", "uplinks")
@@ -98,12 +99,12 @@ def spec_text(spec: tuple) -> str:
 
 
 def _num(text: str, what: str, flag: str, lo: float, hi: float) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise UsageError(f"{what} must be a number, got {text!r}", field=flag) from None
-    if not (lo < v <= hi) or v != v:
-        raise UsageError(f"{what} must be in ({lo:g}, {hi:g}], got {text}", field=flag)
+    """``text`` as a number in [lo, hi] (ASCII digits, finite: :func:`sim.limits.parse_float`)."""
+    v = parse_float(text)
+    if v is None:
+        raise UsageError(f"{what} must be a number, got {text!r}", field=flag)
+    if not lo <= v <= hi:
+        raise UsageError(f"{what} must be in [{lo:g}, {hi:g}], got {text}", field=flag)
     return v
 
 
@@ -125,11 +126,12 @@ def _pair(text: str, what: str, flag: str) -> tuple[int, int]:
 
 
 def parse_slow(text: str, flag: str = "--slow-gpu") -> tuple[int, float]:
-    """``"17:1.5"`` → (17, 1.5): index and compute-time factor (> 0, ≤ 1000)."""
+    """``"17:1.5"`` → (17, 1.5): index and compute-time factor in [0.001, 1000]
+    (:data:`sim.limits.SCALE_RANGE`)."""
     idx, sep, fac = text.partition(":")
     if not sep:
         raise UsageError(f"expected INDEX:FACTOR such as 17:1.5, got {text!r}", field=flag)
-    return _int(idx, "index", flag), _num(fac, "factor", flag, 0.0, 1000.0)
+    return _int(idx, "index", flag), _num(fac, "factor", flag, *SCALE_RANGE)
 
 
 def parse_nic(text: str, flag: str = "--fail-nic") -> tuple[int, int]:
@@ -144,7 +146,7 @@ def parse_link(text: str, flag: str = "--degrade-link") -> tuple[tuple, float]:
         raise UsageError(f"expected KIND:WHERE:FACTOR with KIND one of {', '.join(LINK_KINDS)} "
                          f"(e.g. nic:3.2:0.5), got {text!r}", field=flag)
     kind, where, fac = parts
-    factor = _num(fac, "bandwidth factor", flag, 0.0, 1.0)
+    factor = _num(fac, "bandwidth factor", flag, MIN_LINK_FACTOR, 1.0)
     if kind == "nvlink":
         return ("nvlink", _int(where, "GPU", flag)), factor
     a, b = _pair(where, "NODE.K" if kind == "nic" else "LEVEL.BLOCK", flag)

@@ -42,6 +42,21 @@ bytes and a track of its own in the trace. So at most :data:`MAX_TRACE_RANKS` ra
 
 MAX_TRACE_RANKS = MAX_WORK // TRACE_RANK_UNITS
 
+MAX_SAMPLES = 1000
+"""Most ``--samples`` of ``--jitter``: each sample simulates every rank (as ``--per-rank`` does,
+1–5 s for the 1024-GPU examples on a 2-core machine), so 1,000 samples already take about an
+hour; percentiles p50/p90/p99 are stable long before."""
+
+SCALE_RANGE = (1e-3, 1e3)
+"""Range of compute-time factors given on the command line (``--compute-scale``, the factor of
+``--slow-gpu`` / ``--slow-node``): a GPU 1000× faster or slower than its table is a mistyped
+number, and the bound keeps every time within the int64 nanosecond clock."""
+
+MIN_LINK_FACTOR = 1e-6
+"""Smallest bandwidth factor of ``--degrade-link``: a link at a millionth of its rate (50 kB/s
+for a 400 Gb/s NIC) is a failed link (``--fail-nic``); below it transfer times leave the int64
+nanosecond clock."""
+
 MAX_SIM_TIME_S = INT64_MAX // 10**9
 """Largest ``--max-sim-time-s`` (≈ 292 years: the int64 nanosecond clock)."""
 

@@ -11,7 +11,14 @@ import argparse
 import sys
 
 from sim.cli.training_args import add_training_arguments, training_of
-from sim.cli.types import fraction, nonneg_int, positive_float, positive_int, sim_time_s, slowdown
+from sim.cli.types import (
+    fraction,
+    nonneg_int,
+    positive_int,
+    scale_factor,
+    sim_time_s,
+    slowdown,
+)
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
 from sim.models.compute_setup import ComputeOptions
@@ -162,7 +169,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--source-gpu", metavar="NAME",
                    help="workload files: the GPU their compute times were measured on; times "
                         "are scaled to the topology's GPU by the compute models' time ratio")
-    g.add_argument("--compute-scale", type=positive_float, metavar="F",
+    g.add_argument("--compute-scale", type=scale_factor, metavar="F",
                    help="workload files: multiply every compute time by F instead")
 
 

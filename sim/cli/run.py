@@ -35,6 +35,7 @@ from sim.cli.types import (
     nonneg_int,
     positive_float,
     positive_int,
+    sample_count,
 )
 from sim.errors import UsageError
 from sim.files.outputs import is_stdout
@@ -99,7 +100,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                         "(mean 1, coefficient of variation CV) and every transfer by the same "
                         "truncated below at 1; runs --samples samples of every rank and reports "
                         "p50/p90/p99 iteration time and the mean slowdown (default: 0, none)")
-    g.add_argument("--samples", type=positive_int, metavar="N",
+    g.add_argument("--samples", type=sample_count, metavar="N",
                    help="variability samples with --jitter (default: 1)")
     g.add_argument("--seed", type=nonneg_int, metavar="S",
                    help="seed of the --jitter draws (default: 0); same seed, same output")

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from sim.errors import UsageError
-from sim.limits import MAX_SIM_TIME_S, parse_float, parse_int
+from sim.limits import MAX_SAMPLES, MAX_SIM_TIME_S, SCALE_RANGE, parse_float, parse_int
 
 
 class Parser(argparse.ArgumentParser):
@@ -37,6 +37,10 @@ positive_float = _number(parse_float, lambda v: v > 0, "a positive number")
 fraction = _number(parse_float, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
 nonneg_float = _number(parse_float, lambda v: 0 <= v <= 10, "a number in [0, 10]")
 at_least_one = _number(parse_float, lambda v: 1 <= v < 1e6, "a number ≥ 1")
+scale_factor = _number(parse_float, lambda v: SCALE_RANGE[0] <= v <= SCALE_RANGE[1],
+                       f"a factor from {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
+sample_count = _number(parse_int, lambda v: 1 <= v <= MAX_SAMPLES,
+                       f"an integer from 1 to {MAX_SAMPLES}")
 slowdown = _number(parse_float, lambda v: 1 <= v <= 3, "a factor from 1 to 3")
 
 

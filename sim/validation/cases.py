@@ -45,7 +45,7 @@ from typing import Any
 
 from sim.errors import InputError, SimrunError
 from sim.files.catalog import shipped
-from sim.files.inputs import read_text
+from sim.files.inputs import read_text, show
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.models.parallel_checks import validate as check_parallel
 from sim.models.vocab.spec import load_model
@@ -98,12 +98,28 @@ def _par_keys() -> dict[str, type]:
             keys[f.name] = type(d)
         elif d is None and "int" in str(f.type):
             keys[f.name] = int
+            NULLABLE.add(f.name)
         elif d is None and "float" in str(f.type):
             keys[f.name] = float
+            NULLABLE.add(f.name)
     return keys
 
 
+NULLABLE: set[str] = {"measured_mfu"}
+"""Keys that may be ``null`` (their default is "not given")."""
 PAR_KEYS = _par_keys()
+
+MAX_INT = 2**31 - 1
+"""Largest integer of a case (a parallel degree, a batch, a layer count): beyond it the value is
+a typo, and products of such numbers would leave the float range."""
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "measured_s": (0.0, 1e6),                       # an iteration of at most ~11.6 days
+    "measured_tokens_per_s_per_gpu": (0.0, 1e9),
+    "measured_tflops_per_gpu": (0.0, 1e5),          # 100 PFLOP/s per GPU: 50× a B200's FP8
+    "measured_mfu": (0.0, 1.0),
+}
+"""Range (low exclusive, high inclusive) of each measured number; other numbers of a case lie
+in (0, 1e6]."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +171,10 @@ def load_cases(path: str | Path) -> tuple[str, list[Case]]:
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         fail("expected a mapping", ("defaults",), "defaults")
+    for k, v in defaults.items():  # also a default that every case overrides
+        problem = _value_problem(k, v)
+        if problem:
+            fail(problem, ("defaults", k), f"defaults.{k}")
     topo = str(path.parent / data["topology"])
     cases = [_checked_case(i, raw, defaults, fail, path.parent, topo, data.get("source", ""))
              for i, raw in enumerate(data["cases"])]
@@ -191,12 +211,17 @@ def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, 
             Training(split=split, **{k: v for k, v in given.items() if k not in layout}))
     except SimrunError as e:  # a layout the framework would refuse
         fail(getattr(e, "message", str(e)), at, f"cases[{i}]")
+    if not (base / merged["model"]).is_file():  # named at the line that names it
+        fail(f"no such model file: {show(str(base / merged['model']))}",
+             at + ("model",) if "model" in raw else ("defaults", "model"), f"cases[{i}].model")
     case = _case(merged, par, base, topo, file_source)  # the model file names its own errors
     try:  # what Megatron would refuse for this model, named here and not mid-run
         check_parallel(load_model(case.model_path), par)
     except SimrunError as e:
         field = getattr(e, "field", None)
-        fail(getattr(e, "message", str(e)) + (f" ({field})" if field else ""), at,
+        where = (at + (field,) if field in raw else ("defaults", field) if field in defaults
+                 else at)  # the line of the key at fault, where the file gives it
+        fail(getattr(e, "message", str(e)) + (f" ({field})" if field else ""), where,
              f"cases[{i}]")
     return case
 
@@ -238,7 +263,7 @@ def _value_problem(key: str, v: Any) -> str | None:
     want = CASE_KEYS.get(key) or PAR_KEYS.get(key) or SPLIT_KEYS.get(key, (None, None))[1]
     if want is None:
         return f"unknown key (allowed: {', '.join([*CASE_KEYS, *PAR_KEYS, *SPLIT_KEYS])})"
-    if v is None and (key in DEFAULTS or key in PAR_KEYS):
+    if v is None and key in NULLABLE and key not in REQUIRED:
         return None
     if key == "nccl_nvls_enable":
         return None if v in (0, 1) and not isinstance(v, bool) else f"expected 0 or 1, got {v!r}"
@@ -249,12 +274,16 @@ def _value_problem(key: str, v: Any) -> str | None:
         return None if ok else f"expected a list of strings, got {v!r}"
     ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
     if want is float:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        lo, hi = FLOAT_RANGES.get(key, (0.0, 1e6))
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if ok and not lo < v <= hi:  # also NaN, ±inf and integers of 400 digits
+            return f"expected a number in ({lo:g}, {hi:g}], got {show(v)}"
     elif want is int:
-        ok = ok and v > 0
+        if ok and not 0 < v <= MAX_INT:
+            return f"expected an integer from 1 to {MAX_INT}, got {show(v)}"
     if ok:
         return None
-    return f"expected {'a positive ' if want in (int, float) else ''}{want.__name__}, got {v!r}"
+    return f"expected {'a positive ' if want in (int, float) else ''}{want.__name__}, got {show(v)}"
 
 
 def run_case(case: Case) -> dict[str, Any]:
