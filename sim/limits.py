@@ -57,6 +57,11 @@ MIN_LINK_FACTOR = 1e-6
 for a 400 Gb/s NIC) is a failed link (``--fail-nic``); below it transfer times leave the int64
 nanosecond clock."""
 
+MAX_ALLTOALL_PAIRS = 1 << 22
+"""Most rank pairs of a ``simrun collective --op alltoall``: every pair is a flow held in memory
+(~200 bytes each: 2,048 ranks, 4.2 M pairs, take 0.8 GB and 2–3 s; 4,096 ranks took 3.2 GB and
+over two minutes), so at most 2,048 ranks. Message sizes add little (paths are shared)."""
+
 MAX_SIM_TIME_S = INT64_MAX // 10**9
 """Largest ``--max-sim-time-s`` (≈ 292 years: the int64 nanosecond clock)."""
 

@@ -6,8 +6,10 @@ import sys
 
 from sim.cli.args import add_network_arguments, network_options
 from sim.cli.types import Parser, positive_int
-from sim.errors import InputError
+from sim.comm import CollKind
+from sim.errors import InputError, UsageError
 from sim.files.outputs import check_output_paths, is_stdout, write_json
+from sim.limits import MAX_ALLTOALL_PAIRS
 from sim.network.predict import OPS, ROW_KEYS, format_rows, header_lines, parse_sizes, predict_rows
 from sim.scenario import network_of
 from sim.topology import load_topology
@@ -36,6 +38,14 @@ def build_parser() -> Parser:
     return p
 
 
+def _check_work(op: str, gpus: int) -> None:
+    """Refuse, before any work, an all-to-all of more than :data:`~sim.limits.MAX_ALLTOALL_PAIRS`
+    rank pairs (memory grows with the pairs)."""
+    if OPS[op] is CollKind.ALLTOALL and gpus * gpus > MAX_ALLTOALL_PAIRS:
+        raise UsageError(f"an all-to-all of {gpus} ranks is {gpus * gpus} flows; at most "
+                         f"{MAX_ALLTOALL_PAIRS} (2,048 ranks, ~0.8 GB)", field="--gpus")
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``simrun collective``; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -46,6 +56,7 @@ def main(argv: list[str]) -> int:
     if not 2 <= gpus <= topo.num_gpus:
         raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",
                          field="--gpus")
+    _check_work(args.op, gpus)
     net = network_of(topo, network_options(args))
     rows = predict_rows(args.op, gpus, sizes, net)
     head = header_lines(topo, args.op, gpus, net)
