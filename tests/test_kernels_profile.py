@@ -100,12 +100,13 @@ def test_standard_sweep_is_the_shipped_tables_grid_with_mha_twins():
 
 
 def test_table_written_by_the_writer_round_trips_into_the_compute_model(tmp_path):
-    """Times from the roofline of every kernel of a Llama-like layer, written as a profile
-    table, read back: the compute model then takes every one of those kernels from it."""
+    """Distinct times (10 ms and up: slower than every kernel's peak rate, which the reader
+    checks) for every kernel of a Llama-like layer, written as a profile table, read back: the
+    compute model then takes every one of those kernels from it."""
     model = load_model(WORKLOADS / "models" / "llama3-8b.yaml")
     par = make_par(flash_attention=True)
     specs = kernels_for(model, par)
-    times = [round(0.001 * (i + 1), 6) for i in range(len(specs))]
+    times = [round(10 + 0.001 * (i + 1), 6) for i in range(len(specs))]
     table = table_from_times("H100-SXM5-80GB", specs, times, {"source": "test"})
     write_table(table, tmp_path / "p.csv")
     back = read_table(tmp_path / "p.csv")

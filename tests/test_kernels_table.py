@@ -37,9 +37,19 @@ def test_round_trip_through_the_writer(tmp_path):
     (HEADER + "gemm_bf17,0.1,512,1024,1024,,\n", 3, "kind", "unknown kind"),
     (HEADER + "gemm_bf16,0.1,512,,1024,,\n", 3, "k", "needed by kind gemm_bf16"),
     (HEADER + "gemm_bf16,0.1,512,-4,1024,,\n", 3, "k", "positive integer"),
-    (HEADER + "gemm_bf16,0,512,1024,1024,,\n", 3, "time_ms", "positive number"),
-    (HEADER + "gemm_bf16,nan,512,1024,1024,,\n", 3, "time_ms", "positive number"),
+    (HEADER + "gemm_bf16,0,512,1024,1024,,\n", 3, "time_ms", "number of milliseconds from"),
+    (HEADER + "gemm_bf16,nan,512,1024,1024,,\n", 3, "time_ms", "number of milliseconds from"),
     (HEADER + "layernorm_fwd,0.1,,,,8192,x\n", 3, "h", "positive integer"),
+    # issue 31: values no GPU can have, and numbers Python's int()/float() would take
+    (HEADER + "gemm_bf16,1e-300,512,1024,1024,,\n", 3, "time_ms", "from 0.0001 to 100000"),
+    (HEADER + "gemm_bf16,1e300,512,1024,1024,,\n", 3, "time_ms", "from 0.0001 to 100000"),
+    (HEADER + "gemm_bf16,1_0,512,1024,1024,,\n", 3, "time_ms", "milliseconds"),
+    (HEADER + "gemm_bf16,0.1,5_12,1024,1024,,\n", 3, "m", "positive integer"),
+    (HEADER + "gemm_bf16,0.1,512,1024,1099511627777,,\n", 3, "n", "≤ 2^40"),
+    # 2·8192³ FLOPs in 0.5 ms = 2199 TFLOP/s > H100's dense bf16 989.4 (the catalogue's peak)
+    (HEADER + "gemm_bf16,0.5,8192,8192,8192,,\n", 3, "time_ms", "above the H100-SXM5-80GB"),
+    (HEADER + "gemm_bf16,0.1,512,1024,1024,,\ngemm_bf16,0.2,512,1024,1024,,\n", 4, "kind",
+     "same kind and shape as line 3"),
 ])
 def test_reader_names_file_line_and_field(tmp_path, text, line, field, words):
     with pytest.raises(InputError) as e:

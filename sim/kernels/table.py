@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from sim.errors import InputError
 from sim.files.catalog import resolve
-from sim.files.inputs import decode_text, read_bytes, split_lines
+from sim.files.inputs import decode_text, read_bytes, show, split_lines
 from sim.files.outputs import atomic_write
+from sim.kernels.gpus import find
+from sim.limits import parse_float, parse_int
 
 ATTN_BACKENDS = ("flash", "cudnn", "efficient")  # PyTorch SDPA backends as measured
 #: ``gemm_<dtype>``: output in the 16-bit activation dtype, no accumulation (fp8: Transformer
@@ -80,12 +81,19 @@ class KernelTable:
                 f"{self.gpu}" + (f" ({date})" if date else "") + f"; {src}")
 
 
+TIME_RANGE_MS = (1e-4, 1e5)
+"""Range of a measured kernel time, ms: no GPU kernel runs in under 100 ns (a launch alone
+takes microseconds) or, in one launch, over 100 s; beyond either the cell is a typo or a unit
+error (µs or s given as ms)."""
+MAX_DIM = 2**40
+"""Largest shape value (as model sizes, docs/errors.md)."""
+
+
 def _int_cell(text: str, file: str, line: int, col: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError(f"must be a positive integer, got {text!r}", file=file, line=line,
-                         field=col) from None
+    value = parse_int(text)  # ASCII digits only: no "1_0", " 8" or non-ASCII digits
+    if value is None or value > MAX_DIM:
+        raise InputError(f"must be a positive integer ≤ 2^40, got {show(text)}", file=file,
+                         line=line, field=col)
     if value < 1 and not (col == "causal" and value == 0):
         raise InputError(f"must be a positive integer, got {text!r}", file=file, line=line,
                          field=col)
@@ -95,14 +103,34 @@ def _int_cell(text: str, file: str, line: int, col: str) -> int:
 
 
 def _time_cell(text: str, file: str, line: int) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"must be a positive number of milliseconds, got {text!r}", file=file,
-                         line=line, field="time_ms")
+    value = parse_float(text)
+    lo, hi = TIME_RANGE_MS
+    if value is None or not lo <= value <= hi:
+        raise InputError(f"must be a number of milliseconds from {lo:g} to {hi:g}, got "
+                         f"{show(text)}", file=file, line=line, field="time_ms")
     return value
+
+
+def _check_physical(rows: list[KernelRow], gpu: str, file: str) -> None:
+    """Refuse rows no GPU can have: the same kind and shape twice (which time would count?) and,
+    on a GPU of the catalogue, a GEMM faster than the datasheet's dense peak of its dtype
+    (2·m·k·n FLOPs over the time; measured GEMMs reach 65–77 % of it on H100)."""
+    seen: dict[tuple, int] = {}
+    entry = find(gpu)
+    for r in rows:
+        key = (r.kind, r.shape)
+        if key in seen:
+            raise InputError(f"the same kind and shape as line {seen[key]}", file=file,
+                             line=r.line, field="kind")
+        seen[key] = r.line
+        dtype = next((d for d in ("fp8", "fp16", "bf16") if d in r.kind), None)
+        peak = entry.peak_tflops.get(dtype) if entry and r.kind in GEMM_KINDS else None
+        if peak:
+            tflops = 2 * r.get("m") * r.get("k") * r.get("n") / (r.time_ms * 1e-3) / 1e12
+            if tflops > peak:
+                raise InputError(f"{tflops:.4g} TFLOP/s (2·m·k·n / time), above the {gpu}'s "
+                                 f"dense {dtype} peak of {peak:g} TFLOP/s", file=file,
+                                 line=r.line, field="time_ms")
 
 
 def parse_table(text: str, file: str) -> KernelTable:
@@ -136,6 +164,7 @@ def parse_table(text: str, file: str) -> KernelTable:
     if len(body) - 1 > MAX_ROWS:
         raise InputError(f"more than {MAX_ROWS} rows", file=file, line=body[MAX_ROWS + 1][0])
     rows = [_row(header, no, raw, file) for no, raw in body[1:]]
+    _check_physical(rows, meta["gpu"], file)
     return KernelTable(gpu=meta["gpu"], rows=rows, path=file, meta=meta)
 
 
@@ -147,11 +176,8 @@ def _check_sustained(key: str, value: str, file: str, line: int) -> None:
     if key not in SUSTAINED_KEYS:
         raise InputError(f"unknown header key (known: {', '.join(SUSTAINED_KEYS)})", file=file,
                          line=line, field=key)
-    try:
-        factor = float(value)
-    except ValueError:
-        factor = math.nan
-    if not (math.isfinite(factor) and 1.0 <= factor <= 3.0):
+    factor = parse_float(value)
+    if factor is None or not 1.0 <= factor <= 3.0:
         raise InputError(f"must be a factor from 1 to 3 (times under sustained load ÷ times as "
                          f"measured), got {value!r}", file=file, line=line, field=key)
 
