@@ -72,24 +72,24 @@ class Faults:
 
         for g in self.slow_gpus:
             if not 0 <= g < n_gpu:
-                bad(f"GPU {g} is not in the cluster (GPUs 0..{n_gpu - 1})", "slow GPU")
+                bad(f"GPU {g} is not in the cluster (GPUs 0..{n_gpu - 1})", "--slow-gpu")
         for n, k in self.failed_nics:
             if not (0 <= n < nodes and 0 <= k < nics):
                 bad(f"NIC {n}.{k} is not in the cluster ({nodes} nodes × {nics} NICs)",
-                    "failed NIC")
+                    "--fail-nic")
         for n in range(nodes):
             if nics and all((n, k) in self.failed_nics for k in range(nics)):
-                bad(f"every NIC of node {n} failed: the node is cut off", "failed NIC")
+                bad(f"every NIC of node {n} failed: the node is cut off", "--fail-nic")
         levels = len(topo.fabric.levels) if topo.fabric is not None else 0
         for spec in self.degraded:
             kind = spec[0]
             if kind == "nic" and not (0 <= spec[1] < nodes and 0 <= spec[2] < nics):
-                bad(f"NIC {spec[1]}.{spec[2]} is not in the cluster", "degraded link")
+                bad(f"NIC {spec[1]}.{spec[2]} is not in the cluster", "--degrade-link")
             if kind == "nvlink" and (topo.node.nvlink is None or not 0 <= spec[1] < n_gpu):
-                bad(f"GPU {spec[1]} has no NVLink port in this cluster", "degraded link")
+                bad(f"GPU {spec[1]} has no NVLink port in this cluster", "--degrade-link")
             if kind == "uplinks" and not 1 <= spec[1] < levels:
                 bad(f"fabric level {spec[1]} has no up-links (levels 1..{levels - 1} do)",
-                    "degraded link")
+                    "--degrade-link")
 
 
 def spec_text(spec: tuple) -> str:

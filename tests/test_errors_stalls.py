@@ -148,8 +148,10 @@ def test_cli_watchdog_exit_2_and_default_changes_nothing(tmp_path, capsys):
     base = ["--workload", str(SEED_512), "--topo", TOPO_512, "--quiet"]
     assert main([*base, "--max-sim-time-s", "0.001", "--json", str(tmp_path / "w.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("simrun: error: --max-sim-time-s: watchdog: "
-                                                   "the iteration had not finished after 0.001 s")
+    # the workload file the iteration came from, then the flag (issue 31: the file was missing)
+    assert err.count("\n") == 0 and err.startswith(f"simrun: error: {SEED_512}: --max-sim-time-s: "
+                                                   "watchdog: the iteration had not finished "
+                                                   "after 0.001 s")
     assert not (tmp_path / "w.json").exists()
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert main([*base, "--json", str(a)]) == 0

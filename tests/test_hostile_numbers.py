@@ -27,6 +27,11 @@ CASES = [
     ([*AICB, "--slow-gpu", "3:1e-300"], "--slow-gpu", "[0.001, 1000]"),
     ([*AICB, "--jitter", "0.1", "--samples", "9223372036854775807"], "--samples",
      "from 1 to 1000"),
+    # refusals that did not name their flag ("failed NIC: …", "degraded link: …")
+    ([*AICB, "--fail-nic", "999.0"], "--fail-nic", "not in the cluster"),
+    ([*AICB, "--degrade-link", "nic:999.0:0.5"], "--degrade-link", "not in the cluster"),
+    ([*AICB, "--degrade-link", "nvlink:9999:0.5"], "--degrade-link", "no NVLink port"),
+    ([*AICB, "--slow-gpu", "99999:2"], "--slow-gpu", "not in the cluster"),
     (["collective", "--topo", "dgx-h100-scalable", "--nodes", "8192", "--op", "alltoall",
       "--gpus", "65536", "--sizes", "1G:1G"], "--gpus", "at most 4194304"),
 ]

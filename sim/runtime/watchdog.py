@@ -28,9 +28,11 @@ FLAG = "--max-sim-time-s"
 OPTION = "max_sim_time_s"  # errors name the option (the CLI, its flag)
 
 
-def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float, **kw):
+def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: float,
+                     file: str | None = None, **kw):
     """``simulate(program, network, until_ns=…, **kw)`` with the watchdog described above,
-    after checking the program against simrun's work budget (:mod:`sim.limits`)."""
+    after checking the program against simrun's work budget (:mod:`sim.limits`). ``file``: the
+    workload or model file the program came from, named in the watchdog's message."""
     check_program_work(program)
     # +1: an iteration that ends exactly at the limit is allowed (SimPy stops before the
     # events of the `until` instant)
@@ -44,7 +46,8 @@ def simulate_watched(simulate: Callable, program, network, *, max_sim_time_s: fl
                 f"watchdog: the iteration had not finished after {max_sim_time_s:g} s of "
                 f"simulated time ({FLAG}); ranks then: {detail}. Raise {FLAG} if the "
                 "iteration really is that long, else check the input's times and sizes",
-                field=OPTION) from None
+                # with a file the CLI does not rename option fields: name the flag itself
+                file=file or None, field=FLAG if file else OPTION) from None
     return simulate(program, network, until_ns=None, **kw)  # a deadlock: report its real time
 
 

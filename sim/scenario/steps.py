@@ -222,7 +222,8 @@ def simulate(prepared: Prepared, variant: Variant = DETERMINISTIC) -> SimResult:
         return engine.simulate(p.program, net, classes=RankClasses.per_rank(p.placement),
                                jitter=jit, compute_scale=p.compute_scale, **kw)
     return simulate_watched(engine.simulate, p.program, net,
-                            max_sim_time_s=sim.max_sim_time_s, classes=p.classes,
+                            max_sim_time_s=sim.max_sim_time_s, file=p.workload or None,
+                            classes=p.classes,
                             compute_scale=p.compute_scale, record_spans=p.record_spans, **kw)
 
 
