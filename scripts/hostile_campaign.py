@@ -2,7 +2,8 @@
 against the numeric edge cases; each case run as ``simrun`` would run it, classified.
 
 Each case runs ``sim.cli.main(argv)`` in a forked child (the modules are imported once, in the
-parent) under a 2 GB address-space limit and a 20 s wall-clock limit, with its own temporary
+parent) under a 2 GB address-space limit and a 20 s CPU-time limit (CPU, not wall-clock time:
+on a loaded machine a 2-second run can take 20 s of wall time), with its own temporary
 directory. Classes:
 
 - ``refused``: exit 2 with one line that names the file (and line or key) or the flag;
@@ -10,7 +11,8 @@ directory. Classes:
 - ``ran``: exit 0;
 - ``internal``: exit 1 with ``internal error`` (an arithmetic or other bug reached the user);
 - ``traceback``: a Python traceback on stderr, or an exception out of ``main``;
-- ``hang``: still running after 20 s; ``crash``: killed by a signal or out of memory;
+- ``hang``: 20 s of CPU time spent (the limit's SIGXCPU stops it: exit 152) or 10 minutes of
+  wall-clock time; ``crash``: killed by a signal or out of memory;
 - ``clobbered``: an input file changed; ``leftover``: a temp file left in the directory.
 
     python scripts/hostile_campaign.py              # all cases, counts by class and format
@@ -44,7 +46,8 @@ EDGES = ["0", "-0", "-1", "nan", ".nan", "inf", ".inf", "-.inf", "1e308", "1e-30
          str(2**63), str(2**64), "1" * 400, "1_0", "٣", "true", "x", "2.5", "1e400", ""]
 """Edge values put in every numeric field (YAML spellings of NaN and infinity included)."""
 
-TIMEOUT_S = 20.0
+CPU_LIMIT_S = 20
+WALL_LIMIT_S = 600.0
 MEMORY_BYTES = 2 << 30
 
 
@@ -160,6 +163,7 @@ def _flag_cases(root: Path, topo8: str) -> list[tuple[str, str, None, list[str]]
 def _child(argv: list[str], wfd: int) -> None:
     """In the forked child: run ``main(argv)`` and send (code, stderr) to the parent."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 5))
     from sim.cli import main
 
     err, out = io.StringIO(), io.StringIO()
@@ -176,7 +180,7 @@ def _child(argv: list[str], wfd: int) -> None:
 
 
 def run_case(argv: list[str], cwd: Path) -> tuple[dict | None, str]:
-    """Fork, run, wait at most :data:`TIMEOUT_S`: (result or None, "hang"/"crash"/"")."""
+    """Fork, run, wait at most :data:`WALL_LIMIT_S`: (result or None, "hang"/"crash"/"")."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -184,7 +188,7 @@ def run_case(argv: list[str], cwd: Path) -> tuple[dict | None, str]:
         os.chdir(cwd)
         _child(argv, wfd)
     os.close(wfd)
-    chunks, end = [], time.monotonic() + TIMEOUT_S
+    chunks, end = [], time.monotonic() + WALL_LIMIT_S
     while True:
         left = end - time.monotonic()
         if left <= 0:
@@ -209,6 +213,8 @@ def classify(res: dict | None, how: str, file: Path | None) -> str:
     if res is None:
         return how
     code, err = res["code"], res["err"]
+    if code == 128 + signal.SIGXCPU:  # the CPU-time limit
+        return "hang"
     if "Traceback" in err or code == -1:
         return "traceback"
     if code == 0:
