@@ -97,12 +97,14 @@ def build_cases(root: Path) -> list[tuple[str, str, str | None, list[str]]]:
     """(format, case id, file text or None, argv with ``{F}`` for the file)."""
     topo8 = str(root / "topologies" / "tiny-fattree-8.yaml")
     seeds = []
-    model = (root / "workloads" / "models" / "gpt2-medium.yaml").read_text()
-    seeds += [("model", *c) for c in _yaml_cases("model", model, [
-        "--model", "{F}", "--topo", topo8, "--tp", "1", "--global-batch", "8"])]
-    topo = (root / "topologies" / "tiny-fattree-8.yaml").read_text()
-    seeds += [("topology", *c) for c in _yaml_cases("topology", topo, [
-        "collective", "--topo", "{F}", "--sizes", "1M"])]
+    for name in ("gpt2-medium", "moe-gpt-small", "llama3-8b"):
+        model = (root / "workloads" / "models" / f"{name}.yaml").read_text()
+        seeds += [("model", *c) for c in _yaml_cases(name, model, [
+            "--model", "{F}", "--topo", topo8, "--tp", "1", "--global-batch", "8"])]
+    for name in ("tiny-fattree-8", "dgx-h100-1024"):
+        topo = (root / "topologies" / f"{name}.yaml").read_text()
+        seeds += [("topology", *c) for c in _yaml_cases(name, topo, [
+            "collective", "--topo", "{F}", "--sizes", "1M"])]
     val = (root / "workloads" / "validation" / "torchtitan-a100-fsdp.yaml").read_text()
     val = val.replace("../../topologies/", str(root / "topologies") + "/").replace(
         "../models/", str(root / "workloads" / "models") + "/")
