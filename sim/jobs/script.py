@@ -8,7 +8,7 @@ the line and the construct (:class:`~sim.errors.InputError`)."""
 from __future__ import annotations
 
 from sim.errors import InputError
-from sim.jobs.shell import _ASSIGN, _NAME, _BLOCK_CLOSE, _BLOCK_OPEN, Shell, Token, Word, tokenize
+from sim.jobs.shell import _ASSIGN, _BLOCK_CLOSE, _BLOCK_OPEN, _NAME, Shell, Token, Word, tokenize
 
 
 def launch_arguments(text: str, file: str) -> list[Word]:

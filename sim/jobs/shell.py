@@ -91,19 +91,10 @@ def tokenize(text: str, file: str) -> list[Token]:
         elif c == "#" and not cur:
             while i < n and text[i] != "\n":
                 i += 1
-        elif c in "'\"`":
-            j = _closing(text, i, c, file, line)
+        elif (j := _piece_end(text, i, file, line)) is not None:
             cur.append(text[i:j + 1])
             line += text.count("\n", i, j)
             i = j + 1
-        elif c == "$" and i + 1 < n and text[i + 1] in "({":
-            j = _balanced(text, i + 1, file, line)
-            cur.append(text[i:j + 1])
-            line += text.count("\n", i, j)
-            i = j + 1
-        elif c == "\\" and i + 1 < n:
-            cur.append(text[i:i + 2])
-            i += 2
         elif text.startswith(("&&", "||"), i):
             flush()
             toks.append(Token(text[i:i + 2], line, op=True))
@@ -120,6 +111,19 @@ def tokenize(text: str, file: str) -> list[Token]:
             i += 1
     flush()
     return toks
+
+
+def _piece_end(text: str, i: int, file: str, line: int) -> int | None:
+    """The last index of the quoted string, ``$(...)`` / ``${...}`` or escape at ``i``, or
+    None when ``text[i]`` starts none."""
+    c = text[i]
+    if c in "'\"`":
+        return _closing(text, i, c, file, line)
+    if c == "$" and text[i + 1:i + 2] in ("(", "{"):
+        return _balanced(text, i + 1, file, line)
+    if c == "\\" and i + 1 < len(text):
+        return i + 1
+    return None
 
 
 def _closing(text: str, i: int, q: str, file: str, line: int) -> int:
