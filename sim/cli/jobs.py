@@ -22,6 +22,9 @@ from sim.jobs.shell import Word
 from sim.models.vocab.spec import ModelSpec, model_from_dict
 
 FLAG = "--megatron-args"
+#: the source named in messages about ``simrun megatron -- ARGS`` (the "line" is the word's
+#: position after ``--``)
+COMMAND_LINE = "megatron-arguments"
 
 
 def add_job_arguments(g: argparse._ActionsContainer) -> None:
@@ -67,18 +70,26 @@ def job_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     return job, model_from_dict(job.model, file=path)
 
 
-def expand(argv: list[str], parser: argparse.ArgumentParser
+def expand(argv: list[str], parser: argparse.ArgumentParser,
+           megatron: list[str] | None = None
            ) -> tuple[list[str], MegatronJob | None, ModelSpec | None]:
-    """``argv`` with the job's simrun flags (and ``--model FILE``) added when it has
-    ``--megatron-args FILE``; ``parser``: the run's. Unchanged without the flag."""
+    """``argv`` with the job's simrun flags (and ``--model SOURCE``) added when it has
+    ``--megatron-args FILE`` or ``megatron`` (the words after ``simrun megatron ... --``);
+    ``parser``: the run's. Unchanged without either."""
     args = parser.parse_args(argv)
     path = getattr(args, "megatron_args", None)
-    if path is None:
+    if path is None and megatron is None:
         return argv, None, None
-    if args.model or args.workload:
+    if args.model or args.workload or (path and megatron is not None):
         raise UsageError("the model comes from the Megatron-LM arguments; leave out --model "
-                         "and --workload", field=FLAG)
-    job, spec = job_of(path)
+                         "and --workload", field=FLAG if path else "--model")
+    if path is None:
+        path = COMMAND_LINE
+        words = [Word(t, k) for k, t in enumerate(megatron or [], 1)]
+        job = translate(words, path, "megatron")
+        spec = model_from_dict(job.model, file=path)
+    else:
+        job, spec = job_of(path)
     mine = {a for a in argv if a.startswith("--")}
     for word in job.argv:
         if word.startswith("--") and _same(word, mine, parser):

@@ -169,10 +169,12 @@ def _variability(args: argparse.Namespace) -> dict:
     return {"jitter_cv": args.jitter, "samples": args.samples or 1, "seed": args.seed or 0}
 
 
-def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> int:
+def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float,
+        megatron: list[str] | None = None) -> int:
     """The main job: workload + topology → simulated iteration → report. ``t0``: process
-    start (perf_counter), for ``--timing``."""
-    argv, job, spec = expand(argv, build_parser(subcommands))
+    start (perf_counter), for ``--timing``; ``megatron``: Megatron-LM arguments
+    (``simrun megatron ... -- ARGS``)."""
+    argv, job, spec = expand(argv, build_parser(subcommands), megatron)
     args = build_parser(subcommands).parse_args(argv)
     given = given_flags(build_parser(subcommands), argv)
     scenario = scenario_of(args, given)

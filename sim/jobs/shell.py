@@ -190,9 +190,11 @@ class Shell:
         """The words ``tok`` expands to (unquoted expansions split at blanks when ``split``)."""
         out: list[Word] = []
         cur: list[str] = []
-        state = {"has": False, "unknown": None}
+        state: dict = {"has": False, "unknown": None, "line": None}
 
-        def add(text, unknown, quoted):
+        def add(text, unknown, quoted, origin=None):
+            if origin is not None and not state["has"]:
+                state["line"] = origin  # a field that starts with an array item: its line
             if quoted or not split:
                 cur.append(text)
                 state["has"] = True
@@ -216,9 +218,9 @@ class Shell:
 
         def end():
             if state["has"]:
-                out.append(Word("".join(cur), tok.line, state["unknown"]))
+                out.append(Word("".join(cur), state["line"] or tok.line, state["unknown"]))
             cur.clear()
-            state["has"], state["unknown"] = False, None
+            state["has"], state["unknown"], state["line"] = False, None, None
 
         self._expand(tok.text, tok.line, add, end)
         end()
@@ -256,11 +258,11 @@ class Shell:
         rest = s[i + 1:]
         if rest.startswith("(("):
             j = _balanced(s, i + 1, self.file, line)
-            add(s[i:j + 1], f"arithmetic $((...)) at line {line}", quoted)
+            add("$((...))", f"arithmetic $((...)) at line {line}", quoted)  # no blanks: one word
             return j + 1
         if rest.startswith("("):
             j = _balanced(s, i + 1, self.file, line)
-            add(s[i:j + 1], f"command substitution $(...) at line {line}", quoted)
+            add("$(...)", f"command substitution $(...) at line {line}", quoted)
             return j + 1
         if rest.startswith("{"):
             j = _balanced(s, i + 1, self.file, line)
@@ -277,7 +279,7 @@ class Shell:
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[[@*]\])?(?:(:?-)(.*))?", body,
                          re.S)
         if m is None:
-            add(f"${{{body}}}", f"parameter expansion ${{{body}}} at line {line}", quoted)
+            add("${...}", f"parameter expansion ${{{body}}} at line {line}", quoted)
             return
         name, index, _, default = m.groups()
         self._value(name, default, line, add, end, quoted, array=bool(index))
@@ -293,7 +295,7 @@ class Shell:
                             f"at line {line}", quoted)
             return
         if isinstance(v, Word):
-            add(v.text, v.unknown, quoted)
+            add(v.text, v.unknown, quoted, v.line)
             return
         items = v if array else v[:1]
         for k, w in enumerate(items):
@@ -301,4 +303,4 @@ class Shell:
                 end()
             elif k:
                 add(" ", None, False)
-            add(w.text, w.unknown, quoted)
+            add(w.text, w.unknown, quoted, w.line)
