@@ -162,3 +162,14 @@ python pretrain_gpt.py ${ARR[@]} "${ARR[@]}" $C \\
     got = [w.text for w in launch_arguments(text, "t")]
     assert got == ["--x", "one", "two", "lit", "$A", "--y", "1", "--taken",
                    "--x", "one two", "lit $A", "--y 1", "--taken", "dflt", "--z"]
+
+
+def test_argument_file_equals_the_shipped_spec(tmp_path):
+    # gpt2-medium.yaml: 24 layers, hidden 1024, 16 heads, seq 1024, vocab 50257 (GPT-2's BPE,
+    # the vocabulary the file's default tokenizer gives)
+    a = _run(["--megatron-args", str(DATA / "gpt2-medium-tp2.args"), "--topo", "tiny-2x2"],
+             tmp_path, "file")
+    b = _run(["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2", "--global-batch",
+              "8"], tmp_path, "spec")
+    assert a["iteration_time_s"] == b["iteration_time_s"]
+    assert a["memory"] == b["memory"]
