@@ -12,16 +12,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import tomllib
+
 from sim.assumption import Assumption
-from sim.errors import UsageError
+from sim.errors import InputError, UsageError
 from sim.files.inputs import read_text
 from sim.jobs.megatron_args import MegatronJob, translate
 from sim.jobs.megatron_log import arguments_block_of
 from sim.jobs.script import launch_arguments
 from sim.jobs.shell import Word
+from sim.jobs.torchtitan import read_torchtitan
 from sim.models.vocab.spec import ModelSpec, model_from_dict
 
 FLAG = "--megatron-args"
+CONFIG_FLAG = "--job-config"
 #: the source named in messages about ``simrun megatron -- ARGS`` (the "line" is the word's
 #: position after ``--``)
 COMMAND_LINE = "megatron-arguments"
@@ -37,6 +41,27 @@ def add_job_arguments(g: argparse._ActionsContainer) -> None:
                         "it, the GPUs from --nodes/--gpus, the cluster from --topo; every "
                         "argument is applied, stated irrelevant or refused "
                         "(docs/job-formats.md)")
+
+
+def add_job_config_argument(g: argparse._ActionsContainer) -> None:
+    """``--job-config FILE`` (in the run's inputs group)."""
+    g.add_argument(CONFIG_FLAG, metavar="FILE",
+                   help="a framework's job config instead of --model, detected by content: a "
+                        "torchtitan TOML (its 2025 releases: [model] flavor, [parallelism], "
+                        "[training], [compile], [activation_checkpoint], float8); every key "
+                        "is applied, stated irrelevant or refused (docs/job-formats.md)")
+
+
+def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
+    """The translation of the job config ``path`` (detected by content)."""
+    text = read_text(path, what="job config", flag=CONFIG_FLAG)
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise InputError("not a torchtitan TOML job config (the only --job-config format "
+                         "simrun reads; Megatron-Bridge and NeMo YAML configs are not read)",
+                         file=path, field=CONFIG_FLAG) from None
+    return read_torchtitan(text, path)
 
 
 def megatron_words(path: str) -> list[Word]:
@@ -78,12 +103,18 @@ def expand(argv: list[str], parser: argparse.ArgumentParser,
     ``parser``: the run's. Unchanged without either."""
     args = parser.parse_args(argv)
     path = getattr(args, "megatron_args", None)
-    if path is None and megatron is None:
+    config = getattr(args, "job_config", None)
+    if path is None and megatron is None and config is None:
         return argv, None, None
-    if args.model or args.workload or (path and megatron is not None):
-        raise UsageError("the model comes from the Megatron-LM arguments; leave out --model "
-                         "and --workload", field=FLAG if path else "--model")
-    if path is None:
+    given = [f for f, v in ((FLAG, path), (CONFIG_FLAG, config), ("megatron", megatron))
+             if v is not None]
+    if args.model or args.workload or len(given) > 1:
+        raise UsageError(f"the model comes from {given[0]}; give one of --model, --workload, "
+                         "--megatron-args, --job-config", field=given[-1])
+    if config is not None:
+        path = config
+        job, spec = config_of(config)
+    elif path is None:
         path = COMMAND_LINE
         words = [Word(t, k) for k, t in enumerate(megatron or [], 1)]
         job = translate(words, path, "megatron")
@@ -107,9 +138,10 @@ def _same(flag: str, given: set[str], parser: argparse.ArgumentParser) -> bool:
 
 def assumption_lines(job: MegatronJob) -> list[Assumption]:
     """The report's lines: the arguments applied and those irrelevant to timing."""
-    return [Assumption(f"Megatron-LM arguments from {job.file}: applied "
+    what = "torchtitan job config" if job.file.endswith(".toml") else "Megatron-LM arguments"
+    return [Assumption(f"{what} from {job.file}: applied "
                        f"{' '.join(job.applied)} (as {' '.join(job.argv) or 'no flags'} and "
                        "the model spec)", "job-input", departs=True),
-            Assumption(f"Megatron-LM arguments irrelevant to one iteration's time "
+            Assumption(f"{what}: irrelevant to one iteration's time "
                        f"(docs/job-formats.md says why): {' '.join(job.irrelevant) or 'none'}",
                        "job-input")]

@@ -27,7 +27,7 @@ from sim.cli.args import (
     warn_topology,
 )
 from sim.cli.host_args import add_host_dispatch_argument, host_dispatch_ns
-from sim.cli.jobs import add_job_arguments, assumption_lines, expand
+from sim.cli.jobs import add_job_arguments, add_job_config_argument, assumption_lines, expand
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.types import (
     Parser,
@@ -80,6 +80,7 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                    help="number of nodes (default: the topology file's node count)")
     add_set_argument(g)
     add_job_arguments(g)
+    add_job_config_argument(g)
     add_layout_arguments(p)
     add_model_arguments(p)
     g = p.add_argument_group("operator-table workloads")
