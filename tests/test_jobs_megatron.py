@@ -195,3 +195,18 @@ def test_a_logs_arguments_block_runs_like_the_arguments(tmp_path):
     assert a["iteration_time_s"] == b["iteration_time_s"]
     irrelevant = [x for x in a["assumptions"] if "irrelevant" in x][0]
     assert "--lr" in irrelevant and "--save" not in irrelevant  # None: not set
+
+
+def test_a_value_simrun_refuses_names_its_source(capsys):
+    base = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "64"]
+    assert main(["megatron", "--topo", "tiny-2x2", "--", *base, "--attention-backend",
+                 "local"]) == 2
+    err = capsys.readouterr().err
+    assert "--attention-backend: invalid choice: 'local'" in err
+    assert err.rstrip().endswith("(from megatron-arguments)")
+    # a simrun flag given twice, on the command line and by the job, is refused
+    assert main(["megatron", "--topo", "tiny-2x2", "--tp", "2", "--", *base,
+                 "--tensor-model-parallel-size", "2"]) == 2
+    assert "--tensor-model-parallel-size: given both here and by megatron-arguments" in \
+        capsys.readouterr().err

@@ -125,7 +125,12 @@ def expand(argv: list[str], parser: argparse.ArgumentParser,
     for word in job.argv:
         if word.startswith("--") and _same(word, mine, parser):
             raise UsageError(f"given both here and by {path}; give it once", field=word)
-    return [*argv, "--model", path, *job.argv], job, spec
+    out = [*argv, "--model", path, *job.argv]
+    try:  # a value simrun's option refuses (e.g. --attention-backend local): name the source
+        parser.parse_args(out)
+    except UsageError as e:
+        raise UsageError(f"{e.message} (from {path})", field=e.field) from None
+    return out, job, spec
 
 
 def _same(flag: str, given: set[str], parser: argparse.ArgumentParser) -> bool:
