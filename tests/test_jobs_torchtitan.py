@@ -35,7 +35,21 @@ def test_llama3_70b_preset_equals_the_model_flags_to_the_ns(tmp_path):
     assert "optimizer.lr" in irrelevant and "checkpoint.interval" in irrelevant
 
 
+def test_the_2024_preset_with_its_key_names_runs_the_same(tmp_path):
+    # April 2024: [training] batch_size / data_parallel_degree / tensor_parallel_degree,
+    # compile = false, model.norm_type = "rmsnorm" (torchtitan's eager RMSNorm)
+    old = _run(["--job-config", str(DATA / "llama3_70b-2024.toml"), *TOPO], tmp_path, "old")
+    flags = _run(["--model", "llama3-70b", *TOPO, "--tp", "8", "--fsdp", "--use-torch-fsdp2",
+                  "--sequence-parallel", "--micro-batch", "8", "--microbatches", "1",
+                  "--no-compile", "--norm-type", "rmsnorm", "--recompute", "full", "--dtype",
+                  "bf16"], tmp_path, "flags")
+    assert old["iteration_time_s"] == flags["iteration_time_s"]
+
+
 @pytest.mark.parametrize("text, where", [
+    ("[training]\ntensor_parallel_degree = 2\n[parallelism]\ntensor_parallel_degree = 2\n",
+     "bad.toml: parallelism.tensor_parallel_degree: given twice (also as "
+     "training.tensor_parallel_degree)"),
     (None, "llama3_8b.toml: activation_checkpoint.mode: not modelled: 'selective'"),
     ("[parallelism]\ntensor_parallel_degree = \"8\"\n",
      "bad.toml: parallelism.tensor_parallel_degree: expected int, got str"),

@@ -92,12 +92,28 @@ KEYS = (
     Key("activation_checkpoint.selective_ac_option", "irrelevant",
         "read by mode selective only, which is refused"),
     Key("quantize.linear.float8.enable_fsdp_float8_all_gather", "applied", "false only"),
+    # the 2024 releases' keys (torchtitan/config_manager.py at 041336434, 2024-04-24) that
+    # :data:`RENAMED` does not map onto the 2025 ones
+    Key("model.norm_type", "applied", "rmsnorm / fused_rmsnorm → --norm-type (with compile "
+                                      "off); layernorm, np_layernorm refused (llama3 is RMSNorm)"),
+    Key("training.fp8_linear", "applied", "'' (off) → --dtype bf16; 'dynamic' → --dtype fp8 "
+                                          "--fp8-recipe tensorwise"),
+    Key("training.enable_loss_parallel", "applied", "true: the vocab-parallel loss simrun "
+                                                    "models with TP; false refused"),
+    Key("training.warmup_steps", "irrelevant", "the learning-rate schedule"),
+    Key("training.gc_freq", "irrelevant", "Python garbage collection between steps: simrun "
+                                          "models no GC pauses"),
     Key("quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "irrelevant",
         "with float8 all-gathers only"),
     Key("quantize.linear.float8.filter_fqns", "irrelevant", "the output layer kept in bf16, "
                                                             "as simrun's fp8 runs it"),
 )
 _BY_KEY = {k.key: k for k in KEYS}
+#: the 2024 releases' names of keys the 2025 releases moved
+RENAMED = {"training.batch_size": "training.local_batch_size",
+           "training.data_parallel_degree": "parallelism.data_parallel_shard_degree",
+           "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
+           "training.pipeline_parallel_degree": "parallelism.pipeline_parallel_degree"}
 
 
 def read_torchtitan(text: str, file: str) -> tuple[MegatronJob, ModelSpec]:
@@ -112,6 +128,9 @@ def read_torchtitan(text: str, file: str) -> tuple[MegatronJob, ModelSpec]:
     for key in flat:
         (job.applied if verdict_of(key).verdict == "applied" else job.irrelevant).append(key)
     job.argv = cfg.argv()  # the types of the layout keys checked before the model's
+    if "model.norm_type" in flat and "--norm-type" not in job.argv:  # compiled: not used
+        job.applied.remove("model.norm_type")
+        job.irrelevant.append("model.norm_type")
     return job, cfg.spec()
 
 
@@ -131,13 +150,24 @@ def _flatten(data: dict, file: str, prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         if isinstance(v, dict) and (not prefix or key in ("quantize.linear",
                                                           "quantize.linear.float8")):
-            out.update(_flatten(v, file, key + "."))
+            for k2, v2 in _flatten(v, file, key + ".").items():
+                _put(out, k2, v2, file)
+        elif key in RENAMED:
+            _put(out, RENAMED[key], v, file)
         elif verdict_of(key) is None:
             raise InputError("not modelled: simrun does not know this torchtitan key "
                              "(docs/job-formats.md lists those it knows)", file=file, field=key)
         else:
-            out[key] = v
+            _put(out, key, v, file)
     return out
+
+
+def _put(out: dict[str, Any], key: str, value: Any, file: str) -> None:
+    """``out[key] = value``, refusing a key given twice (under its 2024 and 2025 names)."""
+    if key in out:
+        old = next((o for o, n in RENAMED.items() if n == key), key)
+        raise InputError(f"given twice (also as {old})", file=file, field=key)
+    out[key] = value
 
 
 class _Config:
@@ -183,7 +213,12 @@ class _Config:
         if self.get("quantize.linear.float8.enable_fsdp_float8_all_gather", bool, False):
             raise self.refuse("quantize.linear.float8.enable_fsdp_float8_all_gather",
                               "float8 all-gathers of FSDP parameters")
-        if converters:
+        fp8_linear = self.get("training.fp8_linear", str, "")
+        if fp8_linear not in ("", "dynamic"):
+            raise self.refuse("training.fp8_linear", f"{fp8_linear!r} ('' or 'dynamic')")
+        if not self.get("training.enable_loss_parallel", bool, True):
+            raise self.refuse("training.enable_loss_parallel", "a loss gathered over TP")
+        if converters or fp8_linear:
             return ["--dtype", "fp8", "--fp8-recipe", "tensorwise"]
         return ["--dtype", "bf16"]
 
@@ -228,4 +263,10 @@ class _Config:
             raise self.refuse("activation_checkpoint.mode",
                               f"{mode!r}: torchtitan's selective checkpointing (per op or per "
                               "layer) is not Megatron's selective recompute")
-        return ["--compile" if compiled else "--no-compile", "--recompute", mode]
+        out = ["--compile" if compiled else "--no-compile", "--recompute", mode]
+        if "model.norm_type" in self.flat:
+            norm = self.get("model.norm_type", str, "rmsnorm")
+            if norm not in ("rmsnorm", "fused_rmsnorm"):
+                raise self.refuse("model.norm_type", f"{norm!r} (llama3 is RMSNorm)")
+            out += [] if compiled else ["--norm-type", norm]
+        return out
