@@ -47,7 +47,7 @@ def add_job_config_argument(g: argparse._ActionsContainer) -> None:
     """``--job-config FILE`` (in the run's inputs group)."""
     g.add_argument(CONFIG_FLAG, metavar="FILE",
                    help="a framework's job config instead of --model, detected by content: a "
-                        "torchtitan TOML (its 2025 releases: [model] flavor, [parallelism], "
+                        "torchtitan TOML (its 2024-25 releases: [model] flavor, [parallelism], "
                         "[training], [compile], [activation_checkpoint], float8); every key "
                         "is applied, stated irrelevant or refused (docs/job-formats.md)")
 

@@ -1,4 +1,4 @@
-"""torchtitan job configs (TOML, the releases of 2025 up to the move to Python configs in
+"""torchtitan job configs (TOML, the releases of 2024 and 2025 up to the move to Python configs in
 February 2026, pytorch/torchtitan 9810191bb) → simrun's options and a model spec.
 
 Schema read: torchtitan/config/job_config.py at pytorch/torchtitan 8a2686c4a (2025-09-30):
@@ -7,7 +7,9 @@ mixed_precision_param / mixed_precision_reduce``, ``[parallelism] data_parallel_
 / data_parallel_shard_degree / tensor_parallel_degree / pipeline_parallel_degree /
 pipeline_parallel_schedule / pipeline_parallel_microbatch_size / context_parallel_degree /
 enable_async_tensor_parallel``, ``[compile] enable``, ``[activation_checkpoint] mode``,
-``[quantize.linear.float8]`` with ``model.converters``. Every key is applied, irrelevant to
+``[quantize.linear.float8]`` with ``model.converters``; and the 2024 releases' names
+(:data:`RENAMED`, ``model.norm_type``, ``training.fp8_linear``; torchtitan/config_manager.py at
+041336434, 2024-04-24). Every key is applied, irrelevant to
 timing or refused (:data:`KEYS`; a key absent from it is refused as unknown); wrong types exit
 2 naming the key. Current torchtitan defines its configs in Python: out of scope.
 """
