@@ -68,3 +68,20 @@ def test_bad_configs_exit_2_naming_file_and_key(text, where, tmp_path, capsys):
     assert main(["--job-config", str(f), *TOPO]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and where in err, err
+
+
+def test_pipeline_keys_become_simrun_flags():
+    from sim.jobs.torchtitan import read_torchtitan
+
+    text = ("[model]\nname = \"llama3\"\nflavor = \"8B\"\n[training]\nlocal_batch_size = 8\n"
+            "seq_len = 4096\n[parallelism]\npipeline_parallel_degree = 4\n"
+            "pipeline_parallel_schedule = \"GPipe\"\npipeline_parallel_microbatch_size = 2\n"
+            "[activation_checkpoint]\nmode = \"none\"\n")
+    job, spec = read_torchtitan(text, "pp.toml")
+    assert spec.name == "llama3-8b" and spec.seq_len == 4096
+    argv = job.argv
+    assert argv[argv.index("--pp") + 1] == "4"
+    assert argv[argv.index("--schedule") + 1] == "gpipe"
+    # 8 sequences per DP rank in microbatches of 2: 4 microbatches
+    assert argv[argv.index("--micro-batch") + 1] == "2"
+    assert argv[argv.index("--microbatches") + 1] == "4"

@@ -29,8 +29,9 @@ from sim.models.vocab.spec import ModelSpec, load_model
 #: sizes are the flavour's (workloads/models/llama3-*.yaml)
 FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
            ("llama3", "405B"): "llama3-405b"}
-#: torchtitan's schedule names (torch.distributed.pipelining) → simrun's
-SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "ZBVZeroBubble": "zb-v"}
+#: torchtitan's schedule names (torch.distributed.pipelining) → simrun's (one stage per rank,
+#: or ZBV's two in a V; the looped schedules' stages per rank are not read, so they are refused)
+SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "ZBVZeroBubble": "zb-v"}
 _IRRELEVANT_SECTIONS = {
     "job": "where outputs go", "profiling": "profiler traces: the same kernels run",
     "metrics": "logging", "checkpoint": "checkpoints are saved between iterations",
@@ -80,8 +81,8 @@ KEYS = (
                                                          "norms: SequenceParallel)"),
     Key("parallelism.pipeline_parallel_degree", "applied", "--pp N"),
     Key("parallelism.pipeline_parallel_schedule", "applied",
-        "1F1B, Interleaved1F1B, ZBVZeroBubble → --schedule 1f1b / interleaved / zb-v; others "
-        "refused"),
+        "GPipe, 1F1B, ZBVZeroBubble → --schedule gpipe / 1f1b / zb-v; others (the looped "
+        "schedules, whose stages per rank are not read) refused"),
     Key("parallelism.pipeline_parallel_microbatch_size", "applied", "--micro-batch with PP"),
     Key("parallelism.context_parallel_degree", "applied", "--context-parallel-size N"),
     Key("parallelism.enable_async_tensor_parallel", "applied", "false only (async TP is not "
