@@ -9,7 +9,9 @@ on that rank (``pid`` 0 = the GPU, ``tid`` = ``args.stream``):
 
 - stream 7: compute — every forward / input-gradient / weight-gradient / iteration-level
   compute span and the optimizer, named ``<phase> <row>`` (lower case, so no name looks like a
-  communication or memory kernel to HTA's classifier);
+  communication or memory kernel to HTA's classifier), and the time a compute kernel ran on,
+  slowed by NCCL kernels sharing its SMs (``compute slowed by communication``: the report
+  counts it as exposed communication);
 - streams 20+: one per communication track of the Chrome trace (TP, EP, PP sends, DP, …),
   kernels named ``ncclDevKernel_<Op> <group> <row>`` as NCCL's kernels are, so HTA counts them as
   communication.
@@ -17,9 +19,10 @@ on that rank (``pid`` 0 = the GPU, ``tid`` = ``args.stream``):
 Waiting (bubbles, a receive in flight, outstanding gradient reductions) runs no kernel and is
 idle time for HTA, as it is on a profiled GPU. Times are µs as floats (``ns / 1000``, exact to
 the ns); HTA rounds them to whole µs unless ``HTA_DISABLE_NS_ROUNDING=1``. Per rank, HTA's
-temporal breakdown then gives: compute time = the report's compute + optimizer; non-compute
-time = communication kernels running while no compute does (with one stage: the report's
-exposed communication); kernel time = the rank's first kernel start to its last kernel end.
+temporal breakdown then gives: compute time = the report's compute + optimizer + the slowed
+time; non-compute time = communication kernels running while no compute does; idle = waiting
+(bubbles, receives in flight, outstanding reductions); kernel time = the rank's first kernel
+start to its last kernel end (with one stage: the iteration).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from sim.viz.trace import _lanes, us
 COMPUTE_STREAM = 7
 FIRST_COMM_STREAM = 20
 _COMPUTE_KINDS = (*PHASE_KINDS, "optimizer")
+SLOWED = "slowed by communication"  # the label of the engine's slowed-compute spans
 
 
 def _comm_name(s: Span) -> str:
@@ -60,6 +64,11 @@ def rank_trace(result: SimResult, rank: int, world: int, gpu: str) -> dict[str, 
         if s.stream == "compute" and s.kind in _COMPUTE_KINDS:
             name = f"{s.kind} {s.label}".lower()
             events.append(_kernel(name, s, COMPUTE_STREAM, len(events) + 1))
+        elif s.stream == "compute" and s.label == SLOWED:
+            # the kernel ran on, slowed by NCCL kernels sharing the SMs (sim.engine.interference):
+            # GPU work, which the report counts as exposed communication
+            events.append(_kernel("compute slowed by communication", s, COMPUTE_STREAM,
+                                  len(events) + 1))
     by_stream: dict[str, list[Span]] = {}
     for s in spans:
         if s.stream != "compute":
