@@ -1,5 +1,5 @@
 """Hugging Face ``config.json`` given to ``--model`` (sim/models/vocab/hf_config.py): the real
-Meta Llama 3 8B Instruct config (tests/data/hf/, NOTICE there) maps to exactly the shipped
+Meta Llama 3 8B Instruct config (workloads/hf/, NOTICE there) maps to exactly the shipped
 ``llama3-8b`` spec and gives the same iteration time to the ns; other architectures map field
 by field; unknown architectures and fields the spec cannot express are refused naming them."""
 
@@ -16,7 +16,7 @@ from sim.cli import main
 from sim.errors import InputError
 from sim.models.vocab.spec import load_model
 
-LLAMA3_CONFIG = ROOT / "tests/data/hf/meta-llama-3-8b-instruct/config.json"
+LLAMA3_CONFIG = ROOT / "workloads/hf/meta-llama-3-8b-instruct/config.json"
 
 
 def test_llama3_8b_config_is_the_shipped_spec_field_by_field():

@@ -99,8 +99,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     (a "model-driven workload" group). ``required``: ``--model`` must be given."""
     g = parser.add_argument_group("model-driven workload (--model instead of --workload)")
     g.add_argument("--model", metavar="PATH|NAME", required=required,
-                   help="model spec YAML, or the name of a shipped one ('simrun list models'): "
-                        "generate the workload for the layout given by --tp/--pp/--dp/--vpp/--ep")
+                   help="model spec YAML, a Hugging Face config.json (read by its "
+                        "'architectures': docs/workload-formats.md), or the name of a shipped "
+                        "spec ('simrun list models'): generate the workload for the layout "
+                        "given by --tp/--pp/--dp/--vpp/--ep")
     g.add_argument("--dp", type=positive_int, metavar="N",
                    help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
                         "topology's)")
