@@ -43,7 +43,7 @@ def _write(tmp_path, cfg, name="config.json"):
     return p
 
 
-QWEN3_30B = {  # Qwen/Qwen3-30B-A3B config.json fields (workloads/models/qwen3-30b-a3b.yaml)
+QWEN3_30B = {  # a Qwen3-MoE config.json with the sizes of workloads/models/qwen3-30b-a3b.yaml
     "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False,
     "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1,
     "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
@@ -60,8 +60,7 @@ QWEN3_30B = {  # Qwen/Qwen3-30B-A3B config.json fields (workloads/models/qwen3-3
 
 
 def test_qwen3_moe_maps_to_the_shipped_spec(tmp_path):
-    # max_position_embeddings set to the shipped spec's training length 4096 (the real file
-    # says 40960: the spec's seq_len is the config's context length)
+    # max_position_embeddings 4096: the spec's seq_len is the config's context length
     hf = load_model(_write(tmp_path, QWEN3_30B))
     shipped = load_model("qwen3-30b-a3b")
     assert dataclasses.replace(hf, name=shipped.name) == shipped
@@ -118,3 +117,30 @@ def test_truncated_json_names_the_line(tmp_path, capsys):
     rc = main(["--model", str(p), "--topo", "dgx-h100-1024", "--nodes", "1", "--quiet"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "not valid JSON" in err
+
+
+def test_mixtral_maps_to_the_shipped_spec(tmp_path):
+    # a config.json of the Mixtral shape holding the sizes of workloads/models/mixtral-8x7b.yaml
+    # (max_position_embeddings 4096: the spec's seq_len is the config's context length)
+    cfg = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
+           "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+           "initializer_range": 0.02, "intermediate_size": 14336,
+           "max_position_embeddings": 4096, "model_type": "mixtral",
+           "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+           "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+           "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+           "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
+    hf, shipped = load_model(_write(tmp_path, cfg)), load_model("mixtral-8x7b")
+    assert dataclasses.replace(hf, name=shipped.name) == shipped
+
+
+def test_gemma_head_dim_sets_the_attention_width(tmp_path):
+    cfg = {"architectures": ["GemmaForCausalLM"], "head_dim": 256,
+           "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3072,
+           "intermediate_size": 24576, "max_position_embeddings": 8192,
+           "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 16,
+           "vocab_size": 256000}
+    spec = load_model(_write(tmp_path, cfg))
+    assert (spec.q_hidden, spec.kv_hidden, spec.tied_embeddings, spec.gated_mlp) == \
+        (16 * 256, 16 * 256, True, True)
