@@ -114,3 +114,28 @@ def test_missing_extra_is_refused_naming_it(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "--chakra" in err and "simrun[chakra]" in err, err
     assert not os.path.exists(tmp_path / "et")
+
+
+def test_chakra_text_converter_model_parallel_trace_runs_its_dag(tmp_path, monkeypatch):
+    # Chakra's converter of an ASTRA-sim MODEL-parallel text (2 layers, 10 µs per phase,
+    # 1 KiB all-reduces, 4 NPUs): fwd0, AR, fwd1, AR, ig1, then AR(ig1) beside wg1, then ig0,
+    # wg0 — the layer-0 input-gradient all-reduce is not written (nothing reads it)
+    text = tmp_path / "mp.txt"
+    text.write_text("MODEL\n2\n"
+                    "l0 -1 10 ALLREDUCE 1024 10 ALLREDUCE 1024 10 ALLREDUCE 1024 10\n"
+                    "l1 -1 10 ALLREDUCE 1024 10 ALLREDUCE 1024 10 ALLREDUCE 1024 10\n")
+    (tmp_path / "et").mkdir()
+    TextConverter(str(text), str(tmp_path / "et" / "mp"), 4, 1).convert()
+    ar = _generated(tmp_path, monkeypatch, generator.one_comm_coll_node_allreduce, 1024)
+    for f in ar.glob("*.et"):  # the same all-reduce over 4 ranks alone
+        if int(f.name.split(".")[1]) >= 4:
+            f.unlink()
+    t_ar = run(prepare_workload(str(ar), TOPO, LayoutRequest(), nodes=1)).iteration_ns
+    rows = read_workload(tmp_path / "et").layers
+    assert [r.forward.comm is not None and r.forward.comm.overlap for r in rows] == \
+        [False, False, False, True, False, False]
+    it = run(prepare_workload(str(tmp_path / "et"), TOPO, LayoutRequest(), nodes=1)).iteration_ns
+    # 5 compute phases of 10 µs in sequence, 2 blocking all-reduces, and the one beside wg1,
+    # which outlasts the 10 µs weight gradient
+    assert t_ar > 10_000
+    assert it == 50_000 + 3 * t_ar

@@ -16,9 +16,9 @@ the message): one ``GlobalMetadata``, then ``Node`` s. Two kinds of trace are re
   GPU work. Each compute node (``COMP_NODE``: ``duration_micros``) becomes a row's forward
   compute; a collective (``COMM_COLL_NODE``: ``comm_type``, ``comm_size``) is that row's
   collective, over every rank (the DP group of a TP 1, PP 1 layout of as many ranks as files),
-  blocking the compute after it. Refused, naming the file and node: a node that the next one
-  neither depends on nor could serialise behind (a collective that later compute runs
-  alongside), memory, send/receive and host (``is_cpu_op``) nodes, process groups other than
+  blocking the node after it, or overlapping the one compute node after it when the node
+  after both waits for the two. Refused, naming the file and node: any other collective the
+  next node does not wait for, memory, send/receive and host (``is_cpu_op``) nodes, process groups other than
   simrun's, and ranks whose traces differ (simrun runs one representative rank).
 """
 
@@ -229,31 +229,57 @@ def _simrun_workload(meta: dict, nodes, file: str, folder: str, pb) -> Workload:
                     [f"Chakra trace written by simrun: {len(layers)} rows per rank"])
 
 
-def _sequential_workload(nodes, file: str, folder: str, ranks: int) -> Workload:
-    pb = schema("--workload")
+def _deps(nodes, file: str) -> list[set[int]]:
+    """Per node, the positions of the nodes it depends on (data or control); a dependency on
+    a later or unknown node is refused."""
     pos = {n.id: i for i, n in enumerate(nodes)}
-    dependents: dict[int, set[int]] = {}
+    out: list[set[int]] = []
     for i, n in enumerate(nodes):
+        mine = set()
         for d in (*n.data_deps, *n.ctrl_deps):
             if d not in pos or pos[d] >= i:
                 raise InputError(f"depends on node id {d}, which is not an earlier node",
                                  file=file, field=f"node {i}")
-            dependents.setdefault(pos[d], set()).add(i)
+            mine.add(pos[d])
+        out.append(mine)
+    return out
+
+
+def _overlaps_next(nodes, deps: list[set[int]], i: int) -> bool:
+    """Whether collective ``i`` runs beside the compute node after it and the node after that
+    waits for both (Chakra's text converter: an input-gradient all-reduce beside the weight
+    gradient): read as a collective overlapping that compute (``Comm.overlap``)."""
+    j, k = i + 1, i + 2
+    return (k < len(nodes) and nodes[j].type == COMP and nodes[k].type == COMP
+            and i not in deps[j] and deps[i] <= deps[j] and {i, j} <= deps[k])
+
+
+def _sequential_workload(nodes, file: str, folder: str, ranks: int) -> Workload:
+    pb = schema("--workload")
+    deps = _deps(nodes, file)
     layers: list[Layer] = []
+    beside: Comm | None = None  # a collective that overlaps the next compute node
     for i, n in enumerate(nodes):
         a, where = attrs(n), f"node {i}"
         if a.get("is_cpu_op"):
             raise InputError("host (is_cpu_op) nodes are not modelled: simrun times GPU work",
                              file=file, field=where)
         if n.type == COMP:
-            layers.append(Layer(n.name or f"node{i}", forward=Phase(n.duration_micros * 1000)))
+            layers.append(Layer(n.name or f"node{i}",
+                                forward=Phase(n.duration_micros * 1000, beside)))
+            beside = None
         elif n.type == COLL:
-            if i + 1 < len(nodes) and i + 1 not in dependents.get(i, ()):
-                raise InputError("the next node does not depend on this collective, so they "
-                                 "run alongside each other in Chakra's semantics; simrun reads "
-                                 "other traces as one sequence (each collective blocks the node "
-                                 "after it)", file=file, field=where)
             comm = _comm(a, file, where, _group(a, file, where, GroupKind.DP), pb)
+            if i + 1 < len(nodes) and i not in deps[i + 1]:
+                if not _overlaps_next(nodes, deps, i):
+                    raise InputError(
+                        "the next node does not depend on this collective, so they run "
+                        "alongside each other in Chakra's semantics; simrun reads other traces "
+                        "as one sequence (a collective blocks the node after it, or overlaps "
+                        "one compute node that the node after both waits for)", file=file,
+                        field=where)
+                beside = Comm(comm.kind, comm.group, comm.size_bytes, overlap=True)
+                continue
             if not layers or layers[-1].forward.comm is not None:
                 layers.append(Layer(n.name or f"node{i}"))
             last = layers[-1]
@@ -266,4 +292,4 @@ def _sequential_workload(nodes, file: str, folder: str, ranks: int) -> Workload:
     header = WorkloadHeader(tp=1, pp=1, ga=1, all_gpus=ranks, declared_rows=len(layers))
     return Workload(folder, "chakra", header, layers,
                     [f"Chakra trace: {len(layers)} rows read as one sequential pass over "
-                     f"{ranks} ranks (collectives over all of them, blocking)"])
+                     f"{ranks} ranks (collectives over all of them)"])
