@@ -139,3 +139,30 @@ def test_chakra_text_converter_model_parallel_trace_runs_its_dag(tmp_path, monke
     # which outlasts the 10 µs weight gradient
     assert t_ar > 10_000
     assert it == 50_000 + 3 * t_ar
+
+
+def test_a_model_run_is_written_as_simrun_generate_writes_it(tmp_path):
+    # --model: the rows are the program's AICB rows; read back, the Chakra folder and the
+    # AICB text (simrun generate) give the same iteration
+    from sim.api import prepare_model
+    from sim.models.aicb_writer import aicb_text
+    prog = run(prepare_model("gpt-1.7b", TOPO, LayoutRequest(tp=2, pp=2, microbatches=4),
+                             nodes=1)).result.program
+    write_chakra(tmp_path / "et", prog)
+    (tmp_path / "g.txt").write_text(aicb_text(prog))
+    times = [run(prepare_workload(str(p), TOPO, LayoutRequest(), nodes=1)).iteration_ns
+             for p in (tmp_path / "et", tmp_path / "g.txt")]
+    assert times[0] == times[1] > 0
+
+
+@pytest.mark.parametrize("cut", [1, 7, 20, 33])
+def test_damaged_traces_are_one_line_errors(tmp_path, monkeypatch, capsys, cut):
+    folder = _generated(tmp_path, monkeypatch, generator.one_comm_coll_node_allreduce, 4096)
+    for f in folder.glob("*.et"):
+        data = bytearray(f.read_bytes())
+        data[min(cut, len(data) - 1)] ^= 0xFF  # one flipped byte in every rank's file
+        f.write_bytes(bytes(data))
+    rc = main(["--workload", str(folder), "--topo", TOPO, "--nodes", "1", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "ALL_REDUCE.0.et: " in err and ("GlobalMetadata: " in err or "node 0: " in err), err

@@ -18,8 +18,9 @@ the message): one ``GlobalMetadata``, then ``Node`` s. Two kinds of trace are re
   collective, over every rank (the DP group of a TP 1, PP 1 layout of as many ranks as files),
   blocking the node after it, or overlapping the one compute node after it when the node
   after both waits for the two. Refused, naming the file and node: any other collective the
-  next node does not wait for, memory, send/receive and host (``is_cpu_op``) nodes, process groups other than
-  simrun's, and ranks whose traces differ (simrun runs one representative rank).
+  next node does not wait for, memory, send/receive and host (``is_cpu_op``) nodes, process
+  groups other than simrun's, and ranks whose traces differ (simrun runs one representative
+  rank).
 """
 
 from __future__ import annotations
