@@ -97,6 +97,7 @@ def test_deepseek_v3_moe_fields_and_mla_refused(tmp_path):
     ({"sliding_window": 4096}, "sliding_window"),
     ({"hidden_act": "relu"}, "hidden_act"),
     ({"attention_bias": True}, "attention_bias"),
+    ({"mlp_bias": True}, "mlp_bias"),
     ({"some_new_field": 1}, "some_new_field"),
     ({"num_key_value_heads": 7}, "num_key_value_heads"),
     ({"hidden_size": -1}, "hidden_size"),

@@ -173,7 +173,7 @@ def _llama_like(r: _Reader, family: str, spec: dict[str, Any]) -> None:
     act_key = "hidden_activation" if family == "gemma" else "hidden_act"
     acts = ("gelu_pytorch_tanh", "gelu") if family == "gemma" else ("silu",)
     r.used.update(("hidden_act", "hidden_activation"))
-    act = r.data.get(act_key, r.data.get("hidden_act", acts[0]))
+    act = r.data.get(act_key) or r.data.get("hidden_act") or acts[0]
     if act not in acts:
         raise r.error(f"{show(act)}: the gated MLP is timed with {' / '.join(acts)}", act_key)
     tied = r.flag("tie_word_embeddings")
@@ -181,10 +181,11 @@ def _llama_like(r: _Reader, family: str, spec: dict[str, Any]) -> None:
         spec["tied_embeddings"] = tied
     elif family != "gemma":
         spec["tied_embeddings"] = False
-    bias = {k: r.flag(k) for k in ("attention_bias", "mlp_bias")}
-    if bias["attention_bias"] and not bias["mlp_bias"]:
-        raise r.error("true with mlp_bias false: the spec's bias is on every linear layer "
-                      "or on none", "attention_bias")
+    bias = {k: bool(r.flag(k)) for k in ("attention_bias", "mlp_bias")}
+    if bias["attention_bias"] != bias["mlp_bias"]:
+        key = "attention_bias" if bias["attention_bias"] else "mlp_bias"
+        raise r.error("true while the other is false: the spec's bias is on every linear "
+                      "layer or on none", key)
     if bias["attention_bias"]:
         spec["bias"] = True
     p = r.prob("attention_dropout")
