@@ -10,6 +10,8 @@ import json
 
 import pytest
 from conftest import ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.api import LayoutRequest, prepare_model, run
 from sim.cli import main
@@ -145,3 +147,27 @@ def test_gemma_head_dim_sets_the_attention_width(tmp_path):
     spec = load_model(_write(tmp_path, cfg))
     assert (spec.q_hidden, spec.kv_hidden, spec.tied_embeddings, spec.gated_mlp) == \
         (16 * 256, 16 * 256, True, True)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) |
+                     st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) |
+                     st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=st.sampled_from([*json.loads(LLAMA3_CONFIG.read_text()), "sliding_window",
+                            "head_dim", "mlp_bias", "num_experts_per_tok"]),
+       value=_JSON, arch=st.sampled_from(["LlamaForCausalLM", "MixtralForCausalLM",
+                                          "Qwen3MoeForCausalLM", "GPT2LMHeadModel",
+                                          "DeepseekV3ForCausalLM", "GemmaForCausalLM"]))
+def test_any_field_value_is_a_spec_or_an_input_error(tmp_path_factory, key, value, arch):
+    cfg = {**json.loads(LLAMA3_CONFIG.read_text()), key: value}
+    if key != "architectures":
+        cfg["architectures"] = [arch]
+    p = tmp_path_factory.mktemp("fz") / "config.json"
+    p.write_text(json.dumps(cfg))
+    try:
+        load_model(p)
+    except InputError as e:
+        assert e.field and str(p) in e.format()

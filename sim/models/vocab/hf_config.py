@@ -195,7 +195,8 @@ def _llama_like(r: _Reader, family: str, spec: dict[str, Any]) -> None:
     window = r.flag("use_sliding_window")
     if sw is not None and (isinstance(sw, bool) or not isinstance(sw, int)):
         raise r.error(f"must be an integer or null, got {show(sw)}", "sliding_window")
-    if sw is not None and window is not False and sw < spec.get("seq_len", 0):
+    seq = spec.get("seq_len")
+    if sw is not None and window is not False and isinstance(seq, int) and sw < seq:
         raise r.error(f"{show(sw)}: sliding-window attention (a window shorter than the "
                       f"sequence {spec.get('seq_len')}) is not modelled", "sliding_window")
     if family == "deepseekv3":
