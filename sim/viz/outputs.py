@@ -75,7 +75,8 @@ def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any]
     if opts.chakra:
         write_chakra(opts.chakra, result.program)
     if opts.trace and opts.trace_format == "kineto":
-        write_kineto(opts.trace, result, ranks=opts.trace_ranks, gpu=str(report.get("gpu", "")))
+        write_kineto(opts.trace, result, ranks=opts.trace_ranks,
+                     gpu=str(report.get("gpu") or "GPU"))
     elif opts.trace:
         # streamed rank by rank: memory stays bounded for a trace of every rank
         write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
