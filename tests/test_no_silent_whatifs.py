@@ -93,6 +93,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--timing": {"*": ["--timing"]}, "--trace": {"*": ["--trace", "{tmp}/t.json"]},
     # output qualifiers: refused alone (writing with them is tested in test_trace*.py)
     "--trace-ranks": {"*": (["--trace-ranks", "all"], None)},
+    "--trace-format": {"*": (["--trace-format", "kineto"], None)},
+    "--chakra": {"*": ["--chakra", "{tmp}/et"]},
     "--plot": {"*": ["--plot", "{tmp}/p.svg"]},
     "--breakdown-plot": {"*": ["--breakdown-plot", "{tmp}/b.svg"]},
     "--help": {"*": ["--help"]}, "--version": {"*": ["--version"]},

@@ -109,8 +109,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     (a "model-driven workload" group). ``required``: ``--model`` must be given."""
     g = parser.add_argument_group("model-driven workload (--model instead of --workload)")
     g.add_argument("--model", metavar="PATH|NAME", required=required,
-                   help="model spec YAML, or the name of a shipped one ('simrun list models'): "
-                        "generate the workload for the layout given by --tp/--pp/--dp/--vpp/--ep")
+                   help="model spec YAML, a Hugging Face config.json (read by its "
+                        "'architectures': docs/workload-formats.md), or the name of a shipped "
+                        "spec ('simrun list models'): generate the workload for the layout "
+                        "given by --tp/--pp/--dp/--vpp/--ep")
     g.add_argument("--dp", type=positive_int, metavar="N",
                    help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
                         "topology's)")
@@ -287,6 +289,15 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                    help="write a Chrome trace-event JSON of the iteration (open it in "
                         "ui.perfetto.dev or chrome://tracing): one process per stage, one track "
                         "per stream, times in µs; a .gz suffix compresses it")
+    g.add_argument("--trace-format", choices=("chrome", "kineto"), default="chrome",
+                   help="chrome: one Chrome trace-event file; kineto: --trace names a folder "
+                        "of per-rank Kineto-shaped JSON files (rank<r>.trace.json) that "
+                        "HolisticTraceAnalysis loads (docs/workload-formats.md) "
+                        "(default: %(default)s)")
+    g.add_argument("--chakra", metavar="DIR",
+                   help="write the workload as per-rank Chakra execution traces (DIR/"
+                        "simrun.<rank>.et, MLCommons et_def.proto) for ASTRA-sim; needs the "
+                        "'chakra' extra (docs/workload-formats.md)")
     g.add_argument("--trace-ranks", metavar="RANKS", default="stage-reps",
                    help="ranks shown by --trace and --plot: 'stage-reps' (one rank per stage, "
                         "the one in the report), 'all' (every simulated rank), or global ranks "
@@ -309,8 +320,12 @@ def output_options(args: argparse.Namespace) -> OutputOptions:
     if args.force and not args.trace:
         raise UsageError("only allows writing a large --trace; no --trace was given",
                          field="--force")
+    if args.trace_format != "chrome" and not args.trace:
+        raise UsageError("chooses the format of a --trace; no --trace was given",
+                         field="--trace-format")
     if args.trace_ranks != "stage-reps" and not (args.trace or args.plot):
         raise UsageError("chooses the ranks of a --trace or --plot; neither was given",
                          field="--trace-ranks")
     return OutputOptions(json=args.json, trace=args.trace, trace_ranks=args.trace_ranks,
-                         plot=args.plot, breakdown_plot=args.breakdown_plot, force=args.force)
+                         plot=args.plot, breakdown_plot=args.breakdown_plot, force=args.force,
+                         trace_format=args.trace_format, chakra=args.chakra)

@@ -70,7 +70,8 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     p.add_argument("--version", action="version", version=f"simrun {__version__}")
     g = p.add_argument_group("inputs")
     g.add_argument("--workload", metavar="PATH|NAME",
-                   help="workload file (AICB text or operator table), or the name of a shipped "
+                   help="workload file (AICB text or operator table), a folder of per-rank "
+                        "Chakra .et traces (the 'chakra' extra), or the name of a shipped "
                         "example ('simrun list workloads')")
     g.add_argument("--format", choices=("aicb", "optable"),
                    help="force a workload reader (default: detected from the content)")

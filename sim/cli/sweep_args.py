@@ -51,7 +51,8 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(("--per-rank", "--no-fuse"), _MODE),
     **dict.fromkeys(("--jitter", "--samples", "--seed"), _NOISE),
     **dict.fromkeys(("--slow-gpu", "--slow-node", "--degrade-link", "--fail-nic"), _FAULT),
-    **dict.fromkeys(("--json", "--trace", "--trace-ranks", "--force", "--plot",
+    **dict.fromkeys(("--json", "--trace", "--trace-ranks", "--trace-format", "--chakra",
+                     "--force", "--plot",
                      "--breakdown-plot", "--verbose", "--timing"), _OUTPUT),
     "--version": "the program's version: run simrun --version",
 }

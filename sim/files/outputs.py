@@ -150,6 +150,21 @@ def _identity(path: str | Path) -> tuple:
         return ("path", os.path.realpath(path))
 
 
+def check_output_dir(path: str | Path, flag: str) -> Path:
+    """Fail early if the folder ``path`` (for one file per rank) cannot be used: it exists and
+    is not a folder, or neither it nor its parent exists."""
+    p = Path(path)
+    if not str(path):
+        raise InputError("empty folder name", field=flag)
+    if p.exists() and not p.is_dir():
+        raise InputError("exists and is not a folder (one file per rank goes there)",
+                         file=str(path), field=flag)
+    if not p.exists() and not (p.parent if str(p.parent) else Path(".")).is_dir():
+        raise InputError(f"directory {str(p.parent)!r} does not exist", file=str(path),
+                         field=flag)
+    return p
+
+
 def check_output_paths(outputs: Mapping[str, str | Path | None],
                        inputs: Mapping[str, str | Path | Iterable[str | Path] | None] | None = None,
                        *, stdout_ok: Iterable[str] = ()) -> None:

@@ -187,10 +187,11 @@ TABLE: dict[str, dict[str, Verdict]] = {
     **{f: _all("changes", "the affected ranks simulated individually (fault report)")
        for f in ("--slow-gpu", "--slow-node", "--degrade-link", "--fail-nic")},
     **{f: _all("output", "what is written or printed")
-       for f in ("--json", "--quiet", "--timing", "--trace", "--plot",
+       for f in ("--json", "--quiet", "--timing", "--trace", "--plot", "--chakra",
                  "--breakdown-plot", "--help", "--version", "--verbose")},
     "--force": _all("refused-if", "allows a --trace estimated over 200 MB; refused without "
                                   "--trace"),
+    "--trace-format": _all("refused-if", "the format of --trace; refused without it"),
     "--trace-ranks": _all("refused-if", "the ranks of --trace and --plot; refused without "
                                         "either"),
 }
@@ -222,7 +223,8 @@ def check_workload(given: Iterable[str], wl: Workload, tp: int | None, ep: int |
     its kind (:func:`check_given`) and the ``refused-if`` checks that need the file; ``tp``,
     ``ep``, ``pp``: the layout flags (``None``: not given)."""
     given = set(given)
-    check_given(given, wl.format)
+    # a Chakra trace holds AICB's rows (ns, bytes; sim.workload.chakra): AICB's verdicts
+    check_given(given, "aicb" if wl.format == "chakra" else wl.format)
     h = wl.header
     if wl.format == "aicb":
         for flag, asked, declared, key in (("--tp", tp, h.tp, "model_parallel_NPU_group"),

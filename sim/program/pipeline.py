@@ -25,7 +25,7 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.parallel.layout import Layout
 from sim.pipeline.registry import schedule_type
 from sim.pipeline.types import Schedule
-from sim.program.workload import Layer
+from sim.program.workload import Layer, Workload
 
 
 class TaskKind(str, Enum):
@@ -149,6 +149,9 @@ class PipelineProgram:
     cp: int = 1
     etp: int | None = None
     ep_a2a_overlap: bool = False
+    # the rows a workload file's program was built from (after compute scaling), for writers
+    # that re-emit them (--chakra: sim.workload.chakra_write); None for generated programs
+    rows: Workload | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, layout: Layout, **rest) -> PipelineProgram:

@@ -125,6 +125,8 @@ class OutputOptions:
     plot: str | None = None
     breakdown_plot: str | None = None
     force: bool = False
+    trace_format: str = "chrome"  # chrome | kineto (--trace is then a folder of rank files)
+    chakra: str | None = None  # folder of per-rank Chakra .et files (sim/workload/chakra_write)
 
     @property
     def wants_spans(self) -> bool:

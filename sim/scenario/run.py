@@ -72,6 +72,7 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
         microbatches=request.microbatches, all_gpus=request.gpus, schedule=request.schedule,
         pp_comm_bytes=wl.pp_comm_bytes, row_placement=wl.row_placement,
         microbatch_group_size=request.microbatch_group_size, default_gpus=topology.num_gpus))
+    prog.rows = None if request.zero else w  # ZeRO rereads its collectives: not w's rows
     # flags that do not apply to this file, after the layout's own checks
     applicable.check_workload(wl.given_flags, w, request.tp, request.ep, request.pp,
                               wl.row_placement)
@@ -122,7 +123,8 @@ def run_scenario(s: Scenario) -> ScenarioResult:
     """Simulate ``s`` and build its report (nothing is written: :func:`write_report`,
     :func:`write_figures_of`). Bad input raises :class:`~sim.errors.InputError`."""
     out = s.outputs
-    check_output_paths({"--json": out.json, "--trace": out.trace, "--plot": out.plot,
+    check_output_paths({"--json": out.json, "--plot": out.plot,
+                        "--trace": out.trace if out.trace_format == "chrome" else None,
                         "--breakdown-plot": out.breakdown_plot},
                        {input_flag(s.workload): s.workload.path, "--topo": s.topology,
                         "--kernel-table": s.compute.kernel_table},

@@ -44,6 +44,7 @@ from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs
 from sim.viz.select import parse_rank_spec
 from sim.viz.trace_size import check_trace_size
+from sim.workload.chakra_write import check_chakra
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,8 @@ def _check_outputs(outputs: OutputOptions, program: PipelineProgram, placement: 
                    classes: RankClasses) -> None:
     per_rank = classes.label == "per-rank"
     check_figure_outputs(outputs, placement, per_rank, classes.reps)
+    if outputs.chakra:
+        check_chakra(program)
     if outputs.trace:
         note = check_trace_size(program, parse_rank_spec(outputs.trace_ranks), placement,
                                 per_rank, classes.reps, outputs.force)

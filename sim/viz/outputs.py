@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from sim.engine.result import SimResult
 from sim.errors import UsageError
-from sim.files.outputs import check_output_path
+from sim.files.outputs import check_output_dir, check_output_path
 from sim.parallel.placement import Placement
 from sim.viz.breakdown import plot_breakdown
+from sim.viz.kineto import write_kineto
 from sim.viz.mpl import figure_format
 from sim.viz.select import FLAG, parse_rank_spec
 from sim.viz.timeline import plot_timeline
 from sim.viz.trace import trace_chunks, write_trace
+from sim.workload.chakra_write import write_chakra
 
 if TYPE_CHECKING:
     from sim.scenario.options import OutputOptions
@@ -57,16 +59,25 @@ def check_figure_outputs(opts: OutputOptions, placement: Placement | None = None
         figure_format(opts.plot, "--plot")
     if opts.breakdown_plot is not None:
         figure_format(opts.breakdown_plot, "--breakdown-plot")
-    for path, flag in ((opts.trace, "--trace"), (opts.plot, "--plot"),
+    kineto = opts.trace_format == "kineto"
+    for path, flag in ((None if kineto else opts.trace, "--trace"), (opts.plot, "--plot"),
                        (opts.breakdown_plot, "--breakdown-plot")):
         if path is not None:  # fail before a long simulation, not after it
             check_output_path(path, flag)
+    for path, flag in ((opts.trace if kineto else None, "--trace"), (opts.chakra, "--chakra")):
+        if path is not None:
+            check_output_dir(path, flag)
 
 
 def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any], *,
                   placement: Placement | None = None, gpus_per_node: int | None = None) -> None:
     """Write every requested trace / figure (each atomically)."""
-    if opts.trace:
+    if opts.chakra:
+        write_chakra(opts.chakra, result.program)
+    if opts.trace and opts.trace_format == "kineto":
+        write_kineto(opts.trace, result, ranks=opts.trace_ranks,
+                     gpu=str(report.get("gpu") or "GPU"))
+    elif opts.trace:
         # streamed rank by rank: memory stays bounded for a trace of every rank
         write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
                                              gpus_per_node=gpus_per_node, report=report))

@@ -10,7 +10,7 @@ from sim.errors import InputError, UsageError
 from sim.files import inputs
 from sim.files.catalog import resolve
 from sim.program.workload import Workload
-from sim.workload import aicb, aicb_csv, optable
+from sim.workload import aicb, aicb_csv, chakra, optable
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ READERS: dict[str, Reader] = {
 def is_collective_log(path: str | Path) -> bool:
     """Whether the workload file at ``path`` (or a shipped one's name) is AICB's
     physical-format collective log (read with ``--model``: :mod:`sim.scenario.collective_log`)."""
+    if chakra.is_chakra_dir(path):
+        return False
     return aicb_csv.sniff(read_text(resolve("workloads", path, "--workload")))
 
 
@@ -54,7 +56,13 @@ def read_text(path: str | Path) -> str:
 
 def read_workload(path: str | Path, fmt: str | None = None, **options) -> Workload:
     """Parse a workload file with the reader ``fmt`` or, if ``None``, the one whose sniffer
-    accepts the content. ``options`` go to readers that take them (e.g. ``bytes_per_element``)."""
+    accepts the content. ``options`` go to readers that take them (e.g. ``bytes_per_element``).
+    A folder is read as per-rank Chakra traces (:mod:`sim.workload.chakra`)."""
+    if chakra.is_chakra_dir(path):
+        if fmt not in (None, "chakra"):
+            raise UsageError(f"{path} is a folder: per-rank Chakra traces, not {fmt}",
+                             field="format")
+        return chakra.read_chakra(path)
     path = resolve("workloads", path, "--workload")
     text = read_text(path)
     if fmt is not None:

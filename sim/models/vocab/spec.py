@@ -45,6 +45,7 @@ from sim.files.catalog import resolve
 from sim.files.inputs import read_text, show
 from sim.files.yaml_load import field_line, load_yaml_with_lines
 from sim.limits import MAX_LAYERS
+from sim.models.vocab import hf_config
 
 _REQUIRED = ("name", "layers", "hidden", "heads", "vocab", "seq_len")
 _INT_OPTIONAL = ("ffn_hidden", "kv_heads", "kv_channels")
@@ -207,10 +208,19 @@ def _flags_and_choices(data: dict, file: str) -> dict[str, Any]:
 
 
 def load_model(path: str | Path) -> ModelSpec:
-    """Load a model spec YAML file (``yaml.safe_load``), or the shipped spec of that name
+    """Load a model spec YAML file (``yaml.safe_load``), a Hugging Face ``config.json``
+    (:mod:`sim.models.vocab.hf_config`), or the shipped spec of that name
     (:mod:`sim.files.catalog`); errors name the file and key."""
     p = resolve("models", path, "--model")
-    data, lines = load_yaml_with_lines(read_text(p, what="model spec"), p)
+    text = read_text(p, what="model spec")
+    if hf_config.is_hf_config(text):  # a Hugging Face config.json (docs/workload-formats.md)
+        try:
+            return model_from_dict(hf_config.model_from_hf_config(text, str(p)), file=str(p))
+        except InputError as e:
+            field = hf_config.hf_field(e.field, text) if e.line is None else e.field
+            raise InputError(e.message, file=str(p), line=e.line or hf_config.key_line(
+                text, field), field=field) from None
+    data, lines = load_yaml_with_lines(text, p)
     try:
         return model_from_dict(data, file=p)
     except InputError as e:
