@@ -40,8 +40,10 @@ def alone(topo, ranks, algorithm, kind=CollKind.ALLREDUCE, size=S):
 
 
 def test_shipped_systems_load_and_pass_the_consistency_checks():
-    for name, gpus, gpu, hbm in (("gb200-nvl72", 72, "GB200", 192), ("gb300-nvl72", 72, "GB300", 288),
-                                 ("dgx-b200", 8, "B200", 180), ("dgx-h200", 8, "H200-SXM-141GB", 141)):
+    for name, gpus, gpu, hbm in (("gb200-nvl72", 72, "GB200", 192),
+                                 ("gb300-nvl72", 72, "GB300", 288),
+                                 ("dgx-b200", 8, "B200", 180),
+                                 ("dgx-h200", 8, "H200-SXM-141GB", 141)):
         t = load_topology(str(TOPOLOGIES / f"{name}.yaml"))
         assert (t.gpus_per_node, t.gpu.name, t.gpu.hbm_GB) == (gpus, gpu, hbm)
         assert t.warnings == (), (name, t.warnings)  # sim/topology/consistency.py
