@@ -199,6 +199,8 @@ class Tuner:
             return node.nics.bandwidth_gbps / 8 * node.nics.efficiency
         if node.nvlink is not None:
             return node.nvlink.link_bandwidth_GBps * node.nvlink.efficiency
+        if node.xgmi is not None:  # one xGMI link (RCCL: 48 GB/s on MI300X)
+            return node.xgmi.link_GBps
         return node.pcie.bandwidth_GBps * node.pcie.efficiency
 
     def size_terms(self, plan: Plan, proto: str, size_bytes: int) -> SizeTerms:
