@@ -103,3 +103,15 @@ def test_a_node_has_a_mesh_or_an_nvswitch_not_both():
         "  xgmi:", "  nvlink: {links_per_gpu: 18, link_bandwidth_GBps: 25}\n  xgmi:")
     with pytest.raises(InputError, match="node.xgmi: a node has either an NVSwitch"):
         parse_topology(text, str(PATH))
+
+
+def test_graph_form_has_the_mesh_and_every_route_is_made_of_its_edges():
+    from sim.topology.cluster import Cluster
+    from sim.topology.graph import build_graph
+    t = load_topology(str(PATH), nodes=2)
+    g = build_graph(t)
+    cl = Cluster(t)
+    assert sum(1 for u, v in g.edges if u[0] == v[0] == "gpu") == 2 * N * (N - 1)
+    for src, dst in ((0, 5), (3, 12), (15, 0), (6, 9)):
+        for u, v in cl.path_names(src, dst):
+            assert g.has_edge(u, v), (src, dst, u, v)
