@@ -122,3 +122,15 @@ def test_bad_blackwell_keys_get_one_line_errors():
         parse_topology(path.read_text().replace("links_per_gpu: 18", "links_per_gpu: -18"),
                        str(path))
     assert "node.nvlink.links_per_gpu" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_stages_that_straddle_racks_are_said():
+    # 128 ranks, PP 2: 64-rank stages on 72-GPU racks, stage 1 = GPUs 64-127 over racks 0
+    # and 1; 18-rank stages (TP 2 × DP 9) tile a rack (72 = 4 · 18); 64-rank stages are whole
+    # 8-GPU DGX nodes
+    from sim.parallel.placement import Placement
+    from sim.topology.domains import stages_straddle
+    assert stages_straddle(Placement(2, 32, 2), N)
+    assert not stages_straddle(Placement(2, 9, 4), N)
+    assert not stages_straddle(Placement(2, 32, 2), 8)
+    assert not stages_straddle(Placement(2, 32, 1), N)  # one stage: nothing to stand for

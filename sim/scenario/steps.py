@@ -185,6 +185,14 @@ def prepare(program: PipelineProgram, topology: Topology, *,
         classes = RankClasses.per_rank(placement)
         notes.append(f"per-rank simulation: the groups of a stage spread differently over the "
                      f"{topology.gpus_per_node}-GPU nodes, so no rank stands for the others")
+    elif classes.reduced and domains.stages_straddle(placement, topology.gpus_per_node):
+        notes.append(Assumption(
+            f"symmetric simulation with pipeline stages that straddle the "
+            f"{topology.gpus_per_node}-GPU nodes: each representative stands for copies in "
+            "another node as if they were its images (their DP traffic crosses other NICs); "
+            "measured on gpt2-medium, 2 GB200 NVL72 racks, TP2 PP2 DP32: 13.6 ms symmetric "
+            "against 15.7 ms --per-rank; --per-rank simulates every rank", "symmetry-straddle",
+            departs=True))
     if outputs is not None:
         _check_outputs(outputs, program, placement, classes)
     net = dispatcher_network(network or NetworkOptions(), model_run.par if model_run else None)

@@ -66,3 +66,14 @@ def images_differ(placement: Placement, gpus_per_node: int) -> bool:
             if len(shapes) > 1:
                 return True
     return False
+
+
+def stages_straddle(placement: Placement, gpus_per_node: int) -> bool:
+    """Whether some pipeline stage shares a node with another while the nodes do not hold whole
+    stages (neither the stage's GPU count nor the node's divides the other): a stage then
+    straddles two nodes, and a representative's copies in the other node are taken as its
+    images though their DP traffic crosses different NICs."""
+    if placement.world_size <= gpus_per_node:
+        return False
+    stage = placement.world_size // placement.pp
+    return bool(stage % gpus_per_node and gpus_per_node % stage)
