@@ -200,6 +200,7 @@ def test_python_block_runs_and_prints_what_it_says(block, docs_dir, monkeypatch,
 NOT_RUN_BLOCKS = [
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install . "),
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e "),
+    ("README.md", "simrun sweep --model llama3-70b --topo dgx-h100-1024 --gpus 256 "),
     ("README.md", "python -m pytest -q -n auto "),
     ("docs/job-formats.md", "$ simrun --megatron-args tests/data/megatron/train_gpt3_175b"),
     ("docs/kernel-tables.md", "simrun profile "),

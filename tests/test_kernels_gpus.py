@@ -23,7 +23,7 @@ UNKNOWN = GpuSpec("test-gpu", {"bf16": 100.0}, 16, 1000)
 def test_catalogue_lists_the_families_with_sources():
     names = [g.name for g in catalog()]
     assert names == ["A100-SXM4-40GB", "A100-SXM4-80GB", "A100-PCIe-80GB", "H100-SXM5-80GB",
-                     "H100-PCIe-80GB", "H200-SXM-141GB", "B200", "GB200", "MI300X"]
+                     "H100-PCIe-80GB", "H200-SXM-141GB", "B200", "GB200", "GB300", "MI300X"]
     for g in catalog():
         assert g.status in ("measured", "datasheet-only") and g.source and g.nvlink
         assert g.peak_tflops["bf16"] > 0 and g.hbm_GBps > 0 and g.hbm_GB > 0
@@ -39,8 +39,11 @@ def test_known_gpus_get_their_family_and_h100_its_measured_table():
     assert resolve_compute(H100_SXM, ComputeOptions(kernel_table="none")).lookup is None
     a = resolve_compute(A100_80)
     assert a.cm is A100 and a.lookup is None and a.notes == []
-    b = resolve_compute(GpuSpec("B200", {"bf16": 2250.0}, 192, 8000))
-    assert b.cm.gemm_efficiency == GENERIC.gemm_efficiency and "not measured" in b.cm.family
+    b = resolve_compute(GpuSpec("B200", {"bf16": 2250.0}, 180, 8000))
+    # no table measured on B200: H100's measured efficiencies transferred, the rule printed
+    assert replace(b.cm, family="x") == replace(H100, family="x")
+    assert "transferred from H100" in b.cm.family and "not measured" in b.cm.family
+    assert any("transferred from H100 SXM" in n and "peak_H100 / peak_GPU" in n for n in b.notes)
 
 
 def test_unknown_gpu_is_refused_or_needs_compute_efficiency():
@@ -103,3 +106,27 @@ def test_every_family_says_measured_or_datasheet_only_and_what_its_peaks_rest_on
         g = find(name)
         assert g.peaks_from == "third-party summary (vendor datasheet not found)"
         assert g.source.startswith("VENDOR DATASHEET NOT FOUND")
+
+
+def test_transfer_rule_rescales_h100_by_datasheet_peaks_and_bandwidth():
+    """The stated rule, by hand: a compute-bound GEMM keeps H100's fraction of peak, so its
+    time (less the fixed per-kernel overhead) scales by peak_H100 / peak_GPU; an element-wise
+    kernel keeps H100's fraction of HBM bandwidth, so it scales by HBM_H100 / HBM_GPU."""
+    from sim.models.compute import op_time_ns
+    from sim.models.vocab.ops import Op, OpKind, gemm
+
+    gb300 = find("GB300")
+    assert gb300.hbm_GB == 288 and gb300.family == "B200"
+    assert find("B200").hbm_GB == 180 and find("GB200").hbm_GB == 192
+    b200 = GpuSpec("B200", {"bf16": 2250.0, "fp8": 4500.0}, 180, 8000)
+    h100 = GpuSpec("H100-SXM5-80GB", {"bf16": 989.4, "fp8": 1979.0}, 80, 3350)
+    cm = resolve_compute(b200).cm
+    big = gemm("big", 16384, 16384, 16384)
+    for dt, ph, pb in (("bf16", 989.4, 2250.0), ("fp8", 1979.0, 4500.0)):
+        t_h = op_time_ns(big, h100, H100, dt) - H100.gemm_overhead_ns
+        t_b = op_time_ns(big, b200, cm, dt) - H100.gemm_overhead_ns
+        assert t_b == pytest.approx(t_h * ph / pb, rel=1e-9)
+    add = Op("add", OpKind.ELEMENTWISE, 0, 1 << 30)
+    t_h = op_time_ns(add, h100, H100, "bf16") - H100.elementwise_overhead_ns
+    t_b = op_time_ns(add, b200, cm, "bf16") - H100.elementwise_overhead_ns
+    assert t_b == pytest.approx(t_h * 3350 / 8000, rel=1e-9)

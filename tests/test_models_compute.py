@@ -116,6 +116,6 @@ def test_family_lookup():
     assert resolve_compute(A100_80).cm is A100
     assert resolve_compute(H100_80).cm is H100
     assert resolve_compute(GpuSpec("MI300X", {"bf16": 1300.0}, 192, 5300)).cm.family.startswith(
-        "MI300X: generic")
+        "MI300X: transferred from H100")
     with pytest.raises(UsageError, match="not in the GPU catalogue"):
         resolve_compute(GpuSpec("test-gpu", {"bf16": 100.0}, 16, 1000))

@@ -76,22 +76,31 @@ H100 = ComputeModel("H100", gemm_efficiency=0.69, bmm_efficiency=0.50,
                     flash_fwd_efficiency=0.28, flash_bwd_efficiency=0.24,
                     memory_efficiency=0.80, gemm_overhead_ns=6000.0,
                     elementwise_overhead_ns=2000.0, fp8_gemm_efficiency=0.61)
-# GPUs whose kernel efficiencies nobody measured for simrun (B200, GB200, MI300X, and any GPU
-# given with --compute-efficiency): the same fractions of their datasheet peaks as a typical
-# large-GEMM library reaches (75%), stated as an assumption in every report that uses them.
+# A GPU declared in its topology file or given --compute-efficiency: the same fractions of its
+# datasheet peaks as a typical large-GEMM library reaches (75%), stated as an assumption in every
+# report that uses them.
 GENERIC = ComputeModel("generic", gemm_efficiency=0.75, bmm_efficiency=0.55,
                        flash_fwd_efficiency=0.55, flash_bwd_efficiency=0.45,
                        memory_efficiency=0.80, gemm_overhead_ns=4000.0,
                        elementwise_overhead_ns=2000.0)
 _FAMILIES = {"A100": A100, "H100": H100}
+TRANSFER_SOURCE = "H100"  # the measured GPU the catalogue's other GPUs are timed from
+TRANSFER_RULE = (
+    "no kernel table measured on this GPU: each kernel keeps the fraction of the datasheet peak "
+    "(GEMMs, attention) or of the HBM bandwidth (element-wise) that H100 SXM reaches in its "
+    "measured table (sim/data/kernels/h100-sxm.csv, efficiencies derived by "
+    "sim/kernels/derive.py), with H100's per-kernel overheads: t = t_H100 x peak_H100 / "
+    "peak_GPU for compute-bound kernels and x HBM_H100 / HBM_GPU for memory-bound ones")
 
 
 def family_model(family: str) -> ComputeModel:
-    """The roofline efficiency set of a catalogue family (GENERIC, renamed, for families with
-    no measured efficiencies)."""
+    """The roofline efficiency set of a catalogue family: its own where measured (A100
+    calibrated, H100 from its kernel table), else H100's transferred (``TRANSFER_RULE``)."""
     if family in _FAMILIES:
         return _FAMILIES[family]
-    return replace(GENERIC, family=f"{family}: generic, not measured")
+    return replace(_FAMILIES[TRANSFER_SOURCE],
+                   family=f"{family}: transferred from {TRANSFER_SOURCE}'s measured efficiencies, "
+                          "not measured on it")
 
 
 def peak_flops(gpu: GpuSpec, dtype: str) -> float:

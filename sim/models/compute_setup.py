@@ -10,7 +10,14 @@ from sim.errors import UsageError
 from sim.kernels.gpus import CatalogGpu, find, known_names
 from sim.kernels.lookup import TableLookup
 from sim.kernels.table import read_table, shipped_table
-from sim.models.compute import GENERIC, ComputeModel, Timer, family_model
+from sim.models.compute import (
+    GENERIC,
+    TRANSFER_RULE,
+    TRANSFER_SOURCE,
+    ComputeModel,
+    Timer,
+    family_model,
+)
 from sim.models.vocab.ops import gemm
 from sim.topology.gpu import GpuSpec
 
@@ -89,6 +96,10 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
                          f"{entry.family} roofline efficiencies")
     elif entry is not None:
         cm = family_model(entry.family)
+        if entry.status != "measured" and entry.family != "A100":
+            notes.append(Assumption(f"compute of {entry.name} transferred from "
+                                    f"{TRANSFER_SOURCE} SXM: {TRANSFER_RULE}", "gpu-transfer",
+                                    departs=True))
     elif declared is not None:
         cm = replace(scaled_generic(declared, field="node.gpu.compute_efficiency"),
                      family=f"{gpu.name}: generic scaled to {declared:g}, not measured")

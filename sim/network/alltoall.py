@@ -305,7 +305,7 @@ def class_flows(cl: Cluster, groups: list[tuple[int, ...]], steps: int,
         else:
             inter_ns = max(inter_ns, ns_lat)
     multi = bool((ns != nd).any())
-    hop = "net" if multi else ("nvlink" if cl.topo.node.nvlink is not None else "pci")
+    hop = "net" if multi else ("nvlink" if cl.topo.node.intra_kind != "pcie" else "pci")
     phys = inter_ns if multi else intra_ns
     lat = {p: round((nccl.BASE_LAT_US["ring"][p] + steps * nccl.HW_LAT_US[("ring", hop)][p])
                     * 1000) + steps * phys for p in PROTOCOLS_FOR_DIRECT}

@@ -84,8 +84,9 @@ def _model_lines(tuner: Tuner) -> list[str]:
     nv = tuner.cluster.topo.node.nvlink
     if nv is not None and nv.nvls:
         out.append("NVLS (NVLink SHARP) all-reduce inside a node: "
-                   + ("a candidate of auto (NCCL_NVLS_ENABLE=1; efficiency 0.85, latency "
-                      "25 µs)" if tuner.nvls_enable else "off (--nccl-nvls-enable 0)"))
+                   + (f"a candidate of auto (NCCL_NVLS_ENABLE=1; efficiency "
+                      f"{tuner.nvls_efficiency:g}, latency 25 µs)" if tuner.nvls_enable
+                      else "off (--nccl-nvls-enable 0)"))
     out.append(f"protocol payload efficiency: ring LL {e['ring']['LL']:g}, LL128 "
                f"{e['ring']['LL128']:g}, Simple {e['ring']['Simple']:g}; tree LL 1/3.8, LL128 "
                f"{e['tree']['LL128']:g}, Simple {e['tree']['Simple']:g}")

@@ -88,8 +88,10 @@ class FlowDriver:
     :attr:`ops_started`.
     """
 
-    def __init__(self, env: simpy.Environment, cap: list[float], launch_ns: int):
+    def __init__(self, env: simpy.Environment, cap: list[float], launch_ns: int,
+                 nvls_efficiency: float = nccl.NVLS_EFFICIENCY):
         self.env = env
+        self.nvls_efficiency = nvls_efficiency  # NCCL's NVLS factor of the GPUs
         self.launch_ns = launch_ns
         self.solver = FluidSolver(cap)
         self._wakes: set[int] = set()
@@ -111,7 +113,8 @@ class FlowDriver:
         return op.event
 
     def _start_phase(self, op: Transfer) -> None:
-        wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto)
+        wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto,
+                                                  self.nvls_efficiency)
         cap = op.cap
         flows = [Flow(it[0], it[1], it[2] * wire, op, min(it[3], cap), *it[4:])
                  for it in op.loads[op.phase]]

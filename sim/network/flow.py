@@ -71,7 +71,8 @@ class FlowNetwork(Network):
         self._layouts: dict[tuple, _LayoutMemo] = {}
         self._memo = _LayoutMemo()
         # until bind(): a driver on an environment of its own (empty statistics)
-        self.driver = FlowDriver(simpy.Environment(), self.cluster.cap, self.launch_ns)
+        self.driver = FlowDriver(simpy.Environment(), self.cluster.cap, self.launch_ns,
+                                 self.tuner.nvls_efficiency)
 
     # ---- configuration (read API) --------------------------------------------------------
     @property
@@ -93,7 +94,7 @@ class FlowNetwork(Network):
         super().bind(env, placement, classes, traffic)
         classes = self.classes
         assert classes is not None
-        self.driver = FlowDriver(env, self.cluster.cap, self.launch_ns)
+        self.driver = FlowDriver(env, self.cluster.cap, self.launch_ns, self.tuner.nvls_efficiency)
         gpn = self.cluster.gpn
         self.tuner.pin(frozenset(r // gpn for r in classes.reps) if classes.reduced else None,
                        classes.reduced)

@@ -28,6 +28,8 @@ Size-dependent mechanisms (each used by :class:`~sim.network.tuner.Tuner`):
 
 from __future__ import annotations
 
+from sim.kernels.gpus import find
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # Base latency per (algorithm family, protocol), µs (tuning.cc:151).
@@ -54,11 +56,14 @@ EFFICIENCY = {
     "tree": {"LL": 1.0 / 3.8, "LL128": 0.92, "Simple": 0.92},
 }
 
-# NVLS (NVLink SHARP, single node): NCCL's bandwidth factor on Hopper (nvlsEfficiency,
-# tuning.cc:139-144; Blackwell 0.74 is not used: no shipped topology has it), its latency
+# NVLS (NVLink SHARP, single node): NCCL's bandwidth factor (nvlsEfficiency, tuning.cc:139-144:
+# Hopper 0.85, Blackwell 0.74, chosen by the GPUs' compute capability; here by the GPU
+# catalogue's family of the topology's GPU, :func:`nvls_efficiency`), its latency
 # (base 0 + NVLink hwLat 25 µs, tuning.cc:153, 161, 424-425), channels (NVLS_NCHANNELS_SM90 16,
 # src/transport/nvls.cc:155) and chunk size (NCCL_NVLS_CHUNKSIZE 128 KiB, nvls.cc:160).
 NVLS_EFFICIENCY = 0.85
+NVLS_EFFICIENCY_BLACKWELL = 0.74
+BLACKWELL_FAMILIES = ("B200",)  # catalogue families of compute capability 10.x (sim/data/gpus.csv)
 NVLS_LAT_US = 25.0
 NVLS_CHANNELS = 16
 NVLS_CHUNK_BYTES = 128 * 1024
@@ -102,8 +107,22 @@ def family(algorithm: str) -> str:
     return algorithm if algorithm in ("tree", "nvls", "collnet") else "ring"
 
 
-def efficiency(algorithm: str, protocol: str) -> float:
+def efficiency(algorithm: str, protocol: str, nvls: float = NVLS_EFFICIENCY) -> float:
+    """Payload fraction of the links' bandwidth; ``nvls``: the NVLS factor of the GPUs
+    (:func:`nvls_efficiency`)."""
+    if family(algorithm) == "nvls":
+        return nvls
     return EFFICIENCY[family(algorithm)][protocol]
+
+
+def nvls_efficiency(gpu_name: str) -> float:
+    """NCCL's NVLS bandwidth factor for the GPU named ``gpu_name``: Blackwell's 0.74 where the
+    GPU catalogue puts it in a Blackwell family, else Hopper's 0.85 (NVLS needs NVSwitch gen3,
+    so Hopper is the only other generation that runs it)."""
+    entry = find(gpu_name)
+    if entry is not None and entry.family in BLACKWELL_FAMILIES:
+        return NVLS_EFFICIENCY_BLACKWELL
+    return NVLS_EFFICIENCY
 
 
 def ring_latency_us(protocol: str, steps: int, inter_steps: int, intra_type: str,

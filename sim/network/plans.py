@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from sim.comm import CollKind
 from sim.network import nccl
+from sim.network.mesh import mesh_ring_edges, mesh_rotate
 from sim.topology.cluster import Cluster
 
 Edge = tuple[int, int, int]  # (src GPU, dst GPU, rail: NIC index for inter-node, -1 = dst's)
@@ -123,8 +124,10 @@ def _rotate(cl: Cluster, gpus: list[int], rail: int, c: int) -> list[int]:
     if len(gpus) == 1:
         return list(gpus)
     entry = next((i for i, g in enumerate(gpus) if cl.nic_of(g) == rail), c % len(gpus))
-    order = gpus[entry:] + gpus[:entry]
     node = cl.topo.node
+    if node.xgmi is not None and len(gpus) > 2:
+        return mesh_rotate(cl, gpus, rail, c, entry)
+    order = gpus[entry:] + gpus[:entry]
     if rail >= 0 and len(order) > 2:
         sw = node.nics.switch[rail]
         ex = next((g for g in order[1:] if node.pcie.gpu_switch[g % cl.gpn] == sw), None)
@@ -178,6 +181,8 @@ def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
 def _ring_edges(cl: Cluster, ranks: tuple[int, ...], chain_root: int | None
                 ) -> tuple[list[tuple[Edge, ...]], int, int]:
     nodes = node_groups(cl, ranks)
+    if len(nodes) == 1 and cl.topo.node.xgmi is not None and len(ranks) > 2:
+        return mesh_ring_edges(ranks, chain_root)
     if len(nodes) == 1:
         seqs = [list(ranks)]
         rails = [-1]
@@ -349,7 +354,8 @@ def build_plan(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ..
     """The plan of ``kind`` with ``algorithm`` over ``ranks`` (None if not applicable)."""
     if algorithm not in ALGORITHMS_FOR[kind]:
         return None
-    intra = "nvlink" if cl.topo.node.nvlink is not None else "pci"
+    # RCCL's xGMI links are NVLink-class (LINK_NVL, sim/topology/mesh.py)
+    intra = "nvlink" if cl.topo.node.intra_kind != "pcie" else "pci"
     if algorithm == "ring":
         return ring_plan(cl, kind, ranks, intra)
     if algorithm == "tree":

@@ -74,6 +74,7 @@ class Tuner:
                  launch_ns: int, nvls_enable: bool = True):
         self.cluster = cluster
         self.nvls_enable = nvls_enable
+        self.nvls_efficiency = nccl.nvls_efficiency(cluster.topo.node.gpu.name)
         self.collnet_enable = False  # NCCL_COLLNET_ENABLE (NCCL's default: 0)
         self.nccl_algo: dict[CollKind, frozenset[str]] | None = None
         self.nccl_proto: dict[CollKind, frozenset[str]] | None = None
@@ -177,7 +178,7 @@ class Tuner:
         """Duration (ns) of ``plan`` with protocol ``proto`` moving ``size_bytes`` alone,
         latencies, pipeline ramp and launch overhead included. ``flags``: see
         :func:`~sim.network.fluid.run_alone` (class flows limited inexactly)."""
-        eff = nccl.efficiency(plan.algorithm, proto)
+        eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         cap, ramp = self.size_terms(plan, proto, size_bytes)
         total = self.launch_ns
         for p_idx, ph in enumerate(self.single_flows(plan)):
@@ -198,6 +199,8 @@ class Tuner:
             return node.nics.bandwidth_gbps / 8 * node.nics.efficiency
         if node.nvlink is not None:
             return node.nvlink.link_bandwidth_GBps * node.nvlink.efficiency
+        if node.xgmi is not None:  # one xGMI link (RCCL: 48 GB/s on MI300X)
+            return node.xgmi.link_GBps
         return node.pcie.bandwidth_GBps * node.pcie.efficiency
 
     def size_terms(self, plan: Plan, proto: str, size_bytes: int) -> SizeTerms:
@@ -226,7 +229,7 @@ class Tuner:
         if nc < c_max:
             share = 2 * ncf if plan.algorithm == "tree" else ncf
             cap = nc / c_max * busbw / share
-        eff = nccl.efficiency(plan.algorithm, proto)
+        eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         rate = busbw / c_max * eff  # one channel's payload bytes/ns
         if plan.algorithm == "tree":
             nodes = node_groups(self.cluster, ranks)
@@ -245,11 +248,11 @@ class Tuner:
     def _nvls_terms(self, plan: Plan, size_bytes: int) -> SizeTerms:
         """NVLS: NCCL's 16 channels at every size (enqueue.cc), so no cap; the ramp of a
         two-hop pipeline (load-reduce, multicast store) with chunks of at most 128 KiB, one
-        channel's payload rate being a GPU's NVLink rate × 0.85 / 16."""
+        channel's payload rate being a GPU's NVLink rate × NCCL's NVLS factor / 16."""
         nv = self.cluster.topo.node.nvlink
         assert nv is not None
         n = len(plan.ranks)
-        rate = nv.gpu_bandwidth_GBps * nccl.NVLS_EFFICIENCY / nccl.NVLS_CHANNELS
+        rate = nv.gpu_bandwidth_GBps * self.nvls_efficiency / nccl.NVLS_CHANNELS
         chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * n))
         return (math.inf, (nccl.ramp_ns(2, chunk, rate),))
 

@@ -137,6 +137,10 @@ class Cluster:
     def _link_props(self, u: tuple, v: tuple) -> tuple[float, int, str]:
         node = self.topo.node
         tu, tv = u[0], v[0]
+        if tu == "gpu" and tv == "gpu":  # a link of the node's xGMI mesh (its own per pair)
+            x = node.xgmi
+            assert x is not None
+            return x.link_GBps, x.latency_ns, "nvlink"
         if "nvswitch" in (tu, tv):
             nv = node.nvlink
             assert nv is not None
@@ -206,7 +210,9 @@ class Cluster:
         p = node.pcie
         sw = {"gpu": lambda i: p.gpu_switch[i], "nic": lambda k: node.nics.switch[k]}
         if a[0] == "gpu" and b[0] == "gpu":
-            if node.nvlink is not None:
+            if node.xgmi is not None:  # full mesh: the pair's own link
+                seg = (a, b)
+            elif node.nvlink is not None:
                 seg = (a, ("nvswitch",), b)
             else:
                 seg = self._pcie_path(a, sw["gpu"](a[1]), b, sw["gpu"](b[1]))

@@ -45,6 +45,10 @@ def _node_links(g: nx.DiGraph, both, topo: Topology, n: int) -> None:
         nv = node.nvlink
         for i in range(node.gpus):
             both(("gpu", n, i), ("nvswitch", n), nv.links_per_gpu * nv.link_bandwidth_GBps)
+    if node.xgmi is not None:  # full mesh: one link per GPU pair
+        for i in range(node.gpus):
+            for j in range(i + 1, node.gpus):
+                both(("gpu", n, i), ("gpu", n, j), node.xgmi.link_bandwidth_GBps)
     for i in range(node.gpus):
         both(("gpu", n, i), ("pcie", n, p.gpu_switch[i]), p.bandwidth_GBps)
     for k in range(node.nics.count):

@@ -17,6 +17,7 @@ from sim.files.inputs import read_text, show
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.topology.consistency import physical_warnings
 from sim.topology.gpu import GpuSpec
+from sim.topology.mesh import XgmiSpec
 from sim.topology.overrides import Override, apply_overrides, parse_override
 from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
@@ -78,6 +79,7 @@ def _node(s: Section) -> NodeSpec:
                             efficiency=nv.eff(), latency_ns=nv.ns("latency_ns"),
                             nvls=nv.bool("nvls", False))
         nv.done()
+    xgmi = _xgmi(s, gpus, nvlink is not None)
     ps = s.sub("pcie")
     assert ps is not None
     switches = ps.int("switches", 1, maximum=MAX_PER_NODE)
@@ -100,7 +102,31 @@ def _node(s: Section) -> NodeSpec:
     nics = _nics(ns, gpus, switches)
     ns.done()
     s.done()
-    return NodeSpec(name=name, gpus=gpus, gpu=gpu, pcie=pcie, nics=nics, nvlink=nvlink)
+    return NodeSpec(name=name, gpus=gpus, gpu=gpu, pcie=pcie, nics=nics, nvlink=nvlink,
+                    xgmi=xgmi)
+
+
+MAX_MESH_GPUS = 16  # a switchless full mesh: each GPU has a link to every other (8 on MI300X)
+
+
+def _xgmi(s: Section, gpus: int, has_nvlink: bool) -> XgmiSpec | None:
+    """The optional ``node.xgmi`` section: a full mesh, one link per GPU pair."""
+    xs = s.sub("xgmi", required=False)
+    if xs is None:
+        return None
+    if has_nvlink:
+        s.r.fail(xs.path, "a node has either an NVSwitch (nvlink) or an xGMI mesh, not both")
+    if not 2 <= gpus <= MAX_MESH_GPUS:
+        s.r.fail(xs.path, f"an xGMI full mesh joins 2 to {MAX_MESH_GPUS} GPUs, got {gpus}")
+    links = xs.int("links_per_gpu", maximum=MAX_PER_NODE)
+    if links != gpus - 1:
+        xs.r.fail(xs.path + ("links_per_gpu",),
+                  f"a full mesh of {gpus} GPUs has {gpus - 1} links per GPU (one to each "
+                  f"peer), got {links}")
+    spec = XgmiSpec(links_per_gpu=links, link_bandwidth_GBps=xs.rate("link_bandwidth_GBps"),
+                    efficiency=xs.eff(), latency_ns=xs.ns("latency_ns"))
+    xs.done()
+    return spec
 
 
 def _nics(ns: Section, gpus: int, switches: int) -> NicSpec:

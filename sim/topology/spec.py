@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sim.assumption import Assumption
 from sim.faults import Faults
 from sim.topology.gpu import GpuSpec
+from sim.topology.mesh import XgmiSpec
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,14 @@ class NodeSpec:
     pcie: PcieSpec
     nics: NicSpec
     nvlink: NvlinkSpec | None = None
+    xgmi: XgmiSpec | None = None  # a switchless full mesh (sim/topology/mesh.py)
 
     @property
     def intra_kind(self) -> str:
-        """``"nvswitch"`` or ``"pcie"``: what carries GPU-to-GPU traffic inside the node."""
+        """``"nvswitch"``, ``"xgmi"`` or ``"pcie"``: what carries GPU-to-GPU traffic inside
+        the node."""
+        if self.xgmi is not None:
+            return "xgmi"
         return "nvswitch" if self.nvlink is not None else "pcie"
 
 
@@ -194,7 +199,12 @@ class Topology:
         n = self.node
         out = [f"topology: {self.name} ({self.path}): {self.num_nodes} nodes × {n.gpus} "
                f"{n.gpu.name} = {self.num_gpus} GPUs"]
-        if n.nvlink is not None:
+        if n.xgmi is not None:
+            x = n.xgmi
+            out.append(f"intra-node: xGMI full mesh, one link per GPU pair ({x.links_per_gpu} "
+                       f"per GPU) × {x.link_bandwidth_GBps:g} GB/s × efficiency "
+                       f"{x.efficiency:g} = {x.link_GBps:g} GB/s per link and direction")
+        elif n.nvlink is not None:
             out.append(f"intra-node: NVSwitch, {n.nvlink.links_per_gpu} NVLinks × "
                        f"{n.nvlink.link_bandwidth_GBps:g} GB/s × efficiency "
                        f"{n.nvlink.efficiency:g} = {n.nvlink.gpu_bandwidth_GBps:g} GB/s per GPU "

@@ -1,0 +1,79 @@
+"""Which model-parallel groups of a layout leave an NVLink domain.
+
+A topology node is one NVLink domain: a DGX node's 8 GPUs, or a whole NVL72 rack of 72 GPUs
+(the 18 compute trays joined by the NVLink switches, which NCCL fuses into one node of its
+graph with MNNVL: NCCL v2.30.7 src/graph/topo.cc, ncclTopoGetSystem, "MNNVL clique support").
+simrun places rank r on GPU r (node r // GPUs per node), Megatron's order filling TP, then CP,
+EP and DP, innermost: a TP, CP or EP group stays inside one domain when its ranks fall in one
+node, which holds for every group exactly when the block of consecutive ranks it lies in
+divides the node's GPU count (e.g. TP·EP = 8 or 72 on NVL72, not 64). A group that crosses a
+domain boundary runs over the NICs, as NCCL would run it; the run says so (never silently).
+"""
+
+from __future__ import annotations
+
+from sim.comm import GroupKind
+from sim.parallel.placement import Placement
+
+_KINDS = (GroupKind.TP, GroupKind.CP, GroupKind.EP)
+
+
+def groups_leaving_domains(placement: Placement, gpus_per_node: int) -> dict[str, int]:
+    """Group kind name → how many of its groups span more than one node (only kinds with some;
+    each group counted once, by its lowest rank)."""
+    out: dict[str, int] = {}
+    if placement.world_size <= gpus_per_node:
+        return out
+    for kind in _KINDS:
+        seen: set[tuple[int, ...]] = set()
+        for r in range(placement.world_size):
+            g = placement.group(kind, r)
+            if g in seen or len(g) < 2:
+                continue
+            seen.add(g)
+            if min(g) // gpus_per_node != max(g) // gpus_per_node:
+                out[kind.name] = out.get(kind.name, 0) + 1
+    return out
+
+
+def describe(placement: Placement, gpus_per_node: int) -> str:
+    """One report line when TP, CP or EP groups leave their NVLink domain, else ``""``."""
+    bad = groups_leaving_domains(placement, gpus_per_node)
+    if not bad:
+        return ""
+    what = ", ".join(f"{n} {k} group{'s' if n > 1 else ''}" for k, n in bad.items())
+    return (f"NVLink domains: {what} span two nodes (NVLink domains of {gpus_per_node} GPUs): "
+            "their collectives cross the NICs, as NCCL would run them; group sizes whose rank "
+            f"blocks divide {gpus_per_node} keep every group inside one domain")
+
+
+def images_differ(placement: Placement, gpus_per_node: int) -> bool:
+    """Whether the copies a stage's representative stands for are not all its images: in one
+    pipeline stage, two TP, CP, EP or DP groups spread differently over the nodes (e.g. EP
+    groups of 16 on 72-GPU NVL72 racks, some inside a rack, one across two). Symmetric
+    simulation needs the images (sim/network/copies.py)."""
+    if placement.world_size <= gpus_per_node:
+        return False
+    for kind in _KINDS + (GroupKind.DP,):
+        spread: dict[int, set[tuple[int, ...]]] = {}
+        for r in range(placement.world_size):
+            g = placement.group(kind, r)
+            nodes: dict[int, int] = {}
+            for x in g:
+                nodes[x // gpus_per_node] = nodes.get(x // gpus_per_node, 0) + 1
+            shapes = spread.setdefault(placement.coord(r).pp, set())
+            shapes.add(tuple(sorted(nodes.values())))
+            if len(shapes) > 1:
+                return True
+    return False
+
+
+def stages_straddle(placement: Placement, gpus_per_node: int) -> bool:
+    """Whether some pipeline stage shares a node with another while the nodes do not hold whole
+    stages (neither the stage's GPU count nor the node's divides the other): a stage then
+    straddles two nodes, and a representative's copies in the other node are taken as its
+    images though their DP traffic crosses different NICs."""
+    if placement.world_size <= gpus_per_node:
+        return False
+    stage = placement.world_size // placement.pp
+    return bool(stage % gpus_per_node and gpus_per_node % stage)
