@@ -25,14 +25,15 @@ COLORS = {
     "forward": "#3274a1", "backward": "#e1812c", "weight_grad": "#3a923a",
     "compute": "#8c8c8c", "optimizer": "#845b9e", "bubble": "#e6e6e6",
     "TP": "#c03d3e", "EP": "#b8b23a", "PP": "#7b4f2c", "DP": "#2aa6b8", "DP_EP": "#4f6d7a",
-    "EMB": "#9c6b98", "ETP": "#d9704a",
+    "EMB": "#9c6b98", "ETP": "#d9704a", "CP": "#d45fa8",
 }
+"""Every :class:`~sim.comm.GroupKind` has a colour (tests/test_plots_groups.py checks it)."""
 LEGEND = [
     ("forward", "forward"), ("backward", "backward (input-grad + weight-grad)"),
     ("weight_grad", "weight-grad only"), ("compute", "iteration-level compute"),
-    ("optimizer", "optimizer"), ("bubble", "bubble (idle)"), ("TP", "TP comm"),
-    ("EP", "EP comm"), ("ETP", "ETP comm"), ("PP", "PP comm"), ("DP", "DP comm"),
-    ("DP_EP", "DP_EP comm"),
+    ("optimizer", "optimizer"), ("bubble", "idle (waiting for other stages)"),
+    ("TP", "TP comm"), ("CP", "CP comm"), ("EP", "EP comm"), ("ETP", "ETP comm"),
+    ("PP", "PP comm"), ("DP", "DP comm"), ("DP_EP", "DP_EP comm"), ("EMB", "embedding-grad comm"),
 ]
 OP_KINDS = ("forward", "backward", "weight_grad")
 SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (separate pass)"}
