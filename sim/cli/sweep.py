@@ -27,14 +27,17 @@ from sim.cli.host_args import add_host_dispatch_argument
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.sweep_args import add_refused_arguments, layout_checked, simulation_options
 from sim.cli.training_args import add_training_arguments
-from sim.cli.types import Parser, given_flags, positive_float, positive_int
+from sim.cli.types import Parser, _number, given_flags, nonneg_int, positive_float, positive_int
 from sim.errors import UsageError
-from sim.limits import parse_int
+from sim.limits import parse_float, parse_int
 from sim.models.compute_setup import ComputeOptions
 from sim.pipeline.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
+from sim.sweep.output import DEFAULT_HEADROOM_GB
 from sim.sweep.runner import DASK_MISSING
 from sim.sweep.space import Space
+
+headroom_gb = _number(parse_float, lambda v: 0 <= v <= 1000, "a number of GB in [0, 1000]")
 
 
 def build_parser() -> Parser:
@@ -104,9 +107,18 @@ def build_parser() -> Parser:
                         "need simrun installed; not the input files)")
     g.add_argument("--scheduler-timeout", type=positive_float, default=10.0, metavar="S",
                    help="seconds to try to reach the Dask scheduler (default: %(default)s)")
-    g.add_argument("--limit", type=positive_int,
+    g.add_argument("--limit", type=nonneg_int,
                    help="run at most this many not-yet-done layouts, then stop (continue later "
-                        "with --resume)")
+                        "with --resume); 0: count and list the valid layouts with their memory, "
+                        "simulate nothing")
+    g.add_argument("--memory-headroom", type=headroom_gb, default=DEFAULT_HEADROOM_GB,
+                   metavar="GB",
+                   help="flag feasible layouts with less than GB to spare and rank them after "
+                        "the others (default: %(default)s, the memory model's largest known "
+                        "error: docs/sweeps.md)")
+    g.add_argument("--show-infeasible", action="store_true",
+                   help="list every infeasible or failed layout in the table (default: one "
+                        "line per status)")
     g.add_argument("--top", type=positive_int, default=30,
                    help="feasible layouts shown in the table (default: %(default)s; all are in "
                         "the CSV)")
@@ -177,6 +189,7 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,
         workers=args.workers, scheduler=args.scheduler,
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
+        memory_headroom_gb=args.memory_headroom, show_infeasible=args.show_infeasible,
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
         simulation=simulation_options(args),
         compute=ComputeOptions(args.kernel_table, args.compute_efficiency,

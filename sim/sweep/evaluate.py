@@ -55,7 +55,8 @@ def base_row(layout: SweepPoint) -> dict[str, Any]:
     return row
 
 
-def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
+def evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
+             ) -> dict[str, Any]:
     """Memory check + simulation of ``layout``; returns a JSON-ready row (units in the keys):
 
     ``status`` (``ok`` | ``infeasible`` | ``inapplicable`` (a given flag changes nothing in
@@ -65,29 +66,54 @@ def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     ``iteration_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu``,
     ``bubble_fraction``, ``ideal_bubble_fraction``, ``exposed_<GROUP>_s`` (mean over stages),
     ``events`` and ``elapsed_s`` (wall time of the task; not part of the final outputs).
+    ``memory_only``: stop after the memory check (:func:`infeasible_row`).
     """
     t0 = time.perf_counter()
     row = base_row(layout)
     try:
-        row.update(_evaluate(ctx, layout))
+        row.update(_evaluate(ctx, layout, memory_only))
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         row.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     row["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return row
 
 
-def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
+def memory_row(ctx: SweepContext, layout: SweepPoint) -> tuple[dict[str, Any], Any]:
+    """The memory check of ``layout`` (no simulation): the row's ``microbatches``,
+    ``schedule``, ``memory_per_gpu_bytes``, ``memory_capacity_bytes`` and, when it does not
+    fit, ``status = "infeasible"`` with the reason; and the :class:`ModelFit` (``None`` when
+    infeasible). The sweep's early feasibility pass (:mod:`sim.sweep.driver`) and
+    :func:`evaluate` both start here, so a layout is judged the same way in both."""
     par = layout.config(ctx.training)
     out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
-    sim = replace(ctx.simulation, placement=ctx.placement)
     # the single run's stages (sim.scenario.steps), from objects: workers need no files
-    fit = fit_model(ctx.model, par, ctx.topology, sim.placement)
+    fit = fit_model(ctx.model, par, ctx.topology, ctx.placement)
     mem = fit.memory
     out["memory_per_gpu_bytes"] = mem.peak.total_bytes
     out["memory_capacity_bytes"] = mem.capacity_bytes
     if not mem.feasible:
         out.update(status="infeasible", reason=mem.reason)
+        return out, None
+    return out, fit
+
+
+def infeasible_row(ctx: SweepContext, layout: SweepPoint, keep: bool = False
+                   ) -> dict[str, Any] | None:
+    """The final row of ``layout`` when its memory check alone decides it (does not fit, or
+    the check itself fails: ``error``), else ``None`` (it has to be simulated); ``keep``:
+    the row in every case, with ``status = "fits"`` when it has to be simulated."""
+    row = evaluate(ctx, layout, memory_only=True)
+    if row.get("status") in ("infeasible", "error"):
+        return row
+    return {**row, "status": "fits"} if keep else None
+
+
+def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
+              ) -> dict[str, Any]:
+    out, fit = memory_row(ctx, layout)
+    if fit is None or memory_only:
         return out
+    sim = replace(ctx.simulation, placement=ctx.placement)
     run = model_run_of(fit, ctx.topology, compute=ctx.compute)
     done = steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
                                    simulation=sim, model_run=run))
@@ -107,6 +133,7 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
         bubble_fraction=rep["bubble_fraction"],
         ideal_bubble_fraction=rep["ideal_bubble_fraction"],
     )
+    par = fit.par
     for g in GROUPS + (("CP",) if par.cp > 1 else ()) + (("ETP",) if par.etp != par.tp else ()):
         out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
     out["events"] = done.result.events
