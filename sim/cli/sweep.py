@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from dataclasses import replace
 
 from sim.cli.args import (
     add_group_size_argument,
@@ -36,6 +37,7 @@ from sim.sweep.driver import SweepOptions, run_sweep
 from sim.sweep.output import DEFAULT_HEADROOM_GB
 from sim.sweep.runner import DASK_MISSING
 from sim.sweep.space import Space
+from sim.sweep.variants import split_argv
 
 headroom_gb = _number(parse_float, lambda v: 0 <= v <= 1000, "a number of GB in [0, 1000]")
 
@@ -84,6 +86,11 @@ def build_parser() -> Parser:
     g = p.add_argument_group("training (shared by every layout)")
     g.add_argument("--global-batch", type=positive_int, required=True, metavar="B",
                    help="sequences per iteration")
+    g.add_argument("--vary", metavar="SWITCH[,SWITCH...]",
+                   help="sweep these training switches off and on (e.g. "
+                        "sequence-parallel,overlap-grad-reduce); a training flag with a value "
+                        "takes a comma-separated list instead (--recompute none,selective, "
+                        "--dtype bf16,fp8)")
     add_training_arguments(g, sweep=True)
     g = p.add_argument_group("simulation (as in a single run)")
     g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
@@ -205,10 +212,20 @@ def dask_installed() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun sweep``; returns the exit code (errors raise to sim.cli)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    variants = split_argv(argv)  # swept training options: one command line per combination
+    parsed = []
+    for v in variants:
+        args = build_parser().parse_args(list(v.argv))
+        if args.fp8_recipe and args.dtype != "fp8":
+            raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 "
+                             "casts)", field="--fp8-recipe")
+        parsed.append((v, args))
+    args = parsed[0][1]
     if args.scheduler and not dask_installed():  # refused before any work
         raise UsageError(DASK_MISSING, field="--scheduler")
-    if args.fp8_recipe and args.dtype != "fp8":
-        raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 casts)",
-                         field="--fp8-recipe")
-    return run_sweep(sweep_options(args, given_flags(build_parser(), argv)))
+    opts = sweep_options(args, given_flags(build_parser(), list(variants[0].argv)))
+    if variants[0].label:
+        opts = replace(opts, variants=tuple(
+            (v.label, training_of(a), layout_checked(given_flags(build_parser(), list(v.argv))))
+            for v, a in parsed))
+    return run_sweep(opts)

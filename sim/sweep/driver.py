@@ -66,7 +66,9 @@ class SweepOptions:
     single-run refusals apply per layout (:func:`sim.options.applicable.check_layout`,
     :func:`sim.options.applicable.check_interference`;
     :func:`sim.cli.sweep_args.layout_checked`); ``name_field`` names an option in the skip
-    reasons (the CLI: its flag; by default the option's name)."""
+    reasons (the CLI: its flag; by default the option's name); ``variants``: the combinations
+    of swept training options (:mod:`sim.sweep.variants`), each its label, training and
+    given flags (empty: only ``training``)."""
 
     model: str
     topology: str
@@ -93,6 +95,7 @@ class SweepOptions:
     overrides: tuple[str, ...] = ()
     given: frozenset[str] = frozenset()
     name_field: Callable[[str], str] = str
+    variants: tuple[tuple[tuple[tuple[str, str], ...], Training, frozenset[str]], ...] = ()
 
 
 def _sha256(path: str) -> str:
@@ -127,6 +130,8 @@ def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
     given = sorted(set(opts.given) & set(PRESENCE_MATTERS))
     if given:
         out["flags"] = given
+    if opts.variants:  # swept training options: each combination's label
+        out["varied"] = [dict(label) for label, _, _ in opts.variants]
     return out
 
 
@@ -171,24 +176,31 @@ def run_sweep(opts: SweepOptions) -> int:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
                          "--nodes", field="gpus")
     space = replace(opts.space, gpus=gpus)
-    layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node,
-                                         check=_layout_check(opts, model, topo))
-    skipped = [(k, _named(r, opts.name_field)) for k, r in skipped]
+    layouts, skipped = [], []
+    for label, training, given in opts.variants or (((), opts.training, opts.given),):
+        vopts = replace(opts, training=training, given=given)
+        lays, skips = enumerate_layouts(model, space, training, topo.gpus_per_node,
+                                        check=_layout_check(vopts, model, topo))
+        suffix = "".join(f"-{k}-{v}" for k, v in label)
+        layouts += [replace(lay, variant=label) for lay in lays]
+        skipped += [(k + suffix, _named(r, opts.name_field)) for k, r in skips]
+    layouts.sort(key=lambda x: x.key)
     if not layouts:
         _refuse_no_layout(skipped, opts.given)
     dtype = opts.training.dtype
     if dtype not in topo.gpu.peak_tflops:
         raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="dtype")
+    ctx = SweepContext(model, topo, opts.training, network=opts.network,
+                       placement=opts.placement, simulation=opts.simulation,
+                       compute=resolve_compute(topo.gpu, opts.compute), given=opts.given,
+                       variants=tuple((label, t) for label, t, _ in opts.variants))
+    headroom = int(opts.memory_headroom_gb * 1e9)
+    if opts.limit == 0:
+        return _list_layouts(ctx, layouts, skipped, headroom)
     out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
     settings = settings_of(opts, model, topo, gpus)
     store = ResultStore(out)
     done = store.open(settings, resume=opts.resume, overwrite=opts.overwrite)
-    ctx = SweepContext(model, topo, opts.training, network=opts.network,
-                       placement=opts.placement, simulation=opts.simulation,
-                       compute=resolve_compute(topo.gpu, opts.compute), given=opts.given)
-    headroom = int(opts.memory_headroom_gb * 1e9)
-    if opts.limit == 0:
-        return _list_layouts(ctx, layouts, skipped, headroom)
     t0 = time.perf_counter()
     backend, ran = _run_pending(opts, ctx, gpus, layouts, skipped, store, done, out)
     wall = time.perf_counter() - t0

@@ -31,7 +31,8 @@ class SweepContext:
     """What every task of one sweep shares: ``simulation`` the engine options (its placement
     is ``placement``'s), ``compute`` the resolved compute setup (``None``: the topology GPU's
     default), ``given`` the flags on the command line whose refusals need the simulated
-    layout (:func:`sim.options.applicable.check_interference`)."""
+    layout (:func:`sim.options.applicable.check_interference`); ``variants`` the training of
+    each combination of swept training options, by label (:mod:`sim.sweep.variants`)."""
 
     model: ModelSpec
     topology: Topology
@@ -41,6 +42,13 @@ class SweepContext:
     simulation: SimulationOptions = field(default_factory=SimulationOptions)
     compute: ComputeSetup | None = None
     given: frozenset[str] = frozenset()
+    variants: tuple[tuple[tuple[tuple[str, str], ...], Training], ...] = ()
+
+    def training_for(self, layout: SweepPoint) -> Training:
+        """The training of ``layout``: its variant's (swept training options), else the
+        sweep's."""
+        return next((t for label, t in self.variants if label == layout.variant),
+                    self.training)
 
 
 def base_row(layout: SweepPoint) -> dict[str, Any]:
@@ -52,6 +60,7 @@ def base_row(layout: SweepPoint) -> dict[str, Any]:
         row["zero"] = layout.zero
     if layout.etp:
         row["etp"] = layout.etp
+    row.update(layout.variant)  # swept training options: one column each
     return row
 
 
@@ -84,7 +93,7 @@ def memory_row(ctx: SweepContext, layout: SweepPoint) -> tuple[dict[str, Any], A
     fit, ``status = "infeasible"`` with the reason; and the :class:`ModelFit` (``None`` when
     infeasible). The sweep's early feasibility pass (:mod:`sim.sweep.driver`) and
     :func:`evaluate` both start here, so a layout is judged the same way in both."""
-    par = layout.config(ctx.training)
+    par = layout.config(ctx.training_for(layout))
     out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
     # the single run's stages (sim.scenario.steps), from objects: workers need no files
     fit = fit_model(ctx.model, par, ctx.topology, ctx.placement)
