@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.files.outputs import atomic_write, write_json
+from sim.options.registry import flags
 from sim.sweep.evaluate import GROUPS
 from sim.words import plural
 
@@ -118,7 +119,8 @@ def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
 
 
 SWEPT = ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "micro_batch", "schedule")
-"""Layout columns of the terminal table, each shown when its value differs between rows."""
+"""Layout columns of the terminal table, each shown when its value differs between rows (as are
+the swept training options, :mod:`sim.sweep.variants`)."""
 
 
 def table_lines(rows: list[dict[str, Any]], *, top: int | None = None,
@@ -130,7 +132,9 @@ def table_lines(rows: list[dict[str, Any]], *, top: int | None = None,
     ok = [r for r in rows if r["status"] == "ok"]
     groups = [g for g in GROUPS + ("CP", "ETP")
               if any((r.get(f"exposed_{g}_s") or 0) > 0 for r in ok)]
-    dims = [d for d in SWEPT if len({r.get(d, CSV_DEFAULTS.get(d)) for r in rows}) > 1]
+    options = sorted({k for r in rows for k in r} & {f.key for _, f in flags().values()})
+    dims = [d for d in (*SWEPT, *options)
+            if len({r.get(d, CSV_DEFAULTS.get(d)) for r in rows}) > 1]
     head = ["rank", "layout", *dims, "iter_time_s", "tokens_per_s", "MFU_%", "mem_GB/GPU",
             "bubble_frac"] + [f"{g}_exposed_ms" for g in groups]
     body = []
