@@ -20,6 +20,7 @@ from sim.options.applicable import check_interference
 from sim.parallel.config import Training
 from sim.scenario import NetworkOptions, SimulationOptions, steps
 from sim.scenario.model_run import fit_model, model_run_of
+from sim.sweep.periodic import evaluate_periodic
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
@@ -32,7 +33,8 @@ class SweepContext:
     is ``placement``'s), ``compute`` the resolved compute setup (``None``: the topology GPU's
     default), ``given`` the flags on the command line whose refusals need the simulated
     layout (:func:`sim.options.applicable.check_interference`); ``variants`` the training of
-    each combination of swept training options, by label (:mod:`sim.sweep.variants`)."""
+    each combination of swept training options, by label (:mod:`sim.sweep.variants`);
+    ``periodic``: take the periodic shortcut where it applies (:mod:`sim.sweep.periodic`)."""
 
     model: ModelSpec
     topology: Topology
@@ -43,6 +45,7 @@ class SweepContext:
     compute: ComputeSetup | None = None
     given: frozenset[str] = frozenset()
     variants: tuple[tuple[tuple[tuple[str, str], ...], Training], ...] = ()
+    periodic: bool = True
 
     def training_for(self, layout: SweepPoint) -> Training:
         """The training of ``layout``: its variant's (swept training options), else the
@@ -123,27 +126,38 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
     if fit is None or memory_only:
         return out
     sim = replace(ctx.simulation, placement=ctx.placement)
-    run = model_run_of(fit, ctx.topology, compute=ctx.compute)
-    done = steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
-                                   simulation=sim, model_run=run))
-    rep = done.report  # a model run's report holds its metrics
+
+    def simulate(par):
+        short = fit if par is fit.par else fit_model(ctx.model, par, ctx.topology, ctx.placement)
+        run = model_run_of(short, ctx.topology, compute=ctx.compute)
+        return steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
+                                       simulation=sim, model_run=run))
+
+    got = None
+    if ctx.periodic:
+        try:  # the periodic shortcut (sim.sweep.periodic); None: the full run
+            got = evaluate_periodic(ctx, layout, fit, simulate)
+        except UsageError:
+            got = None
+    if got is not None:
+        vals, rep = got
+    else:
+        done = simulate(fit.par)
+        rep = done.report  # a model run's report holds its metrics
+        vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+                                    "bubble_fraction", "ideal_bubble_fraction", "stages")}
+        vals["events"] = done.result.events
     try:
         check_interference(ctx.given, rep["assumptions"])
     except UsageError as exc:
         out.update(status="inapplicable", reason=str(exc))
         return out
-    n = max(len(rep["stages"]), 1)
-    out.update(
-        status="ok", reason="",
-        iteration_time_s=rep["iteration_time_s"],
-        tokens_per_s=rep["tokens_per_s"],
-        tflops_per_gpu=rep["tflops_per_gpu"],
-        mfu=rep["mfu"],
-        bubble_fraction=rep["bubble_fraction"],
-        ideal_bubble_fraction=rep["ideal_bubble_fraction"],
-    )
+    stages = vals.pop("stages")
+    events = vals.pop("events")
+    n = max(len(stages), 1)
+    out.update(status="ok", reason="", **vals)
     par = fit.par
     for g in GROUPS + (("CP",) if par.cp > 1 else ()) + (("ETP",) if par.etp != par.tp else ()):
-        out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
-    out["events"] = done.result.events
+        out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in stages) / n
+    out["events"] = events
     return out
