@@ -123,6 +123,10 @@ def build_parser() -> Parser:
                    help="flag feasible layouts with less than GB to spare and rank them after "
                         "the others (default: %(default)s, the memory model's largest known "
                         "error: docs/sweeps.md)")
+    g.add_argument("--full-simulation", action="store_true",
+                   help="simulate every microbatch of every layout (default: where a layout's "
+                        "pipeline is periodic, three short runs extrapolated exactly; "
+                        "docs/sweeps.md)")
     g.add_argument("--show-infeasible", action="store_true",
                    help="list every infeasible or failed layout in the table (default: one "
                         "line per status)")
@@ -197,6 +201,7 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         workers=args.workers, scheduler=args.scheduler,
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
         memory_headroom_gb=args.memory_headroom, show_infeasible=args.show_infeasible,
+        periodic=not args.full_simulation,
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
         simulation=simulation_options(args),
         compute=ComputeOptions(args.kernel_table, args.compute_efficiency,

@@ -57,9 +57,10 @@ class SweepOptions:
     what to do with earlier results there; ``workers`` local processes, ``scheduler`` a Dask
     address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now (``0``: count
     and list the layouts with their memory, simulate none); ``top`` rows in the table;
-    ``memory_headroom_gb`` the margin below capacity under which a layout is flagged and ranked
-    after those with the margin; ``show_infeasible`` one table line per infeasible layout;
-    ``plot``, ``progress``, ``quiet`` (no table) for the outputs.
+    ``periodic`` the periodic shortcut (:mod:`sim.sweep.periodic`; off: every layout's full
+    run); ``memory_headroom_gb`` the margin below capacity under which a layout is flagged
+    and ranked after those with the margin; ``show_infeasible`` one table line per
+    infeasible layout; ``plot``, ``progress``, ``quiet`` (no table) for the outputs.
     As in a single run: ``simulation`` the engine options (interference, host dispatch,
     watchdog; its placement is ``placement``), ``compute`` the compute model's options,
     ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
@@ -87,6 +88,7 @@ class SweepOptions:
     top: int = 30
     memory_headroom_gb: float = DEFAULT_HEADROOM_GB
     show_infeasible: bool = False
+    periodic: bool = True
     plot: bool = True
     progress: bool = True
     quiet: bool = False
@@ -193,7 +195,8 @@ def run_sweep(opts: SweepOptions) -> int:
     ctx = SweepContext(model, topo, opts.training, network=opts.network,
                        placement=opts.placement, simulation=opts.simulation,
                        compute=resolve_compute(topo.gpu, opts.compute), given=opts.given,
-                       variants=tuple((label, t) for label, t, _ in opts.variants))
+                       variants=tuple((label, t) for label, t, _ in opts.variants),
+                       periodic=opts.periodic)
     headroom = int(opts.memory_headroom_gb * 1e9)
     if opts.limit == 0:
         return _list_layouts(ctx, layouts, skipped, headroom)
