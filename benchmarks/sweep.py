@@ -12,8 +12,8 @@ the default); then the top ``--check`` layouts are simulated again in full (ever
     python benchmarks/sweep.py --quick        # TP 8, PP 4/8, CP 1/2, 1F1B/interleaved
     python benchmarks/sweep.py --json out.json
 
-Printed: valid layouts, how many the memory check decided, how many were simulated, wall and
-CPU seconds (the sweep process and its workers), layouts per second (valid layouts / wall; and
+Printed: valid layouts, how many the memory check decided, how many were simulated, wall
+seconds of the sweep process, layouts per second (valid layouts / wall; and
 simulated layouts / wall), and the top-``--check`` equality.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -42,20 +41,17 @@ COMPARED = ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble
 
 
 def run_sweep(space: list[str], workers: int, out: Path) -> dict:
-    """One sweep process; wall and CPU seconds (its own and its workers') and the results."""
+    """One sweep process: its wall seconds and results."""
     cmd = [sys.executable, "-m", "sim.cli", "sweep", *BASE, *space, "--workers", str(workers),
            "--out", str(out), "--no-plot", "--no-progress", "--quiet"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise SystemExit(f"sweep failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     data = json.loads((out / "results.json").read_text())
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "data": data, "stderr": proc.stderr}
+    return {"wall_s": wall, "data": data, "stderr": proc.stderr}
 
 
 def check_top(data: dict, n: int) -> list[dict]:
@@ -109,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     res = {"space": "quick" if args.quick else "full", "workers": args.workers,
            "valid_layouts": data["layouts"], "infeasible": data["infeasible"],
            "simulated": simulated, "wall_s": round(got["wall_s"], 1),
-           "cpu_s": round(got["cpu_s"], 1),
            "layouts_per_s": round(data["layouts"] / got["wall_s"], 2),
            "simulated_per_s": round(simulated / got["wall_s"], 3),
            "top": top, "top_equal_full": all(t["equal"] for t in top)}

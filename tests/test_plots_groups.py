@@ -128,3 +128,4 @@ def test_each_plot_draws_the_embedding_group(tmp_path):
     assert min(got["exposed EMB comm"]) >= 4e-6  # at least the all-reduce itself
     tl = plot_timeline(res, tmp_path / "t.png", report=rep)
     assert "EMB" in {b.kind for b in tl.boxes}
+
