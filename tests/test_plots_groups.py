@@ -129,3 +129,42 @@ def test_each_plot_draws_the_embedding_group(tmp_path):
     tl = plot_timeline(res, tmp_path / "t.png", report=rep)
     assert "EMB" in {b.kind for b in tl.boxes}
 
+
+
+def test_chunk_tints_keep_their_hue_and_stay_apart_from_idle():
+    import colorsys
+
+    from sim.viz.boxes import Box
+    from sim.viz.mpl import hex_rgb
+    from sim.viz.timeline import OP_KINDS, _color
+
+    idle = hex_rgb(COLORS["bubble"])
+    for kind in OP_KINDS:
+        for vpp in (2, 5, 8):
+            for chunk in range(vpp):
+                c = _color(Box(0, "compute", 0, 1, kind, 0, chunk), vpp)
+                sat = colorsys.rgb_to_hsv(*c)[1]
+                # clearly a colour (the idle grey's saturation is 0; the old 55% blend of the
+                # weight-grad green came to 0.21)
+                assert sat >= 0.25, (kind, vpp, chunk, sat)
+                assert sum((a - b) ** 2 for a, b in zip(c, idle, strict=True)) ** 0.5 > 0.3
+
+
+def test_sweep_heatmap_has_a_colour_bar(tmp_path, monkeypatch):
+    import sim.viz.breakdown as bd
+
+    drawn = []
+    real = bd.render
+
+    def spy(draw, *a, **kw):
+        drawn.append(real(draw, *a, **kw))
+        return drawn[-1]
+
+    monkeypatch.setattr(bd, "render", spy)
+    rows = [{"layout": "a", "tp": 1, "pp": 1, "iteration_time_s": 1.0},
+            {"layout": "b", "tp": 2, "pp": 1, "iteration_time_s": 2.0}]
+    bd.plot_sweep_heatmap(rows, tmp_path / "h.png")
+    (cbar,) = drawn
+    assert cbar is not None and cbar.ax.get_ylabel() == "iteration time (ms)"
+    lo, hi = cbar.mappable.get_clim()
+    assert (lo, hi) == (1000.0, 2000.0)  # the cells' range, ms

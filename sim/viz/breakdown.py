@@ -201,12 +201,14 @@ def plot_sweep_heatmap(rows: Sequence[dict[str, Any]], path: str | Path, *, x: s
     """Heatmap of the best value per (x, y) cell; empty cells = no feasible layout."""
     xl, yl, grid = sweep_grid(rows, x, y, metric)
     label, scale, higher_better = METRICS[metric]
-    width_px = 200 + 90 * max(len(xl), 1)
+    width_px = 300 + 90 * max(len(xl), 1)
     height_px = 150 + 50 * max(len(yl), 1)
 
     def draw(fig):
-        ax = fig.add_axes((110 / width_px, 60 / height_px, 1 - 150 / width_px,
+        ax = fig.add_axes((110 / width_px, 60 / height_px, 1 - 250 / width_px,
                            1 - 110 / height_px))
+        cax = fig.add_axes((1 - 120 / width_px, 60 / height_px, 14 / width_px,
+                            1 - 110 / height_px))
         data = np.array([[np.nan if v is None else v * scale for v in row] for row in grid],
                         dtype=float)
         cmap = "viridis" if higher_better else "viridis_r"
@@ -225,9 +227,15 @@ def plot_sweep_heatmap(rows: Sequence[dict[str, Any]], path: str | Path, *, x: s
         ax.set_yticklabels([str(v) for v in yl])
         ax.set_xlabel(x)
         ax.set_ylabel(y)
+        cbar = None
+        if not np.isnan(data).all():
+            cbar = fig.colorbar(im, cax=cax, label=label)
+        else:
+            cax.set_visible(False)
         fig.text(110 / width_px, 1 - 14 / height_px,
                  title or f"best {label} per ({x}, {y}); lighter = better, — = none feasible",
                  ha="left", va="top", fontsize=10)
+        return cbar
 
     render(draw, path, width_px=width_px, height_px=height_px, flag=flag)
     return xl, yl, grid

@@ -36,6 +36,8 @@ LEGEND = [
     ("PP", "PP comm"), ("DP", "DP comm"), ("DP_EP", "DP_EP comm"), ("EMB", "embedding-grad comm"),
 ]
 OP_KINDS = ("forward", "backward", "weight_grad")
+CHUNK_TINT = 0.4
+"""How far the last model chunk's op colour is blended towards white (earlier: in between)."""
 SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (separate pass)"}
 """Legend of the split-backward schedules (zb-h1, zb-h2, zb-v): W passes are their own boxes."""
 
@@ -114,7 +116,8 @@ def _color(b: Box, vpp: int) -> tuple[float, float, float]:
     kind = b.kind[len("exposed_"):] if b.kind.startswith("exposed_") else b.kind
     base = COLORS.get(kind, "#000000")
     if b.kind in OP_KINDS and vpp > 1 and b.chunk > 0:
-        return lighten(base, 0.55 * b.chunk / (vpp - 1))
+        # at most 40% towards white: the lightest chunk keeps its hue, never the idle grey
+        return lighten(base, CHUNK_TINT * b.chunk / (vpp - 1))
     return hex_rgb(base)
 
 
