@@ -183,6 +183,8 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                   "--trace"),
     "--trace-ranks": _all("refused-if", "the ranks of --trace and --plot; refused without "
                                         "either"),
+    **{f: _all("refused-if", "what the --plot timeline shows; refused without --plot")
+       for f in ("--plot-window", "--plot-microbatches")},
 }
 
 for _flag, (_verdict, _why) in LOG_VERDICTS.items():
