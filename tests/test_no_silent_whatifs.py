@@ -91,6 +91,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     # output qualifiers: refused alone (writing with them is tested in test_trace*.py)
     "--trace-ranks": {"*": (["--trace-ranks", "all"], None)},
     "--plot": {"*": ["--plot", "{tmp}/p.svg"]},
+    "--plot-window": {"*": (["--plot-window", "0:1"], None)},
+    "--plot-microbatches": {"*": (["--plot-microbatches", "1"], None)},
     "--breakdown-plot": {"*": ["--breakdown-plot", "{tmp}/b.svg"]},
     "--help": {"*": ["--help"]}, "--version": {"*": ["--version"]},
     "--verbose": {"*": ["--verbose"]}, "--force": {"*": (["--force"], None)},
