@@ -96,6 +96,8 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--trace-format": {"*": (["--trace-format", "kineto"], None)},
     "--chakra": {"*": ["--chakra", "{tmp}/et"]},
     "--plot": {"*": ["--plot", "{tmp}/p.svg"]},
+    "--plot-window": {"*": (["--plot-window", "0:1"], None)},
+    "--plot-microbatches": {"*": (["--plot-microbatches", "1"], None)},
     "--breakdown-plot": {"*": ["--breakdown-plot", "{tmp}/b.svg"]},
     "--help": {"*": ["--help"]}, "--version": {"*": ["--version"]},
     "--verbose": {"*": ["--verbose"]}, "--force": {"*": (["--force"], None)},

@@ -56,8 +56,9 @@ def test_headline_has_values_units_and_the_ideal():
     assert row(text, "MFU / HFU") == ("43.21% / 45.00% of 312 TFLOP/s peak (134.80 model "
                                       "TFLOP/s per GPU)")
     # 0.2 / 1.3 on both stages; ideal (p-1)/M = 1/2; idle 0.2 / 1.5 = 13.3%
-    assert row(text, "bubble") == ("0.1538 of the busy time (ideal (p-1)/M = 0.5000, p = 2, "
-                                   "M = 2); idle 13.3% of the iteration")
+    assert row(text, "bubble") == (
+        "0.1538 of the busy time (pipeline bubble; ideal (p-1)/M = 0.5000, p = 2, M = 2); idle "
+        "13.3% of the iteration (all waits for other stages)")
     # TP: mean of 0.2 s and 0.3 s = 250 ms = 16.7% of 1.5 s; DP 90 ms = 6.0%; largest first
     assert row(text, "exposed comm") == ("TP 250.000 ms (16.7%), DP 90.000 ms (6.0%), mean "
                                          "over stages")
@@ -192,6 +193,8 @@ def test_fault_run_shows_the_slow_ranks_row_and_says_what_delayed_it(capsys):
     assert f"rank 300 (stage 4) computes {compute:.3f} ms against {base:.3f} ms" in text
     # the slow GPU computes 1.5 × its healthy stage-mate (the factor applies to compute kernels)
     assert compute == pytest.approx(1.5 * base, rel=1e-3)
+    # its bubble over busy time counts its own pipeline span: never negative
+    assert float(dict(zip(head, own, strict=True))["bubble_frac"]) >= 0
     assert len(lines) <= 30 and max(map(len, lines)) <= 200
 
 
@@ -277,3 +280,11 @@ def test_long_departures_are_wrapped_not_cut():
     kept = " ".join(ln.strip() for ln in lines[i:i + 3])
     assert kept == "- " + long
     assert any(ln.endswith("…") and ln.startswith("  - compute model: x") for ln in lines)
+
+
+def test_a_bubble_larger_than_the_busy_time_is_said_as_a_multiple():
+    # p = 8, M = 1 (the 512-GPU AICB example): the bubble is 7 times the busy time
+    text = format_report(synthetic(bubble_fraction=7.0, ideal_bubble_fraction=7.0,
+                                   pipeline_stages=8, microbatches=1))
+    assert row(text, "bubble").startswith("7.00× the busy time (pipeline bubble; ideal (p-1)/M "
+                                          "= 7.0000, p = 8, M = 1)")

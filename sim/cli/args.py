@@ -21,6 +21,7 @@ from sim.cli.types import (
 )
 from sim.errors import UsageError
 from sim.faults import parse_link, parse_nic, parse_slow
+from sim.limits import parse_float
 from sim.models.compute_setup import ComputeOptions
 from sim.network.factory import ROUTINGS
 from sim.options.registry import file_refusals
@@ -309,6 +310,13 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--plot", metavar="PATH",
                    help="draw the pipeline timeline (one row per stage, time in ms) to a .png, "
                         ".svg or .pdf file")
+    g.add_argument("--plot-window", metavar="START:END", type=plot_window,
+                   help="draw only this time window of the --plot timeline (ms from the "
+                        "iteration's start, e.g. 0:250)")
+    g.add_argument("--plot-microbatches", metavar="N", type=positive_int,
+                   help="draw only the window of the --plot timeline in which microbatches "
+                        "0..N-1 run (from the first op of microbatch 0 to the end of the last "
+                        "op of microbatch N-1 on any row)")
     g.add_argument("--breakdown-plot", metavar="PATH",
                    help="draw a stacked bar per stage of compute / optimizer / exposed "
                         "communication / bubble (ms) to a .png, .svg or .pdf file")
@@ -323,9 +331,29 @@ def output_options(args: argparse.Namespace) -> OutputOptions:
     if args.trace_format != "chrome" and not args.trace:
         raise UsageError("chooses the format of a --trace; no --trace was given",
                          field="--trace-format")
+    for flag, given in (("--plot-window", args.plot_window),
+                        ("--plot-microbatches", args.plot_microbatches)):
+        if given is not None and not args.plot:
+            raise UsageError("chooses what the --plot timeline shows; no --plot was given",
+                             field=flag)
+    if args.plot_window is not None and args.plot_microbatches is not None:
+        raise UsageError("give --plot-window or --plot-microbatches, not both",
+                         field="--plot-microbatches")
     if args.trace_ranks != "stage-reps" and not (args.trace or args.plot):
         raise UsageError("chooses the ranks of a --trace or --plot; neither was given",
                          field="--trace-ranks")
     return OutputOptions(json=args.json, trace=args.trace, trace_ranks=args.trace_ranks,
                          plot=args.plot, breakdown_plot=args.breakdown_plot, force=args.force,
-                         trace_format=args.trace_format, chakra=args.chakra)
+                         trace_format=args.trace_format, chakra=args.chakra,
+                         plot_window_ms=args.plot_window,
+                         plot_microbatches=args.plot_microbatches)
+
+
+def plot_window(text: str) -> tuple[float, float]:
+    """argparse type of ``--plot-window``: ``START:END`` in ms, 0 ≤ START < END."""
+    a, sep, b = text.partition(":")
+    lo, hi = parse_float(a.strip()), parse_float(b.strip())
+    if not sep or lo is None or hi is None or not 0 <= lo < hi:
+        raise argparse.ArgumentTypeError(f"expected START:END in ms with 0 ≤ START < END, "
+                                         f"got {text!r}")
+    return lo, hi

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from dataclasses import replace
 
 from sim.cli.args import (
     add_group_size_argument,
@@ -27,14 +28,18 @@ from sim.cli.host_args import add_host_dispatch_argument
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.sweep_args import add_refused_arguments, layout_checked, simulation_options
 from sim.cli.training_args import add_training_arguments
-from sim.cli.types import Parser, given_flags, positive_float, positive_int
+from sim.cli.types import Parser, _number, given_flags, nonneg_int, positive_float, positive_int
 from sim.errors import UsageError
-from sim.limits import parse_int
+from sim.limits import parse_float, parse_int
 from sim.models.compute_setup import ComputeOptions
 from sim.pipeline.schedules import SCHEDULES
 from sim.sweep.driver import SweepOptions, run_sweep
+from sim.sweep.output import DEFAULT_HEADROOM_GB
 from sim.sweep.runner import DASK_MISSING
 from sim.sweep.space import Space
+from sim.sweep.variants import split_argv
+
+headroom_gb = _number(parse_float, lambda v: 0 <= v <= 1000, "a number of GB in [0, 1000]")
 
 
 def build_parser() -> Parser:
@@ -83,6 +88,11 @@ def build_parser() -> Parser:
     g.add_argument("--global-batch", "--global-batch-size", type=positive_int, required=True,
                    metavar="B", dest="global_batch",
                    help="sequences per iteration")
+    g.add_argument("--vary", metavar="SWITCH[,SWITCH...]",
+                   help="sweep these training switches off and on (e.g. "
+                        "sequence-parallel,overlap-grad-reduce); a training flag with a value "
+                        "takes a comma-separated list instead (--recompute none,selective, "
+                        "--dtype bf16,fp8)")
     add_training_arguments(g, sweep=True)
     g = p.add_argument_group("simulation (as in a single run)")
     g.add_argument("--placement", default="tp-dp-pp", metavar="ORDER",
@@ -106,9 +116,22 @@ def build_parser() -> Parser:
                         "need simrun installed; not the input files)")
     g.add_argument("--scheduler-timeout", type=positive_float, default=10.0, metavar="S",
                    help="seconds to try to reach the Dask scheduler (default: %(default)s)")
-    g.add_argument("--limit", type=positive_int,
+    g.add_argument("--limit", type=nonneg_int,
                    help="run at most this many not-yet-done layouts, then stop (continue later "
-                        "with --resume)")
+                        "with --resume); 0: count and list the valid layouts with their memory, "
+                        "simulate nothing")
+    g.add_argument("--memory-headroom", type=headroom_gb, default=DEFAULT_HEADROOM_GB,
+                   metavar="GB",
+                   help="flag feasible layouts with less than GB to spare and rank them after "
+                        "the others (default: %(default)s, the memory model's largest known "
+                        "error: docs/sweeps.md)")
+    g.add_argument("--full-simulation", action="store_true",
+                   help="simulate every microbatch of every layout (default: where a layout's "
+                        "pipeline is periodic, three short runs extrapolated exactly; "
+                        "docs/sweeps.md)")
+    g.add_argument("--show-infeasible", action="store_true",
+                   help="list every infeasible or failed layout in the table (default: one "
+                        "line per status)")
     g.add_argument("--top", type=positive_int, default=30,
                    help="feasible layouts shown in the table (default: %(default)s; all are in "
                         "the CSV)")
@@ -179,6 +202,8 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         placement=args.placement, out=args.out, resume=args.resume, overwrite=args.overwrite,
         workers=args.workers, scheduler=args.scheduler,
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
+        memory_headroom_gb=args.memory_headroom, show_infeasible=args.show_infeasible,
+        periodic=not args.full_simulation,
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
         simulation=simulation_options(args),
         compute=ComputeOptions(args.kernel_table, args.compute_efficiency,
@@ -194,10 +219,20 @@ def dask_installed() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``simrun sweep``; returns the exit code (errors raise to sim.cli)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    variants = split_argv(argv)  # swept training options: one command line per combination
+    parsed = []
+    for v in variants:
+        args = build_parser().parse_args(list(v.argv))
+        if args.fp8_recipe and args.dtype != "fp8":
+            raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 "
+                             "casts)", field="--fp8-recipe")
+        parsed.append((v, args))
+    args = parsed[0][1]
     if args.scheduler and not dask_installed():  # refused before any work
         raise UsageError(DASK_MISSING, field="--scheduler")
-    if args.fp8_recipe and args.dtype != "fp8":
-        raise UsageError(f"applies to --dtype fp8 sweeps (a {args.dtype} run has no FP8 casts)",
-                         field="--fp8-recipe")
-    return run_sweep(sweep_options(args, given_flags(build_parser(), argv)))
+    opts = sweep_options(args, given_flags(build_parser(), list(variants[0].argv)))
+    if variants[0].label:
+        opts = replace(opts, variants=tuple(
+            (v.label, training_of(a), layout_checked(given_flags(build_parser(), list(v.argv))))
+            for v, a in parsed))
+    return run_sweep(opts)

@@ -52,7 +52,7 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(("--jitter", "--samples", "--seed"), _NOISE),
     **dict.fromkeys(("--slow-gpu", "--slow-node", "--degrade-link", "--fail-nic"), _FAULT),
     **dict.fromkeys(("--json", "--trace", "--trace-ranks", "--trace-format", "--chakra",
-                     "--force", "--plot",
+                     "--force", "--plot", "--plot-window", "--plot-microbatches",
                      "--breakdown-plot", "--verbose", "--timing"), _OUTPUT),
     "--version": "the program's version: run simrun --version",
 }

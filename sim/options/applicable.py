@@ -194,6 +194,8 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--trace-format": _all("refused-if", "the format of --trace; refused without it"),
     "--trace-ranks": _all("refused-if", "the ranks of --trace and --plot; refused without "
                                         "either"),
+    **{f: _all("refused-if", "what the --plot timeline shows; refused without --plot")
+       for f in ("--plot-window", "--plot-microbatches")},
 }
 
 for _flag, (_verdict, _why) in LOG_VERDICTS.items():

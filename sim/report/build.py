@@ -135,8 +135,9 @@ def notable_ranks(result: SimResult, limit: int = 3) -> list[dict[str, Any]]:
         s.compute_ns != reps[s.stage].compute_ns or s.rank == top_rank)]
     found.sort(key=lambda s: (s.rank != top_rank,
                               -abs(s.compute_ns - reps[s.stage].compute_ns), s.rank))
-    span = _pipeline_span(stats)
-    return [rank_entry(s, result, span) for s in found[:limit]]
+    # each row's span includes the rank itself (a slow GPU may run past the representatives:
+    # its busy time then exceeds their span, and its bubble fraction would be negative)
+    return [rank_entry(s, result, _pipeline_span([*stats, s])) for s in found[:limit]]
 
 
 def fault_context(result: SimResult, healthy: SimResult | None) -> dict[str, Any]:

@@ -97,10 +97,14 @@ def _memory(mem: dict[str, Any]) -> tuple[str, str]:
 def _bubble(rep: dict[str, Any]) -> str:
     v = rep["virtual_pipeline_size"]
     idle = rep.get("idle_fraction", shares(rep)["idle"])
-    return (f"{rep['bubble_fraction']:.4f} of the busy time (ideal {rep['ideal_bubble_formula']}"
+    b = rep["bubble_fraction"]
+    # the pipeline bubble over the busy time is a ratio, not a share: above 1 (fewer
+    # microbatches than stages) it is said as a multiple
+    said = f"{b:.2f}× the busy time" if b >= 1 else f"{b:.4f} of the busy time"
+    return (f"{said} (pipeline bubble; ideal {rep['ideal_bubble_formula']}"
             f" = {rep['ideal_bubble_fraction']:.4f}, p = {rep['pipeline_stages']}, "
             f"M = {rep['microbatches']}" + (f", v = {v}" if v > 1 else "")
-            + f"); idle {idle * 100:.1f}% of the iteration")
+            + f"); idle {idle * 100:.1f}% of the iteration (all waits for other stages)")
 
 
 def _part_name(k: str) -> str:

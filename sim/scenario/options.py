@@ -117,7 +117,8 @@ class OutputOptions:
     """Files written after the run (each atomically; paths checked before simulating):
     ``json`` report, Chrome ``trace``, timeline ``plot``, ``breakdown_plot``; ``trace_ranks``
     picks the ranks shown by the trace and the timeline; ``force``: write a trace estimated
-    over :data:`sim.viz.trace_size.LIMIT_BYTES` (refused otherwise)."""
+    over :data:`sim.viz.trace_size.LIMIT_BYTES` (refused otherwise); ``plot_window_ms`` the
+    timeline's time window (ms), ``plot_microbatches`` the window of its first N microbatches."""
 
     json: str | None = None
     trace: str | None = None
@@ -127,6 +128,8 @@ class OutputOptions:
     force: bool = False
     trace_format: str = "chrome"  # chrome | kineto (--trace is then a folder of rank files)
     chakra: str | None = None  # folder of per-rank Chakra .et files (sim/workload/chakra_write)
+    plot_window_ms: tuple[float, float] | None = None
+    plot_microbatches: int | None = None
 
     @property
     def wants_spans(self) -> bool:

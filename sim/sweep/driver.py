@@ -31,8 +31,14 @@ from sim.runtime import progress
 from sim.runtime.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.model_run import with_ep_nodes, with_training_overrides
-from sim.sweep.evaluate import SweepContext
-from sim.sweep.output import ranked, table_lines, write_outputs
+from sim.sweep.evaluate import SweepContext, infeasible_row
+from sim.sweep.output import (
+    DEFAULT_HEADROOM_GB,
+    headroom_summary,
+    ranked,
+    table_lines,
+    write_outputs,
+)
 from sim.sweep.runner import run_tasks
 from sim.sweep.space import Space, enumerate_layouts
 from sim.sweep.store import ResultStore
@@ -49,15 +55,21 @@ class SweepOptions:
     ``training`` shared by every layout (its micro batch is each layout's); ``out``
     results directory (``None``: ``sweep-<model>-<GPUS>gpu``); ``resume`` / ``overwrite``
     what to do with earlier results there; ``workers`` local processes, ``scheduler`` a Dask
-    address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now; ``top``
-    rows in the table; ``plot``, ``progress``, ``quiet`` (no table) for the outputs.
+    address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now (``0``: count
+    and list the layouts with their memory, simulate none); ``top`` rows in the table;
+    ``periodic`` the periodic shortcut (:mod:`sim.sweep.periodic`; off: every layout's full
+    run); ``memory_headroom_gb`` the margin below capacity under which a layout is flagged
+    and ranked after those with the margin; ``show_infeasible`` one table line per
+    infeasible layout; ``plot``, ``progress``, ``quiet`` (no table) for the outputs.
     As in a single run: ``simulation`` the engine options (interference, host dispatch,
     watchdog; its placement is ``placement``), ``compute`` the compute model's options,
     ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
     single-run refusals apply per layout (:func:`sim.options.applicable.check_layout`,
     :func:`sim.options.applicable.check_interference`;
     :func:`sim.cli.sweep_args.layout_checked`); ``name_field`` names an option in the skip
-    reasons (the CLI: its flag; by default the option's name)."""
+    reasons (the CLI: its flag; by default the option's name); ``variants``: the combinations
+    of swept training options (:mod:`sim.sweep.variants`), each its label, training and
+    given flags (empty: only ``training``)."""
 
     model: str
     topology: str
@@ -74,6 +86,9 @@ class SweepOptions:
     scheduler_timeout_s: float = 10.0
     limit: int | None = None
     top: int = 30
+    memory_headroom_gb: float = DEFAULT_HEADROOM_GB
+    show_infeasible: bool = False
+    periodic: bool = True
     plot: bool = True
     progress: bool = True
     quiet: bool = False
@@ -82,6 +97,7 @@ class SweepOptions:
     overrides: tuple[str, ...] = ()
     given: frozenset[str] = frozenset()
     name_field: Callable[[str], str] = str
+    variants: tuple[tuple[tuple[tuple[str, str], ...], Training, frozenset[str]], ...] = ()
 
 
 def _sha256(path: str) -> str:
@@ -116,6 +132,8 @@ def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
     given = sorted(set(opts.given) & set(PRESENCE_MATTERS))
     if given:
         out["flags"] = given
+    if opts.variants:  # swept training options: each combination's label
+        out["varied"] = [dict(label) for label, _, _ in opts.variants]
     return out
 
 
@@ -160,25 +178,36 @@ def run_sweep(opts: SweepOptions) -> int:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "
                          "--nodes", field="gpus")
     space = replace(opts.space, gpus=gpus)
-    layouts, skipped = enumerate_layouts(model, space, opts.training, topo.gpus_per_node,
-                                         check=_layout_check(opts, model, topo))
-    skipped = [(k, _named(r, opts.name_field)) for k, r in skipped]
+    layouts, skipped = [], []
+    for label, training, given in opts.variants or (((), opts.training, opts.given),):
+        vopts = replace(opts, training=training, given=given)
+        lays, skips = enumerate_layouts(model, space, training, topo.gpus_per_node,
+                                        check=_layout_check(vopts, model, topo))
+        suffix = "".join(f"-{k}-{v}" for k, v in label)
+        layouts += [replace(lay, variant=label) for lay in lays]
+        skipped += [(k + suffix, _named(r, opts.name_field)) for k, r in skips]
+    layouts.sort(key=lambda x: x.key)
     if not layouts:
         _refuse_no_layout(skipped, opts.given)
     dtype = opts.training.dtype
     if dtype not in topo.gpu.peak_tflops:
         raise UsageError(f"GPU {topo.gpu.name} has no {dtype} peak", field="dtype")
+    ctx = SweepContext(model, topo, opts.training, network=opts.network,
+                       placement=opts.placement, simulation=opts.simulation,
+                       compute=resolve_compute(topo.gpu, opts.compute), given=opts.given,
+                       variants=tuple((label, t) for label, t, _ in opts.variants),
+                       periodic=opts.periodic)
+    headroom = int(opts.memory_headroom_gb * 1e9)
+    if opts.limit == 0:
+        return _list_layouts(ctx, layouts, skipped, headroom)
     out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
     settings = settings_of(opts, model, topo, gpus)
     store = ResultStore(out)
     done = store.open(settings, resume=opts.resume, overwrite=opts.overwrite)
-    ctx = SweepContext(model, topo, opts.training, network=opts.network,
-                       placement=opts.placement, simulation=opts.simulation,
-                       compute=resolve_compute(topo.gpu, opts.compute), given=opts.given)
     t0 = time.perf_counter()
     backend, ran = _run_pending(opts, ctx, gpus, layouts, skipped, store, done, out)
     wall = time.perf_counter() - t0
-    rows = ranked(done[lay.key] for lay in layouts if lay.key in done)
+    rows = ranked((done[lay.key] for lay in layouts if lay.key in done), headroom)
     complete = len(rows) == len(layouts)
     ok = [r for r in rows if r["status"] == "ok"]
     gb = opts.training.global_batch
@@ -195,17 +224,41 @@ def run_sweep(opts: SweepOptions) -> int:
         "errors": sum(r["status"] == "error" for r in rows),
         "best": ok[0]["layout"] if ok else None,
         "skipped_invalid": [{"layout": k, "reason": r} for k, r in skipped],
+        **headroom_summary(rows, opts.memory_headroom_gb),
     }
     paths = write_outputs(out, rows, summary, plot=opts.plot)
     if not opts.quiet:
         print(f"{model.name} on {gpus} GPUs, global batch {gb}: "
-              f"{plural(len(ok), 'feasible layout')} ranked by iteration time "
+              f"{plural(len(ok), 'feasible layout')} ranked by iteration time, those within "
+              f"{opts.memory_headroom_gb:g} GB of capacity (--memory-headroom) last "
               f"(exposed comm: mean over stages)")
-        for line in table_lines(rows, top=opts.top):
+        for line in table_lines(rows, top=opts.top, headroom_bytes=headroom,
+                                show_infeasible=opts.show_infeasible):
             print("  " + line)
     print(f"ran {plural(ran, 'layout')} in {wall:.1f} s on {backend}; "
           f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
           f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
+
+
+def _list_layouts(ctx: SweepContext, layouts, skipped: list[tuple[str, str]],
+                  headroom: int) -> int:
+    """``--limit 0``: count the valid layouts and list each with its memory (the early
+    feasibility pass only: nothing is simulated or written)."""
+    rows = [infeasible_row(ctx, lay, keep=True) for lay in layouts]
+    n_bad = sum(r["status"] != "fits" for r in rows)
+    tight = sum(r["status"] == "fits" and r["memory_capacity_bytes"]
+                - r["memory_per_gpu_bytes"] < headroom for r in rows)
+    print(f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
+          f"skipped as invalid): {len(rows) - n_bad} fit in memory ({tight} within the "
+          f"{headroom / 1e9:g} GB headroom), {n_bad} do not; nothing simulated (--limit 0)")
+    for r in rows:
+        mem = r.get("memory_per_gpu_bytes")
+        gb = "" if mem is None else f"{mem / 1e9:6.1f} GB"
+        flag = r["status"]
+        if flag == "fits" and r["memory_capacity_bytes"] - mem < headroom:
+            flag = "fits, within headroom"
+        print(f"  {r['layout']:<44} {r.get('microbatches', ''):>5} microbatches  {gb}  {flag}")
     return 0
 
 
@@ -255,6 +308,9 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
     pending = [lay for lay in layouts if lay.key not in done]
     if opts.limit:
         pending = pending[:opts.limit]
+    # the early feasibility pass: a layout whose memory check decides it is a result at once,
+    # only the others are simulated (on the workers)
+    decided = {lay.key: row for lay in pending if (row := infeasible_row(ctx, lay)) is not None}
     err = sys.stderr
     print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
           f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
@@ -275,9 +331,15 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
         bar.update(1)
         bar.set_postfix_str(f"{row['layout']}: {row['status']}", refresh=False)
 
+    if decided:
+        print(f"  {plural(len(decided), 'layout')} decided by the memory check alone (not "
+              "simulated)", file=err)
+    for row in decided.values():
+        on_result(row)
     previous = _raise_on_sigterm()
     try:
-        backend = run_tasks(ctx, pending, on_result, workers=opts.workers,
+        backend = run_tasks(ctx, [lay for lay in pending if lay.key not in decided], on_result,
+                            workers=opts.workers,
                             scheduler=opts.scheduler, connect_timeout_s=opts.scheduler_timeout_s)
     except KeyboardInterrupt:
         bar.close()

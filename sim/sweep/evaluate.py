@@ -20,6 +20,7 @@ from sim.options.applicable import check_interference
 from sim.parallel.config import Training
 from sim.scenario import NetworkOptions, SimulationOptions, steps
 from sim.scenario.model_run import fit_model, model_run_of
+from sim.sweep.periodic import evaluate_periodic
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
@@ -31,7 +32,9 @@ class SweepContext:
     """What every task of one sweep shares: ``simulation`` the engine options (its placement
     is ``placement``'s), ``compute`` the resolved compute setup (``None``: the topology GPU's
     default), ``given`` the flags on the command line whose refusals need the simulated
-    layout (:func:`sim.options.applicable.check_interference`)."""
+    layout (:func:`sim.options.applicable.check_interference`); ``variants`` the training of
+    each combination of swept training options, by label (:mod:`sim.sweep.variants`);
+    ``periodic``: take the periodic shortcut where it applies (:mod:`sim.sweep.periodic`)."""
 
     model: ModelSpec
     topology: Topology
@@ -41,6 +44,14 @@ class SweepContext:
     simulation: SimulationOptions = field(default_factory=SimulationOptions)
     compute: ComputeSetup | None = None
     given: frozenset[str] = frozenset()
+    variants: tuple[tuple[tuple[tuple[str, str], ...], Training], ...] = ()
+    periodic: bool = True
+
+    def training_for(self, layout: SweepPoint) -> Training:
+        """The training of ``layout``: its variant's (swept training options), else the
+        sweep's."""
+        return next((t for label, t in self.variants if label == layout.variant),
+                    self.training)
 
 
 def base_row(layout: SweepPoint) -> dict[str, Any]:
@@ -52,10 +63,12 @@ def base_row(layout: SweepPoint) -> dict[str, Any]:
         row["zero"] = layout.zero
     if layout.etp:
         row["etp"] = layout.etp
+    row.update(layout.variant)  # swept training options: one column each
     return row
 
 
-def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
+def evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
+             ) -> dict[str, Any]:
     """Memory check + simulation of ``layout``; returns a JSON-ready row (units in the keys):
 
     ``status`` (``ok`` | ``infeasible`` | ``inapplicable`` (a given flag changes nothing in
@@ -65,49 +78,86 @@ def evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     ``iteration_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu``,
     ``bubble_fraction``, ``ideal_bubble_fraction``, ``exposed_<GROUP>_s`` (mean over stages),
     ``events`` and ``elapsed_s`` (wall time of the task; not part of the final outputs).
+    ``memory_only``: stop after the memory check (:func:`infeasible_row`).
     """
     t0 = time.perf_counter()
     row = base_row(layout)
     try:
-        row.update(_evaluate(ctx, layout))
+        row.update(_evaluate(ctx, layout, memory_only))
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         row.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     row["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return row
 
 
-def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
-    par = layout.config(ctx.training)
+def memory_row(ctx: SweepContext, layout: SweepPoint) -> tuple[dict[str, Any], Any]:
+    """The memory check of ``layout`` (no simulation): the row's ``microbatches``,
+    ``schedule``, ``memory_per_gpu_bytes``, ``memory_capacity_bytes`` and, when it does not
+    fit, ``status = "infeasible"`` with the reason; and the :class:`ModelFit` (``None`` when
+    infeasible). The sweep's early feasibility pass (:mod:`sim.sweep.driver`) and
+    :func:`evaluate` both start here, so a layout is judged the same way in both."""
+    par = layout.config(ctx.training_for(layout))
     out: dict[str, Any] = {"microbatches": par.microbatches, "schedule": par.schedule_name}
-    sim = replace(ctx.simulation, placement=ctx.placement)
     # the single run's stages (sim.scenario.steps), from objects: workers need no files
-    fit = fit_model(ctx.model, par, ctx.topology, sim.placement)
+    fit = fit_model(ctx.model, par, ctx.topology, ctx.placement)
     mem = fit.memory
     out["memory_per_gpu_bytes"] = mem.peak.total_bytes
     out["memory_capacity_bytes"] = mem.capacity_bytes
     if not mem.feasible:
         out.update(status="infeasible", reason=mem.reason)
+        return out, None
+    return out, fit
+
+
+def infeasible_row(ctx: SweepContext, layout: SweepPoint, keep: bool = False
+                   ) -> dict[str, Any] | None:
+    """The final row of ``layout`` when its memory check alone decides it (does not fit, or
+    the check itself fails: ``error``), else ``None`` (it has to be simulated); ``keep``:
+    the row in every case, with ``status = "fits"`` when it has to be simulated."""
+    row = evaluate(ctx, layout, memory_only=True)
+    if row.get("status") in ("infeasible", "error"):
+        return row
+    return {**row, "status": "fits"} if keep else None
+
+
+def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
+              ) -> dict[str, Any]:
+    out, fit = memory_row(ctx, layout)
+    if fit is None or memory_only:
         return out
-    run = model_run_of(fit, ctx.topology, compute=ctx.compute)
-    done = steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
-                                   simulation=sim, model_run=run))
-    rep = done.report  # a model run's report holds its metrics
+    sim = replace(ctx.simulation, placement=ctx.placement)
+
+    def simulate(par):
+        short = fit if par is fit.par else fit_model(ctx.model, par, ctx.topology, ctx.placement)
+        run = model_run_of(short, ctx.topology, compute=ctx.compute)
+        return steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
+                                       simulation=sim, model_run=run))
+
+    got = None
+    if ctx.periodic:
+        try:  # the periodic shortcut (sim.sweep.periodic); None: the full run
+            got = evaluate_periodic(ctx, layout, fit, simulate)
+        except Exception:  # noqa: BLE001 - a short run that fails proves nothing: the full run
+            got = None
+    if got is not None:
+        vals, rep = got
+    else:
+        done = simulate(fit.par)
+        rep = done.report  # a model run's report holds its metrics
+        vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+                                    "bubble_fraction", "ideal_bubble_fraction", "stages")}
+        vals["events"] = done.result.events
     try:
         check_interference(ctx.given, rep["assumptions"])
     except UsageError as exc:
         out.update(status="inapplicable", reason=str(exc))
         return out
-    n = max(len(rep["stages"]), 1)
-    out.update(
-        status="ok", reason="",
-        iteration_time_s=rep["iteration_time_s"],
-        tokens_per_s=rep["tokens_per_s"],
-        tflops_per_gpu=rep["tflops_per_gpu"],
-        mfu=rep["mfu"],
-        bubble_fraction=rep["bubble_fraction"],
-        ideal_bubble_fraction=rep["ideal_bubble_fraction"],
-    )
+    stages = vals.pop("stages")
+    events = vals.pop("events")
+    n = max(len(stages), 1)
+    out.update(status="ok", reason="", **vals)
+    par = fit.par
     for g in GROUPS + (("CP",) if par.cp > 1 else ()) + (("ETP",) if par.etp != par.tp else ()):
-        out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
-    out["events"] = done.result.events
+        out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in stages) / n
+    out["events"] = events
     return out

@@ -41,19 +41,23 @@ class SweepPoint:
     schedule: str = ""  # "" = the default for vpp (interleaved if vpp > 1, else 1f1b)
     etp: int = 0  # expert tensor-parallel size; 0 = TP (Megatron-Core's default)
     group_size: int = 0  # --microbatch-group-size; 0 = PP (Megatron's default)
+    # swept training options: (flag key, value) pairs (sim.sweep.variants); () = none swept
+    variant: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
         """Canonical string naming the point (the resume key), e.g. ``tp8-pp8-dp16-vpp3-mb1``
         (``-ep``, ``-cp``, ``-zero``, the schedule, ``-etp`` and ``-mgs`` (the interleaved
-        schedule's microbatch group size) appended when not the default)."""
+        schedule's microbatch group size) appended when not the default, then each swept
+        training option as ``-<option>-<value>``)."""
         return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}-vpp{self.vpp}-mb{self.micro_batch}"
                 + (f"-ep{self.ep}" if self.ep > 1 else "")
                 + (f"-cp{self.cp}" if self.cp > 1 else "")
                 + (f"-zero{self.zero}" if self.zero else "")
                 + (f"-{self.schedule}" if self.schedule else "")
                 + (f"-etp{self.etp}" if self.etp else "")
-                + (f"-mgs{self.group_size}" if self.group_size else ""))
+                + (f"-mgs{self.group_size}" if self.group_size else "")
+                + "".join(f"-{k}-{v}" for k, v in self.variant))
 
     def config(self, training: Training) -> ParallelConfig:
         """The :class:`ParallelConfig` of this point trained with ``training`` (its micro batch

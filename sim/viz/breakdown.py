@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from sim.report.summary import GROUP_ORDER
 from sim.viz.mpl import luminance, render
 from sim.viz.timeline import COLORS
 
-GROUP_ORDER = ("TP", "EP", "ETP", "PP", "DP", "DP_EP", "EMB")
 METRICS = {"iteration_time_s": ("iteration time (ms)", 1e3, False),
            "mfu": ("MFU (%)", 100.0, True)}
 
@@ -45,9 +45,13 @@ def breakdown_series(rep: dict[str, Any]) -> tuple[list[int], list[Series]]:
     groups = list(GROUP_ORDER) + sorted(
         {g for s in stages for g in s["exposed_comm_s"]} - set(GROUP_ORDER))
     for g in groups:
-        out.append(Series(g, f"exposed {g} comm",
+        out.append(Series(g if g in COLORS else "compute", f"exposed {g} comm",
                           tuple(s["exposed_comm_s"].get(g, 0.0) * 1e3 for s in stages)))
-    out.append(Series("bubble", "bubble", tuple(s["bubble_s"] * 1e3 for s in stages)))
+    # all idle time of the stage (pipeline bubble + the wait for the slowest stage at the end):
+    # the report's ``bubble_s``; the *bubble fraction* of the title is the pipeline bubble over
+    # the busy time, another quantity, so this segment is called idle
+    out.append(Series("bubble", "idle (waiting for other stages)",
+                      tuple(s["bubble_s"] * 1e3 for s in stages)))
     keep = [x for x in out if any(v > 0 for v in x.values_ms)]
     return [s["stage"] for s in stages], keep
 
@@ -94,9 +98,13 @@ def plot_breakdown(rep: dict[str, Any], path: str | Path, *, width_px: int = 120
                  ha="left", va="top", fontsize=10)
         par = rep["parallelism"]
         fig.text(80 / width_px, 1 - 36 / height_px,
-                 f"{rep['schedule']}, TP {par['tp']} × PP {par['pp']} × DP {par['dp']}, "
+                 f"{rep['schedule']}, TP {par['tp']} × PP {par['pp']} × DP {par['dp']}"
+                 + "".join(f" × {k.upper()} {par[k]}" for k in ("cp", "ep")
+                           if par.get(k, 1) > 1) + ", "
                  f"M = {rep['microbatches']} · bubble fraction {rep['bubble_fraction']:.3f} "
-                 f"(ideal {rep['ideal_bubble_formula']} = {rep['ideal_bubble_fraction']:.3f})",
+                 "(pipeline bubble over busy time; "
+                 f"ideal {rep['ideal_bubble_formula']} = {rep['ideal_bubble_fraction']:.3f})"
+                 f" · idle {rep.get('idle_fraction', 0.0) * 100:.1f}% of the iteration",
                  ha="left", va="top", fontsize=8, color="#444444")
 
     render(draw, path, width_px=width_px, height_px=height_px, flag=flag)
@@ -193,12 +201,14 @@ def plot_sweep_heatmap(rows: Sequence[dict[str, Any]], path: str | Path, *, x: s
     """Heatmap of the best value per (x, y) cell; empty cells = no feasible layout."""
     xl, yl, grid = sweep_grid(rows, x, y, metric)
     label, scale, higher_better = METRICS[metric]
-    width_px = 200 + 90 * max(len(xl), 1)
+    width_px = 300 + 90 * max(len(xl), 1)
     height_px = 150 + 50 * max(len(yl), 1)
 
     def draw(fig):
-        ax = fig.add_axes((110 / width_px, 60 / height_px, 1 - 150 / width_px,
+        ax = fig.add_axes((110 / width_px, 60 / height_px, 1 - 250 / width_px,
                            1 - 110 / height_px))
+        cax = fig.add_axes((1 - 120 / width_px, 60 / height_px, 14 / width_px,
+                            1 - 110 / height_px))
         data = np.array([[np.nan if v is None else v * scale for v in row] for row in grid],
                         dtype=float)
         cmap = "viridis" if higher_better else "viridis_r"
@@ -217,9 +227,15 @@ def plot_sweep_heatmap(rows: Sequence[dict[str, Any]], path: str | Path, *, x: s
         ax.set_yticklabels([str(v) for v in yl])
         ax.set_xlabel(x)
         ax.set_ylabel(y)
+        cbar = None
+        if not np.isnan(data).all():
+            cbar = fig.colorbar(im, cax=cax, label=label)
+        else:
+            cax.set_visible(False)
         fig.text(110 / width_px, 1 - 14 / height_px,
                  title or f"best {label} per ({x}, {y}); lighter = better, — = none feasible",
                  ha="left", va="top", fontsize=10)
+        return cbar
 
     render(draw, path, width_px=width_px, height_px=height_px, flag=flag)
     return xl, yl, grid

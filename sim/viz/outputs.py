@@ -82,6 +82,7 @@ def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any]
         write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
                                              gpus_per_node=gpus_per_node, report=report))
     if opts.plot:
-        plot_timeline(result, opts.plot, ranks=opts.trace_ranks, report=report)
+        plot_timeline(result, opts.plot, ranks=opts.trace_ranks, report=report,
+                      window_ms=opts.plot_window_ms, microbatches=opts.plot_microbatches)
     if opts.breakdown_plot:
         plot_breakdown(report, opts.breakdown_plot)

@@ -12,11 +12,12 @@ from the figure geometry (:func:`label_plan`) and returned for tests.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sim.engine.result import SimResult
+from sim.errors import UsageError
 from sim.viz.boxes import Box, timeline_boxes
 from sim.viz.mpl import DPI, hex_rgb, lighten, luminance, render
 from sim.viz.select import select_ranks
@@ -25,16 +26,19 @@ COLORS = {
     "forward": "#3274a1", "backward": "#e1812c", "weight_grad": "#3a923a",
     "compute": "#8c8c8c", "optimizer": "#845b9e", "bubble": "#e6e6e6",
     "TP": "#c03d3e", "EP": "#b8b23a", "PP": "#7b4f2c", "DP": "#2aa6b8", "DP_EP": "#4f6d7a",
-    "EMB": "#9c6b98", "ETP": "#d9704a",
+    "EMB": "#9c6b98", "ETP": "#d9704a", "CP": "#d45fa8",
 }
+"""Every :class:`~sim.comm.GroupKind` has a colour (tests/test_plots_groups.py checks it)."""
 LEGEND = [
     ("forward", "forward"), ("backward", "backward (input-grad + weight-grad)"),
     ("weight_grad", "weight-grad only"), ("compute", "iteration-level compute"),
-    ("optimizer", "optimizer"), ("bubble", "bubble (idle)"), ("TP", "TP comm"),
-    ("EP", "EP comm"), ("ETP", "ETP comm"), ("PP", "PP comm"), ("DP", "DP comm"),
-    ("DP_EP", "DP_EP comm"),
+    ("optimizer", "optimizer"), ("bubble", "idle (waiting for other stages)"),
+    ("TP", "TP comm"), ("CP", "CP comm"), ("EP", "EP comm"), ("ETP", "ETP comm"),
+    ("PP", "PP comm"), ("DP", "DP comm"), ("DP_EP", "DP_EP comm"), ("EMB", "embedding-grad comm"),
 ]
 OP_KINDS = ("forward", "backward", "weight_grad")
+CHUNK_TINT = 0.4
+"""How far the last model chunk's op colour is blended towards white (earlier: in between)."""
 SPLIT_LEGEND = {"backward": "B: input-grad", "weight_grad": "W: weight-grad (separate pass)"}
 """Legend of the split-backward schedules (zb-h1, zb-h2, zb-v): W passes are their own boxes."""
 
@@ -113,26 +117,57 @@ def _color(b: Box, vpp: int) -> tuple[float, float, float]:
     kind = b.kind[len("exposed_"):] if b.kind.startswith("exposed_") else b.kind
     base = COLORS.get(kind, "#000000")
     if b.kind in OP_KINDS and vpp > 1 and b.chunk > 0:
-        return lighten(base, 0.55 * b.chunk / (vpp - 1))
+        # at most 40% towards white: the lightest chunk keeps its hue, never the idle grey
+        return lighten(base, CHUNK_TINT * b.chunk / (vpp - 1))
     return hex_rgb(base)
+
+
+def plot_window(boxes: Sequence[Box], iteration_ns: int,
+                window_ms: tuple[float, float] | None = None,
+                microbatches: int | None = None) -> tuple[int, int]:
+    """The drawn window ``[lo, hi)`` (ns): ``window_ms`` (clipped to the iteration), or from the
+    first op of microbatch 0 to the end of the last op of microbatches ``0..microbatches-1``
+    on any row, or the whole iteration."""
+    if window_ms is not None:
+        lo, hi = round(window_ms[0] * 1e6), min(round(window_ms[1] * 1e6), iteration_ns)
+        if lo >= hi:
+            raise UsageError(f"the window starts after the iteration's end "
+                             f"({iteration_ns / 1e6:,.3f} ms)", field="--plot-window")
+        return lo, hi
+    if microbatches is not None:
+        ops = [b for b in boxes if b.kind in OP_KINDS and 0 <= b.microbatch < microbatches]
+        if ops:
+            return min(b.start_ns for b in ops), max(b.end_ns for b in ops)
+    return 0, iteration_ns
+
+
+def clip_boxes(boxes: Sequence[Box], lo: int, hi: int) -> list[Box]:
+    """The boxes that overlap ``[lo, hi)``, cut to it."""
+    return [replace(b, start_ns=max(b.start_ns, lo), end_ns=min(b.end_ns, hi))
+            for b in boxes if b.end_ns > lo and b.start_ns < hi]
 
 
 def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[int] | None = None,
                   report: dict[str, Any] | None = None, width_px: int = 1600,
-                  flag: str = "--plot") -> TimelinePlot:
+                  flag: str = "--plot", window_ms: tuple[float, float] | None = None,
+                  microbatches: int | None = None) -> TimelinePlot:
     """Draw the timeline of ``result`` (needs ``record_spans=True``) to ``path`` (.png/.svg/.pdf).
 
-    ``ranks``: a ``--trace-ranks`` value or a sequence of ranks (default: one per stage).
+    ``ranks``: a ``--trace-ranks`` value or a sequence of ranks (default: one per stage);
+    ``window_ms`` / ``microbatches``: draw only a window (:func:`plot_window`).
     """
     if not result.spans:
         raise ValueError("the result has no spans: simulate with record_spans=True")
     chosen = select_ranks(result, ranks if ranks is None or isinstance(ranks, str)
                           else tuple(ranks))
     boxes = timeline_boxes(result, chosen)
+    lo, hi = plot_window(boxes, result.iteration_ns, window_ms, microbatches)
+    if (lo, hi) != (0, result.iteration_ns):
+        boxes = clip_boxes(boxes, lo, hi)
     w, h = figure_size(len(chosen), width_px)
     prog = result.program
     with_chunk = prog.vpp > 1
-    labels = label_plan(boxes, result.iteration_ns, w - LEFT_PX - RIGHT_PX, with_chunk)
+    labels = label_plan(boxes, hi - lo, w - LEFT_PX - RIGHT_PX, with_chunk)
     stage_of = {r.rank: r.stage for r in result.ranks}
 
     def draw(fig):
@@ -170,7 +205,7 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
             ax.text(lab.x_ns * scale, y, lab.text, ha="center", va="center",
                     fontsize=lab.size_pt, rotation=90 if lab.rotated else 0, color=b_color,
                     clip_on=True)
-        ax.set_xlim(0, result.iteration_ns * scale)
+        ax.set_xlim(lo * scale, hi * scale)
         ax.set_ylim(n, 0)
         ax.set_yticks([i + 0.08 + COMPUTE_FRAC / 2 for i in range(n)])
         ax.set_yticklabels([f"stage {stage_of[r]} · rank {r}" for r in chosen])
@@ -187,7 +222,9 @@ def plot_timeline(result: SimResult, path: str | Path, *, ranks: str | Sequence[
                    for k, text in LEGEND if k in present]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -46 / (h - TOP_PX
                   - BOTTOM_PX)), ncol=min(len(handles), 6), frameon=False)
-        fig.text(LEFT_PX / w, 1 - 18 / h, _title(result, report), ha="left", va="top",
+        window = ("" if (lo, hi) == (0, result.iteration_ns) else
+                  f" · shown {lo * scale:,.3f}–{hi * scale:,.3f} {unit}")
+        fig.text(LEFT_PX / w, 1 - 18 / h, _title(result, report) + window, ha="left", va="top",
                  fontsize=10)
         fig.text(LEFT_PX / w, 1 - 38 / h, _subtitle(result, report), ha="left", va="top",
                  fontsize=8, color="#444444")
