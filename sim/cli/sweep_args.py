@@ -55,6 +55,9 @@ EXCLUDED: dict[str, str] = {
                      "--force", "--plot", "--plot-window", "--plot-microbatches",
                      "--breakdown-plot", "--verbose", "--timing"), _OUTPUT),
     "--version": "the program's version: run simrun --version",
+    **dict.fromkeys(("--megatron-args", "--job-config"),
+                    "a job file fixes one layout; sweep its model with --model and the layout "
+                    "lists (the job's Megatron flag names are aliases here too)"),
 }
 
 LISTS = ("--tp", "--pp", "--vpp", "--micro-batch", "--ep", "--context-parallel-size", "--cp",
