@@ -40,7 +40,6 @@ def dtree_edges(nranks: int, tree: int) -> list[tuple[int, int]]:
     return out
 
 
-
 # NCCL doubles the rings its topology search found when one carries at least this many GB/s
 # (ncclTopoDupChannels, NCCL v2.30.7 src/graph/search.cc:1036-1049)
 DUP_CHANNELS_MIN_GBPS = 25.0
