@@ -48,7 +48,7 @@ def test_route_hashes_are_zlib_crc32(pairs, channel):
 @SETTINGS
 @given(st.sampled_from(["dgx-a100-1024.yaml", "dgx-a100-1024-oversub4.yaml",
                         "dgx-h100-scalable.yaml", "tiny-fattree-8-oversub2.yaml"]),
-       st.sampled_from(["ecmp", "adaptive"]), st.integers(1, 7), st.integers(0, 500))
+       st.sampled_from(["dmodk", "ecmp", "adaptive"]), st.integers(1, 7), st.integers(0, 500))
 def test_fabric_links_of_every_transfer_are_its_route(name, routing, stride, start):
     cl = Cluster(topo(name), routing)
     ranks = tuple(range(start % cl.topo.num_gpus, cl.topo.num_gpus, stride))[:40]
@@ -82,7 +82,7 @@ def groups(draw):
 
 
 @SETTINGS
-@given(groups(), st.sampled_from(["ecmp", "adaptive"]),
+@given(groups(), st.sampled_from(["dmodk", "ecmp", "adaptive"]),
        st.sampled_from(["direct", "hierarchical"]),
        st.sampled_from([8, 1 << 16, 1 << 22, 1 << 28]))
 def test_isolated_classes_equal_flow_by_flow(group, routing, algo, size):
@@ -134,7 +134,7 @@ def moe_cases(draw):
     dpb = draw(st.sampled_from([0, 1 << 20]))
     compute = draw(st.integers(1, 200_000))
     order = draw(st.sampled_from(["tp-dp-pp", "dp-tp-pp"]))
-    routing = draw(st.sampled_from(["ecmp", "adaptive"]))
+    routing = draw(st.sampled_from(["dmodk", "ecmp", "adaptive"]))
     algo = draw(st.sampled_from(["direct", "hierarchical"]))
     m = draw(st.sampled_from([1, 2, 4]))
     ex = Comm(CollKind.ALLTOALL, GroupKind.EP, a2a)

@@ -5,9 +5,11 @@ Physics first: with Megatron's default placement (tp-dp-pp) a stage's 8 DP repli
 consecutive nodes, which sit under one 32-node leaf on every rail, so the DP rings never use a
 leaf up-link and oversubscription cannot slow them — the model must show *no* change. With the
 DP dimension outermost (tp-pp-dp) every DP ring spans all four leaves of its rail and the 16
-stages' rings share the leaves' up-links; with static ECMP (the default) their flows collide on
-the up-links, which the oversubscribed fabric has 2.5× fewer of: exposed DP communication grows,
-and the report says so (its achieved-vs-isolated contention line).
+stages' rings share the leaves' up-links; with static ECMP hashing (`--routing ecmp`) their
+flows collide on the up-links, which the oversubscribed fabric has 2.5× fewer of: exposed DP
+communication grows, and the report says so (its achieved-vs-isolated contention line). The
+fabric's default D-mod-K routing gives the rings' leaf-crossing flows distinct up-links on the
+non-blocking tree.
 """
 
 from __future__ import annotations
@@ -50,10 +52,17 @@ def test_dp_rings_under_one_leaf_are_not_affected(tmp_path):
 
 
 def test_cross_leaf_dp_exposed_comm_grows_on_the_oversubscribed_fabric(tmp_path):
-    base = run(tmp_path, "dgx-a100-1024", "--placement", "tp-pp-dp")
-    over = run(tmp_path, "dgx-a100-1024-oversub4", "--placement", "tp-pp-dp")
+    base = run(tmp_path, "dgx-a100-1024", "--placement", "tp-pp-dp", "--routing", "ecmp")
+    over = run(tmp_path, "dgx-a100-1024-oversub4", "--placement", "tp-pp-dp", "--routing", "ecmp")
     assert exposed_dp_s(over) > 1.1 * exposed_dp_s(base)
     assert over["iteration_time_s"] > base["iteration_time_s"]
     assert dp_contention(over) > dp_contention(base) > 1.0
     # the report states the slowdown in words, for the DP group
     assert any(a.startswith("contention: DP:") and "isolated" in a for a in over["assumptions"])
+
+
+def test_cross_leaf_dp_rings_do_not_collide_under_dmodk(tmp_path):
+    ecmp = run(tmp_path, "dgx-a100-1024", "--placement", "tp-pp-dp", "--routing", "ecmp")
+    dmodk = run(tmp_path, "dgx-a100-1024", "--placement", "tp-pp-dp")
+    assert dp_contention(dmodk) == 1.0 < dp_contention(ecmp)
+    assert exposed_dp_s(dmodk) < exposed_dp_s(ecmp)

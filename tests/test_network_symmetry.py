@@ -41,7 +41,7 @@ def both_modes(topo, prog, placement, **net_kw):
     return out
 
 
-@pytest.mark.parametrize("routing", ["ecmp", "adaptive"])
+@pytest.mark.parametrize("routing", ["dmodk", "ecmp", "adaptive"])
 def test_dgx_cluster_under_one_leaf_per_rail(routing):
     # 16 DGX A100 nodes (one 20-node leaf per rail): TP 8 in a node, DP 4, PP 4
     topo = load_topology(str(TOPOLOGIES / "dgx-a100-512.yaml"), nodes=16)
@@ -128,7 +128,7 @@ def test_fused_and_unfused_engine_agree_when_fusable():
     assert times[True] == times[False]
 
 
-@pytest.mark.parametrize("routing", ["ecmp", "adaptive"])
+@pytest.mark.parametrize("routing", ["dmodk", "ecmp", "adaptive"])
 def test_bulk_fabric_counts_equal_route_by_route(routing):
     import numpy as np
 

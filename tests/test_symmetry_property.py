@@ -45,7 +45,7 @@ def cases(draw):
     sizes = [draw(st.sampled_from([0, 1 << 12, 1 << 18, 1 << 23])) for _ in range(3)]
     compute = draw(st.integers(1, 200_000))
     order = draw(st.sampled_from(["tp-dp-pp", "tp-pp-dp", "dp-tp-pp"]))
-    routing = draw(st.sampled_from(["ecmp", "adaptive"]))
+    routing = draw(st.sampled_from(["dmodk", "ecmp", "adaptive"]))
     return t, routing, Placement(tp, dp, pp, 1, order), program(tp, dp, pp, m, v, sched, sizes,
                                                                  compute)
 

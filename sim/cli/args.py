@@ -233,13 +233,17 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-proto", metavar="LIST",
                    help="NCCL_PROTO in NCCL's syntax: the protocols auto may choose, e.g. "
                         "'LL,Simple', '^LL128', 'allreduce:Simple' (default: all)")
-    g.add_argument("--routing", choices=ROUTINGS, default="ecmp",
-                   help="fat-tree routing: ecmp (static per-flow hashing onto equal-cost paths) "
-                        "or adaptive (ideal spreading over all up-links) (default: %(default)s)")
+    g.add_argument("--routing", choices=ROUTINGS,
+                   help="fabric routing, overriding the topology's fabric.routing: dmodk "
+                        "(InfiniBand subnet manager fat-tree tables, D mod K), adaptive "
+                        "(InfiniBand adaptive routing: even spreading over all up-links), ecmp "
+                        "(per-flow hashing onto equal-cost paths), spray (Spectrum-X packet "
+                        "spraying); InfiniBand fabrics take dmodk/adaptive/ecmp, RoCE ecmp/spray "
+                        "(default: the topology's, itself dmodk on InfiniBand, ecmp on RoCE)")
 
 
 def network_options(args: argparse.Namespace) -> NetworkOptions:
-    return NetworkOptions(algorithm=args.algorithm, routing=args.routing or "ecmp",
+    return NetworkOptions(algorithm=args.algorithm, routing=args.routing,
                           protocol=args.protocol, nvls_enable=_given(args.nccl_nvls_enable),
                           nccl_algo=args.nccl_algo, nccl_proto=args.nccl_proto,
                           collnet_enable=_given(args.nccl_collnet_enable))

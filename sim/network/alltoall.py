@@ -167,7 +167,7 @@ def _fabric_codes(cl: Cluster, la, lb, top, hashes):
     hops: list[np.ndarray] = []
     spaces: list[tuple] = []  # per hop: (offset, kind, level, switch indices per block)
     off = 0
-    if cl.routing == "adaptive":
+    if cl.spreading:
         for kind, order in ((0, range(1, levels)), (1, range(levels - 1, 0, -1))):
             for lv in order:
                 ends = la if kind == 0 else lb
@@ -214,6 +214,20 @@ def _fabric_codes(cl: Cluster, la, lb, top, hashes):
     return hops, off, decode
 
 
+def _route_values(cl: Cluster, src, dst):
+    """Per transfer (arrays of GPUs, channel 0, the destination GPU's NIC), what picks its
+    equal-cost path (:meth:`Cluster._route_value`): the ECMP hash or the D-mod-K destination
+    port index; None for a spreading routing."""
+    if cl.spreading:
+        return None
+    if cl.routing == "ecmp":
+        return route_hashes(src, dst, 0)
+    f = cl.topo.fabric
+    assert f is not None
+    k = np.asarray(cl.gpu_nics)[dst % cl.gpn]
+    return f.port_index(dst // cl.gpn, k, cl.topo.num_nodes, cl.nics)
+
+
 def _fabric_loads(cl: Cluster, src, dst, cls, n_cls, tops) -> dict[int, dict[int, int]]:
     """Class → {fabric link id: transfers of the class routed over it}."""
     top, la, lb = tops
@@ -222,8 +236,8 @@ def _fabric_loads(cl: Cluster, src, dst, cls, n_cls, tops) -> dict[int, dict[int
     idx = np.flatnonzero(top > 1)
     if not len(idx):
         return {}
-    hashes = route_hashes(src[idx], dst[idx], 0) if cl.routing == "ecmp" else None
-    hops, n_codes, decode = _fabric_codes(cl, la[idx], lb[idx], top[idx], hashes)
+    hops, n_codes, decode = _fabric_codes(cl, la[idx], lb[idx], top[idx],
+                                          _route_values(cl, src[idx], dst[idx]))
     c = cls[idx]
     keys = np.concatenate([np.where(h >= 0, h * n_cls + c, -1) for h in hops])
     keys = keys[keys >= 0]

@@ -55,12 +55,8 @@ def _model_lines(tuner: Tuner) -> list[str]:
         fixed = ", ".join(f"{k.value.lower()} {v}" for k, v in tuner.algorithm.items())
         out.append(f"collective algorithm: {fixed} (auto where a fixed choice does not apply)")
     out.append(f"protocol: {tuner.protocol}")
-    if cl.routing == "ecmp":
-        out.append("routing: static ECMP — each flow hashed (CRC-32 of 'src>dst#channel') onto "
-                   "one of the equal-cost fat-tree paths; hash collisions share links")
-    else:
-        out.append("routing: adaptive (ideal) — traffic spread evenly over all parallel "
-                   "up-links of a sub-tree")
+    if cl.tree is not None:
+        out.append(routing_line(cl))
     e = nccl.EFFICIENCY
     out.append("latency: NCCL 2.30 tuning model (base + per-step hop latency by protocol and "
                "link type; multi-node ring/Simple all-reduce × 1.4, Ampere and newer) + the "
@@ -95,12 +91,37 @@ def _model_lines(tuner: Tuner) -> list[str]:
     return out
 
 
+_ROUTING_WORDS = {
+    "dmodk": "D-mod-K — the InfiniBand subnet manager's fat-tree routing tables (OpenSM "
+             "ftree): each flow's up-link fixed by its destination NIC's port index, "
+             "collision-free for shift patterns",
+    "adaptive": "adaptive (InfiniBand adaptive routing) — the switches pick the least loaded "
+                "up-link per packet: traffic spread evenly over all parallel up-links",
+    "ecmp": "static ECMP — each flow (NCCL channel × queue pair) hashed (CRC-32 of "
+            "'src>dst#channel') onto one of the equal-cost paths; hash collisions share links",
+    "spray": "packet spraying (Spectrum-X RoCE adaptive routing) — packets spread evenly over "
+             "all parallel up-links, reordered by the receiving NIC",
+}
+
+
+def routing_line(cl: Cluster) -> str:
+    """The report line that says how the fabric routes and where the choice comes from."""
+    f = cl.topo.fabric
+    assert f is not None
+    where = (f"the topology's fabric.routing, {f.transport}" if cl.routing == f.routing else
+             f"--routing, overriding the topology's {f.routing}")
+    qps = (f"; {f.qps_per_connection} queue pair(s) per connection "
+           "(NCCL_IB_QPS_PER_CONNECTION)" if cl.routing == "ecmp" else "")
+    return f"routing: {_ROUTING_WORDS[cl.routing]} ({where}){qps}"
+
+
 def _symmetric_lines(cl: Cluster) -> list[str]:
     out = ["symmetric simulation: each simulated rank stands for its class; the identical "
            "copies of each communication load the representatives' links with multiplicities "
            "(copies elsewhere use equivalent, untracked links"
-           + ("; ECMP collisions among copies on links no representative uses are not seen — "
-              "use --per-rank or adaptive routing to check)" if cl.routing == "ecmp" else ")")]
+           + ("; static-routing collisions among copies on links no representative uses are "
+              "not seen — use --per-rank or adaptive routing to check)"
+              if not cl.spreading else ")")]
     uneven = uneven_fabric(cl)
     if uneven:
         out.append(f"the fabric is not uniform ({uneven}): copies in partially filled "

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from sim.errors import UsageError
 from sim.network.flow import FlowNetwork
 from sim.network.nccl_env import parse_nccl_algo, parse_nccl_proto
-from sim.topology.spec import ALGORITHMS, PROTOCOLS
+from sim.topology.cluster import ROUTINGS
+from sim.topology.spec import ALGORITHMS, PROTOCOLS, ROUTINGS_FOR
 
 if TYPE_CHECKING:
     from sim.topology.spec import Topology
 
-ROUTINGS = ("ecmp", "adaptive")
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
 
 
@@ -41,7 +41,7 @@ def parse_algorithm(text: str | None) -> str | dict[str, str] | None:
 
 
 def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None = None,
-                  routing: str = "ecmp", protocol: str | None = None,
+                  routing: str | None = None, protocol: str | None = None,
                   nvls_enable: bool | None = None, nccl_algo: str | None = None,
                   nccl_proto: str | None = None,
                   collnet_enable: bool | None = None) -> FlowNetwork:
@@ -51,9 +51,10 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
     ``hierarchical``, ``direct``; applied where it exists, auto elsewhere), a mapping
     ``{op: name}`` (op in lower case, e.g. ``allreduce``), or ``None`` (default) for the
     topology file's ``collectives.algorithm`` (itself ``auto`` unless the file says
-    otherwise). ``routing``: ``ecmp`` or ``adaptive``. ``protocol``: ``auto``, ``LL``,
-    ``LL128``, ``Simple`` or ``None`` for the topology file's choice. ``nvls_enable``: NCCL's
-    NCCL_NVLS_ENABLE — NVLS all-reduce is a candidate where the node's NVSwitches declare
+    otherwise). ``routing``: ``dmodk``, ``adaptive``, ``ecmp``, ``spray`` (one the fabric's
+    transport has) or ``None`` for the topology's ``fabric.routing``. ``protocol``: ``auto``,
+    ``LL``, ``LL128``, ``Simple`` or ``None`` for the topology file's choice. ``nvls_enable``:
+    NCCL's NCCL_NVLS_ENABLE — NVLS all-reduce is a candidate where the node's NVSwitches declare
     ``nvls: true`` (False: never chosen by ``auto``; ``--algorithm nvls`` still runs it).
     ``nccl_algo`` / ``nccl_proto``: NCCL_ALGO / NCCL_PROTO strings in NCCL's syntax
     (:mod:`sim.network.nccl_env`): what ``auto`` may choose per collective.
@@ -70,8 +71,13 @@ def build_network(topology: Topology, *, algorithm: str | dict[str, str] | None 
         raise UsageError("the topology's fabric does not declare sharp: true, so SHARP never "
                          "runs and the switch would change nothing; leave it out",
                          field="nccl_collnet_enable")
-    if routing not in ROUTINGS:
+    if routing is not None and routing not in ROUTINGS:
         raise UsageError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})",
+                         field="routing")
+    f = topology.fabric
+    if routing is not None and f is not None and routing not in ROUTINGS_FOR[f.transport]:
+        raise UsageError(f"routing {routing!r} does not exist on the topology's {f.transport} "
+                         f"fabric (known: {', '.join(ROUTINGS_FOR[f.transport])})",
                          field="routing")
     if protocol is not None and protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})",

@@ -57,7 +57,7 @@ class FlowNetwork(Network):
     """Max-min fair flow-level network on a topology (see module docstring)."""
 
     def __init__(self, topology: Topology, *, algorithm: str | dict[str, str] | None = None,
-                 routing: str = "ecmp", protocol: str | None = None, nvls_enable: bool = True):
+                 routing: str | None = None, protocol: str | None = None, nvls_enable: bool = True):
         self.topology = topology
         self.cluster = Cluster(topology, routing)
         self.perturbed = self.cluster.perturbed

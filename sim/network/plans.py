@@ -10,8 +10,9 @@ Algorithms (n ranks on N nodes, g ranks per node, C channels = distinct NICs of 
 - ``ring`` (AllReduce, AllGather, ReduceScatter): C rings, one per NIC (rail); ring ``c`` enters
   each node at the GPU next to NIC ``c``, visits the node's ranks and leaves through NIC ``c``
   (PXN), like NCCL's rings. Each edge carries ``2(n−1)/n·S/C`` (AllReduce) or ``(n−1)/n·S/C``.
-- ``tree`` (AllReduce): per channel two binary trees over the nodes (the second mirrored: NCCL's
-  double binary tree) with a chain inside each node; every edge carries ``S/(2C)`` up (reduce)
+- ``tree`` (AllReduce): per channel two binary trees over the nodes (NCCL's double binary
+  tree, ``ncclGetDtree``: the second mirrored, or shifted for an odd count) with a chain inside
+  each node; every edge carries ``S/(2C)`` up (reduce)
   and ``S/(2C)`` down (broadcast).
 - ``hierarchical`` (AllReduce, AllGather, ReduceScatter; N > 1 and g > 1): intra-node
   ReduceScatter, then g parallel inter-node rings of ``S/g`` (GPU j of every node, over its own
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from sim.comm import CollKind
 from sim.network import nccl
 from sim.network.mesh import mesh_ring_edges, mesh_rotate
+from sim.network.ncclgraph import dtree_edges, flows_per_rail
 from sim.topology.cluster import Cluster
 
 Edge = tuple[int, int, int]  # (src GPU, dst GPU, rail: NIC index for inter-node, -1 = dst's)
@@ -174,8 +176,11 @@ def _ring_coflows(cl: Cluster, ranks: tuple[int, ...], coef_total: float,
     if got is None:
         got = memo[key] = _ring_edges(cl, ranks, chain_root)
     channels, n_edges, n_inter = got
-    return ([Coflow(edges, coef_total / len(channels), c) for c, edges in enumerate(channels)],
-            n_edges, n_inter)
+    m = flows_per_rail(cl) if n_inter else 1
+    return ([Coflow(edges, coef_total / (len(channels) * m), c * m + q)
+             for c, edges in enumerate(channels) for q in range(m)], n_edges, n_inter)
+
+
 
 
 def _ring_edges(cl: Cluster, ranks: tuple[int, ...], chain_root: int | None
@@ -243,15 +248,13 @@ def tree_plan(cl: Cluster, ranks: tuple[int, ...], intra: str) -> Plan:
                 for j in range(len(s) - 1):
                     edges.append((s[j], s[j + 1], -1))
                     edges.append((s[j + 1], s[j], -1))
-            for i in range(1, n_nodes):
-                # heap-shaped binary tree over node positions; tree 1 is the mirror image
-                child, parent = (i, (i - 1) // 2)
-                if t == 1:
-                    child, parent = n_nodes - 1 - child, n_nodes - 1 - parent
+            for child, parent in dtree_edges(n_nodes, t):
                 a, b = seqs[child][0], seqs[parent][0]
                 edges.append((a, b, k))
                 edges.append((b, a, k))
-            cfs.append(Coflow(tuple(edges), 1.0 / (2 * c_count), 2 * c + t))
+            m = flows_per_rail(cl) if n_nodes > 1 else 1
+            cfs += [Coflow(tuple(edges), 1.0 / (2 * c_count * m), (2 * c + t) * m + q)
+                    for q in range(m)]
     ppn = max(len(g) for g in nodes)
 
     def latency(cfs) -> dict[str, int]:

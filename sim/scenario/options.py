@@ -64,11 +64,12 @@ class ModelInput:
 @dataclass(frozen=True)
 class NetworkOptions:
     """How collectives are costed (:func:`sim.network.build_network`): ``algorithm`` (a name,
-    ``op=name,…`` or ``None`` for the topology file's), ``routing`` (``ecmp`` | ``adaptive``),
+    ``op=name,…`` or ``None`` for the topology file's), ``routing`` (``dmodk`` | ``adaptive``
+    | ``ecmp`` | ``spray``; ``None``: the topology's ``fabric.routing``),
     ``protocol`` (NCCL protocol or ``None`` for the topology file's)."""
 
     algorithm: str | None = None
-    routing: str = "ecmp"
+    routing: str | None = None
     protocol: str | None = None
     nvls_enable: bool | None = None  # NCCL_NVLS_ENABLE (--nccl-nvls-enable); None: not given
     nccl_algo: str | None = None  # NCCL_ALGO (--nccl-algo), NCCL's syntax

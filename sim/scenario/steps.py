@@ -120,7 +120,7 @@ class Outcome:
 
 def network_of(topology: Topology, opts: NetworkOptions):
     """The network model of ``topology`` selected by ``opts``."""
-    return build_network(topology, algorithm=opts.algorithm, routing=opts.routing or "ecmp",
+    return build_network(topology, algorithm=opts.algorithm, routing=opts.routing,
                          protocol=opts.protocol, nvls_enable=opts.nvls_enable,
                          nccl_algo=opts.nccl_algo, nccl_proto=opts.nccl_proto,
                          collnet_enable=opts.collnet_enable)

@@ -8,9 +8,13 @@ them, so a 1024-GPU cluster costs nothing until traffic flows.
 Node names (tuples): ``("gpu", n, i)``, ``("nvswitch", n)``, ``("pcie", n, p)``,
 ``("cpu", n, s)``, ``("nic", n, k)`` inside node ``n``; ``("sw", level, block, j)`` for fabric
 switches (level 1 = leaf; ``block`` = index of the level's sub-tree; ``j`` = switch in it).
-A link is the pair ``(u, v)``. With ``routing="adaptive"`` the parallel up-links of a sub-tree
-are one *trunk* link ``("up", level, block)`` / ``("down", level, block)`` whose capacity is
-their sum: ideal adaptive routing (packet spraying) spreads load evenly over them.
+A link is the pair ``(u, v)``. Routing between leaves (docs/network.md, "Fabric routing"):
+``dmodk`` (an InfiniBand subnet manager's fat-tree tables: the path is fixed by the
+destination's port index, D mod K), ``ecmp`` (per-flow hashing: CRC-32 of the flow's key),
+``adaptive`` (InfiniBand adaptive routing) and ``spray`` (Ethernet per-packet spraying,
+Spectrum-X): with the last two the parallel up-links of a sub-tree are one *trunk* link
+``("up", level, block)`` / ``("down", level, block)`` whose capacity is their sum, load spread
+evenly over them. The default is the topology's ``fabric.routing``.
 
 Capacities are effective bandwidths in GB/s (= bytes per ns): line rate × efficiency.
 Latencies are ns: each link carries the latency of the device it leaves (switch, NIC, PCIe
@@ -19,22 +23,33 @@ switch) plus cable latency for fabric links.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from sim.topology.fattree import FatTree
 from sim.topology.spec import Topology
 
-ROUTINGS = ("ecmp", "adaptive")
+ROUTINGS = ("dmodk", "adaptive", "ecmp", "spray")
+# routings that spread a flow over every parallel up-link (trunk links)
+SPREADING = ("adaptive", "spray")
+
+
+def default_routing(topo: Topology) -> str:
+    """The routing a topology's fabric runs (``fabric.routing``; no fabric: ``dmodk``, moot)."""
+    return topo.fabric.routing if topo.fabric is not None else "dmodk"
 
 
 class Cluster:
     """Routes between GPUs of a :class:`Topology` and the registry of the links they use."""
 
-    def __init__(self, topo: Topology, routing: str = "ecmp"):
+    def __init__(self, topo: Topology, routing: str | None = None):
+        routing = routing or default_routing(topo)
         if routing not in ROUTINGS:
             raise ValueError(routing)
         self.topo = topo
         self.routing = routing
+        self.spreading = routing in SPREADING
         self.gpn = topo.gpus_per_node
         node = topo.node
         self.nics = node.nics.count
@@ -236,11 +251,28 @@ class Cluster:
         names = [(x[0], n) + x[1:] for x in seg]
         return [(names[i], names[i + 1]) for i in range(len(names) - 1)]
 
-    def _fabric_names(self, leaf_a: int, leaf_b: int, key: bytes) -> list[tuple[tuple, tuple]]:
+    def _fabric_names(self, leaf_a: int, leaf_b: int, src: int, dst: int, channel: int,
+                      dest_port: tuple[int, int]) -> list[tuple[tuple, tuple]]:
+        """Switch links leaf_a → leaf_b of the transfer ``src → dst`` on ``channel`` arriving
+        at NIC ``dest_port`` = (node, NIC)."""
         if leaf_a == leaf_b:
             return []
         assert self.tree is not None
-        return self.tree.link_names(leaf_a, leaf_b, key, self.routing == "adaptive")
+        return self.tree.link_names(leaf_a, leaf_b, self._route_value(src, dst, channel,
+                                                                      dest_port))
+
+    def _route_value(self, src: int, dst: int, channel: int, dest_port: tuple[int, int]
+                     ) -> int | None:
+        """What picks the equal-cost path (its value mod the number of paths): ECMP the
+        CRC-32 of ``"src>dst#channel"``, D-mod-K the destination NIC's port index; None for a
+        spreading routing."""
+        if self.spreading:
+            return None
+        if self.routing == "ecmp":
+            return zlib.crc32(f"{src}>{dst}#{channel}".encode())
+        f = self.topo.fabric
+        assert f is not None
+        return f.port_index(dest_port[0], dest_port[1], self.topo.num_nodes, self.nics)
 
     # ---- routes --------------------------------------------------------------------------
     def path(self, src: int, dst: int, rail: int = -1, channel: int = 0) -> tuple[int, ...]:
@@ -250,7 +282,8 @@ class Cluster:
         to the NIC's GPU if needed, as NCCL's PXN does) to NIC ``rail`` of its node, across the
         fabric to NIC ``rail`` of the destination node, then to ``dst``. ``rail = -1`` uses the
         destination GPU's NIC. ECMP picks among equal-cost fabric paths by CRC-32 of
-        ``"src>dst#channel"`` (deterministic; independent of PYTHONHASHSEED).
+        ``"src>dst#channel"`` (deterministic; independent of PYTHONHASHSEED), D-mod-K by the
+        destination NIC's port index.
         """
         key = (src, dst, rail, channel)
         p = self._paths.get(key)
@@ -272,7 +305,7 @@ class Cluster:
         la, lb = self.leaf_of(na[0], ka), self.leaf_of(nb[0], kb)
         out = self._local_names(na[0], self._segment(("gpu", na[1]), ("nic", ka)))
         out.append((("nic", na[0], ka), ("sw", 1, la, 0)))
-        out.extend(self._fabric_names(la, lb, f"{src}>{dst}#{channel}".encode()))
+        out.extend(self._fabric_names(la, lb, src, dst, channel, (nb[0], kb)))
         out.append((("sw", 1, lb, 0), ("nic", nb[0], kb)))
         out.extend(self._local_names(nb[0], self._segment(("nic", kb), ("gpu", nb[1]))))
         return out
@@ -286,7 +319,7 @@ class Cluster:
         k = self.nic_of(dst) if rail < 0 else rail
         ka, kb = self.nic_pair(na, nb, k)
         la, lb = self.leaf_of(na, ka), self.leaf_of(nb, kb)
-        return self._fabric_names(la, lb, f"{src}>{dst}#{channel}".encode())
+        return self._fabric_names(la, lb, src, dst, channel, (nb, kb))
 
     def count_fabric_links(self, src, dst, channel: int, wanted: dict[tuple, int]
                            ) -> dict[int, int] | None:
@@ -301,10 +334,14 @@ class Cluster:
         k = np.asarray(self._gpu_nic)[dst % gpn]
         la = f.leaf_index(src // gpn, k, nn, self.nics)
         lb = f.leaf_index(dst // gpn, k, nn, self.nics)
-        adaptive = self.routing == "adaptive"
-        keys = [] if adaptive else [f"{s}>{d}#{channel}".encode()
-                                    for s, d in zip(src.tolist(), dst.tolist(), strict=True)]
-        return self.tree.count_links(la, lb, keys, wanted, adaptive)
+        values = None
+        if self.routing == "ecmp":
+            values = np.fromiter((zlib.crc32(f"{s}>{d}#{channel}".encode()) for s, d in
+                                  zip(src.tolist(), dst.tolist(), strict=True)),
+                                 dtype=np.int64, count=len(src))
+        elif not self.spreading:
+            values = f.port_index(dst // gpn, k, nn, self.nics)
+        return self.tree.count_links(la, lb, values, wanted)
 
     def _seg_ids(self, a: tuple, b: tuple) -> tuple[int, ...]:
         """Template link numbers of the segment ``a → b`` (cached)."""

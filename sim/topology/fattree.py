@@ -2,14 +2,16 @@
 
 Switch names follow :mod:`sim.topology.cluster`: ``("sw", level, block, j)`` is switch ``j`` of
 the level-``level`` sub-tree ``block`` (level 1 = leaf). The level-``l`` block of a leaf is
-``leaf // spans[l]``. ECMP numbers the equal-cost paths between two leaves and picks one by
-CRC-32 of a route key; adaptive routing uses one trunk link per sub-tree and direction,
-``("up", level, block)`` / ``("down", level, block)``. No faults here: the cluster applies them.
+``leaf // spans[l]``. Single-path routings number the equal-cost paths between two leaves
+and pick path ``value mod paths``, where the route's value is the CRC-32 of a flow key (ECMP
+hashing) or the destination's port index D (D-mod-K, OpenSM's fat-tree routing: the up-port
+at level l is ``⌊D / ∏ up-ports below l⌋ mod up-ports of l``, the mixed-radix digits of
+``D mod paths``); spreading routings (adaptive, spray) use one trunk link per sub-tree and
+direction, ``("up", level, block)`` / ``("down", level, block)``. No faults here: the cluster
+applies them.
 """
 
 from __future__ import annotations
-
-import zlib
 
 import numpy as np
 
@@ -69,13 +71,13 @@ class FatTree:
             down.append(("sw", level, leaf_b // self.spans[level], j))
         return up_path + down
 
-    def link_names(self, leaf_a: int, leaf_b: int, key: bytes, adaptive: bool
+    def link_names(self, leaf_a: int, leaf_b: int, value: int | None
                    ) -> list[tuple[tuple, tuple]]:
-        """Switch-to-switch links from ``leaf_a`` to ``leaf_b``: adaptive trunks, or the ECMP
-        path chosen by CRC-32 of ``key``."""
+        """Switch-to-switch links from ``leaf_a`` to ``leaf_b``: the trunks of a spreading
+        routing (``value`` None), else path number ``value mod paths``."""
         if leaf_a == leaf_b:
             return []
-        if adaptive:
+        if value is None:
             top = self.level(leaf_a, leaf_b)
             out = []
             for level in range(1, top):
@@ -86,21 +88,21 @@ class FatTree:
         meta = self._ecmp.get((leaf_a, leaf_b))
         if meta is None:
             meta = self._ecmp[(leaf_a, leaf_b)] = self.equal_cost_paths(leaf_a, leaf_b)
-        choice = zlib.crc32(key) % meta if meta > 1 else 0
+        choice = value % meta if meta > 1 else 0
         nodes = self.switches(leaf_a, leaf_b, choice)
         return [(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
 
-    def count_links(self, la, lb, keys: list[bytes], wanted: dict[tuple, int], adaptive: bool
-                    ) -> dict[int, int]:
-        """For many routes at once (numpy arrays of source and destination leaves, the ECMP
-        key of each route): how many use each of the ``wanted`` switch links (name → id).
-        The same choices as :meth:`link_names`, vectorised."""
+    def count_links(self, la, lb, values, wanted: dict[tuple, int]) -> dict[int, int]:
+        """For many routes at once (numpy arrays of source and destination leaves, the route
+        value of each route as an int64 array, or None for a spreading routing): how many use
+        each of the ``wanted`` switch links (name → id). The same choices as
+        :meth:`link_names`, vectorised."""
         spans, up = self.spans, self.up
         levels = len(spans) - 1
         top = np.zeros(len(la), dtype=np.int64)
         for lv in range(levels, 0, -1):  # lowest common level wins
             top = np.where(la // spans[lv] == lb // spans[lv], lv, top)
-        if adaptive:
+        if values is None:
             out: dict[int, int] = {}
             for (u, _v), i in wanted.items():
                 if u[0] in ("up", "down"):
@@ -109,10 +111,7 @@ class FatTree:
                     out[i] = int(((top > lv) & (ends // spans[lv] == block)).sum())
             return out
         p = np.asarray([1] + [self.paths_below(lv) for lv in range(1, levels + 1)])
-        n_paths = p[top].tolist()
-        choice = np.fromiter((zlib.crc32(k) % n if n > 1 else 0
-                              for k, n in zip(keys, n_paths, strict=True)),
-                             dtype=np.int64, count=len(la))
+        choice = np.asarray(values, dtype=np.int64) % p[top]
         jup = {1: np.zeros(len(la), dtype=np.int64)}  # switch index on the way up
         rest = choice.copy()
         for lv in range(2, levels + 1):

@@ -23,6 +23,7 @@ from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
     ALGORITHMS,
     PROTOCOLS,
+    ROUTINGS_FOR,
     CollectiveSpec,
     FabricLevel,
     FabricSpec,
@@ -39,6 +40,8 @@ _LEVEL_NAMES = ("leaf", "spine", "core")
 MAX_NODES = 1_000_000
 MAX_PER_NODE = 1024  # GPUs, PCIe switches, sockets, NICs, NVLinks per node
 MAX_RADIX = 65536
+MAX_QPS = 128  # NCCL_IB_QPS_PER_CONNECTION (NCCL v2.30.7 allows up to NCCL_IB_MAX_QPS = 128,
+# src/transport/net_ib/common.h:172)
 def _blocks(n: int, parts: int) -> tuple[int, ...]:
     """Item i → block i·parts // n (contiguous, balanced)."""
     return tuple(i * parts // n for i in range(n))
@@ -179,6 +182,15 @@ def _fabric(s: Section, nics_per_node: int) -> FabricSpec:
     eff = s.eff()
     link_lat = s.ns("link_latency_ns")
     sharp = s.bool("sharp", False)
+    transport = s.str("transport", default="infiniband")
+    if transport not in ROUTINGS_FOR:
+        s.r.fail(s.path + ("transport",), f"unknown transport {show(transport)} "
+                 f"(known: {', '.join(ROUTINGS_FOR)})")
+    routing = s.str("routing", default=ROUTINGS_FOR[transport][0])
+    if routing not in ROUTINGS_FOR[transport]:
+        s.r.fail(s.path + ("routing",), f"routing {show(routing)} does not exist on a "
+                 f"{transport} fabric (known: {', '.join(ROUTINGS_FOR[transport])})")
+    qps = s.int("qps_per_connection", 1, maximum=MAX_QPS)
     raw = s.raw("levels")
     if not isinstance(raw, list) or not raw:
         s.r.fail(s.path + ("levels",), "expected a non-empty list of switch levels")
@@ -210,7 +222,8 @@ def _fabric(s: Section, nics_per_node: int) -> FabricSpec:
                  f"({nics_per_node} NICs each) unless rail_optimized is true")
     s.done()
     return FabricSpec(type=ftype, rail_optimized=rail, link_bandwidth_gbps=bw, efficiency=eff,
-                      link_latency_ns=link_lat, levels=tuple(levels), sharp=sharp)
+                      link_latency_ns=link_lat, levels=tuple(levels), sharp=sharp,
+                      transport=transport, routing=routing, qps_per_connection=qps)
 
 
 def _collectives(s: Section | None) -> CollectiveSpec:

@@ -127,6 +127,15 @@ class FabricSpec:
     levels: tuple[FabricLevel, ...]
     # the switches reduce in the network (SHARP): NCCL's CollNet all-reduce can run on them
     sharp: bool = False
+    # link layer: "infiniband" or "roce" (RDMA over Converged Ethernet)
+    transport: str = "infiniband"
+    # how switches pick among equal-cost up-links (docs/network.md, "Fabric routing"):
+    # "dmodk" (OpenSM fat-tree routing), "adaptive" (InfiniBand adaptive routing), "ecmp"
+    # (per-flow hashing), "spray" (per-packet spraying, Spectrum-X)
+    routing: str = "dmodk"
+    # NCCL_IB_QPS_PER_CONNECTION the cluster runs NCCL with (NCCL's default 1): queue pairs
+    # per connection, each hashed on its own under ECMP
+    qps_per_connection: int = 1
 
     @property
     def link_bandwidth_GBps(self) -> float:
@@ -150,6 +159,20 @@ class FabricSpec:
             rails_per_block = d2 // per_rail
             return (nic // rails_per_block) * d2 + (nic % rails_per_block) * per_rail + node // d1
         return nic * per_rail + node // d1
+
+    def port_index(self, node, nic, nodes: int, nics: int):
+        """Global index of the leaf port of NIC ``nic`` of ``node`` (numbers or numpy arrays):
+        ``leaf × leaf down-ports + port on the leaf``, ports filled in (node, NIC) order as
+        :meth:`leaf_index` fills leaves. The destination index D of D-mod-K routing."""
+        d1 = self.levels[0].down
+        port = node % d1 if self.rail_optimized else (node * nics + nic) % d1
+        return self.leaf_index(node, nic, nodes, nics) * d1 + port
+
+
+# Routings per transport (the first is the default): an InfiniBand subnet manager's fat-tree
+# (D-mod-K) tables, Quantum adaptive routing, or hash-based forwarding; Ethernet ECMP hashing or
+# Spectrum-X packet spraying.
+ROUTINGS_FOR = {"infiniband": ("dmodk", "adaptive", "ecmp"), "roce": ("ecmp", "spray")}
 
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct", "nvls", "collnet")
@@ -223,7 +246,7 @@ class Topology:
             lv = ", ".join(f"{x.name} radix {x.radix} ({x.down} down / {x.up} up"
                            + (f", {x.oversubscription:g}:1" if x.up else "") + ")"
                            for x in f.levels)
-            out.append(f"fabric: {len(f.levels)}-level fat tree"
+            out.append(f"fabric: {len(f.levels)}-level {f.transport} fat tree"
                        f"{', rail-optimised' if f.rail_optimized else ''}, links "
                        f"{f.link_bandwidth_gbps:g} Gb/s × {f.efficiency:g}; {lv}")
         out += [Assumption(f"topology override (--set): {o}", "topology-override", departs=True)
