@@ -73,3 +73,19 @@ def test_sigusr1_during_a_run_ends_it_with_one_line(tmp_path):
     assert err.strip().splitlines()[-1] == "simrun: terminated (SIGUSR1)", err
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_while_an_error_is_reported_is_one_line(monkeypatch, capsys):
+    """A signal that arrives while simrun formats an error (naming the flag imports every
+    subcommand's parser: slow on a loaded machine) ends with one line, not a traceback (the
+    campaign's ``sweep --scheduler`` case)."""
+    import sim.cli as cli
+    from sim.runtime.process import Terminated
+
+    def slow_naming(err):
+        raise Terminated(int(signal.SIGTERM))
+
+    monkeypatch.setattr(cli, "cli_error", slow_naming)
+    code = cli.main(["--workload", "no-such-workload-file", "--topo", "tiny-2x2"])
+    assert code == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "simrun: terminated (SIGTERM)\n"

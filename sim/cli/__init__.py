@@ -88,16 +88,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     restore = terminate_as_interrupt()
     try:
+        return _guarded(argv)
+    except KeyboardInterrupt as e:  # a signal while an error was being reported
+        return _stopped(e)
+    finally:
+        restore()
+        if as_program:
+            quiet_shutdown()
+
+
+def _stopped(e: KeyboardInterrupt) -> int:
+    code, word = exit_status(e)
+    print(f"simrun: {word}", file=sys.stderr)
+    return code
+
+
+def _guarded(argv: list[str]) -> int:
+    """Run the command of ``argv``; every error becomes one line and an exit code."""
+    try:
         if argv and argv[0] in SUBCOMMANDS:
             return int(_subcommand(argv[0])(argv[1:]) or 0)
         return run(argv)
     except SimrunError as e:
         print(f"simrun: error: {cli_error(e)}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP
-        code, word = exit_status(e)
-        print(f"simrun: {word}", file=sys.stderr)
-        return code
+    except KeyboardInterrupt as e:  # Ctrl-C and the stop signals (sim.runtime.process)
+        return _stopped(e)
     except BrokenPipeError:
         return 0
     except Exception as e:  # noqa: BLE001 - last-resort guard: no traceback for users
@@ -106,7 +122,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simrun: internal error: {type(e).__name__}: {e} (set SIMRUN_DEBUG=1 for a "
               "traceback)", file=sys.stderr)
         return 1
-    finally:
-        restore()
-        if as_program:
-            quiet_shutdown()
