@@ -58,6 +58,19 @@ def _key(r: KernelRow, kind: str | None = None, **change) -> tuple:
     return (kind or r.kind, tuple((c, change.get(c, v)) for c, v in r.shape))
 
 
+#: the sustained-load factors' uncertainty as the measurement files state it
+UNCERTAINTY_BF16 = (
+    "1.042 (GPT-3 175B layer) and 1.051 (Llama 3 8B layer), one 20 s run each on one "
+    "H100 SXM at its 700 W power limit with clocks as found "
+    "(docs/measured/h100-2026-11-28/behaviour-2.json): +-0.005 between the two; the "
+    "spread of repeated runs and between chips was not measured")
+UNCERTAINTY_FP8 = (
+    "one 20 s run of one FP8 layer (TE's recipe emulated) on one H100 SXM at its 700 "
+    "W power limit with clocks as found "
+    "(docs/measured/h100-2026-11-28/behaviour-3.json): the spread of repeated runs "
+    "and between chips was not measured; bounded by 1 (burst timing) and 1.129 (an "
+    "8192^3 FP8 GEMM loop; behaviour-1.json)")
+
 def assemble(old: KernelTable, measured: Path) -> KernelTable:
     prof = read_table(measured / "profile-standard.csv")
     acc = json.loads((measured / "behaviour-3.json").read_text())["accumulate_in_place"]
@@ -103,6 +116,9 @@ def assemble(old: KernelTable, measured: Path) -> KernelTable:
         "sms": "132",
         "sustained_slowdown_bf16": f"{bf16:.3f}",
         "sustained_slowdown_fp8": f"{fp8:.3f}",
+        # as the measurement files state them (docs/kernel-tables.md, "Sustained load")
+        "sustained_uncertainty_bf16": UNCERTAINTY_BF16,
+        "sustained_uncertainty_fp8": UNCERTAINTY_FP8,
         "note": old.meta.get("note", "") + ". gemm_fp8 is the split accumulator (TE's dgrad "
                 "and wgrad), gemm_fp8_fastacc fast accumulation (TE's forward); "
                 "gemm_bf16_acc32 is torch.addmm into an fp32 buffer in place (one cuBLAS "

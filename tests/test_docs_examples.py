@@ -207,6 +207,7 @@ NOT_RUN_BLOCKS = [
     ("docs/sweeps.md", "simrun sweep --model workloads/models/gpt3-175b.yaml "),
     ("docs/sweeps.md", "dask scheduler "),
     ("docs/validation.md", "simrun validate "),
+    ("docs/validation.md", "python scripts/validation_bands.py "),
     ("docs/visualisation.md", "python scripts/make_gallery.py"),
 ]
 

@@ -103,6 +103,30 @@ def test_the_tables_measured_factor_per_dtype_and_the_override(tmp_path):
     assert none.sustained("fp8")[0] == 1.0 and "not modelled" in none.sustained("fp8")[1]
 
 
+def test_the_factor_applies_only_on_the_gpu_it_was_measured_on(tmp_path):
+    """A GPU's clock under its power limit is its own: the H100 table's factor is not carried
+    to an A100 run given that table (``--kernel-table``), and the report says so; on the H100
+    the report prints the uncertainty the table states."""
+    meta = {"sustained_slowdown_fp8": "1.5", "sustained_slowdown_bf16": "1.2",
+            "sustained_uncertainty_bf16": "one run, spread not measured"}
+    path = tmp_path / "t.csv"
+    write_table(_table(meta=meta), path)
+    a100 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0, "fp16": 312.0}, 80, 2039)
+    other = resolve_compute(a100, ComputeOptions(kernel_table=str(path)))
+    factor, note = other.sustained("bf16")
+    assert factor == 1.0
+    assert note.startswith("sustained load: not applied (the table's sustained_slowdown_bf16 "
+                           "1.2 was measured on H100-SXM5-80GB, this run's GPU is "
+                           "A100-SXM4-80GB")
+    own = resolve_compute(H100_SXM, ComputeOptions(kernel_table=str(path)))
+    assert own.sustained("bf16")[0] == 1.2
+    assert "; uncertainty: one run, spread not measured;" in own.sustained("bf16")[1]
+    assert "uncertainty" not in own.sustained("fp8")[1]  # none stated for fp8 here
+    shipped = shipped_table("h100-sxm.csv").meta  # the shipped table states both
+    assert "not measured" in shipped["sustained_uncertainty_bf16"]
+    assert "1.129" in shipped["sustained_uncertainty_fp8"]
+
+
 def test_refused_without_a_kernel_table():
     with pytest.raises(UsageError) as e:
         resolve_compute(H100_SXM, ComputeOptions(kernel_table="none", sustained_slowdown=1.1))

@@ -43,15 +43,7 @@ def test_validate_within_360_cpu_s(tmp_path):
     cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime
               for a, b in zip(after, before, strict=True))
     assert cpu < 360, f"{cpu:.1f} CPU-s"
-    # a coarse guard on the whole set (docs/validation.md has the numbers: mean absolute error
-    # 12.0%, the largest 27.3% on MT-NLG); a broken mechanism that doubles or halves a class of
-    # iterations fails it, the refinement of a model does not. One case is outside it and
-    # checked on its own: Qwen3-30B-A3B on 16 H100s (−65%; docs/validation.md: the published
-    # throughput of that layout halves between Megatron-Bridge releases, per-layer host
-    # synchronisation of the alltoall dispatcher not modelled)
+    # accuracy: every case against its own recorded error, no case exempted
+    # (tests/test_validation_bands.py, in the default suite)
     data = json.loads((tmp_path / "v.json").read_text())
-    assert len(data["cases"]) >= 29 and data["summary"]["all"]["mean_abs_error_pct"] < 20
-    outlier = "H100 Qwen3-30B-A3B 16 GPU EP8"
-    errors = {c["name"]: abs(c["error_pct"]) for c in data["cases"]}
-    assert max(e for n, e in errors.items() if n != outlier) < 40
-    assert errors[outlier] < 70
+    assert len(data["cases"]) >= 29

@@ -71,10 +71,14 @@ def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
         out += [fmt(b) for b in group]
         out.append(f"{role}: {_stats_line(stats[role])}")
     out.append(f"all: {_stats_line(stats['all'])}")
-    by_source = stats.get("evaluation_by_source", {})
-    if len(by_source) > 1:  # weak-scaling rows of one source weigh as much as their count
-        out.append("evaluation cases by source:")
-        out += [f"  {src}: {_stats_line(s)}" for src, s in by_source.items()]
+    # weak-scaling rows of one source weigh as much as their count: each source (and GPU
+    # family) of each role gets its own statistics
+    for what, title in (("source", "source"), ("gpu_family", "GPU family")):
+        for role in ROLES:
+            groups = stats.get(f"{role}_by_{what}", {})
+            if len(groups) > 1 or (groups and what == "gpu_family"):
+                out.append(f"{role} cases by {title}:")
+                out += [f"  {k}: {_stats_line(s)}" for k, s in groups.items()]
     return out
 
 
@@ -106,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     text += ["  " + line for line in table(rows, stats)]
     missing = sorted({o for r in rows for o in r["not_modelled"]})
     if missing:
-        text.append("options of the measured runs not modelled yet (the prediction runs "
-                    f"without them): {', '.join(missing)}")
+        text.append("options and stack costs of the measured runs not modelled yet (the "
+                    f"prediction runs without them; per case in --json): {'; '.join(missing)}")
     over = [f"{r['name']} ({r['memory_per_gpu_bytes'] / 1e9:.1f} GB)" for r in rows
             if not r["memory_feasible"]]
     if over:  # a measured run that does not fit is a finding about the memory model
@@ -118,6 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         print("\n".join(text))
     if args.json:
-        write_json(args.json, {"schema": "simrun.validate/3", "files": [str(f) for f in files],
+        write_json(args.json, {"schema": "simrun.validate/4", "files": [str(f) for f in files],
                                "summary": stats, "cases": rows})
     return 0

@@ -58,17 +58,28 @@ class ComputeSetup:
             return self.sustained_slowdown, (
                 f"sustained load: kernel-table times × {self.sustained_slowdown:g} "
                 "(--sustained-slowdown)")
-        key = f"sustained_slowdown_{'fp8' if dtype == 'fp8' else 'bf16'}"
-        text = self.lookup.table.meta.get(key)
+        d = "fp8" if dtype == "fp8" else "bf16"
+        key = f"sustained_slowdown_{d}"
+        table = self.lookup.table
+        text = table.meta.get(key)
         if text is None:
             return 1.0, (f"sustained load: not modelled (the kernel table has no {key}: its "
                          "times, measured one kernel at a time, are used as they are; "
                          "--sustained-slowdown F sets one)")
+        measured_on = find(table.gpu)
+        if self.entry is None or measured_on is None or measured_on.name != self.entry.name:
+            # a GPU's clock under its power limit is its own: the factor is not carried over
+            return 1.0, (f"sustained load: not applied (the table's {key} {float(text):g} was "
+                         f"measured on {table.gpu}, this run's GPU is "
+                         f"{self.entry.name if self.entry else 'another'}; "
+                         "--sustained-slowdown F sets one)")
+        unc = table.meta.get(f"sustained_uncertainty_{d}")
         return float(text), (
             f"sustained load: kernel-table times × {float(text):g} (the table's {key}: a "
             "layer's kernels run back to back, at the GPU's power limit, against the same "
-            "kernels in short bursts as the table times them; --sustained-slowdown 1 turns "
-            "it off)")
+            "kernels in short bursts as the table times them"
+            + (f"; uncertainty: {unc}" if unc else "")
+            + "; --sustained-slowdown 1 turns it off)")
 
 
 def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:

@@ -47,6 +47,7 @@ from sim.errors import InputError, SimrunError
 from sim.files.catalog import shipped
 from sim.files.inputs import read_text, show
 from sim.files.yaml_load import load_yaml_with_lines
+from sim.kernels.gpus import find
 from sim.models.parallel_checks import validate as check_parallel
 from sim.models.vocab.spec import load_model
 from sim.parallel.config import ParallelConfig, Training
@@ -303,6 +304,7 @@ def run_case(case: Case) -> dict[str, Any]:
     return {
         "name": case.name, "role": case.role, "model": model.name, "gpus": par.world_size,
         "gpu": topo.gpu.name,
+        "gpu_family": entry.family if (entry := find(topo.gpu.name)) else topo.gpu.name,
         "layout": f"TP{par.tp} PP{par.pp} DP{par.dp} VPP{par.vpp}"
                   + (f" CP{par.cp}" if par.cp > 1 else ""),
         "global_batch": par.global_batch, "micro_batch": par.micro_batch,
@@ -350,9 +352,9 @@ def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, A
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Error statistics of all cases (``all``), of each role (``calibration``,
-    ``evaluation``) and of the evaluation cases of each source (``evaluation_by_source``:
-    source line → statistics, in file order), in percent of the measured time; each group's
-    ``cases`` is its count."""
+    ``evaluation``), and of each role's cases by source (``<role>_by_source``: source line →
+    statistics, in file order) and by GPU family (``<role>_by_gpu_family``: ``A100``,
+    ``H100``, …), in percent of the measured time; each group's ``cases`` is its count."""
 
     def stats(group: list[dict[str, Any]]) -> dict[str, float]:
         errs = [r["error_pct"] for r in group]
@@ -363,11 +365,22 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "mean_error_pct": sum(errs) / len(errs),
                 "max_abs_error_pct": max(abs(e) for e in errs)}
 
-    evaluation = [r for r in rows if r["role"] == "evaluation"]
-    return {"all": stats(rows), **{role: stats([r for r in rows if r["role"] == role])
-                                   for role in ROLES},
-            "evaluation_by_source": {src: stats([r for r in evaluation if r["source"] == src])
-                                     for src in dict.fromkeys(r["source"] for r in evaluation)}}
+    def by(group: list[dict[str, Any]], key) -> dict[str, Any]:
+        return {k: stats([r for r in group if key(r) == k])
+                for k in dict.fromkeys(key(r) for r in group)}
+
+    out = {"all": stats(rows), **{role: stats([r for r in rows if r["role"] == role])
+                                  for role in ROLES}}
+    for role in ROLES:
+        group = [r for r in rows if r["role"] == role]
+        out[f"{role}_by_source"] = by(group, lambda r: r["source"])
+        out[f"{role}_by_gpu_family"] = by(group, gpu_family)
+    return out
+
+
+def gpu_family(row: dict[str, Any]) -> str:
+    """A row's GPU family (the GPU catalogue's, e.g. ``H100``; else the name's first part)."""
+    return row.get("gpu_family") or row["gpu"].split("-")[0]
 
 
 def default_files() -> list[Path]:

@@ -40,7 +40,11 @@ out 2–7% faster than measured (``simrun validate`` with the option on in the K
 −2.6%): the asynchronous issue gains far less than an SM share predicts (an NCCL kernel beside
 a GEMM also takes memory bandwidth and lengthens the GEMM's last wave, which the SM share does
 not count). So the default times these collectives as the calibration data behave, and the
-flag gives the SM-share overlap: an upper bound on what the asynchronous issue saves.
+flag gives the SM-share overlap: an upper bound on what the asynchronous issue saves. Because
+those end-to-end errors shaped this choice, the eight Korthikanti cases are calibration cases
+(docs/validation.md, "Calibration and evaluation cases"), and every validation case sets the
+flag as its run's framework did (on for the 2022 Megatron-LM and for Transformer Engine's
+linears without userbuffers; docs/validation.md, "Source-faithful settings").
 """
 
 from __future__ import annotations
