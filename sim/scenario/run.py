@@ -16,6 +16,7 @@ from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_paths, write_json
 from sim.kernels.gpus import describe, find
+from sim.calibration.profile import apply_to_topology
 from sim.models.compute_setup import (
     ComputeOptions,
     resolve_compute,
@@ -103,7 +104,9 @@ def input_flag(workload: WorkloadInput | ModelInput) -> str:
 def prepare_scenario(s: Scenario) -> Prepared:
     """Stage 1 of ``s`` (:func:`sim.scenario.steps.prepare`): its topology loaded, its program
     read or generated, its outputs checked."""
-    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides)
+    topo = apply_to_topology(load_topology(s.topology, nodes=s.nodes,
+                                           overrides=s.topology_overrides),
+                             s.compute.calibration, s.compute.calibration_any_cluster)
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.path, s.layout, s.workload.training, topo,
