@@ -27,11 +27,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from sim.models.vocab.ops import OpKind
-
-_MATRIX = (OpKind.GEMM, OpKind.BMM, OpKind.FP32_MATMUL)
-_ATTENTION = (OpKind.FLASH_FWD, OpKind.FLASH_BWD)
-_STREAMING = (OpKind.ELEMENTWISE, OpKind.OPTIMIZER)
+#: :class:`sim.models.vocab.ops.OpKind` values (a str enum) of each knob's kernels
+_MATRIX = ("gemm", "bmm", "fp32_matmul")
+_ATTENTION = ("flash_fwd", "flash_bwd")
+_STREAMING = ("elementwise", "optimizer")
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sim.calibration.profile import apply_to_topology
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_paths, write_json
 from sim.kernels.gpus import describe, find
-from sim.calibration.profile import apply_to_topology
 from sim.models.compute_setup import (
     ComputeOptions,
     resolve_compute,
