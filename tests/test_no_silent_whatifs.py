@@ -33,6 +33,9 @@ SLOW_GPU = ["--slow-gpu", "1:2"]
 EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--workload": {"*": [], "model": ["--workload", str(SEED_512)]},
     "--model": {"*": ["--model", "gpt2-medium"], "aicb-csv": []},
+    "--megatron-args": {"*": ["--megatron-args", str(ROOT / "tests/data/megatron/"
+                                                     "gpt2-medium-tp2.args")]},
+    "--job-config": {"*": ["--job-config", str(ROOT / "tests/data/torchtitan/llama3_70b.toml")]},
     "--format": {"aicb": ["--format", "aicb"], "optable": ["--format", "optable"],
                  "model": ["--format", "aicb"], "aicb-csv": ["--format", "aicb"]},
     "--set": {"aicb": (["--set", "node.gpu.hbm_GBps=4800"],
@@ -287,6 +290,8 @@ BEFORE: dict[tuple[str, str], list[str]] = {
     ("model", "--wgrad-deferral-limit"): ["--defer-embedding-wgrad-compute", "--pp", "2"],
 }
 BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
+    ("model", "--megatron-args"): ["--topo", "tiny-2x2"],  # the model from the arguments
+    ("model", "--job-config"): ["--topo", "dgx-a100-1024", "--nodes", "8"],  # 64 GPUs
     ("model", "--microbatches"): ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2",
                                   "--microbatches", "4"],
     ("model", "--dtype"): H100_MODEL, ("model", "--kernel-table"): H100_MODEL,

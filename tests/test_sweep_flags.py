@@ -23,8 +23,9 @@ from sim.options import applicable
 
 # attributes that make two argparse options parse the same
 SAME = ("type", "choices", "nargs", "const", "metavar", "default")
-REQUIRED = {"--model", "--global-batch"}  # a sweep needs them (a run: --workload instead, or
-# --microbatches)
+# a sweep needs them (a run: --workload instead, or --microbatches); --global-batch-size is
+# Megatron-LM's name of --global-batch
+REQUIRED = {"--model", "--global-batch", "--global-batch-size"}
 
 
 def _options(parser) -> dict:

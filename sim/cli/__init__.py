@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collective": ("sim.cli.collective", "nccl-tests-style collective time/bandwidth predictor"),
     "inspect": ("sim.cli.inspect", "show what simrun infers from a model-description file"),
     "generate": ("sim.cli.generate", "write a generated workload in AICB text format"),
+    "megatron": ("sim.cli.megatron", "run a Megatron-LM job given by its arguments after '--'"),
     "sweep": ("sim.cli.sweep", "simulate many parallel layouts and rank them"),
     "validate": ("sim.cli.validate", "compare predictions with published measured iterations"),
     "profile": ("sim.cli.profile", "measure kernels on the local GPU and write a kernel table"),

@@ -44,13 +44,14 @@ def warn_topology(topo) -> None:
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     """Parallel-layout overrides shared by the run and other subcommands."""
     g = p.add_argument_group("parallel layout (override the workload header)")
-    g.add_argument("--tp", type=positive_int,
+    g.add_argument("--tp", "--tensor-model-parallel-size", type=positive_int, dest="tp",
                    help="tensor-parallel size (default: from the file, else 1)")
-    g.add_argument("--pp", type=positive_int,
+    g.add_argument("--pp", "--pipeline-model-parallel-size", type=positive_int, dest="pp",
                    help="pipeline stages (default: from the file, else 1)")
-    g.add_argument("--ep", type=positive_int,
+    g.add_argument("--ep", "--expert-model-parallel-size", type=positive_int, dest="ep",
                    help="expert-parallel size (default: from the file, else 1)")
-    g.add_argument("--vpp", type=positive_int,
+    g.add_argument("--vpp", "--virtual-pipeline-model-parallel-size", type=positive_int,
+                   dest="vpp",
                    help="virtual pipeline size = model chunks per stage (default: header vpp if "
                         "it is a valid Megatron virtual pipeline size, else 1)")
     g.add_argument("--microbatches", type=positive_int,
@@ -79,7 +80,9 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_group_size_argument(g: argparse._ActionsContainer) -> None:
     """``--microbatch-group-size`` (also ``simrun sweep``'s)."""
-    g.add_argument("--microbatch-group-size", type=positive_int,
+    g.add_argument("--microbatch-group-size",
+                   "--microbatch-group-size-per-virtual-pipeline-stage", type=positive_int,
+                   dest="microbatch_group_size",
                    help="interleaved schedule: microbatches per group N, in [PP, microbatches] "
                         "(Megatron's microbatch_group_size_per_vp_stage; default PP)")
 
@@ -105,9 +108,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, required: bool = Fal
     g.add_argument("--dp", type=positive_int, metavar="N",
                    help="data-parallel size (default: GPUs / (TP·PP), GPUs = --gpus or the "
                         "topology's)")
-    g.add_argument("--micro-batch", type=positive_int, default=1, metavar="B",
+    g.add_argument("--micro-batch", "--micro-batch-size", type=positive_int, default=1,
+                   metavar="B", dest="micro_batch",
                    help="sequences per microbatch (default: %(default)s)")
-    g.add_argument("--global-batch", type=positive_int, metavar="B",
+    g.add_argument("--global-batch", "--global-batch-size", type=positive_int, metavar="B",
+                   dest="global_batch",
                    help="sequences per iteration; microbatches = global / (micro·DP) (required "
                         "unless --microbatches is given)")
     add_training_arguments(g)

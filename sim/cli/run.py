@@ -27,6 +27,7 @@ from sim.cli.args import (
     warn_topology,
 )
 from sim.cli.host_args import add_host_dispatch_argument, host_dispatch_ns
+from sim.cli.jobs import add_job_arguments, add_job_config_argument, assumption_lines, expand
 from sim.cli.simulation_args import add_interference_arguments
 from sim.cli.types import (
     Parser,
@@ -78,6 +79,8 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     g.add_argument("--nodes", type=positive_int,
                    help="number of nodes (default: the topology file's node count)")
     add_set_argument(g)
+    add_job_arguments(g)
+    add_job_config_argument(g)
     add_layout_arguments(p)
     add_model_arguments(p)
     g = p.add_argument_group("operator-table workloads")
@@ -167,12 +170,21 @@ def _variability(args: argparse.Namespace) -> dict:
     return {"jitter_cv": args.jitter, "samples": args.samples or 1, "seed": args.seed or 0}
 
 
-def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float) -> int:
+def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float,
+        megatron: list[str] | None = None) -> int:
     """The main job: workload + topology → simulated iteration → report. ``t0``: process
-    start (perf_counter), for ``--timing``."""
+    start (perf_counter), for ``--timing``; ``megatron``: Megatron-LM arguments
+    (``simrun megatron ... -- ARGS``)."""
+    argv, job, spec = expand(argv, build_parser(subcommands), megatron)
     args = build_parser(subcommands).parse_args(argv)
     given = given_flags(build_parser(subcommands), argv)
-    res = run_scenario(scenario_of(args, given))
+    scenario = scenario_of(args, given)
+    if spec is not None:
+        scenario = dataclasses.replace(
+            scenario, workload=dataclasses.replace(scenario.workload, spec=spec))
+    res = run_scenario(scenario)
+    if job is not None:
+        res.report["assumptions"] += assumption_lines(job)
     applicable.check_effect(given, res.report["assumptions"], res.model_run, args.set)
     warn_topology(res.topology)
     write_report(res)

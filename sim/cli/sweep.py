@@ -54,16 +54,17 @@ def build_parser() -> Parser:
                    help="GPUs every layout uses: TP·PP·DP·CP = GPUS (default: all of the topology)")
     add_set_argument(g)
     g = p.add_argument_group("layout space (comma-separated lists)")
-    g.add_argument("--tp", metavar="LIST", help="TP sizes (default: powers of two up to the "
-                                                "GPUs of one node)")
-    g.add_argument("--pp", metavar="LIST", help="PP sizes (default: divisors of the layer "
-                                                "count)")
-    g.add_argument("--vpp", metavar="LIST",
+    g.add_argument("--tp", "--tensor-model-parallel-size", metavar="LIST", dest="tp",
+                   help="TP sizes (default: powers of two up to the GPUs of one node)")
+    g.add_argument("--pp", "--pipeline-model-parallel-size", metavar="LIST", dest="pp",
+                   help="PP sizes (default: divisors of the layer count)")
+    g.add_argument("--vpp", "--virtual-pipeline-model-parallel-size", metavar="LIST", dest="vpp",
                    help="model chunks per stage; > 1 uses the interleaved schedule (default: "
                         "each schedule's own: 2 for zb-v and dualpipe, else 1)")
-    g.add_argument("--micro-batch", metavar="LIST", default="1",
+    g.add_argument("--micro-batch", "--micro-batch-size", metavar="LIST", default="1",
+                   dest="micro_batch",
                    help="micro batch sizes (default: %(default)s)")
-    g.add_argument("--ep", metavar="LIST", default="1",
+    g.add_argument("--ep", "--expert-model-parallel-size", metavar="LIST", default="1", dest="ep",
                    help="expert-parallel sizes, MoE models (default: %(default)s)")
     g.add_argument("--expert-tensor-parallel-size", metavar="LIST", dest="etp",
                    help="expert tensor-parallel sizes, MoE models: each expert's weights split "
@@ -80,7 +81,8 @@ def build_parser() -> Parser:
                         "interleaved if vpp > 1, else 1f1b)")
     add_group_size_argument(g)
     g = p.add_argument_group("training (shared by every layout)")
-    g.add_argument("--global-batch", type=positive_int, required=True, metavar="B",
+    g.add_argument("--global-batch", "--global-batch-size", type=positive_int, required=True,
+                   metavar="B", dest="global_batch",
                    help="sequences per iteration")
     add_training_arguments(g, sweep=True)
     g = p.add_argument_group("simulation (as in a single run)")

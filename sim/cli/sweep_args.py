@@ -57,7 +57,11 @@ EXCLUDED: dict[str, str] = {
 }
 
 LISTS = ("--tp", "--pp", "--vpp", "--micro-batch", "--ep", "--context-parallel-size", "--cp",
-         "--zero", "--schedule", "--expert-tensor-parallel-size")
+         "--zero", "--schedule", "--expert-tensor-parallel-size",
+         # Megatron-LM's names of the same flags
+         "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+         "--virtual-pipeline-model-parallel-size", "--micro-batch-size",
+         "--expert-model-parallel-size")
 """Run flags that a sweep takes as comma-separated lists of the run's values."""
 
 WHERE_IT_APPLIES = ("--sequence-parallel", "--distributed-optimizer", "--overlap-grad-reduce",

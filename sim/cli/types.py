@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Callable
 
 from sim.errors import UsageError
@@ -13,7 +15,21 @@ class Parser(argparse.ArgumentParser):
     """argparse that raises :class:`UsageError` (one line, exit 2) instead of printing usage."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message)
+        # a flag with aliases is named by its first name, as before it had aliases
+        message = re.sub(r"^argument (-[\w-]+)(?:/-[\w-]+)+:", r"argument \1:", message)
+        raise UsageError(message + self._suggestion(message))
+
+    def _suggestion(self, message: str) -> str:
+        """``(did you mean --x?)`` for the first unrecognized flag with a close known name."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [o for o in self._option_string_actions if o.startswith("--")]  # noqa: SLF001
+        for word in message.split(":", 1)[1].split():
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def _number(cast: Callable[[str], float], ok: Callable[[float], bool], what: str):

@@ -81,6 +81,16 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--format": _kinds(("states", "forces the reader it detects (a file in another format is "
                                   "an error)"),
                        ("states", "forces the reader it detects"), ("refused", _GENERATED)),
+    "--megatron-args": {**_all("refused", "a Megatron-LM job is its own input: give it "
+                                          "without --workload"),
+                        "model": Verdict("input", "a Megatron-LM job: the model spec and "
+                                                  "training flags (assumptions 'Megatron-LM "
+                                                  "arguments ...'); --model is left out")},
+    "--job-config": {**_all("refused", "a job config is its own input: give it without "
+                                       "--workload"),
+                     "model": Verdict("input", "a torchtitan job config: the model spec and "
+                                               "training flags (assumptions 'torchtitan job "
+                                               "config ...'); --model is left out")},
     "--topo": _all("changes", "the cluster (report header, network assumptions)"),
     "--set": _kinds(*[("refused-if", "a topology field (assumption 'topology override (--set): "
                                      "KEY = VALUE (file: OLD)'; doubtful combinations as WARNING "

@@ -38,7 +38,7 @@ OPTIONS = (
     Option("recompute", "Megatron-LM --recompute-granularity / --recompute-activations",
            "sim.models.memory", (
                Flag("--recompute", "activation recomputation (default: {default})",
-                    kind="choice", choices=RECOMPUTE,
+                    kind="choice", choices=RECOMPUTE, aliases=("--recompute-granularity",),
                     model=("changes", "activation recomputation (training options, memory)"),
                     log=("changes", "activation recomputation (training options, memory; with "
                                     "full recomputation the backward gathers precede the "
@@ -54,7 +54,7 @@ OPTIONS = (
            "sim.models.optimizer", (
                Flag("--distributed-optimizer",
                     "shard the optimizer state over DP (reduce-scatter gradients, all-gather "
-                    "parameters)",
+                    "parameters)", aliases=("--use-distributed-optimizer",),
                     model=("refused-if", "refused at DP 1 (nothing to shard over)"),
                     log=("refused", "Megatron's; DeepSpeed's collectives come from the log; "
                                     "leave it out"),
@@ -63,6 +63,7 @@ OPTIONS = (
     Option("flash_attention", "Megatron-LM --use-flash-attn", "sim.models.layers", (
         Flag("--flash-attention",
              "the FlashAttention-2 kernel; the same as --attention-backend flash",
+             aliases=("--use-flash-attn",),
              model=("changes", "the attention backend (training options)"),
              log=("changes", "the attention backend (training options)"),
              aicb=_FILE_ATTENTION, optable=_FILE_ATTENTION),),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sim.engine.interference import DEFAULT_NCCL_CHANNELS
 from sim.models.compute_setup import ComputeOptions
+from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import Training
 from sim.parallel.layout import LayoutRequest
 from sim.parallel.placement import DEFAULT_ORDER
@@ -55,6 +56,9 @@ class ModelInput:
     training: Training = field(default_factory=Training)
     ignore_memory: bool = False
     collective_log: str | None = None
+    #: the model spec itself when it comes from another file than a spec YAML (a Megatron-LM
+    #: script or job config named by ``path``: :mod:`sim.jobs`); None: ``path`` is the spec
+    spec: ModelSpec | None = None
 
 
 @dataclass(frozen=True)

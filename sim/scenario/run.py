@@ -109,7 +109,7 @@ def prepare_scenario(s: Scenario) -> Prepared:
                              s.compute.calibration, s.compute.calibration_any_cluster)
     run = None
     if isinstance(s.workload, ModelInput):
-        run = model_run(s.workload.path, s.layout, s.workload.training, topo,
+        run = model_run(s.workload.spec or s.workload.path, s.layout, s.workload.training, topo,
                         ignore_memory=s.workload.ignore_memory, compute=s.compute,
                         placement=s.simulation.placement,
                         collective_log=s.workload.collective_log)

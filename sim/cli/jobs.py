@@ -1,0 +1,147 @@
+"""``simrun --megatron-args FILE`` and ``simrun megatron [simrun flags] -- <Megatron-LM
+arguments>``: a Megatron-LM job run as simrun's ``--model`` run (:mod:`sim.jobs`).
+
+The Megatron arguments become simrun flags (:mod:`sim.jobs.megatron_args`), parsed with the
+rest of the command line by the run's own parser, and a model spec; a flag given both on the
+command line and by the job is refused (which one would win?). The report's assumptions say
+which Megatron arguments were applied and which are irrelevant to timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import tomllib
+
+from sim.assumption import Assumption
+from sim.errors import InputError, UsageError
+from sim.files.inputs import read_text
+from sim.jobs.megatron_args import MegatronJob, translate
+from sim.jobs.megatron_log import arguments_block_of
+from sim.jobs.script import launch_arguments
+from sim.jobs.shell import Word
+from sim.jobs.torchtitan import read_torchtitan
+from sim.models.vocab.spec import ModelSpec, model_from_dict
+
+FLAG = "--megatron-args"
+CONFIG_FLAG = "--job-config"
+#: the source named in messages about ``simrun megatron -- ARGS`` (the "line" is the word's
+#: position after ``--``)
+COMMAND_LINE = "megatron-arguments"
+
+
+def add_job_arguments(g: argparse._ActionsContainer) -> None:
+    """``--megatron-args FILE`` (in the run's inputs group)."""
+    g.add_argument(FLAG, metavar="FILE",
+                   help="a Megatron-LM job instead of --model: a launch script (torchrun ... "
+                        "pretrain_gpt.py $ARGS, bash arrays and variables), a file of "
+                        "arguments, or a training log's printed 'arguments' block; the model, "
+                        "layout, batch, precision, recompute, overlaps and schedule come from "
+                        "it, the GPUs from --nodes/--gpus, the cluster from --topo; every "
+                        "argument is applied, stated irrelevant or refused "
+                        "(docs/job-formats.md)")
+
+
+def add_job_config_argument(g: argparse._ActionsContainer) -> None:
+    """``--job-config FILE`` (in the run's inputs group)."""
+    g.add_argument(CONFIG_FLAG, metavar="FILE",
+                   help="a framework's job config instead of --model, detected by content: a "
+                        "torchtitan TOML (its 2025 releases: [model] flavor, [parallelism], "
+                        "[training], [compile], [activation_checkpoint], float8); every key "
+                        "is applied, stated irrelevant or refused (docs/job-formats.md)")
+
+
+def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
+    """The translation of the job config ``path`` (detected by content)."""
+    text = read_text(path, what="job config", flag=CONFIG_FLAG)
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise InputError("not a torchtitan TOML job config (the only --job-config format "
+                         "simrun reads; Megatron-Bridge and NeMo YAML configs are not read)",
+                         file=path, field=CONFIG_FLAG) from None
+    return read_torchtitan(text, path)
+
+
+def megatron_words(path: str) -> list[Word]:
+    """The Megatron-LM arguments of the file ``path`` (script, argument file or log)."""
+    text = read_text(path, what="Megatron-LM arguments", flag=FLAG)
+    block = arguments_block_of(text, path)
+    if block is None:
+        return launch_arguments(text, path)
+    return _log_words(*block)
+
+
+def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
+    """A log's printed arguments as ``--flag value`` words: ``None`` and ``False`` are not
+    set, ``True`` is a switch, a list ``[a, b]`` its items."""
+    out: list[Word] = []
+    for dest, text in values.items():
+        if text in ("None", "False"):
+            continue
+        line = lines[dest]
+        out.append(Word("--" + dest.replace("_", "-"), line))
+        if text == "True":
+            continue
+        items = text[1:-1].replace(",", " ").split() if text.startswith("[") else [text]
+        out += [Word(x.strip("'\""), line) for x in items]
+    return out
+
+
+def job_of(path: str) -> tuple[MegatronJob, ModelSpec]:
+    """The translation of the Megatron file ``path`` and its model spec."""
+    job = translate(megatron_words(path), path, Path(path).stem)
+    return job, model_from_dict(job.model, file=path)
+
+
+def expand(argv: list[str], parser: argparse.ArgumentParser,
+           megatron: list[str] | None = None
+           ) -> tuple[list[str], MegatronJob | None, ModelSpec | None]:
+    """``argv`` with the job's simrun flags (and ``--model SOURCE``) added when it has
+    ``--megatron-args FILE`` or ``megatron`` (the words after ``simrun megatron ... --``);
+    ``parser``: the run's. Unchanged without either."""
+    args = parser.parse_args(argv)
+    path = getattr(args, "megatron_args", None)
+    config = getattr(args, "job_config", None)
+    if path is None and megatron is None and config is None:
+        return argv, None, None
+    given = [f for f, v in ((FLAG, path), (CONFIG_FLAG, config), ("megatron", megatron))
+             if v is not None]
+    if args.model or args.workload or len(given) > 1:
+        raise UsageError(f"the model comes from {given[0]}; give one of --model, --workload, "
+                         "--megatron-args, --job-config", field=given[-1])
+    if config is not None:
+        path = config
+        job, spec = config_of(config)
+    elif path is None:
+        path = COMMAND_LINE
+        words = [Word(t, k) for k, t in enumerate(megatron or [], 1)]
+        job = translate(words, path, "megatron")
+        spec = model_from_dict(job.model, file=path)
+    else:
+        job, spec = job_of(path)
+    mine = {a for a in argv if a.startswith("--")}
+    for word in job.argv:
+        if word.startswith("--") and _same(word, mine, parser):
+            raise UsageError(f"given both here and by {path}; give it once", field=word)
+    return [*argv, "--model", path, *job.argv], job, spec
+
+
+def _same(flag: str, given: set[str], parser: argparse.ArgumentParser) -> bool:
+    """Whether ``flag`` (from the job) names the same option as one of the ``given`` flags."""
+    actions = parser._option_string_actions  # noqa: SLF001 - argparse has no lookup
+    dest = actions[flag].dest
+    return any(g.split("=")[0] in actions and actions[g.split("=")[0]].dest == dest
+               for g in given)
+
+
+def assumption_lines(job: MegatronJob) -> list[Assumption]:
+    """The report's lines: the arguments applied and those irrelevant to timing."""
+    what = "torchtitan job config" if job.file.endswith(".toml") else "Megatron-LM arguments"
+    return [Assumption(f"{what} from {job.file}: applied "
+                       f"{' '.join(job.applied)} (as {' '.join(job.argv) or 'no flags'} and "
+                       "the model spec)", "job-input", departs=True),
+            Assumption(f"{what}: irrelevant to one iteration's time "
+                       f"(docs/job-formats.md says why): {' '.join(job.irrelevant) or 'none'}",
+                       "job-input")]
