@@ -31,12 +31,14 @@ MAX_STEPS = 8
 @dataclass(frozen=True)
 class MeasuredRun:
     """One measurement: ``name``, the measured iteration time (s), ``predict(knobs)`` → the
-    predicted time (s), and ``what``: the measurement, as a profile names it."""
+    predicted time (s), ``what``: the measurement, as a profile names it, and
+    ``spread_pct``: half the spread of the measured times around ``measured_s`` (percent)."""
 
     name: str
     measured_s: float
     predict: Callable[[Knobs], float]
     what: str
+    spread_pct: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,10 +73,12 @@ def _step(name: str) -> float:
     return 0.2 if SPEC[name].neutral == 0.0 else math.log(1.1)  # 2 µs, or 10%
 
 
-def fit_knobs(runs: Sequence[MeasuredRun], candidates: Sequence[str] | None = None) -> Fit:
-    """Fit ``candidates`` (default: every knob, in order) to ``runs``."""
+def fit_knobs(runs: Sequence[MeasuredRun], candidates: Sequence[str] | None = None,
+              base: Knobs | None = None) -> Fit:
+    """Fit ``candidates`` (default: every knob, in order) to ``runs``, the other knobs held at
+    ``base`` (default: neutral)."""
     names = list(candidates or [k.name for k in KNOBS])
-    base = Knobs()
+    base = base or Knobs()
     t0 = np.array([r.predict(base) for r in runs])
     meas = np.array([r.measured_s for r in runs])
     chosen: list[str] = []
@@ -98,7 +102,7 @@ def fit_knobs(runs: Sequence[MeasuredRun], candidates: Sequence[str] | None = No
             continue
         chosen.append(name)
         cols.append(col / _step(name))
-    knobs = _solve(runs, chosen, np.column_stack(cols) if cols else None, t0, meas)
+    knobs = _solve(runs, chosen, np.column_stack(cols) if cols else None, t0, meas, base)
     pred = np.array([r.predict(knobs) for r in runs]) if chosen else t0
     return Fit(knobs, tuple(chosen), why, _rows(runs, meas, pred), _rows(runs, meas, t0))
 
@@ -108,10 +112,10 @@ def _rows(runs, meas, pred) -> tuple[tuple[str, float, float, float], ...]:
                  for r, m, p in zip(runs, meas, pred, strict=True))
 
 
-def _solve(runs, chosen: list[str], jac, t0, meas) -> Knobs:
-    """Gauss-Newton from the neutral knobs with Jacobian ``jac`` (d log t / d u) at first,
+def _solve(runs, chosen: list[str], jac, t0, meas, base: Knobs) -> Knobs:
+    """Gauss-Newton from ``base`` with Jacobian ``jac`` (d log t / d u) at first,
     re-measured along each step's direction (Broyden's rank-one update) afterwards."""
-    knobs = Knobs()
+    knobs = base
     if not chosen:
         return knobs
     u = np.array([_to_u(n, knobs.value(n)) for n in chosen])

@@ -187,6 +187,8 @@ def apply_to_topology(topo, profile: Profile | None, override: bool = False):
     the topology's warnings)."""
     if profile is None:
         return topo
+    if not override:  # the GPU first (the compute model says so again with its notes)
+        check_applies(profile, gpu=topo.gpu.name)
     notes = check_applies(profile, topology=topo.name, override=override)
     topo = calibrated_topology(topo, profile.knobs.network_busbw_factor)
     if notes:
