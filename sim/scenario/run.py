@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.calibration.profile import apply_to_topology
+from sim.calibration.ranges import prediction_range
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_paths, write_json
@@ -131,6 +132,10 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                        stdout_ok=("--json",))
     p = prepare_scenario(s)
     done = steps.run(p, progress=True)
+    model = p.model_run.model if p.model_run is not None else None
+    done.report["iteration_time_range"] = prediction_range(
+        done.report["iteration_time_s"], p.topology.gpu.name,
+        model is not None and model.moe is not None, s.compute.calibration)
     return ScenarioResult(s, p.topology, p.program, p.placement, done.result, done.report,
                           done.simulate_s, p.model_run, done.healthy)
 
