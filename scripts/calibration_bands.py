@@ -3,7 +3,9 @@
 evaluation cases and their smallest and largest signed error in percent.
 
     python -m sim.cli validate --json /tmp/validate.json
-    python scripts/calibration_bands.py /tmp/validate.json
+    python scripts/calibration_bands.py /tmp/validate.json [more.json ...]
+
+(several JSON files: one ``simrun validate FILE --json`` per validation file.)
 """
 
 from __future__ import annotations
@@ -14,25 +16,28 @@ from pathlib import Path
 
 import yaml
 
-from sim.calibration.ranges import class_of
-from sim.models.vocab.spec import load_model
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sim.calibration.ranges import class_of  # noqa: E402
+from sim.models.vocab.spec import load_model  # noqa: E402
+from sim.validation.cases import load_cases  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "calibration" / "error_bands.yaml"
 
 
-def main(path: str) -> None:
-    doc = json.loads(Path(path).read_text())
-    names = {}
-    for f in doc["files"]:
-        from sim.validation.cases import load_cases
-
-        for c in load_cases(f)[1]:
-            names[c.name] = load_model(c.model_path).moe is not None
+def main(paths: list[str]) -> None:
     classes: dict[str, list[float]] = {}
-    for r in doc["cases"]:
-        if r["role"] == "evaluation":
-            classes.setdefault(class_of(r["gpu"], names[r["name"]]), []).append(r["error_pct"])
-    data = {"source": "simrun validate over the shipped validation files, evaluation cases "
+    files = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        files += [Path(f).name for f in doc["files"]]
+        moe = {c.name: load_model(c.model_path).moe is not None
+               for f in doc["files"] for c in load_cases(f)[1]}
+        for r in doc["cases"]:
+            if r["role"] == "evaluation":
+                classes.setdefault(class_of(r["gpu"], moe[r["name"]]), []).append(
+                    r["error_pct"])
+    data = {"source": f"simrun validate {' '.join(sorted(files))}, evaluation cases "
                       "(scripts/calibration_bands.py)",
             "classes": {k: {"cases": len(v), "min_error_pct": round(min(v), 2),
                             "max_error_pct": round(max(v), 2)}
@@ -43,4 +48,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
