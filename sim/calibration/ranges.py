@@ -16,6 +16,7 @@ A prediction ``t`` whose model errs by ``e`` percent on measured runs like it
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from importlib import resources
 from typing import Any
 
@@ -45,8 +46,8 @@ def prediction_range(predicted_s: float, gpu_name: str, moe: bool,
     """``{low_s, high_s, error_pct: [min, max], basis}`` for a prediction of ``predicted_s``."""
     if profile is not None:
         lo, hi = profile.range_pct
-        basis = (f"the calibration residuals of {profile.path or 'the profile'} "
-                 f"({len(profile.residuals)} measured run(s), measurement spread included)")
+        basis = (f"residuals of {len(profile.residuals)} calibration run(s) of "
+                 f"{Path(profile.path).name or 'the profile'}, spread included")
     else:
         data = bands()
         name = class_of(gpu_name, moe)
@@ -54,12 +55,10 @@ def prediction_range(predicted_s: float, gpu_name: str, moe: bool,
         if c is None:
             lo = min(x["min_error_pct"] for x in data["classes"].values())
             hi = max(x["max_error_pct"] for x in data["classes"].values())
-            basis = (f"no validation case of class {name}: the widest band over every class "
-                     f"({data['source']})")
+            basis = f"no validated {name} run: the widest band of all classes ({BANDS})"
         else:
             lo, hi = c["min_error_pct"], c["max_error_pct"]
-            basis = (f"uncalibrated validation error of class {name} ({c['cases']} evaluation "
-                     f"cases; {data['source']})")
+            basis = f"validation error of {c['cases']} {name} runs, uncalibrated ({BANDS})"
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     return {"low_s": predicted_s / (1 + hi / 100), "high_s": predicted_s / (1 + lo / 100),
             "error_pct": [lo, hi], "basis": basis}

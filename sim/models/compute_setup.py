@@ -48,6 +48,7 @@ class ComputeSetup:
     entry: CatalogGpu | None
     sustained_slowdown: float | None = None
     knobs: Any = None
+    calibration: Any = None  # the --calibration profile the knobs come from
 
     def sustained(self, dtype: str) -> tuple[float, str]:
         """Factor on kernel-table times for a run in ``dtype``, and the report line saying
@@ -127,7 +128,8 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
                                override=opts.calibration_any_cluster)
         notes += opts.calibration.assumptions()
         knobs = opts.calibration.knobs
-    return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown, knobs)
+    return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown, knobs,
+                        opts.calibration)
 
 
 def _slots(table, entry: CatalogGpu | None) -> tuple[int, str]:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.calibration.ranges import prediction_range
 from sim.errors import UsageError
 from sim.models.compute_setup import ComputeSetup
 from sim.models.vocab.spec import ModelSpec
@@ -107,6 +108,9 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
         bubble_fraction=rep["bubble_fraction"],
         ideal_bubble_fraction=rep["ideal_bubble_fraction"],
     )
+    rng = prediction_range(rep["iteration_time_s"], ctx.topology.gpu.name,
+                           ctx.model.moe is not None, getattr(ctx.compute, "calibration", None))
+    out.update(iteration_time_low_s=rng["low_s"], iteration_time_high_s=rng["high_s"])
     for g in GROUPS + (("CP",) if par.cp > 1 else ()) + (("ETP",) if par.etp != par.tp else ()):
         out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in rep["stages"]) / n
     out["events"] = done.result.events

@@ -90,11 +90,13 @@ def table_lines(rows: list[dict[str, Any]], *, top: int | None = None) -> list[s
     """The ranked table (units in the headers) and one line per layout not simulated."""
     ok = [r for r in rows if r["status"] == "ok"]
     groups = [g for g in GROUPS if any((r.get(f"exposed_{g}_s") or 0) > 0 for r in ok)]
-    head = ["rank", "layout", "iter_time_s", "tokens_per_s", "MFU_%", "mem_GB/GPU",
+    head = ["rank", "layout", "iter_time_s", "range_s", "tokens_per_s", "MFU_%", "mem_GB/GPU",
             "bubble_frac"] + [f"{g}_exposed_ms" for g in groups]
     body = []
     for r in ok[:top] if top else ok:
-        body.append([str(r["rank"]), r["layout"], _fmt(r["iteration_time_s"], 1, 3),
+        rng = ("" if r.get("iteration_time_low_s") is None else  # sim/calibration/ranges.py
+               f"{r['iteration_time_low_s']:.3f}-{r['iteration_time_high_s']:.3f}")
+        body.append([str(r["rank"]), r["layout"], _fmt(r["iteration_time_s"], 1, 3), rng,
                      _fmt(r["tokens_per_s"], 1, 0), _fmt(r["mfu"], 100, 1),
                      _fmt(r["memory_per_gpu_bytes"], 1e-9, 1), _fmt(r["bubble_fraction"], 1, 3)]
                     + [_fmt(r.get(f"exposed_{g}_s"), 1e3, 1) for g in groups])
