@@ -16,8 +16,8 @@ A prediction ``t`` whose model errs by ``e`` percent on measured runs like it
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
