@@ -173,3 +173,40 @@ def test_argument_file_equals_the_shipped_spec(tmp_path):
               "8"], tmp_path, "spec")
     assert a["iteration_time_s"] == b["iteration_time_s"]
     assert a["memory"] == b["memory"]
+
+
+def test_a_logs_arguments_block_runs_like_the_arguments(tmp_path):
+    # a training log as Megatron-LM prints it (_print_args: '  name ..... value', sorted), with
+    # unset (None) and off (False) arguments, then an iteration line
+    printed = {"num_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+               "seq_length": 1024, "max_position_embeddings": 1024,
+               "tensor_model_parallel_size": 2, "global_batch_size": 8, "micro_batch_size": 1,
+               "save": None, "sequence_parallel": False, "lr": 0.00015}
+    lines = ["------------------------ arguments ------------------------"]
+    lines += sorted((f"  {k} {'.' * (48 - len(k))} {v}" for k, v in printed.items()),
+                    key=str.lower)
+    lines += ["-------------------- end of arguments ---------------------",
+              " iteration       10/     100 | elapsed time per iteration (ms): 180.0 |"]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    a = _run(["--megatron-args", str(log), "--topo", "tiny-2x2"], tmp_path, "log")
+    b = _run(["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2", "--global-batch",
+              "8"], tmp_path, "spec")
+    assert a["iteration_time_s"] == b["iteration_time_s"]
+    irrelevant = [x for x in a["assumptions"] if "irrelevant" in x][0]
+    assert "--lr" in irrelevant and "--save" not in irrelevant  # None: not set
+
+
+def test_a_value_simrun_refuses_names_its_source(capsys):
+    base = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "64"]
+    assert main(["megatron", "--topo", "tiny-2x2", "--", *base, "--attention-backend",
+                 "local"]) == 2
+    err = capsys.readouterr().err
+    assert "--attention-backend: invalid choice: 'local'" in err
+    assert err.rstrip().endswith("(from megatron-arguments)")
+    # a simrun flag given twice, on the command line and by the job, is refused
+    assert main(["megatron", "--topo", "tiny-2x2", "--tp", "2", "--", *base,
+                 "--tensor-model-parallel-size", "2"]) == 2
+    assert "--tensor-model-parallel-size: given both here and by megatron-arguments" in \
+        capsys.readouterr().err

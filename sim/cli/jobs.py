@@ -47,7 +47,7 @@ def add_job_config_argument(g: argparse._ActionsContainer) -> None:
     """``--job-config FILE`` (in the run's inputs group)."""
     g.add_argument(CONFIG_FLAG, metavar="FILE",
                    help="a framework's job config instead of --model, detected by content: a "
-                        "torchtitan TOML (its 2025 releases: [model] flavor, [parallelism], "
+                        "torchtitan TOML (its 2024-25 releases: [model] flavor, [parallelism], "
                         "[training], [compile], [activation_checkpoint], float8); every key "
                         "is applied, stated irrelevant or refused (docs/job-formats.md)")
 
@@ -125,7 +125,12 @@ def expand(argv: list[str], parser: argparse.ArgumentParser,
     for word in job.argv:
         if word.startswith("--") and _same(word, mine, parser):
             raise UsageError(f"given both here and by {path}; give it once", field=word)
-    return [*argv, "--model", path, *job.argv], job, spec
+    out = [*argv, "--model", path, *job.argv]
+    try:  # a value simrun's option refuses (e.g. --attention-backend local): name the source
+        parser.parse_args(out)
+    except UsageError as e:
+        raise UsageError(f"{e.message} (from {path})", field=e.field) from None
+    return out, job, spec
 
 
 def _same(flag: str, given: set[str], parser: argparse.ArgumentParser) -> bool:

@@ -51,5 +51,20 @@ def main(argv: list[str] | None = None) -> int:
                 out.append(f"  {'':<{width}}  {path}")
         if not files:
             out.append("  (none installed)")
+    if not args.kind:
+        out += ["inputs (which flag takes which file):", *INPUTS]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+#: the input flags of the run and what each reads (docs/workload-formats.md,
+#: docs/job-formats.md)
+INPUTS = (
+    "  --workload       AICB text, AICB physical-format CSV or operator table (or a name above)",
+    "  --model          model spec YAML (or a name above)",
+    "  --megatron-args  Megatron-LM launch script, file of arguments, or training log "
+    "(its 'arguments' block)",
+    "  --job-config     torchtitan job TOML",
+    "  --topo           topology YAML (or a name above)",
+    "  --kernel-table   kernel-time CSV (or a name above)",
+)

@@ -29,8 +29,8 @@ def main(argv: list[str]) -> int:
         if {"-h", "--help"} & set(argv):
             build_parser().print_help()
             return 0
-        raise UsageError(f"give the Megatron-LM arguments after '--': {USAGE}",
-                         field="megatron")
+        raise UsageError(f"simrun megatron: give the Megatron-LM arguments after '--': "
+                         f"{USAGE}")
     k = argv.index("--")
     from sim.cli import SUBCOMMANDS
     from sim.cli.run import run

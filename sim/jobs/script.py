@@ -13,13 +13,15 @@ from sim.jobs.shell import _ASSIGN, _BLOCK_CLOSE, _BLOCK_OPEN, _NAME, Shell, Tok
 
 def launch_arguments(text: str, file: str) -> list[Word]:
     """The arguments of the script's one training command, or the words of an argument file."""
-    toks = tokenize(text, file)
-    words = [t for t in toks if not t.op]
-    if words and words[0].text.startswith("--"):
-        sh = Shell(file)
-        out = [w for t in toks if not t.op for w in sh.fields(t)]
-        return out
-    return _Runner(file).run(toks)
+    try:
+        toks = tokenize(text, file)
+        words = [t for t in toks if not t.op]
+        if words and words[0].text.startswith("--"):
+            sh = Shell(file)
+            return [w for t in toks if not t.op for w in sh.fields(t)]
+        return _Runner(file).run(toks)
+    except RecursionError:  # ${X:-${X:-...}} nested thousands deep
+        raise InputError("expansions nested too deep", file=file, field="script") from None
 
 #: commands that print or test a script's name rather than run it
 _NOT_LAUNCHERS = ("echo", "printf", "test", "[", "[[", "ls", "cat", "mkdir", "cp", "cd")

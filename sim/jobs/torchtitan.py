@@ -1,4 +1,4 @@
-"""torchtitan job configs (TOML, the releases of 2025 up to the move to Python configs in
+"""torchtitan job configs (TOML, the releases of 2024 and 2025 up to the move to Python configs in
 February 2026, pytorch/torchtitan 9810191bb) → simrun's options and a model spec.
 
 Schema read: torchtitan/config/job_config.py at pytorch/torchtitan 8a2686c4a (2025-09-30):
@@ -7,7 +7,9 @@ mixed_precision_param / mixed_precision_reduce``, ``[parallelism] data_parallel_
 / data_parallel_shard_degree / tensor_parallel_degree / pipeline_parallel_degree /
 pipeline_parallel_schedule / pipeline_parallel_microbatch_size / context_parallel_degree /
 enable_async_tensor_parallel``, ``[compile] enable``, ``[activation_checkpoint] mode``,
-``[quantize.linear.float8]`` with ``model.converters``. Every key is applied, irrelevant to
+``[quantize.linear.float8]`` with ``model.converters``; and the 2024 releases' names
+(:data:`RENAMED`, ``model.norm_type``, ``training.fp8_linear``; torchtitan/config_manager.py at
+041336434, 2024-04-24). Every key is applied, irrelevant to
 timing or refused (:data:`KEYS`; a key absent from it is refused as unknown); wrong types exit
 2 naming the key. Current torchtitan defines its configs in Python: out of scope.
 """
@@ -27,8 +29,9 @@ from sim.models.vocab.spec import ModelSpec, load_model
 #: sizes are the flavour's (workloads/models/llama3-*.yaml)
 FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
            ("llama3", "405B"): "llama3-405b"}
-#: torchtitan's schedule names (torch.distributed.pipelining) → simrun's
-SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "ZBVZeroBubble": "zb-v"}
+#: torchtitan's schedule names (torch.distributed.pipelining) → simrun's (one stage per rank,
+#: or ZBV's two in a V; the looped schedules' stages per rank are not read, so they are refused)
+SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "ZBVZeroBubble": "zb-v"}
 _IRRELEVANT_SECTIONS = {
     "job": "where outputs go", "profiling": "profiler traces: the same kernels run",
     "metrics": "logging", "checkpoint": "checkpoints are saved between iterations",
@@ -78,8 +81,8 @@ KEYS = (
                                                          "norms: SequenceParallel)"),
     Key("parallelism.pipeline_parallel_degree", "applied", "--pp N"),
     Key("parallelism.pipeline_parallel_schedule", "applied",
-        "1F1B, Interleaved1F1B, ZBVZeroBubble → --schedule 1f1b / interleaved / zb-v; others "
-        "refused"),
+        "GPipe, 1F1B, ZBVZeroBubble → --schedule gpipe / 1f1b / zb-v; others (the looped "
+        "schedules, whose stages per rank are not read) refused"),
     Key("parallelism.pipeline_parallel_microbatch_size", "applied", "--micro-batch with PP"),
     Key("parallelism.context_parallel_degree", "applied", "--context-parallel-size N"),
     Key("parallelism.enable_async_tensor_parallel", "applied", "false only (async TP is not "
@@ -92,12 +95,28 @@ KEYS = (
     Key("activation_checkpoint.selective_ac_option", "irrelevant",
         "read by mode selective only, which is refused"),
     Key("quantize.linear.float8.enable_fsdp_float8_all_gather", "applied", "false only"),
+    # the 2024 releases' keys (torchtitan/config_manager.py at 041336434, 2024-04-24) that
+    # :data:`RENAMED` does not map onto the 2025 ones
+    Key("model.norm_type", "applied", "rmsnorm / fused_rmsnorm → --norm-type (with compile "
+                                      "off); layernorm, np_layernorm refused (llama3 is RMSNorm)"),
+    Key("training.fp8_linear", "applied", "'' (off) → --dtype bf16; 'dynamic' → --dtype fp8 "
+                                          "--fp8-recipe tensorwise"),
+    Key("training.enable_loss_parallel", "applied", "true: the vocab-parallel loss simrun "
+                                                    "models with TP; false refused"),
+    Key("training.warmup_steps", "irrelevant", "the learning-rate schedule"),
+    Key("training.gc_freq", "irrelevant", "Python garbage collection between steps: simrun "
+                                          "models no GC pauses"),
     Key("quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "irrelevant",
         "with float8 all-gathers only"),
     Key("quantize.linear.float8.filter_fqns", "irrelevant", "the output layer kept in bf16, "
                                                             "as simrun's fp8 runs it"),
 )
 _BY_KEY = {k.key: k for k in KEYS}
+#: the 2024 releases' names of keys the 2025 releases moved
+RENAMED = {"training.batch_size": "training.local_batch_size",
+           "training.data_parallel_degree": "parallelism.data_parallel_shard_degree",
+           "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
+           "training.pipeline_parallel_degree": "parallelism.pipeline_parallel_degree"}
 
 
 def read_torchtitan(text: str, file: str) -> tuple[MegatronJob, ModelSpec]:
@@ -112,6 +131,9 @@ def read_torchtitan(text: str, file: str) -> tuple[MegatronJob, ModelSpec]:
     for key in flat:
         (job.applied if verdict_of(key).verdict == "applied" else job.irrelevant).append(key)
     job.argv = cfg.argv()  # the types of the layout keys checked before the model's
+    if "model.norm_type" in flat and "--norm-type" not in job.argv:  # compiled: not used
+        job.applied.remove("model.norm_type")
+        job.irrelevant.append("model.norm_type")
     return job, cfg.spec()
 
 
@@ -131,13 +153,24 @@ def _flatten(data: dict, file: str, prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         if isinstance(v, dict) and (not prefix or key in ("quantize.linear",
                                                           "quantize.linear.float8")):
-            out.update(_flatten(v, file, key + "."))
+            for k2, v2 in _flatten(v, file, key + ".").items():
+                _put(out, k2, v2, file)
+        elif key in RENAMED:
+            _put(out, RENAMED[key], v, file)
         elif verdict_of(key) is None:
             raise InputError("not modelled: simrun does not know this torchtitan key "
                              "(docs/job-formats.md lists those it knows)", file=file, field=key)
         else:
-            out[key] = v
+            _put(out, key, v, file)
     return out
+
+
+def _put(out: dict[str, Any], key: str, value: Any, file: str) -> None:
+    """``out[key] = value``, refusing a key given twice (under its 2024 and 2025 names)."""
+    if key in out:
+        old = next((o for o, n in RENAMED.items() if n == key), key)
+        raise InputError(f"given twice (also as {old})", file=file, field=key)
+    out[key] = value
 
 
 class _Config:
@@ -183,7 +216,12 @@ class _Config:
         if self.get("quantize.linear.float8.enable_fsdp_float8_all_gather", bool, False):
             raise self.refuse("quantize.linear.float8.enable_fsdp_float8_all_gather",
                               "float8 all-gathers of FSDP parameters")
-        if converters:
+        fp8_linear = self.get("training.fp8_linear", str, "")
+        if fp8_linear not in ("", "dynamic"):
+            raise self.refuse("training.fp8_linear", f"{fp8_linear!r} ('' or 'dynamic')")
+        if not self.get("training.enable_loss_parallel", bool, True):
+            raise self.refuse("training.enable_loss_parallel", "a loss gathered over TP")
+        if converters or fp8_linear:
             return ["--dtype", "fp8", "--fp8-recipe", "tensorwise"]
         return ["--dtype", "bf16"]
 
@@ -228,4 +266,10 @@ class _Config:
             raise self.refuse("activation_checkpoint.mode",
                               f"{mode!r}: torchtitan's selective checkpointing (per op or per "
                               "layer) is not Megatron's selective recompute")
-        return ["--compile" if compiled else "--no-compile", "--recompute", mode]
+        out = ["--compile" if compiled else "--no-compile", "--recompute", mode]
+        if "model.norm_type" in self.flat:
+            norm = self.get("model.norm_type", str, "rmsnorm")
+            if norm not in ("rmsnorm", "fused_rmsnorm"):
+                raise self.refuse("model.norm_type", f"{norm!r} (llama3 is RMSNorm)")
+            out += [] if compiled else ["--norm-type", norm]
+        return out
