@@ -6,7 +6,8 @@ A prediction ``t`` whose model errs by ``e`` percent on measured runs like it
 
 - the calibration profile's residuals (``range_pct``, widened by the spread of the measured
   iteration times: :mod:`sim.cli.calibrate`), when the run is calibrated;
-- otherwise the uncalibrated validation error of the nearest source class, GPU family and
+- otherwise (no profile, or one fitted on no measured iteration: nccl-tests alone) the
+  uncalibrated validation error of the nearest source class, GPU family and
   dense or mixture-of-experts (``sim/data/calibration/error_bands.yaml``, written by
   ``scripts/calibration_bands.py`` from ``simrun validate --json``: the smallest and largest
   signed error of the evaluation cases of that class); a GPU family with no validation case
@@ -44,7 +45,7 @@ def class_of(gpu_name: str, moe: bool) -> str:
 def prediction_range(predicted_s: float, gpu_name: str, moe: bool,
                      profile=None) -> dict[str, Any]:
     """``{low_s, high_s, error_pct: [min, max], basis}`` for a prediction of ``predicted_s``."""
-    if profile is not None:
+    if profile is not None and profile.residuals:
         lo, hi = profile.range_pct
         basis = (f"residuals of {len(profile.residuals)} calibration run(s) of "
                  f"{Path(profile.path).name or 'the profile'}, spread included")

@@ -104,8 +104,10 @@ def calibrate(args: argparse.Namespace) -> tuple[Profile, list[str]]:
         fit, table, topo = _nccl(f, args)
         base = base.with_value("network_busbw_factor", fit.knobs.network_busbw_factor)
         measurements["network_busbw_factor"] = (
-            f"nccl-tests {f} (sizes {table[0]['size_bytes']}-{table[-1]['size_bytes']} B; "
-            "predictions outside those sizes or rank counts extrapolate)")
+            f"nccl-tests {f} ({fit.residuals[0][0] if fit.residuals else ''}.."
+            f"{table[-1]['size_bytes']} B fitted, {table[0]['size_bytes']}.."
+            f"{table[-1]['size_bytes']} B measured, {topo.num_gpus} GPUs of {topo.name}; "
+            "WARNING: collectives of other sizes or rank counts extrapolate)")
         notes += [f"{f}: {row['size_bytes']} B measured {row['measured_us']:.2f} us, "
                   f"predicted {row['predicted_us']:.2f} us (efficiency "
                   f"{row['efficiency']:.3f}), calibrated {row['calibrated_us']:.2f} us"
