@@ -55,3 +55,19 @@ def test_calibrated_on_smallest_evaluated_on_others(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "made.yaml: on tp1 gb16 -> gemm_efficiency_scale 0.800" in text
     assert "2 evaluated: uncalibrated MAPE" in text
+
+
+def test_validate_under_a_profile(tmp_path):
+    probe = _file(tmp_path)
+    cases = load_cases(probe)[1]
+    f = _file(tmp_path, [predict_case(c, Knobs(gemm_efficiency_scale=SCALE)) for c in cases])
+    prof = tmp_path / "p.yaml"
+    prof.write_text("schema: simrun.calibration/1\ngpu: A100-SXM4-80GB\ntopology: dgx-a100-512\n"
+                    f"knobs:\n  gemm_efficiency_scale: {{value: {SCALE}, measurement: test}}\n")
+    out = tmp_path / "v.json"
+    assert main(["validate", str(f), "--calibration", str(prof), "--workers", "1", "--json",
+                 str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert all(abs(r["calibrated_error_pct"]) < 1e-6 and abs(r["error_pct"]) > 3
+               for r in doc["cases"])
+    assert doc["calibration"]["overall"]["calibrated"]["cases"] == 3
