@@ -113,8 +113,10 @@ def _rows(runs, meas, pred) -> tuple[tuple[str, float, float, float], ...]:
 
 
 def _solve(runs, chosen: list[str], jac, t0, meas, base: Knobs) -> Knobs:
-    """Gauss-Newton from ``base`` with Jacobian ``jac`` (d log t / d u) at first,
-    re-measured along each step's direction (Broyden's rank-one update) afterwards."""
+    """Gauss-Newton from ``base`` with Jacobian ``jac`` (d log t / d u) at first, re-measured
+    along each step's direction (Broyden's rank-one update) afterwards. A step is taken whole,
+    halved or quartered, whichever first lowers the sum of squared residuals; none: the fit
+    stops (it never ends worse than it began)."""
     knobs = base
     if not chosen:
         return knobs
@@ -122,15 +124,21 @@ def _solve(runs, chosen: list[str], jac, t0, meas, base: Knobs) -> Knobs:
     r = np.log(t0 / meas)
     for _ in range(MAX_STEPS):
         du = np.linalg.lstsq(jac, -r, rcond=None)[0]
-        new_u = np.array([_to_u(n, _from_u(n, x)) for n, x in zip(chosen, u + du, strict=True)])
-        step = new_u - u
-        if not np.any(step):
-            break
-        trial = knobs
-        for n, x in zip(chosen, new_u, strict=True):
-            trial = trial.with_value(n, _from_u(n, x))
-        new_r = np.log(np.array([rn.predict(trial) for rn in runs]) / meas)
-        jac = jac + np.outer(new_r - r - jac @ step, step) / float(step @ step)
+        for frac in (1.0, 0.5, 0.25):
+            new_u = np.array([_to_u(n, _from_u(n, x))
+                              for n, x in zip(chosen, u + frac * du, strict=True)])
+            step = new_u - u
+            if not np.any(step):
+                return knobs
+            trial = knobs
+            for n, x in zip(chosen, new_u, strict=True):
+                trial = trial.with_value(n, _from_u(n, x))
+            new_r = np.log(np.array([rn.predict(trial) for rn in runs]) / meas)
+            jac = jac + np.outer(new_r - r - jac @ step, step) / float(step @ step)
+            if float(new_r @ new_r) < float(r @ r):
+                break
+        else:
+            return knobs
         converged = np.max(np.abs(new_r - r)) < TOL
         u, r, knobs = new_u, new_r, trial
         if converged or np.max(np.abs(r)) < TOL:
