@@ -202,6 +202,7 @@ NOT_RUN_BLOCKS = [
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e "),
     ("README.md", "simrun sweep --model llama3-70b --topo dgx-h100-1024 --gpus 256 "),
     ("README.md", "python -m pytest -q -n auto "),
+    ("docs/calibration.md", "simrun calibrate --megatron-log train.log "),
     ("docs/job-formats.md", "$ simrun --megatron-args tests/data/megatron/train_gpt3_175b"),
     ("docs/kernel-tables.md", "simrun profile "),
     ("docs/sweeps.md", "simrun sweep --model workloads/models/gpt3-175b.yaml "),

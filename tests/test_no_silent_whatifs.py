@@ -29,6 +29,8 @@ INPUTS = {
                  str(ROOT / "tests/data/tiny-llama-2layer.yaml"), "--topo", "tiny-2x2"],
 }
 SLOW_GPU = ["--slow-gpu", "1:2"]
+PROFILE = ROOT / "tests/data/calibration/a100-example.yaml"  # of another cluster than INPUTS'
+
 # flag -> {kind or "*": example arguments}; "refused-if" flags: {kind: (refused, accepted)}
 EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--workload": {"*": [], "model": ["--workload", str(SEED_512)]},
@@ -87,6 +89,10 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                      "model": ["--source-gpu", "A100-SXM4-80GB"],
                      "aicb-csv": ["--source-gpu", "A100-SXM4-80GB"]},
     "--compute-scale": {"*": ["--compute-scale", "1.5"]},
+    "--calibration": {"*": ["--calibration", str(PROFILE), "--calibration-any-cluster"]},
+    "--calibration-any-cluster": {"*": (["--calibration-any-cluster"],
+                                        ["--calibration", str(PROFILE),
+                                         "--calibration-any-cluster"])},
     "--slow-gpu": {"*": SLOW_GPU}, "--slow-node": {"*": ["--slow-node", "1:2"]},
     "--degrade-link": {"*": ["--degrade-link", "nic:0.0:0.5"],
                        "aicb": ["--degrade-link", "nic:0.0:0.1"]},

@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sim.cli.sweep", "simulate many parallel layouts and rank them"),
     "validate": ("sim.cli.validate", "compare predictions with published measured iterations"),
     "profile": ("sim.cli.profile", "measure kernels on the local GPU and write a kernel table"),
+    "calibrate": ("sim.cli.calibrate", "fit calibration knobs to measured runs, logs, "
+                                       "nccl-tests; kernel tables from profiler traces"),
     "list": ("sim.cli.listing", "list the shipped topologies, models, workloads and kernel tables "
                              "usable by name"),
 }

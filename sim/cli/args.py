@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.cli.calibration_args import add_calibration_arguments, calibration_of
 from sim.cli.training_args import add_training_arguments, training_of
 from sim.cli.types import (
     fraction,
@@ -195,6 +196,7 @@ def add_model_compute_arguments(g: argparse._ActionsContainer) -> None:
                    help="factor on kernel-table times for the sustained load of training (the "
                         "GPU at its power limit; 1: times as measured, kernel by kernel; "
                         "default: the table's measured sustained_slowdown_<dtype>)")
+    add_calibration_arguments(g)
 
 
 def compute_options(args: argparse.Namespace) -> ComputeOptions:
@@ -202,7 +204,9 @@ def compute_options(args: argparse.Namespace) -> ComputeOptions:
     return ComputeOptions(kernel_table=args.kernel_table,
                           compute_efficiency=args.compute_efficiency,
                           source_gpu=args.source_gpu, compute_scale=args.compute_scale,
-                          sustained_slowdown=args.sustained_slowdown)
+                          sustained_slowdown=args.sustained_slowdown,
+                          calibration=calibration_of(args),
+                          calibration_any_cluster=args.calibration_any_cluster)
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import sys
 
+from sim.calibration.profile import apply_to_topology
 from sim.cli.args import (
     add_layout_arguments,
     add_model_arguments,
     layout_request,
     model_input,
 )
+from sim.cli.calibration_args import add_calibration_arguments, calibration_of
 from sim.cli.fields import cli_error
 from sim.cli.types import Parser, given_flags, nonneg_int, positive_int
 from sim.errors import SimrunError, UsageError
 from sim.files.outputs import check_output_paths
 from sim.models.aicb_writer import write_aicb
+from sim.models.compute_setup import ComputeOptions
 from sim.options import applicable
 from sim.scenario import model_run
 from sim.topology import load_topology
@@ -51,6 +54,8 @@ def build_parser() -> Parser:
                         "%(default)s: generated collectives have no post-delay)")
     add_layout_arguments(p)
     add_model_arguments(p, required=True)
+    add_calibration_arguments(p.add_argument_group("calibration (compute times only: the file "
+                                                   "holds message sizes, not network times)"))
     return p
 
 
@@ -59,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         check_output_paths({"--out": args.out}, {"--model": args.model, "--topo": args.topo})
-        topo = load_topology(args.topo, nodes=args.nodes)
-        run = _model_run(args, topo)
+        profile = calibration_of(args)
+        topo = apply_to_topology(load_topology(args.topo, nodes=args.nodes), profile,
+                                 args.calibration_any_cluster)
+        run = _model_run(args, topo, ComputeOptions(calibration=profile,
+                                                    calibration_any_cluster=args
+                                                    .calibration_any_cluster))
         # training options without effect on this layout are refused (sim/options/applicable.py)
         given = given_flags(build_parser(), list(argv or []))
         applicable.check_effect(given, [], run)
@@ -77,11 +86,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{plural(par.microbatches, 'microbatch', 'microbatches')} of "
           f"{par.micro_batch}; representative stage {args.stage}")
     print(f"memory: {run.memory.reason}")
+    if profile is not None:
+        print("\n".join(profile.assumptions()))
     return 0
 
 
-def _model_run(args, topo):
+def _model_run(args, topo, compute: ComputeOptions):
     """The model run the flags describe on ``topo``."""
     mi = model_input(args)
     return model_run(mi.path, layout_request(args), mi.training, topo,
-                     ignore_memory=mi.ignore_memory)
+                     ignore_memory=mi.ignore_memory, compute=compute)

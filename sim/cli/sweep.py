@@ -23,6 +23,7 @@ from sim.cli.args import (
     network_options,
     training_of,
 )
+from sim.cli.calibration_args import calibration_of
 from sim.cli.fields import flag_of
 from sim.cli.host_args import add_host_dispatch_argument
 from sim.cli.simulation_args import add_interference_arguments
@@ -207,7 +208,9 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
         simulation=simulation_options(args),
         compute=ComputeOptions(args.kernel_table, args.compute_efficiency,
-                               sustained_slowdown=args.sustained_slowdown),
+                               sustained_slowdown=args.sustained_slowdown,
+                               calibration=calibration_of(args),
+                               calibration_any_cluster=args.calibration_any_cluster),
         overrides=tuple(args.set), given=layout_checked(set(given or ())))
 
 

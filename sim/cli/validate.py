@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sim.cli.calibration_args import (
+    add_validate_calibration_arguments,
+    validation_calibration,
+)
 from sim.cli.types import Parser, positive_int
 from sim.errors import InputError
 from sim.files.catalog import resolve
@@ -35,6 +39,7 @@ def build_parser() -> Parser:
     ap.add_argument("--workers", type=positive_int,
                     help="local worker processes (default: all cores)")
     ap.add_argument("--only", metavar="TEXT", help="run only cases whose name contains TEXT")
+    add_validate_calibration_arguments(ap)
     return ap
 
 
@@ -91,19 +96,21 @@ def main(argv: list[str] | None = None) -> int:
     check_output_paths({"--json": args.json}, {"FILE": files}, stdout_ok=("--json",))
     cases: list[Case] = []
     sources = []
+    groups = []  # (file, its cases): the sources of --calibrate-within-source
     for f in files:
         src, cs = load_cases(f)
         sources.append(src)
+        cs = [c for c in cs if not args.only or args.only in c.name]
+        groups.append((str(f), cs))
         cases += cs
     # the files the validation files name are inputs too: none may be the --json output
     check_output_paths({"--json": args.json}, {"model": [c.model_path for c in cases],
                                                "topology": [c.topology_path for c in cases]},
                        stdout_ok=("--json",))
-    if args.only:
-        cases = [c for c in cases if args.only in c.name]
-        if not cases:
-            raise InputError(f"no case name contains {args.only!r}", field="--only")
+    if args.only and not cases:
+        raise InputError(f"no case name contains {args.only!r}", field="--only")
     rows = run_cases(cases, args.workers)
+    cal_text, cal_json = validation_calibration(args, groups, rows)
     stats = summary(rows)
     text = ["predicted vs measured time per training iteration"]
     text += [f"source: {s}" for s in dict.fromkeys(sources)]
@@ -119,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(over))
     text.append("no per-case tuning: one compute model per GPU family, the network model of "
                 "the topology file; see docs/validation.md")
+    text += cal_text
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         print("\n".join(text))
     if args.json:
         write_json(args.json, {"schema": "simrun.validate/4", "files": [str(f) for f in files],
-                               "summary": stats, "cases": rows})
+                               "summary": stats, "cases": rows, **cal_json})
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sim.assumption import Assumption
 from sim.kernels.attention import AttnShape
@@ -173,7 +174,9 @@ class Timer:
     table's ``attn_flash_*`` / ``attn_cudnn_*`` rows time; ``main_grad_fp32``: weight
     gradients accumulate into fp32 main-grad buffers (:func:`gemm_table_kind`);
     ``sustained``: factor on every table time (kernels measured in bursts, run under the
-    sustained load of training: :mod:`sim.models.compute_setup`). ``missing``: GEMM kinds the
+    sustained load of training: :mod:`sim.models.compute_setup`); ``knobs``: a calibration's
+    :class:`~sim.calibration.knobs.Knobs` applied to every time (``None``: uncalibrated).
+    ``missing``: GEMM kinds the
     table lacked, answered by its ``gemm_<dtype>`` rows.
     """
 
@@ -183,6 +186,7 @@ class Timer:
     backend: str = "flash"
     main_grad_fp32: bool = True
     sustained: float = 1.0
+    knobs: Any = None
     table_ns: float = 0.0
     roofline_ns: float = 0.0
     hows: dict[str, float] = field(default_factory=dict)
@@ -193,8 +197,10 @@ class Timer:
         dtype = op.dtype or dtype
         hit = self._hit(op, dtype) if self.lookup else None
         if hit is None:
-            return op_time_ns(op, self.gpu, self.cm, dtype), "roofline"
-        return hit.time_ns * op.count * self.sustained, hit.how
+            t, how = op_time_ns(op, self.gpu, self.cm, dtype), "roofline"
+        else:
+            t, how = hit.time_ns * op.count * self.sustained, hit.how
+        return (t if self.knobs is None else self.knobs.op_ns(op, t)), how
 
     def _hit(self, op: Op, dtype: str):
         if op.kernel == "gemm" and op.shape:

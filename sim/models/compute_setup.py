@@ -4,8 +4,10 @@ kernel table (the GPU's shipped one, or ``--kernel-table``), or ``--compute-effi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sim.assumption import Assumption
+from sim.calibration.profile import check_applies
 from sim.errors import UsageError
 from sim.kernels.gpus import CatalogGpu, find, known_names
 from sim.kernels.lookup import TableLookup
@@ -30,13 +32,17 @@ class ComputeOptions:
     workload files ``source_gpu`` and ``compute_scale`` (:func:`source_compute_scale`);
     ``sustained_slowdown`` (``--sustained-slowdown``): the factor on kernel-table times for the
     sustained load of training (``None``: the table's measured ``sustained_slowdown_<dtype>``,
-    1 where it has none)."""
+    1 where it has none); ``calibration`` (``--calibration``): a
+    :class:`~sim.calibration.profile.Profile` whose knobs time every operator, refused on
+    another GPU unless ``calibration_any_cluster``."""
 
     kernel_table: str | None = None
     compute_efficiency: float | None = None
     source_gpu: str | None = None
     compute_scale: float | None = None
     sustained_slowdown: float | None = None
+    calibration: Any = None
+    calibration_any_cluster: bool = False
 
 
 @dataclass
@@ -48,6 +54,8 @@ class ComputeSetup:
     notes: list[str]
     entry: CatalogGpu | None
     sustained_slowdown: float | None = None
+    knobs: Any = None
+    calibration: Any = None  # the --calibration profile the knobs come from
 
     def sustained(self, dtype: str) -> tuple[float, str]:
         """Factor on kernel-table times for a run in ``dtype``, and the report line saying
@@ -136,7 +144,14 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     elif opts.sustained_slowdown is not None:
         raise UsageError("scales kernel-table times, and this run has no kernel table: its "
                          "compute is timed by the roofline", field="sustained_slowdown")
-    return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown)
+    knobs = None
+    if opts.calibration is not None:  # the topology check is the scenario's (the network)
+        notes += check_applies(opts.calibration, gpu=gpu.name,
+                               override=opts.calibration_any_cluster)
+        notes += opts.calibration.assumptions()
+        knobs = opts.calibration.knobs
+    return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown, knobs,
+                        opts.calibration)
 
 
 def _slots(table, entry: CatalogGpu | None) -> tuple[int, str]:
@@ -165,7 +180,7 @@ def scaled_generic(eff: float, field: str = "--compute-efficiency"):
 
 def timer_for(gpu, setup: ComputeSetup, backend: str) -> Timer:
     """A fresh :class:`Timer` (tallies at zero) for ``gpu`` under ``setup``."""
-    return Timer(gpu, setup.cm, setup.lookup, backend)
+    return Timer(gpu, setup.cm, setup.lookup, backend, knobs=setup.knobs)
 
 
 REFERENCE_GEMM = (8192, 8192, 8192)  # the op whose time ratio relates two GPUs' compute

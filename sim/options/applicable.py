@@ -178,6 +178,15 @@ TABLE: dict[str, dict[str, Verdict]] = {
                                                  "compute times are its own")] * 2,
                                    ("changes", "kernel-table times × F ('sustained load' "
                                                "note); refused on a GPU with no kernel table")),
+    "--calibration": _kinds(*[("changes", "the profile's network bus-bandwidth factor (link "
+                                          "efficiencies); its compute knobs do not apply: the "
+                                          "file's compute times are measured")] * 2,
+                            ("changes", "every knob of the profile: operator times and link "
+                                        "efficiencies (one 'calibrated' assumption per knob)")),
+    "--calibration-any-cluster": _all("refused-if", "a --calibration profile of another GPU "
+                                                    "or topology is used (a warning) instead "
+                                                    "of refused; refused without "
+                                                    "--calibration"),
     "--source-gpu": _kinds(_SCALED, _SCALED, ("refused", "applies to workload files (their "
                                                          "measured compute times); leave it out")),
     "--compute-scale": _kinds(("changes", "compute times × F (assumption)"),

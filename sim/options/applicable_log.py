@@ -11,6 +11,8 @@ _LOG_FIXES = "the log fixes it (one data-parallel group of its ranks, TP = PP = 
              "one microbatch, ZeRO stage 3); leave it out"
 _NO_PIPELINE = "the log is one DeepSpeed forward and backward (no pipeline stages); leave it out"
 LOG_VERDICTS: dict[str, tuple[str, str]] = {
+    "--calibration": ("changes", "every knob of the profile: the model's operator times and "
+                                 "the link efficiencies (one 'calibrated' assumption per knob)"),
     "--workload": ("input", "the collective log (AICB physical format)"),
     "--format": ("refused", "the physical format is detected; --format forces the reader of a "
                             "workload read alone; leave it out"),

@@ -18,6 +18,7 @@ import re
 import textwrap
 from typing import Any
 
+from sim.calibration.ranges import range_line
 from sim.report.summary import departures, fault_story, groups, headline, ms, top_assumptions
 from sim.words import plural
 
@@ -129,6 +130,8 @@ def format_report(rep: dict[str, Any], *, verbose: bool = False,
     head = headline(rep)
     w = max(len(q) for q, _ in head)
     lines += [f"  {q.ljust(w)}  {val}" for q, val in head]
+    if "iteration_time_range" in rep:  # sim/calibration/ranges.py
+        lines.append(f"  {'range'.ljust(w)}  {range_line(rep['iteration_time_range'])}")
     lines += [f"  {line}" for line in fault_story(rep, notable, healthy)]
     picked, why = (rep["stages"], "") if verbose else pick_stages(rep, notable)
     title = "per stage (ms; each row sums to the iteration time"

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sim.calibration.profile import apply_to_topology
+from sim.calibration.ranges import prediction_range
 from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_paths, write_json
@@ -104,7 +106,9 @@ def input_flag(workload: WorkloadInput | ModelInput) -> str:
 def prepare_scenario(s: Scenario) -> Prepared:
     """Stage 1 of ``s`` (:func:`sim.scenario.steps.prepare`): its topology loaded, its program
     read or generated, its outputs checked."""
-    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides)
+    topo = apply_to_topology(load_topology(s.topology, nodes=s.nodes,
+                                           overrides=s.topology_overrides),
+                             s.compute.calibration, s.compute.calibration_any_cluster)
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.spec or s.workload.path, s.layout, s.workload.training, topo,
@@ -131,6 +135,10 @@ def run_scenario(s: Scenario) -> ScenarioResult:
                        stdout_ok=("--json",))
     p = prepare_scenario(s)
     done = steps.run(p, progress=True)
+    model = p.model_run.model if p.model_run is not None else None
+    done.report["iteration_time_range"] = prediction_range(
+        done.report["iteration_time_s"], p.topology.gpu.name,
+        model is not None and model.moe is not None, s.compute.calibration)
     return ScenarioResult(s, p.topology, p.program, p.placement, done.result, done.report,
                           done.simulate_s, p.model_run, done.healthy)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sim.calibration.profile import apply_to_topology, profile_data
 from sim.errors import UsageError
 from sim.files.catalog import resolve
 from sim.files.inputs import read_bytes  # bounded, never blocks (not Path.read_bytes: a FIFO hangs)
@@ -126,7 +127,12 @@ def settings_of(opts: SweepOptions, model, topo, gpus: int) -> dict[str, Any]:
            if getattr(opts.simulation, k) != getattr(default, k)}
     if sim:
         out["simulation"] = sim
-    compute = {k: v for k, v in asdict(opts.compute).items() if v is not None}
+    compute = {k: getattr(opts.compute, k) for k in ("kernel_table", "compute_efficiency",
+                                                     "source_gpu", "compute_scale",
+                                                     "sustained_slowdown")
+               if getattr(opts.compute, k) is not None}
+    if opts.compute.calibration is not None:  # the profile's knobs: a resume must match them
+        compute["calibration"] = profile_data(opts.compute.calibration)
     if compute:
         out["compute"] = compute
     given = sorted(set(opts.given) & set(PRESENCE_MATTERS))
@@ -172,7 +178,9 @@ def run_sweep(opts: SweepOptions) -> int:
     if opts.resume and opts.overwrite:
         raise UsageError("give --resume or --overwrite, not both", field="resume")
     model = load_model(opts.model)
-    topo = load_topology(opts.topology, nodes=opts.nodes, overrides=opts.overrides)
+    topo = apply_to_topology(load_topology(opts.topology, nodes=opts.nodes,
+                                           overrides=opts.overrides),
+                             opts.compute.calibration, opts.compute.calibration_any_cluster)
     gpus = opts.space.gpus or topo.num_gpus
     if gpus > topo.num_gpus:
         raise UsageError(f"{gpus} GPUs requested but {opts.topology} has {topo.num_gpus}; use "

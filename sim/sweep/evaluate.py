@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.calibration.ranges import prediction_range
 from sim.errors import UsageError
 from sim.models.compute_setup import ComputeSetup
 from sim.models.vocab.spec import ModelSpec
@@ -157,6 +158,9 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
     n = max(len(stages), 1)
     out.update(status="ok", reason="", **vals)
     par = fit.par
+    rng = prediction_range(vals["iteration_time_s"], ctx.topology.gpu.name,
+                           ctx.model.moe is not None, getattr(ctx.compute, "calibration", None))
+    out.update(iteration_time_low_s=rng["low_s"], iteration_time_high_s=rng["high_s"])
     for g in GROUPS + (("CP",) if par.cp > 1 else ()) + (("ETP",) if par.etp != par.tp else ()):
         out[f"exposed_{g}_s"] = sum(s["exposed_comm_s"].get(g, 0.0) for s in stages) / n
     out["events"] = events

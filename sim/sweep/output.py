@@ -118,6 +118,13 @@ def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
     return "–" if v is None else f"{v * scale:,.{digits}f}"
 
 
+def _range(r: dict[str, Any]) -> str:
+    """``low-high`` seconds of a row's prediction range (sim/calibration/ranges.py)."""
+    if r.get("iteration_time_low_s") is None:
+        return ""
+    return f"{r['iteration_time_low_s']:.3f}-{r['iteration_time_high_s']:.3f}"
+
+
 SWEPT = ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "micro_batch", "schedule")
 """Layout columns of the terminal table, each shown when its value differs between rows (as are
 the swept training options, :mod:`sim.sweep.variants`)."""
@@ -135,14 +142,15 @@ def table_lines(rows: list[dict[str, Any]], *, top: int | None = None,
     options = sorted({k for r in rows for k in r} & {f.key for _, f in flags().values()})
     dims = [d for d in (*SWEPT, *options)
             if len({r.get(d, CSV_DEFAULTS.get(d)) for r in rows}) > 1]
-    head = ["rank", "layout", *dims, "iter_time_s", "tokens_per_s", "MFU_%", "mem_GB/GPU",
+    head = ["rank", "layout", *dims, "iter_time_s", "range_s", "tokens_per_s", "MFU_%",
+            "mem_GB/GPU",
             "bubble_frac"] + [f"{g}_exposed_ms" for g in groups]
     body = []
     for r in ok[:top] if top else ok:
         tight = headroom_bytes is not None and within_headroom(r, headroom_bytes)
         body.append([str(r["rank"]), r["layout"],
                      *(str(r.get(d, CSV_DEFAULTS.get(d)) or "-") for d in dims),
-                     _fmt(r["iteration_time_s"], 1, 3),
+                     _fmt(r["iteration_time_s"], 1, 3), _range(r),
                      _fmt(r["tokens_per_s"], 1, 0), _fmt(r["mfu"], 100, 1),
                      _fmt(r["memory_per_gpu_bytes"], 1e-9, 1) + ("!" if tight else ""),
                      _fmt(r["bubble_fraction"], 1, 3)]
