@@ -20,10 +20,8 @@ from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_path
 from sim.parallel.placement import Placement
-from sim.viz.breakdown import plot_breakdown
 from sim.viz.mpl import figure_format
 from sim.viz.select import FLAG, parse_rank_spec
-from sim.viz.timeline import plot_timeline
 from sim.viz.trace import trace_chunks, write_trace
 
 if TYPE_CHECKING:
@@ -70,7 +68,11 @@ def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any]
         # streamed rank by rank: memory stays bounded for a trace of every rank
         write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
                                              gpus_per_node=gpus_per_node, report=report))
-    if opts.plot:
+    if opts.plot:  # the plotting modules load only for a figure
+        from sim.viz.timeline import plot_timeline
+
         plot_timeline(result, opts.plot, ranks=opts.trace_ranks, report=report)
     if opts.breakdown_plot:
+        from sim.viz.breakdown import plot_breakdown
+
         plot_breakdown(report, opts.breakdown_plot)
