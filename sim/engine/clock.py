@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import simpy
 from simpy.core import BoundClass, SimTime
 from simpy.events import NORMAL, Event, EventPriority
@@ -27,3 +31,25 @@ class Clock(simpy.Environment):
 
 
 _schedule = simpy.Environment.schedule  # called unbound: no super() proxy per event
+
+
+#: first-generation threshold of the cyclic garbage collector during a simulation (CPython's
+#: default is 700 allocations): each event allocates a few short-lived objects, and with the
+#: default every few hundred events a collection walked the young objects again
+GC_YOUNG_THRESHOLD = 20_000
+
+
+@contextmanager
+def relaxed_gc() -> Iterator[None]:
+    """Run a simulation with the objects that exist before it (the program, the topology, the
+    network plans) frozen out of the garbage collector's scans and its first generation
+    collected less often; both restored afterwards. Results do not depend on it: it changes
+    only when unreachable cycles are freed (a per-rank 1024-GPU run: about 20% less CPU)."""
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import simpy
 
 from sim.comm import Comm, GroupKind
-from sim.engine.clock import Clock
+from sim.engine.clock import Clock, relaxed_gc
 from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.host import HostDispatch
@@ -88,8 +88,9 @@ def simulate(
                               etp=program.etp)
     if classes is None:
         classes = (RankClasses.per_rank if per_rank else RankClasses.symmetric)(placement)
-    return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
-                   fuse, interference, jitter, host_dispatch_ns).run(until_ns)
+    with relaxed_gc():
+        return _Engine(program, network, placement, classes, compute_scale or {}, record_spans,
+                       fuse, interference, jitter, host_dispatch_ns).run(until_ns)
 
 
 class _Engine:

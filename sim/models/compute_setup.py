@@ -4,24 +4,18 @@ kernel table (the GPU's shipped one, or ``--kernel-table``), or ``--compute-effi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.assumption import Assumption
 from sim.calibration.profile import check_applies
 from sim.errors import UsageError
 from sim.kernels.gpus import CatalogGpu, find, known_names
-from sim.kernels.lookup import TableLookup
-from sim.kernels.table import read_table, shipped_table
-from sim.models.compute import (
-    GENERIC,
-    TRANSFER_RULE,
-    TRANSFER_SOURCE,
-    ComputeModel,
-    Timer,
-    family_model,
-)
-from sim.models.vocab.ops import gemm
 from sim.topology.gpu import GpuSpec
+
+if TYPE_CHECKING:  # the compute model and kernel tables load on first use (workload files
+    # whose GPU is the topology's never need them)
+    from sim.kernels.lookup import TableLookup
+    from sim.models.compute import ComputeModel, Timer
 
 
 @dataclass(frozen=True)
@@ -101,6 +95,10 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     :class:`UsageError` naming the known GPUs — never a silent generic fallback.
     """
     opts = opts or ComputeOptions()
+    from sim.kernels.lookup import TableLookup
+    from sim.kernels.table import read_table, shipped_table
+    from sim.models.compute import TRANSFER_RULE, TRANSFER_SOURCE, family_model
+
     entry = find(gpu.name)
     notes: list[str] = []
     declared = gpu.compute_efficiency
@@ -169,6 +167,8 @@ def scaled_generic(eff: float, field: str = "--compute-efficiency"):
     """The generic efficiency set with its large-GEMM efficiency set to ``eff`` and the other
     matrix efficiencies scaled in proportion (memory efficiency and overheads unchanged);
     ``field`` names where ``eff`` came from in the error for a value outside (0, 1]."""
+    from sim.models.compute import GENERIC
+
     if not 0 < eff <= 1:
         raise UsageError(f"must be a fraction in (0, 1], got {eff:g}", field=field)
     f = eff / GENERIC.gemm_efficiency
@@ -180,6 +180,8 @@ def scaled_generic(eff: float, field: str = "--compute-efficiency"):
 
 def timer_for(gpu, setup: ComputeSetup, backend: str) -> Timer:
     """A fresh :class:`Timer` (tallies at zero) for ``gpu`` under ``setup``."""
+    from sim.models.compute import Timer
+
     return Timer(gpu, setup.cm, setup.lookup, backend, knobs=setup.knobs)
 
 
@@ -187,6 +189,9 @@ REFERENCE_GEMM = (8192, 8192, 8192)  # the op whose time ratio relates two GPUs'
 
 
 def _reference_ns(gpu, setup: ComputeSetup) -> float:
+    from sim.models.compute import Timer
+    from sim.models.vocab.ops import gemm
+
     op = gemm("reference", *REFERENCE_GEMM)
     return Timer(gpu, setup.cm, setup.lookup).op_ns(op, "bf16")[0]
 

@@ -4,10 +4,9 @@ all-gather, the tensor-parallel overlaps and the FP8 recipe and parameters."""
 
 from __future__ import annotations
 
-from sim.models.features import fp8_params, param_gather_step, tp_async
-from sim.models.features.fp8 import NOT_MODELLED, RECIPES
+from sim.models.features import param_gather_step
 from sim.models.features.grad_sync import DELAY_SCHEDULES, delay_applies
-from sim.options.declaration import Flag, Option
+from sim.options.declaration import Flag, Option, deferred
 
 _MEGATRON_LOG = ("refused", "Megatron's; DeepSpeed's collectives come from the log; leave it out")
 _NO_TP_LOG = ("refused", "needs TP > 1; the log is TP 1; leave it out")
@@ -20,6 +19,9 @@ def _no_dp(_model, par) -> str | None:
 def fp8_recipe(text: str) -> str:
     """A recipe simrun models; Megatron-Core's block-scaling recipes and anything else are
     refused with a one-line reason (ValueError)."""
+    from sim.models.features.fp8 import NOT_MODELLED, RECIPES  # on use: the parser loads no
+    # feature module
+
     if text in RECIPES:
         return text
     if text in NOT_MODELLED:
@@ -149,7 +151,7 @@ OPTIONS = (
                                          "refused at TP 1, with --tp-comm-overlap and with "
                                          "--no-compile"),
                     log=_NO_TP_LOG),),
-           assumption="tp-async", check=tp_async.check),
+           assumption="tp-async", check=deferred("sim.models.features.tp_async")),
     Option("fp8_recipe", "Megatron-Core --fp8-recipe", "sim.models.features.fp8", (
         Flag("--fp8-recipe",
              "with --dtype fp8: Megatron-Core's FP8 recipe as Transformer Engine runs it: "
@@ -169,7 +171,7 @@ OPTIONS = (
         assumption="fp8", recorded_at_default=True),
     Option("fp8_param_gather", "Megatron-Core --fp8-param-gather (fp8_param, TE "
                                "fp8_model_init)", "sim.models.features.fp8_params", (
-        Flag(fp8_params.FLAG,
+        Flag("--fp8-param-gather",
              "Megatron-LM, with --dtype fp8 and --distributed-optimizer: the TE linears' "
              "weights are FP8 parameters, quantised from the master weights after the "
              "optimizer step (amax all-reduce in DP) and all-gathered at 1 byte per parameter; "
@@ -179,5 +181,5 @@ OPTIONS = (
                                   "refused without --dtype fp8, the distributed optimizer, or "
                                   "with FSDP"),
              log=_MEGATRON_LOG),),
-        assumption="fp8-params", check=fp8_params.check),
+        assumption="fp8-params", check=deferred("sim.models.features.fp8_params")),
 )

@@ -6,6 +6,7 @@ declarations themselves are in :mod:`sim.options.core`, :mod:`sim.options.comm`,
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -80,6 +81,15 @@ class Option:
 
     def target(self, flag: Flag) -> str:
         return flag.target or self.field
+
+
+def deferred(module: str, name: str = "check") -> Callable[[Any], None]:
+    """``module.name(par)``, the module imported at the first call: declaring an option (and
+    building the parser) does not load the feature that implements it."""
+    def call(par: Any) -> None:
+        return getattr(importlib.import_module(module), name)(par)
+    call.__qualname__ = f"{module}.{name}"
+    return call
 
 
 def default(path: str) -> Any:

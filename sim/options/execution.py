@@ -5,7 +5,6 @@ deferred output-layer weight gradients."""
 from __future__ import annotations
 
 from sim.models.features import defer_wgrad
-from sim.models.features.eager import NORM_TYPES
 from sim.options.declaration import Flag, Option
 
 #: a workload file's verdict: its compute times are measured, not these kernels'
@@ -57,7 +56,7 @@ OPTIONS = (
         Flag("--norm-type",
              "with --no-compile, torchtitan's model.norm_type: rmsnorm (eager PyTorch "
              "operators) or fused_rmsnorm (its Triton kernel) (default: {default})",
-             kind="choice", choices=NORM_TYPES,
+             kind="choice", choices=("rmsnorm", "fused_rmsnorm"),
              model=("refused-if", "torchtitan's norm_type in eager mode (assumption "
                                   "'--no-compile: ... RMSNorm ...'); refused without "
                                   "--no-compile"),

@@ -4,7 +4,6 @@ expert-parallel all-to-all overlap (combined 1F1B)."""
 
 from __future__ import annotations
 
-from sim.models.features.moe import dispatch_nodes
 from sim.options.declaration import Flag, Option
 
 _DENSE_LOG = ("refused", "the log is of a dense model; leave it out")
@@ -12,6 +11,8 @@ _MOE = "sim.models.features.moe"
 
 
 def _flex_changes_nothing(model, par) -> str | None:
+    from sim.models.features.moe import dispatch_nodes  # on use: the parser loads no feature
+
     if (par.moe_token_dispatcher == "flex" and dispatch_nodes(par) == 1
             and (par.ep == 1 or model.moe is not None and model.moe.experts == par.ep)):
         return ("the EP group lies inside one node with one expert per GPU (or EP is 1), where "

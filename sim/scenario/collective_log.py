@@ -10,20 +10,23 @@ rows; :mod:`sim.workload.aicb_zero3` places the log's collectives among them.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sim.assumption import key_of
 from sim.errors import UsageError
 from sim.files.catalog import resolve
 from sim.files.inputs import read_text
-from sim.models.generator import Zero3Units
-from sim.models.vocab.rows import Row
-from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig, Training
 from sim.parallel.layout import LayoutRequest
 from sim.program.pipeline import PipelineProgram
 from sim.program.workload import Layer
 from sim.workload.aicb_csv import CollectiveLog, Role, read_log
 from sim.workload.aicb_zero3 import check_reduced, step_tasks, weave
+
+if TYPE_CHECKING:  # annotations only: a workload-file run does not load the model generator
+    from sim.models.generator import Zero3Units
+    from sim.models.vocab.rows import Row
+    from sim.models.vocab.spec import ModelSpec
 
 
 def load_log(path: str) -> CollectiveLog:

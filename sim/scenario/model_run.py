@@ -9,20 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.assumption import Assumption
 from sim.comm import GroupKind
 from sim.errors import UsageError
 from sim.models.compute_setup import ComputeOptions, ComputeSetup, resolve_compute
-from sim.models.flops import model_flops_per_iteration
-from sim.models.generator import generate
-from sim.models.memory import MemoryReport, check_memory
-from sim.models.memory_advice import memory_advice
-from sim.models.metrics import metrics
-from sim.models.parallel_checks import validate
-from sim.models.plan import ModelPlan, build_model_plan
-from sim.models.vocab.spec import ModelSpec, load_model
 from sim.parallel.config import ParallelConfig, Training
 from sim.parallel.layout import Layout, LayoutRequest
 from sim.parallel.placement import DEFAULT_ORDER, Placement
@@ -31,6 +23,11 @@ from sim.program.pipeline import PipelineProgram
 from sim.scenario.collective_log import load_log, log_layout, units_of, with_log
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
+
+if TYPE_CHECKING:  # the model generator and its accounting load when a model run needs them
+    from sim.models.memory import MemoryReport
+    from sim.models.plan import ModelPlan
+    from sim.models.vocab.spec import ModelSpec
 
 
 @dataclass
@@ -47,10 +44,14 @@ class ModelRun:
 
     @property
     def model_flops(self) -> int:
+        from sim.models.flops import model_flops_per_iteration
+
         return model_flops_per_iteration(self.model, self.par.global_batch)
 
     def report_extra(self, iteration_ns: int) -> dict[str, Any]:
         """Report keys of a model-driven run (:func:`sim.models.metrics.metrics`)."""
+        from sim.models.metrics import metrics
+
         return metrics(self.model, self.par, self.gpu, iteration_ns, self.memory, self.path)
 
     def assumptions(self) -> list[str]:
@@ -96,6 +97,8 @@ def parallel_config(request: LayoutRequest, training: Training, model: ModelSpec
                      microbatches=gb // (b * dp), schedule=request.schedule,
                     microbatch_group_size=request.microbatch_group_size)
     par = ParallelConfig.of(layout, replace(training, global_batch=gb))
+    from sim.models.parallel_checks import validate
+
     validate(model, par)
     return par
 
@@ -149,6 +152,9 @@ def fit_model(model: ModelSpec, par: ParallelConfig, topology: Topology,
     gpu = topology.gpu
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak", field="dtype")
+    from sim.models.memory import check_memory
+    from sim.models.plan import build_model_plan
+
     plan = build_model_plan(model, par)
     return ModelFit(model, par, plan, check_memory(model, par, gpu, plan=plan))
 
@@ -165,12 +171,16 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
     notes = []
     if not mem.feasible:
         if not ignore_memory:
+            from sim.models.memory_advice import memory_advice
+
             advice = memory_advice(model, par, gpu, mem.peak.total_bytes)
             raise UsageError(f"layout does not fit in GPU memory: {mem.reason}; {advice} "
                              "(--ignore-memory simulates it anyway)", field="model")
         notes.append(Assumption("WARNING: simulated although the layout does not fit in GPU "
                                 "memory (--ignore-memory)", "memory-ignored", departs=True))
     setup = compute if isinstance(compute, ComputeSetup) else resolve_compute(gpu, compute)
+    from sim.models.generator import generate
+
     program = generate(model, par, gpu, plan=fit.plan,
                        source=f"model {model.name} ({path})" if path else "",
                        compute=setup, zero3=units_of(log, model) if log else None)
@@ -189,6 +199,8 @@ def model_run(model: ModelSpec | str, request: LayoutRequest, training: Training
     many nodes an EP group spans (:func:`ep_nodes`). ``collective_log``: an AICB
     physical-format file whose ZeRO-3 collectives (and layout) the run takes
     (:mod:`sim.scenario.collective_log`)."""
+    from sim.models.vocab.spec import load_model
+
     path = model if isinstance(model, str) else ""
     model = with_training_overrides(load_model(model) if path else model, training)
     log = load_log(collective_log) if collective_log is not None else None

@@ -20,13 +20,9 @@ from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_dir, check_output_path
 from sim.parallel.placement import Placement
-from sim.viz.breakdown import plot_breakdown
-from sim.viz.kineto import write_kineto
 from sim.viz.mpl import figure_format
 from sim.viz.select import FLAG, parse_rank_spec
-from sim.viz.timeline import plot_timeline
 from sim.viz.trace import trace_chunks, write_trace
-from sim.workload.chakra_write import write_chakra
 
 if TYPE_CHECKING:
     from sim.scenario.options import OutputOptions
@@ -72,17 +68,25 @@ def check_figure_outputs(opts: OutputOptions, placement: Placement | None = None
 def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any], *,
                   placement: Placement | None = None, gpus_per_node: int | None = None) -> None:
     """Write every requested trace / figure (each atomically)."""
-    if opts.chakra:
+    if opts.chakra:  # the Chakra writer (and its optional protobuf schema) loads only here
+        from sim.workload.chakra_write import write_chakra
+
         write_chakra(opts.chakra, result.program)
     if opts.trace and opts.trace_format == "kineto":
+        from sim.viz.kineto import write_kineto
+
         write_kineto(opts.trace, result, ranks=opts.trace_ranks,
                      gpu=str(report.get("gpu") or "GPU"))
     elif opts.trace:
         # streamed rank by rank: memory stays bounded for a trace of every rank
         write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
                                              gpus_per_node=gpus_per_node, report=report))
-    if opts.plot:
+    if opts.plot:  # the plotting modules load only for a figure
+        from sim.viz.timeline import plot_timeline
+
         plot_timeline(result, opts.plot, ranks=opts.trace_ranks, report=report,
                       window_ms=opts.plot_window_ms, microbatches=opts.plot_microbatches)
     if opts.breakdown_plot:
+        from sim.viz.breakdown import plot_breakdown
+
         plot_breakdown(report, opts.breakdown_plot)
