@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import tomllib
+from typing import TYPE_CHECKING
 
 from sim.assumption import Assumption
 from sim.errors import InputError, UsageError
 from sim.files.inputs import read_text
-from sim.jobs.megatron_args import MegatronJob, translate
-from sim.jobs.megatron_log import arguments_block_of
-from sim.jobs.script import launch_arguments
-from sim.jobs.shell import Word
-from sim.jobs.torchtitan import read_torchtitan
-from sim.models.vocab.spec import ModelSpec, model_from_dict
+
+if TYPE_CHECKING:  # the readers load only when a job file is given (a workload run skips them)
+    from sim.jobs.megatron_args import MegatronJob
+    from sim.jobs.shell import Word
+    from sim.models.vocab.spec import ModelSpec
 
 FLAG = "--megatron-args"
 CONFIG_FLAG = "--job-config"
@@ -54,6 +52,10 @@ def add_job_config_argument(g: argparse._ActionsContainer) -> None:
 
 def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     """The translation of the job config ``path`` (detected by content)."""
+    import tomllib
+
+    from sim.jobs.torchtitan import read_torchtitan
+
     text = read_text(path, what="job config", flag=CONFIG_FLAG)
     try:
         tomllib.loads(text)
@@ -66,6 +68,9 @@ def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
 
 def megatron_words(path: str) -> list[Word]:
     """The Megatron-LM arguments of the file ``path`` (script, argument file or log)."""
+    from sim.jobs.megatron_log import arguments_block_of
+    from sim.jobs.script import launch_arguments
+
     text = read_text(path, what="Megatron-LM arguments", flag=FLAG)
     block = arguments_block_of(text, path)
     if block is None:
@@ -76,6 +81,8 @@ def megatron_words(path: str) -> list[Word]:
 def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
     """A log's printed arguments as ``--flag value`` words: ``None`` and ``False`` are not
     set, ``True`` is a switch, a list ``[a, b]`` its items."""
+    from sim.jobs.shell import Word
+
     out: list[Word] = []
     for dest, text in values.items():
         if text in ("None", "False"):
@@ -91,6 +98,9 @@ def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
 
 def job_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     """The translation of the Megatron file ``path`` and its model spec."""
+    from sim.jobs.megatron_args import translate
+    from sim.models.vocab.spec import model_from_dict
+
     job = translate(megatron_words(path), path, Path(path).stem)
     return job, model_from_dict(job.model, file=path)
 
@@ -111,6 +121,10 @@ def expand(argv: list[str], parser: argparse.ArgumentParser,
     if args.model or args.workload or len(given) > 1:
         raise UsageError(f"the model comes from {given[0]}; give one of --model, --workload, "
                          "--megatron-args, --job-config", field=given[-1])
+    from sim.jobs.megatron_args import translate
+    from sim.jobs.shell import Word
+    from sim.models.vocab.spec import model_from_dict
+
     if config is not None:
         path = config
         job, spec = config_of(config)

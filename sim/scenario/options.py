@@ -12,14 +12,17 @@ Training`; how collectives are costed → :class:`NetworkOptions`; how the engin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sim.engine.interference import DEFAULT_NCCL_CHANNELS
 from sim.models.compute_setup import ComputeOptions
-from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import Training
 from sim.parallel.layout import LayoutRequest
 from sim.parallel.placement import DEFAULT_ORDER
 from sim.runtime.watchdog import DEFAULT_MAX_SIM_TIME_S
+
+if TYPE_CHECKING:  # the model vocabulary loads only for model runs
+    from sim.models.vocab.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs
 from sim.viz.select import parse_rank_spec
 from sim.viz.trace_size import check_trace_size
-from sim.workload.chakra_write import check_chakra
 
 
 @dataclass(frozen=True)
@@ -207,7 +206,9 @@ def _check_outputs(outputs: OutputOptions, program: PipelineProgram, placement: 
                    classes: RankClasses) -> None:
     per_rank = classes.label == "per-rank"
     check_figure_outputs(outputs, placement, per_rank, classes.reps)
-    if outputs.chakra:
+    if outputs.chakra:  # the Chakra writer loads only when asked for
+        from sim.workload.chakra_write import check_chakra
+
         check_chakra(program)
     if outputs.trace:
         note = check_trace_size(program, parse_rank_spec(outputs.trace_ranks), placement,
