@@ -26,6 +26,8 @@ LEFT = {
     ("sim/topology/sections.py", "--set "),
     ("sim/topology/overrides.py", "--set "),
     ("sim/network/tuner.py", "--nccl-algo/--nccl-proto"),
+    # a Megatron-LM argument named inside a job file (file and line given): the file's field
+    ("sim/jobs/megatron_args.py", "--vocab-size"),
 }
 
 

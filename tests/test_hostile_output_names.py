@@ -13,7 +13,7 @@ import pytest
 from hostile_support import ROOT
 
 from sim.errors import InputError
-from sim.files.inputs import read_bytes
+from sim.files.inputs import read_bytes, track_inputs
 from sim.files.outputs import NAME_MAX, atomic_write
 
 AICB = [str(ROOT / "workloads" / "aicb-gpt13b-tp8-pp8-512gpu.txt"), "--topo", "dgx-a100-512"]
@@ -31,14 +31,21 @@ def _one_line_exit_2(p: subprocess.CompletedProcess, *words: str) -> None:
     assert all(w in lines[0] for w in words), lines[0]
 
 
-def test_a_file_read_by_this_process_is_never_replaced(tmp_path):
+def test_a_file_read_by_the_command_is_never_replaced(tmp_path):
     f = tmp_path / "model.yaml"
     f.write_text("layers: 2\n")
-    read_bytes(f)
-    with pytest.raises(InputError, match="is an input of this run"):
-        atomic_write(f, lambda out: out.write("replaced"), flag="--json")
+    track_inputs(True)  # as sim.cli.main does for one command
+    try:
+        read_bytes(f)
+        with pytest.raises(InputError, match="is an input of this run"):
+            atomic_write(f, lambda out: out.write("replaced"), flag="--json")
+    finally:
+        track_inputs(False)
     assert f.read_text() == "layers: 2\n"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["model.yaml"]
+    read_bytes(f)  # outside a command (the Python API): a caller may write back what it read
+    atomic_write(f, lambda out: out.write("layers: 3\n"), flag="--json")
+    assert f.read_text() == "layers: 3\n"
 
 
 def test_json_onto_the_kernel_table_is_refused(tmp_path):

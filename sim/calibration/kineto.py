@@ -131,7 +131,7 @@ def check_gpu(traces: list[Trace], gpu: str | None) -> str:
     naming its file and line."""
     want = find(gpu) if gpu else None
     if gpu and want is None:
-        raise InputError(f"GPU {gpu!r} is not in the GPU catalogue", field="--gpu")
+        raise InputError(f"GPU {gpu!r} is not in the GPU catalogue", field="gpu")
     for t in traces:
         if t.gpu is None:
             continue
@@ -145,7 +145,7 @@ def check_gpu(traces: list[Trace], gpu: str | None) -> str:
         want = have
     if want is None:
         raise InputError("the traces do not name their GPU (no deviceProperties); give --gpu "
-                         "NAME", field="--gpu")
+                         "NAME", field="gpu")
     return want.name
 
 

@@ -175,7 +175,7 @@ def check_applies(p: Profile, *, gpu: str | None = None, topology: str | None = 
                f"{theirs!r}: its knobs are properties of that {what}'s stack")
         if not override:
             raise UsageError(why + " (--calibration-any-cluster uses it anyway)",
-                             field="--calibration")
+                             field="calibration")
         notes.append(Assumption(f"WARNING: {why}; used anyway (--calibration-any-cluster)",
                                 "calibration", departs=True))
     return notes

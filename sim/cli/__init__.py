@@ -20,6 +20,7 @@ from sim.cli.fields import cli_error, register_parsers
 from sim.cli.run import build_parser as _build_parser
 from sim.cli.run import run as _run
 from sim.errors import SimrunError, UsageError
+from sim.files.inputs import track_inputs
 from sim.runtime.process import exit_status, quiet_shutdown, terminate_as_interrupt
 
 _T0 = time.perf_counter()
@@ -89,11 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             "dgx-a100-1024\nrun 'simrun --help' for every flag, with its unit and default\n")
         return 2
     restore = terminate_as_interrupt()
+    track_inputs(True)  # no output of this command may replace a file it read
     try:
         return _guarded(argv)
     except KeyboardInterrupt as e:  # a signal while an error was being reported
         return _stopped(e)
     finally:
+        track_inputs(False)
         restore()
         if as_program:
             quiet_shutdown()

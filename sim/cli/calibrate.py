@@ -56,7 +56,8 @@ def build_parser() -> Parser:
                    help="Megatron-LM logs: iteration lines at or below iteration N are "
                         "warm-up, left out of the median (default: %(default)s)")
     p.add_argument("--stack", default="unknown", metavar="TEXT",
-                   help="the software stack the measurements ran (recorded in the profile)")
+                   help="the software stack the measurements ran (recorded in the profile; "
+                        "default: %(default)s)")
     p.add_argument("--out", metavar="PROFILE", help="calibration profile (YAML) to write")
     p.add_argument("--kernel-table-out", metavar="CSV",
                    help="kernel table to write from --kineto traces")

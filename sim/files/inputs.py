@@ -97,14 +97,22 @@ def max_input_bytes() -> int:
 
 
 _READ: dict[tuple[int, int], str] = {}
-"""Regular files this process has read (device, inode → the name it was read by): every input,
-given directly or named inside another file, so that no output can replace one
-(:func:`sim.files.outputs.atomic_write` refuses)."""
+"""Regular files the running command has read (device, inode → the name it was read by): every
+input, given directly or named inside another file, so that no output can replace one
+(:func:`sim.files.outputs.atomic_write` refuses). Kept only while :func:`track_inputs` is on:
+for one ``simrun`` command (a Python caller may read a file and write it back later)."""
+_TRACKING = [False]
+
+
+def track_inputs(on: bool) -> None:
+    """Start (``True``) or end (``False``) recording the files read; both forget earlier ones."""
+    _READ.clear()
+    _TRACKING[0] = on
 
 
 def input_read_as(dev: int, ino: int) -> str | None:
-    """The name under which this process read the file ``(dev, ino)``, or None."""
-    return _READ.get((dev, ino))
+    """The name under which the running command read the file ``(dev, ino)``, or None."""
+    return _READ.get((dev, ino)) if _TRACKING[0] else None
 
 
 def read_bytes(path: str | Path, *, what: str = "file", flag: str | None = None) -> bytes:
@@ -138,7 +146,7 @@ def read_bytes(path: str | Path, *, what: str = "file", flag: str | None = None)
             if st.st_size > limit:
                 raise _too_big(st.st_size, limit, where, what)
             data = _read_upto(fd, limit, where, what)
-            if len(_READ) < 65536:  # bounded: a run reads a handful of files
+            if _TRACKING[0] and len(_READ) < 65536:  # bounded: a run reads a handful
                 _READ.setdefault((st.st_dev, st.st_ino), str(path))
         return data
     except OSError as e:

@@ -24,6 +24,7 @@ import tomllib
 from sim.errors import InputError
 from sim.jobs.megatron_args import MegatronJob
 from sim.models.vocab.spec import ModelSpec, load_model
+from sim.pipeline.kinds import ZBV, GPipe, OneFOneB
 
 #: torchtitan's llama3 flavours (torchtitan/models/llama3/__init__.py) → shipped specs whose
 #: sizes are the flavour's (workloads/models/llama3-*.yaml)
@@ -31,7 +32,7 @@ FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
            ("llama3", "405B"): "llama3-405b"}
 #: torchtitan's schedule names (torch.distributed.pipelining) → simrun's (one stage per rank,
 #: or ZBV's two in a V; the looped schedules' stages per rank are not read, so they are refused)
-SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "ZBVZeroBubble": "zb-v"}
+SCHEDULES = {"GPipe": GPipe.name, "1F1B": OneFOneB.name, "ZBVZeroBubble": ZBV.name}
 _IRRELEVANT_SECTIONS = {
     "job": "where outputs go", "profiling": "profiler traces: the same kernels run",
     "metrics": "logging", "checkpoint": "checkpoints are saved between iterations",

@@ -40,9 +40,9 @@ microbatches of the full run."""
 def period(par) -> int:
     """Microbatches of one steady period: the interleaved schedule's microbatch group (default
     the pipeline size), else the pipeline size; twice it for DualPipe (microbatches in pairs,
-    one from each end)."""
+    one from each end: the bidirectional schedule)."""
     k = par.layout.microbatch_group_size or par.pp
-    return 2 * k if par.schedule_name == "dualpipe" else k
+    return 2 * k if par.layout.schedule_type.bidirectional else k
 
 
 def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int] | None:

@@ -86,7 +86,7 @@ class ResultStore:
                 if i >= len(lines) - 2:  # torn last line (killed mid-write): drop it
                     continue
                 raise UsageError(f"line {i + 1} is not a result row", file=str(
-                    self.results_path), field="--resume") from None
+                    self.results_path), field="resume") from None
             if key not in done:  # a duplicate (should not happen) keeps the first result
                 good.append(line)
                 done[key] = row

@@ -46,7 +46,7 @@ def _take_vary(argv: list[str]) -> tuple[list[str], list[str]]:
         if a == "--vary":
             text = next(it, None)
             if text is None:
-                raise UsageError("expected a comma-separated list of switches", field="--vary")
+                raise UsageError("expected a comma-separated list of switches", field="vary")
             names += [n.strip() for n in text.split(",") if n.strip()]
         elif a.startswith("--vary="):
             names += [n.strip() for n in a[len("--vary="):].split(",") if n.strip()]
@@ -67,7 +67,7 @@ def _switches(names: list[str]) -> list[str]:
             known = ", ".join(sorted(k[2:] for k, (_, f) in declared.items()
                                      if f.kind == "switch"))
             raise UsageError(f"{n!r} is not a training switch; switches: {known}",
-                             field="--vary")
+                             field="vary")
         out.append(entry[1].name)
     return out
 
@@ -96,7 +96,7 @@ def split_argv(argv: list[str]) -> list[Variant]:
     for name in _switches(names):
         if name in slots or name in argv:
             raise UsageError(f"{name} is swept off and on by --vary; leave the flag out",
-                             field="--vary")
+                             field="vary")
         slots[name] = -1
         dims.append((name, [None, "on"]))
     combos = list(itertools.product(*(vals for _, vals in dims)))

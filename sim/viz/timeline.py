@@ -132,7 +132,7 @@ def plot_window(boxes: Sequence[Box], iteration_ns: int,
         lo, hi = round(window_ms[0] * 1e6), min(round(window_ms[1] * 1e6), iteration_ns)
         if lo >= hi:
             raise UsageError(f"the window starts after the iteration's end "
-                             f"({iteration_ns / 1e6:,.3f} ms)", field="--plot-window")
+                             f"({iteration_ns / 1e6:,.3f} ms)", field="plot_window")
         return lo, hi
     if microbatches is not None:
         ops = [b for b in boxes if b.kind in OP_KINDS and 0 <= b.microbatch < microbatches]

@@ -129,7 +129,7 @@ def rank_files(folder: Path) -> list[Path]:
             raise InputError(f"more than {MAX_RANK_FILES} rank files", file=str(folder),
                              field="rank")
     if not found:
-        raise InputError("no <name>.<rank>.et files", file=str(folder), field="--workload")
+        raise InputError("no <name>.<rank>.et files", file=str(folder), field="workload")
     missing = sorted(set(range(len(found))) - set(found))
     if missing:
         raise InputError(f"rank {missing[0]}'s file is missing (ranks must be 0..N-1)",
