@@ -43,7 +43,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 EDGES = ["0", "-0", "-1", "nan", ".nan", "inf", ".inf", "-.inf", "1e308", "1e-308", "4.9e-324",
-         str(2**63), str(2**64), "1" * 400, "1_0", "٣", "true", "x", "2.5", "1e400", ""]
+         str(2**63 - 1), str(2**63), str(2**64), "1" * 400, "1_0", "٣", "true", "x", "2.5",
+         "1e400", ""]
 """Edge values put in every numeric field (YAML spellings of NaN and infinity included)."""
 
 CPU_LIMIT_S = 20
@@ -206,8 +207,10 @@ def run_case(argv: list[str], cwd: Path) -> tuple[dict | None, str]:
             chunks.append(data)
     os.close(rfd)
     _, status = os.waitpid(pid, 0)
-    if not chunks:
-        return None, "crash"
+    if not chunks:  # killed: by the CPU-time limit (a hang) or otherwise (a crash)
+        spent = os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU,
+                                                                     signal.SIGKILL)
+        return None, "hang" if spent else "crash"
     return json.loads(b"".join(chunks)), ""
 
 
