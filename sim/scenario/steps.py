@@ -266,6 +266,7 @@ def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None =
         extra.append(Assumption(line, "nvlink-domain", departs=True))
     if run is not None:
         extra += run.assumptions()
+    extra += _whatif_lines(p)
     report_extra = dict(run.report_extra(result.iteration_ns)) if run else {}
     if healthy is not None:
         report_extra.update(p.faults.report(result.iteration_ns, healthy.iteration_ns))
@@ -275,6 +276,17 @@ def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None =
         extra += variability.notes(jit, len(samples_ns))
     return reports.build_report(result, workload=p.workload, topology=p.topology_path,
                                 extra_assumptions=extra, extra=report_extra or None)
+
+
+def _whatif_lines(p: Prepared) -> list[str]:
+    """How far each group's traffic reaches in the fabric, and for each ``--set`` override
+    what in this run it can change or why it cannot (:mod:`sim.scenario.whatif`)."""
+    from sim.scenario import whatif
+
+    kinds = set(p.program.traffic())
+    line = whatif.reach_line(p.topology, p.placement, kinds)
+    return ([line] if line else []) + whatif.override_lines(
+        p.topology, p.placement, kinds, p.program.compute_sources)
 
 
 def run(prepared: Prepared, *, progress: bool = False) -> Outcome:

@@ -315,7 +315,9 @@ def parse_topology(text: str, path: str, nodes: int | None = None,
                    f"{max_leaves}" + (" (node count from --nodes)" if nodes is not None else ""))
     topo = Topology(name=name, path=path, description=description, num_nodes=num_nodes,
                     node=node, fabric=fabric, collectives=coll,
-                    overrides=tuple(ov.describe() for ov in done))
+                    overrides=tuple(ov.describe() for ov in done),
+                    override_keys=tuple(f"{ov.text}={show(ov.value)}" for ov in done),
+                    override_paths=tuple(ov.path for ov in done))
     topo = dataclasses.replace(topo, warnings=physical_warnings(topo))
     if fsec is not None:
         topo = dataclasses.replace(topo, faults=_faults(fsec, topo))

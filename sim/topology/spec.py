@@ -203,6 +203,8 @@ class Topology:
     collectives: CollectiveSpec = field(default_factory=CollectiveSpec)
     faults: Faults = field(default_factory=Faults)
     overrides: tuple[str, ...] = ()  # "KEY = VALUE (file: OLD)", one per --set
+    override_keys: tuple[str, ...] = ()  # "KEY=VALUE" as given, one per --set
+    override_paths: tuple[tuple, ...] = ()  # their key paths (str keys, int list indices)
     warnings: tuple[str, ...] = ()  # physically doubtful combinations (sim.topology.consistency)
 
     @property
