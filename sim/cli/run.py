@@ -177,9 +177,10 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float,
     """The main job: workload + topology → simulated iteration → report. ``t0``: process
     start (perf_counter), for ``--timing``; ``megatron``: Megatron-LM arguments
     (``simrun megatron ... -- ARGS``)."""
-    argv, job, spec = expand(argv, build_parser(subcommands), megatron)
-    args = build_parser(subcommands).parse_args(argv)
-    given = given_flags(build_parser(subcommands), argv)
+    parser = build_parser(subcommands)  # parsing leaves it as it was; given_flags spends it
+    argv, job, spec = expand(argv, parser, megatron)
+    args = parser.parse_args(argv)
+    given = given_flags(parser, argv)
     scenario = scenario_of(args, given)
     if spec is not None:
         scenario = dataclasses.replace(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sim.calibration.profile import apply_to_topology
 from sim.calibration.ranges import prediction_range
 from sim.engine.result import SimResult
 from sim.errors import UsageError
@@ -106,9 +105,11 @@ def input_flag(workload: WorkloadInput | ModelInput) -> str:
 def prepare_scenario(s: Scenario) -> Prepared:
     """Stage 1 of ``s`` (:func:`sim.scenario.steps.prepare`): its topology loaded, its program
     read or generated, its outputs checked."""
-    topo = apply_to_topology(load_topology(s.topology, nodes=s.nodes,
-                                           overrides=s.topology_overrides),
-                             s.compute.calibration, s.compute.calibration_any_cluster)
+    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides)
+    if s.compute.calibration is not None:  # the profile's code loads only when one is given
+        from sim.calibration.profile import apply_to_topology
+
+        topo = apply_to_topology(topo, s.compute.calibration, s.compute.calibration_any_cluster)
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.spec or s.workload.path, s.layout, s.workload.training, topo,
