@@ -26,14 +26,17 @@ def groups_leaving_domains(placement: Placement, gpus_per_node: int) -> dict[str
         return out
     for kind in _KINDS:
         for g in _each_group(placement, kind):
-            if len(g) > 1 and min(g) // gpus_per_node != max(g) // gpus_per_node:
+            if min(g) // gpus_per_node != max(g) // gpus_per_node:
                 out[kind.name] = out.get(kind.name, 0) + 1
     return out
 
 
 def _each_group(placement: Placement, kind: GroupKind):
-    """Every group of ``kind`` once (the groups partition the ranks), found from its lowest
-    rank: one group computed per group rather than per rank."""
+    """Every group of ``kind`` with two ranks or more, once (the groups partition the ranks;
+    all of one kind have the same size), found from its lowest rank: one group computed per
+    group rather than per rank. A kind of size 1 has nothing to span or spread."""
+    if len(placement.group(kind, 0)) < 2:
+        return
     covered = bytearray(placement.world_size)
     for r in range(placement.world_size):
         if covered[r]:

@@ -58,6 +58,8 @@ def parse_int(tok: str, *, file: str, line: int, field: str, allow_float: bool =
     """An integer field in [0, 2^63−1]; floats (e.g. ``1.5e6``) are rounded to the nearest
     integer. Sizes and times above 2^63−1 (the int64 range of the tools that write these files)
     are rejected as corrupt."""
+    if len(tok) < 19 and tok.isascii() and tok.isdigit():  # the common case: < 10^18
+        return int(tok)
     if not _NUM.match(tok):
         raise InputError(f"expected a number, got {tok[:40]!r}", file=file, line=line,
                          field=field)
@@ -87,6 +89,19 @@ def parse_int(tok: str, *, file: str, line: int, field: str, allow_float: bool =
 def parse_comm_type(tok: str, default_group: GroupKind, *, file: str, line: int, field: str):
     """``ALLREDUCE_DP_EP`` → (CollKind.ALLREDUCE, GroupKind.DP_EP); ``NONE`` → None."""
     t = tok.upper()
+    known = _COMM_TYPES.get((t, default_group), _COMM_TYPES)
+    if known is not _COMM_TYPES:  # a type this process has read before (a file repeats a few)
+        return known
+    out = _comm_type(t, tok, default_group, file=file, line=line, field=field)
+    if len(_COMM_TYPES) < 1024:
+        _COMM_TYPES[t, default_group] = out
+    return out
+
+
+_COMM_TYPES: dict = {}  # (upper-case type, default group) -> parse_comm_type's answer
+
+
+def _comm_type(t: str, tok: str, default_group: GroupKind, *, file: str, line: int, field: str):
     if t in ("NONE", "NULL", "-"):
         return None
     group = default_group
