@@ -37,7 +37,6 @@ from sim.viz.outputs import write_figures
 
 # stages.build_program is looked up per call (a test may stand in for it)
 from sim.workload import stages
-from sim.workload.deepspeed import read_as_zero
 from sim.workload.registry import read_workload
 
 
@@ -78,6 +77,8 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
     applicable.check_workload(wl.given_flags, w, request.tp, request.ep, request.pp,
                               wl.row_placement)
     if request.zero:  # a DeepSpeed ZeRO file's collectives read as ZeRO's (sim.workload.deepspeed)
+        from sim.workload.deepspeed import read_as_zero
+
         prog = read_as_zero(prog, request.zero)
     return prog
 
