@@ -42,6 +42,9 @@ FORBIDDEN = {
     "sim.viz.trace_size": "the size check of a --trace",
     "sim.viz.boxes": "timeline boxes of a trace or figure",
     "sim.viz.mpl": "figure formats (--plot, --breakdown-plot)",
+    "sim.topology.mesh": "the xGMI full mesh (a topology with node.xgmi)",
+    "sim.pipeline.zero_bubble": "the zero-bubble schedules' orders (zb-h1, zb-h2, zb-v)",
+    "sim.pipeline.dualpipe": "DualPipe's orders",
 }
 
 # standard-library modules a run loads only when it needs them (unless simpy, numpy or yaml,
