@@ -45,6 +45,8 @@ FORBIDDEN = {
     "sim.topology.mesh": "the xGMI full mesh (a topology with node.xgmi)",
     "sim.pipeline.zero_bubble": "the zero-bubble schedules' orders (zb-h1, zb-h2, zb-v)",
     "sim.pipeline.dualpipe": "DualPipe's orders",
+    "sim.report.text": "the terminal table (the probe's run is --quiet)",
+    "sim.report.summary": "the terminal table's summary lines",
 }
 
 # standard-library modules a run loads only when it needs them (unless simpy, numpy or yaml,
