@@ -44,8 +44,6 @@ from sim.topology import domains
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs
-from sim.viz.select import parse_rank_spec
-from sim.viz.trace_size import check_trace_size
 
 
 @dataclass(frozen=True)
@@ -210,7 +208,10 @@ def _check_outputs(outputs: OutputOptions, program: PipelineProgram, placement: 
         from sim.workload.chakra_write import check_chakra
 
         check_chakra(program)
-    if outputs.trace:
+    if outputs.trace:  # the trace's size check loads only for a trace
+        from sim.viz.select import parse_rank_spec
+        from sim.viz.trace_size import check_trace_size
+
         note = check_trace_size(program, parse_rank_spec(outputs.trace_ranks), placement,
                                 per_rank, classes.reps, outputs.force)
         if note:

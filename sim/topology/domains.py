@@ -25,15 +25,26 @@ def groups_leaving_domains(placement: Placement, gpus_per_node: int) -> dict[str
     if placement.world_size <= gpus_per_node:
         return out
     for kind in _KINDS:
-        seen: set[tuple[int, ...]] = set()
-        for r in range(placement.world_size):
-            g = placement.group(kind, r)
-            if g in seen or len(g) < 2:
-                continue
-            seen.add(g)
+        for g in _each_group(placement, kind):
             if min(g) // gpus_per_node != max(g) // gpus_per_node:
                 out[kind.name] = out.get(kind.name, 0) + 1
     return out
+
+
+def _each_group(placement: Placement, kind: GroupKind):
+    """Every group of ``kind`` with two ranks or more, once (the groups partition the ranks;
+    all of one kind have the same size), found from its lowest rank: one group computed per
+    group rather than per rank. A kind of size 1 has nothing to span or spread."""
+    if len(placement.group(kind, 0)) < 2:
+        return
+    covered = bytearray(placement.world_size)
+    for r in range(placement.world_size):
+        if covered[r]:
+            continue
+        g = placement.group(kind, r)
+        for x in g:
+            covered[x] = 1
+        yield g
 
 
 def describe(placement: Placement, gpus_per_node: int) -> str:
@@ -56,12 +67,11 @@ def images_differ(placement: Placement, gpus_per_node: int) -> bool:
         return False
     for kind in _KINDS + (GroupKind.DP,):
         spread: dict[int, set[tuple[int, ...]]] = {}
-        for r in range(placement.world_size):
-            g = placement.group(kind, r)
+        for g in _each_group(placement, kind):
             nodes: dict[int, int] = {}
             for x in g:
                 nodes[x // gpus_per_node] = nodes.get(x // gpus_per_node, 0) + 1
-            shapes = spread.setdefault(placement.coord(r).pp, set())
+            shapes = spread.setdefault(placement.coord(g[0]).pp, set())
             shapes.add(tuple(sorted(nodes.values())))
             if len(shapes) > 1:
                 return True

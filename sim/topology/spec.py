@@ -10,11 +10,14 @@ network model uses is ``line rate × efficiency``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sim.assumption import Assumption
 from sim.faults import Faults
 from sim.topology.gpu import GpuSpec
-from sim.topology.mesh import XgmiSpec
+
+if TYPE_CHECKING:  # the xGMI mesh's code loads with a topology that has one
+    from sim.topology.mesh import XgmiSpec
 
 
 @dataclass(frozen=True)
