@@ -51,19 +51,34 @@ def add_job_config_argument(g: argparse._ActionsContainer) -> None:
 
 
 def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
-    """The translation of the job config ``path`` (detected by content)."""
+    """The translation of the job config ``path`` (detected by content: TOML → torchtitan;
+    YAML with ``run``, ``trainer`` and ``model`` → NeMo 1 launcher; YAML with ``model``,
+    ``train`` and ``optimizer`` → Megatron-Bridge ConfigContainer)."""
     import tomllib
-
-    from sim.jobs.torchtitan import read_torchtitan
 
     text = read_text(path, what="job config", flag=CONFIG_FLAG)
     try:
         tomllib.loads(text)
     except tomllib.TOMLDecodeError:
-        raise InputError("not a torchtitan TOML job config (the only --job-config format "
-                         "simrun reads; Megatron-Bridge and NeMo YAML configs are not read)",
-                         file=path, field=CONFIG_FLAG) from None
+        return _yaml_config(text, path)
+    from sim.jobs.torchtitan import read_torchtitan
+
     return read_torchtitan(text, path)
+
+
+def _yaml_config(text: str, path: str) -> tuple[MegatronJob, ModelSpec]:
+    from sim.files.yaml_load import load_yaml
+    from sim.jobs import nemo_launcher
+    from sim.models.vocab.spec import model_from_dict
+
+    data = load_yaml(text, path)
+    if nemo_launcher.is_launcher_config(data):
+        job = nemo_launcher.read_launcher(text, path)
+    else:
+        raise InputError("not a job config simrun reads: a torchtitan TOML, a NeMo launcher "
+                         "training YAML (run, trainer, model sections)", file=path,
+                         field=CONFIG_FLAG)
+    return job, model_from_dict(job.model, file=path)
 
 
 def megatron_words(path: str) -> list[Word]:
@@ -140,6 +155,15 @@ def expand(argv: list[str], parser: argparse.ArgumentParser,
         if word.startswith("--") and _same(word, mine, parser):
             raise UsageError(f"given both here and by {path}; give it once", field=word)
     out = [*argv, "--model", path, *job.argv]
+    if job.gpus is not None:
+        if {"--gpus", "--nodes"} & {a.split("=")[0] for a in mine}:  # the command line's
+            moved = [k for k in job.applied if k.startswith("trainer.")
+                     and k.endswith(("num_nodes", "devices"))]
+            job.applied = [k for k in job.applied if k not in moved]
+            job.stated += [f"{k}(the GPU count given by --nodes/--gpus instead)"
+                           for k in moved]
+        else:
+            out += ["--gpus", str(job.gpus)]
     try:  # a value simrun's option refuses (e.g. --attention-backend local): name the source
         parser.parse_args(out)
     except UsageError as e:
@@ -157,10 +181,14 @@ def _same(flag: str, given: set[str], parser: argparse.ArgumentParser) -> bool:
 
 def assumption_lines(job: MegatronJob) -> list[Assumption]:
     """The report's lines: the arguments applied and those irrelevant to timing."""
-    what = "torchtitan job config" if job.file.endswith(".toml") else "Megatron-LM arguments"
+    what = ("torchtitan job config" if job.file.endswith(".toml") else
+            "job config" if job.file.endswith((".yaml", ".yml")) else "Megatron-LM arguments")
+    stated = [Assumption(f"{what}: read, not modelled (docs/job-formats.md says how simrun "
+                         f"runs instead): {' '.join(job.stated)}", "job-input", departs=True)
+              ] if job.stated else []
     return [Assumption(f"{what} from {job.file}: applied "
                        f"{' '.join(job.applied)} (as {' '.join(job.argv) or 'no flags'} and "
                        "the model spec)", "job-input", departs=True),
             Assumption(f"{what}: irrelevant to one iteration's time "
                        f"(docs/job-formats.md says why): {' '.join(job.irrelevant) or 'none'}",
-                       "job-input")]
+                       "job-input"), *stated]

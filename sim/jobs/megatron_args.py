@@ -29,13 +29,17 @@ _POSITIONS = {"learned_absolute": "learned", "rope": "rope"}
 @dataclass
 class MegatronJob:
     """The translation: ``argv`` (simrun flags), ``model`` (model-spec fields), ``applied``
-    and ``irrelevant`` (the Megatron argument names, in order), ``file``."""
+    and ``irrelevant`` (the Megatron argument names, in order), ``file``; ``stated`` (read, not
+    modelled, said in the report) and ``gpus`` (the job's own GPU count, used when the command
+    line gives none) for the formats that have them."""
 
     file: str
     argv: list[str] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
     applied: list[str] = field(default_factory=list)
     irrelevant: list[str] = field(default_factory=list)
+    stated: list[str] = field(default_factory=list)
+    gpus: int | None = None
 
 
 def split_arguments(words: list[Word], file: str) -> dict[str, tuple[list[Word], int]]:
