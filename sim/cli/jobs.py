@@ -68,15 +68,18 @@ def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
 
 def _yaml_config(text: str, path: str) -> tuple[MegatronJob, ModelSpec]:
     from sim.files.yaml_load import load_yaml
-    from sim.jobs import nemo_launcher
+    from sim.jobs import bridge, nemo_launcher
     from sim.models.vocab.spec import model_from_dict
 
     data = load_yaml(text, path)
     if nemo_launcher.is_launcher_config(data):
         job = nemo_launcher.read_launcher(text, path)
+    elif bridge.is_bridge_config(data):
+        job = bridge.read_bridge(text, path)
     else:
         raise InputError("not a job config simrun reads: a torchtitan TOML, a NeMo launcher "
-                         "training YAML (run, trainer, model sections)", file=path,
+                         "training YAML (run, trainer, model sections) or a Megatron-Bridge "
+                         "ConfigContainer dump (model, train, optimizer sections)", file=path,
                          field=CONFIG_FLAG)
     return job, model_from_dict(job.model, file=path)
 

@@ -121,7 +121,8 @@ class _Config:
             {"applied": job.applied, "irrelevant": job.irrelevant,
              "stated": job.stated}[verdict].append(key)
         for flag in mjob.applied:
-            job.applied.append(back.get(flag, flag))
+            if back.get(flag, flag) not in job.applied:
+                job.applied.append(back.get(flag, flag))
         for flag in mjob.irrelevant:
             job.irrelevant.append(back.get(flag, flag))
         if self._te_async():

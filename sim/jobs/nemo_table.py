@@ -38,28 +38,28 @@ class NemoKey:
     allowed: tuple = ()
 
 
-def _value(v: Any) -> list[str] | None:
+def value(v: Any) -> list[str] | None:
     return None if v is None else [str(v)]
 
 
-def _switch(v: Any) -> list[str] | None:
+def switch(v: Any) -> list[str] | None:
     return [] if v is True else None
 
 
-def _off_switch(v: Any) -> list[str] | None:
+def off_switch(v: Any) -> list[str] | None:
     return [] if v is False else None
 
 
-def _arg(key: str, flag: str, how: How = _value, why: str = "") -> NemoKey:
+def arg(key: str, flag: str, how: How = value, why: str = "") -> NemoKey:
     return NemoKey(key, "megatron", why or "the Megatron-LM argument of the same meaning",
                    flag, how)
 
 
-def _irr(keys: tuple[str, ...], why: str) -> list[NemoKey]:
+def irrelevant(keys: tuple[str, ...], why: str) -> list[NemoKey]:
     return [NemoKey(k, "irrelevant", why) for k in keys]
 
 
-def _only(key: str, allowed: tuple, why: str) -> NemoKey:
+def only(key: str, allowed: tuple, why: str) -> NemoKey:
     return NemoKey(key, "allowed", why, allowed=allowed)
 
 
@@ -73,65 +73,65 @@ KEYS: tuple[NemoKey, ...] = (
     NemoKey("trainer.devices", "gpus", "GPUs per node (see trainer.num_nodes)"),
     NemoKey("trainer.precision", "megatron", "bf16 / bf16-mixed → --bf16; 16 / 16-mixed → "
             "--fp16; 32 refused", "--bf16"),
-    _only("trainer.accelerator", ("gpu",), "gpu only"),
-    _only("trainer.accumulate_grad_batches", (1,), "1 only (NeMo's accumulation comes from "
+    only("trainer.accelerator", ("gpu",), "gpu only"),
+    only("trainer.accumulate_grad_batches", (1,), "1 only (NeMo's accumulation comes from "
           "global_batch_size)"),
-    *_irr(("trainer.logger", "trainer.enable_checkpointing", "trainer.log_every_n_steps"),
+    *irrelevant(("trainer.logger", "trainer.enable_checkpointing", "trainer.log_every_n_steps"),
           "logging and checkpoints between iterations"),
-    *_irr(("trainer.use_distributed_sampler",), "data loading"),
-    *_irr(("trainer.max_epochs", "trainer.max_steps", "trainer.max_time"),
+    *irrelevant(("trainer.use_distributed_sampler",), "data loading"),
+    *irrelevant(("trainer.max_epochs", "trainer.max_steps", "trainer.max_time"),
           "how long the job runs, not how long one iteration takes"),
-    *_irr(("trainer.val_check_interval", "trainer.limit_val_batches",
+    *irrelevant(("trainer.val_check_interval", "trainer.limit_val_batches",
            "trainer.limit_test_batches"), "validation runs between training iterations"),
-    _arg("trainer.gradient_clip_val", "--clip-grad"),
-    _arg("model.micro_batch_size", "--micro-batch-size"),
-    _arg("model.global_batch_size", "--global-batch-size"),
-    _arg("model.rampup_batch_size", "--rampup-batch-size",
+    arg("trainer.gradient_clip_val", "--clip-grad"),
+    arg("model.micro_batch_size", "--micro-batch-size"),
+    arg("model.global_batch_size", "--global-batch-size"),
+    arg("model.rampup_batch_size", "--rampup-batch-size",
          lambda v: None if v is None else [str(x) for x in v]),
-    _arg("model.context_parallel_size", "--context-parallel-size"),
-    _arg("model.tensor_model_parallel_size", "--tensor-model-parallel-size"),
-    _arg("model.pipeline_model_parallel_size", "--pipeline-model-parallel-size"),
-    _arg("model.virtual_pipeline_model_parallel_size", "--virtual-pipeline-model-parallel-size"),
-    _arg("model.encoder_seq_length", "--seq-length"),
-    _arg("model.max_position_embeddings", "--max-position-embeddings"),
-    _arg("model.num_layers", "--num-layers"),
-    _arg("model.hidden_size", "--hidden-size"),
-    _arg("model.ffn_hidden_size", "--ffn-hidden-size"),
-    _arg("model.num_attention_heads", "--num-attention-heads"),
-    _arg("model.init_method_std", "--init-method-std"),
-    _arg("model.hidden_dropout", "--hidden-dropout"),
-    _arg("model.attention_dropout", "--attention-dropout"),
-    _arg("model.kv_channels", "--kv-channels"),
-    _arg("model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by"),
-    _arg("model.num_query_groups", "--num-query-groups"),
-    _arg("model.sequence_parallel", "--sequence-parallel", _switch),
-    _arg("model.seed", "--seed"),
-    _arg("model.hysteresis", "--hysteresis"),
-    _arg("model.activations_checkpoint_granularity", "--recompute-granularity"),
-    _arg("model.activations_checkpoint_method", "--recompute-method"),
-    _arg("model.activations_checkpoint_num_layers", "--recompute-num-layers"),
-    _arg("model.tokenizer.type", "--tokenizer-type"),
-    _arg("model.use_flash_attention", "--use-flash-attn", _switch),
-    _arg("model.ub_tp_comm_overlap", "--tp-comm-overlap", _switch),
-    _arg("model.share_embeddings_and_output_weights", "--untie-embeddings-and-output-weights",
-         _off_switch),
-    _arg("model.bias", "--disable-bias-linear", _off_switch),
-    _arg("model.fp8_margin", "--fp8-margin"),
-    _arg("model.fp8_interval", "--fp8-interval"),
-    _arg("model.fp8_amax_history_len", "--fp8-amax-history-len"),
-    _arg("model.fp8_amax_compute_algo", "--fp8-amax-compute-algo"),
-    _arg("model.data.reset_position_ids", "--reset-position-ids", _switch),
-    _arg("model.data.reset_attention_mask", "--reset-attention-mask", _switch),
-    _arg("model.data.eod_mask_loss", "--eod-mask-loss", _switch),
-    _arg("model.data.num_workers", "--num-workers"),
-    _arg("model.optim.overlap_grad_sync", "--overlap-grad-reduce", _switch),
-    _arg("model.optim.overlap_param_sync", "--overlap-param-gather", _switch),
+    arg("model.context_parallel_size", "--context-parallel-size"),
+    arg("model.tensor_model_parallel_size", "--tensor-model-parallel-size"),
+    arg("model.pipeline_model_parallel_size", "--pipeline-model-parallel-size"),
+    arg("model.virtual_pipeline_model_parallel_size", "--virtual-pipeline-model-parallel-size"),
+    arg("model.encoder_seq_length", "--seq-length"),
+    arg("model.max_position_embeddings", "--max-position-embeddings"),
+    arg("model.num_layers", "--num-layers"),
+    arg("model.hidden_size", "--hidden-size"),
+    arg("model.ffn_hidden_size", "--ffn-hidden-size"),
+    arg("model.num_attention_heads", "--num-attention-heads"),
+    arg("model.init_method_std", "--init-method-std"),
+    arg("model.hidden_dropout", "--hidden-dropout"),
+    arg("model.attention_dropout", "--attention-dropout"),
+    arg("model.kv_channels", "--kv-channels"),
+    arg("model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by"),
+    arg("model.num_query_groups", "--num-query-groups"),
+    arg("model.sequence_parallel", "--sequence-parallel", switch),
+    arg("model.seed", "--seed"),
+    arg("model.hysteresis", "--hysteresis"),
+    arg("model.activations_checkpoint_granularity", "--recompute-granularity"),
+    arg("model.activations_checkpoint_method", "--recompute-method"),
+    arg("model.activations_checkpoint_num_layers", "--recompute-num-layers"),
+    arg("model.tokenizer.type", "--tokenizer-type"),
+    arg("model.use_flash_attention", "--use-flash-attn", switch),
+    arg("model.ub_tp_comm_overlap", "--tp-comm-overlap", switch),
+    arg("model.share_embeddings_and_output_weights", "--untie-embeddings-and-output-weights",
+         off_switch),
+    arg("model.bias", "--disable-bias-linear", off_switch),
+    arg("model.fp8_margin", "--fp8-margin"),
+    arg("model.fp8_interval", "--fp8-interval"),
+    arg("model.fp8_amax_history_len", "--fp8-amax-history-len"),
+    arg("model.fp8_amax_compute_algo", "--fp8-amax-compute-algo"),
+    arg("model.data.reset_position_ids", "--reset-position-ids", switch),
+    arg("model.data.reset_attention_mask", "--reset-attention-mask", switch),
+    arg("model.data.eod_mask_loss", "--eod-mask-loss", switch),
+    arg("model.data.num_workers", "--num-workers"),
+    arg("model.optim.overlap_grad_sync", "--overlap-grad-reduce", switch),
+    arg("model.optim.overlap_param_sync", "--overlap-param-gather", switch),
     NemoKey("model.fp8", "megatron", "true → FP8 GEMMs: --fp8-format hybrid (fp8_hybrid) or "
             "e4m3 (fp8_e4m3), Transformer Engine's delayed scaling (--fp8-recipe delayed)",
             "--fp8-format"),
     NemoKey("model.fp8_hybrid", "irrelevant", "read with model.fp8 (the FP8 format)"),
     NemoKey("model.fp8_e4m3", "irrelevant", "read with model.fp8 (the FP8 format)"),
-    _only("model.fp8_wgrad", (True,), "true only (the weight gradients' GEMMs in FP8 too, as "
+    only("model.fp8_wgrad", (True,), "true only (the weight gradients' GEMMs in FP8 too, as "
           "simrun's fp8 runs them); false refused"),
     NemoKey("model.optim.name", "megatron", "distributed_fused_adam → --use-distributed-"
             "optimizer (Apex's DistributedFusedAdam shards the optimizer state over DP, "
@@ -142,65 +142,65 @@ KEYS: tuple[NemoKey, ...] = (
             "Apex DistributedFusedAdam's bucket size: not modelled; simrun buckets the "
             "gradients as Megatron-Core's distributed optimizer does (--ddp-bucket-size's "
             "default)"),
-    *_irr(("model.optim.contiguous_grad_buffer", "model.optim.contiguous_param_buffer"),
+    *irrelevant(("model.optim.contiguous_grad_buffer", "model.optim.contiguous_param_buffer"),
           "where Apex keeps the buffers in memory: the same collectives move the same bytes"),
-    *_irr(("model.optim.lr", "model.optim.weight_decay", "model.optim.betas",
+    *irrelevant(("model.optim.lr", "model.optim.weight_decay", "model.optim.betas",
            "model.native_amp_init_scale", "model.native_amp_growth_interval",
            "model.apply_query_key_layer_scaling", "model.layernorm_epsilon"), _HYPER),
     NemoKey("model.transformer_engine", "allowed", "true only: Transformer Engine's layers; "
             "their linears overlap the backward TP all-gather and reduce-scatter with the "
             "GEMMs (transformer_engine/pytorch/module/linear.py at v1.8, _Linear.backward): "
             "--async-tensor-model-parallel-allreduce at TP > 1", allowed=(True,)),
-    _only("model.mcore_gpt", (True,), "true only: Megatron-Core's GPT model (NeMo's legacy "
+    only("model.mcore_gpt", (True,), "true only: Megatron-Core's GPT model (NeMo's legacy "
           "model refused)"),
-    _only("model.megatron_amp_O2", (True,), "true only: bf16/fp16 weights with fp32 main "
+    only("model.megatron_amp_O2", (True,), "true only: bf16/fp16 weights with fp32 main "
           "parameters in the optimizer, Megatron's mixed precision"),
-    _only("model.pre_process", (True,), "true only (NeMo sets it per pipeline stage)"),
-    _only("model.post_process", (True,), "true only (NeMo sets it per pipeline stage)"),
-    _only("model.fsdp", (False,), "false only (NeMo's PyTorch FSDP path is not modelled)"),
-    *_irr(("model.fsdp_sharding_strategy", "model.fsdp_grad_reduce_dtype",
+    only("model.pre_process", (True,), "true only (NeMo sets it per pipeline stage)"),
+    only("model.post_process", (True,), "true only (NeMo sets it per pipeline stage)"),
+    only("model.fsdp", (False,), "false only (NeMo's PyTorch FSDP path is not modelled)"),
+    *irrelevant(("model.fsdp_sharding_strategy", "model.fsdp_grad_reduce_dtype",
            "model.fsdp_sharded_checkpoint"), "read with fsdp: true only, which is refused"),
-    _only("model.gradient_accumulation_fusion", (True,), _DEFAULT_FUSION),
-    _only("model.bias_activation_fusion", (True,), _DEFAULT_FUSION),
-    _only("model.bias_dropout_add_fusion", (True,), _DEFAULT_FUSION),
-    _only("model.masked_softmax_fusion", (True,), _DEFAULT_FUSION),
-    _only("model.persist_layer_norm", (True,), _DEFAULT_FUSION),
-    _only("model.fp32_residual_connection", (False,), "false only (fp32 residuals refused)"),
-    _only("model.fp16_lm_cross_entropy", (False,), "false only (the fp32 loss simrun times)"),
-    _only("model.num_micro_batches_with_partial_activation_checkpoints", (None,),
+    only("model.gradient_accumulation_fusion", (True,), _DEFAULT_FUSION),
+    only("model.bias_activation_fusion", (True,), _DEFAULT_FUSION),
+    only("model.bias_dropout_add_fusion", (True,), _DEFAULT_FUSION),
+    only("model.masked_softmax_fusion", (True,), _DEFAULT_FUSION),
+    only("model.persist_layer_norm", (True,), _DEFAULT_FUSION),
+    only("model.fp32_residual_connection", (False,), "false only (fp32 residuals refused)"),
+    only("model.fp16_lm_cross_entropy", (False,), "false only (the fp32 loss simrun times)"),
+    only("model.num_micro_batches_with_partial_activation_checkpoints", (None,),
           "null only (partial checkpointing refused)"),
-    _only("model.activations_checkpoint_layers_per_pipeline", (None,), "null only"),
-    _only("model.overlap_p2p_comm", (True, False), "true with an interleaved pipeline: "
+    only("model.activations_checkpoint_layers_per_pipeline", (None,), "null only"),
+    only("model.overlap_p2p_comm", (True, False), "true with an interleaved pipeline: "
           "simrun's engine overlaps pipeline sends with compute (Megatron-LM's default, "
           "--overlap-p2p-communication); false at VP 1, where NeMo ignores it; false with "
           "VP > 1 refused"),
-    _only("model.batch_p2p_comm", (False,), "false only (separate sends and receives, "
+    only("model.batch_p2p_comm", (False,), "false only (separate sends and receives, "
           "which simrun's engine overlaps; batched ones refused)"),
-    _only("model.ub_tp_comm_overlap_cfg", (None,), "userbuffers' per-GEMM settings: not read "
+    only("model.ub_tp_comm_overlap_cfg", (None,), "userbuffers' per-GEMM settings: not read "
           "(--tp-comm-overlap models them)"),
-    _only("model.tp_comm_atomic_ag", (False,), "false only (atomic GEMM overlap refused)"),
-    _only("model.tp_comm_atomic_rs", (False,), "false only (atomic GEMM overlap refused)"),
-    _only("model.sharp", (False,), "false only (SHARP in-network reductions refused)"),
-    _only("model.sync_batch_comm", (False,), "false only"),
-    _only("model.tokenizer.library", ("megatron",), "megatron only (its GPT2BPETokenizer has "
+    only("model.tp_comm_atomic_ag", (False,), "false only (atomic GEMM overlap refused)"),
+    only("model.tp_comm_atomic_rs", (False,), "false only (atomic GEMM overlap refused)"),
+    only("model.sharp", (False,), "false only (SHARP in-network reductions refused)"),
+    only("model.sync_batch_comm", (False,), "false only"),
+    only("model.tokenizer.library", ("megatron",), "megatron only (its GPT2BPETokenizer has "
           "GPT-2's 50257 tokens; a sentencepiece or Hugging Face tokenizer's vocabulary is in "
           "its file, which simrun does not read)"),
     NemoKey("model.data.seq_length", "allowed", "must equal encoder_seq_length"),
-    *_irr(("model.tokenizer.delimiter", "model.tokenizer.vocab_file",
+    *irrelevant(("model.tokenizer.delimiter", "model.tokenizer.vocab_file",
            "model.tokenizer.merge_file", "model.tokenizer.model", "model.resume_from_checkpoint",
            "model.data.data_impl", "model.data.splits_string", "model.data.skip_warmup",
            "model.data.dataloader_type", "model.data.index_mapping_dir",
            "model.data.data_prefix"), "data and tokenizer files, checkpoints"),
-    *_irr(("model.gradient_as_bucket_view",), "PyTorch DDP's gradient memory layout (not "
+    *irrelevant(("model.gradient_as_bucket_view",), "PyTorch DDP's gradient memory layout (not "
           "used with distributed_fused_adam): the same collectives run"),
-    *_irr(("model.grad_div_ar_fusion",), "the gradient division folded into the reduction: "
+    *irrelevant(("model.grad_div_ar_fusion",), "the gradient division folded into the reduction: "
           "the same bytes are reduced"),
-    *_irr(("model.grad_allreduce_chunk_size_mb",), "the chunking of NeMo's own fp32 gradient "
+    *irrelevant(("model.grad_allreduce_chunk_size_mb",), "the chunking of NeMo's own fp32 gradient "
           "all-reduce, not used with distributed_fused_adam"),
-    *_irr(("model.use_cpu_initialization", "model.onnx_safe"),
+    *irrelevant(("model.use_cpu_initialization", "model.onnx_safe"),
           "initialisation and export, outside the iteration"),
-    *_irr(("model.apex_transformer_log_level",), "logging"),
-    *_irr(("model.gc_interval",), "Python garbage collection at fixed intervals: simrun "
+    *irrelevant(("model.apex_transformer_log_level",), "logging"),
+    *irrelevant(("model.gc_interval",), "Python garbage collection at fixed intervals: simrun "
           "models no GC pauses, which is what it aims for (Megatron-LM's --manual-gc)"),
 )
 
