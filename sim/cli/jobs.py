@@ -46,8 +46,11 @@ def add_job_config_argument(g: argparse._ActionsContainer) -> None:
     g.add_argument(CONFIG_FLAG, metavar="FILE",
                    help="a framework's job config instead of --model, detected by content: a "
                         "torchtitan TOML (its 2024-25 releases: [model] flavor, [parallelism], "
-                        "[training], [compile], [activation_checkpoint], float8); every key "
-                        "is applied, stated irrelevant or refused (docs/job-formats.md)")
+                        "[training], [compile], [activation_checkpoint], float8), a NeMo 1 "
+                        "launcher training YAML (run/trainer/model; trainer.num_nodes x "
+                        "devices GPUs unless --nodes/--gpus) or a Megatron-Bridge / NeMo 2 "
+                        "ConfigContainer dump (run_config.yaml); every key is applied, "
+                        "stated irrelevant or refused (docs/job-formats.md)")
 
 
 def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
@@ -59,8 +62,15 @@ def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     text = read_text(path, what="job config", flag=CONFIG_FLAG)
     try:
         tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return _yaml_config(text, path)
+    except tomllib.TOMLDecodeError as toml_error:
+        try:
+            return _yaml_config(text, path)
+        except InputError as e:
+            if not e.message.startswith("not valid YAML"):
+                raise
+            raise InputError(f"not a torchtitan TOML job config ({toml_error}), nor a NeMo or "
+                             f"Megatron-Bridge YAML one (line {e.line}: {e.message})",
+                             file=path, field=CONFIG_FLAG) from None
     from sim.jobs.torchtitan import read_torchtitan
 
     return read_torchtitan(text, path)

@@ -4,12 +4,12 @@ declarations the reader (:mod:`sim.jobs.bridge`) applies, in this order:
 
 1. :data:`KEYS`: keys with their own rule (a Megatron-LM argument under another name or with
    a translated value, a value simrun requires, a statement);
-2. a key whose name is a Megatron-LM argument the Megatron reader knows
+2. a key at Megatron-Core's or Megatron-LM's default (sim/data/megatron_defaults.json: the
+   config dataclasses' defaults at NVIDIA/Megatron-LM d98e8a64dd) is accepted as that default,
+   what simrun models (a ``null`` for a key absent from those tables leaves a feature unset);
+3. a key whose name is a Megatron-LM argument the Megatron reader knows
    (:mod:`sim.jobs.megatron_table`: ``model.num_layers`` is ``--num-layers``) is handed to it:
    ``true`` → the switch, ``false`` / ``null`` → not given, a value → its words;
-3. a key at Megatron-Core's or Megatron-LM's default (sim/data/megatron_defaults.json: the
-   config dataclasses' defaults at NVIDIA/Megatron-LM d98e8a64dd) is accepted as that default,
-   what simrun models;
 4. a key of a section irrelevant to one iteration (:data:`SECTIONS`) is irrelevant;
 5. anything else is refused, naming the key and its line.
 
