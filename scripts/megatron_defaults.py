@@ -11,7 +11,9 @@ files are read with ``git show COMMIT:path``). Read, without running anything, w
   ModelParallelConfig; ``ddp``: DistributedDataParallelConfig; ``optimizer``:
   OptimizerConfig) and Megatron-LM's ``megatron/training/config/`` ones (``training``:
   TrainingConfig, ValidationConfig, RNGConfig, ...): each field → its default
-  (``field(default=...)``, ``field(default_factory=list)`` → []).
+  (``field(default=...)``, ``field(default_factory=list)`` → []);
+- ``derived``: the names ``arguments.py`` assigns (``args.NAME = ...``) without declaring
+  them, which a log's ``arguments`` block prints.
 
 Defaults that are not literals (computed, read from the environment) are left out: a value
 simrun cannot compare with a default is refused where it is not declared.
@@ -72,6 +74,21 @@ def arguments_defaults(source: str) -> dict[str, object]:
     return dict(sorted(out.items()))
 
 
+def derived_arguments(source: str, known: dict[str, object]) -> list[str]:
+    """Names ``validate_args`` and its helpers set (``args.NAME = ...``) that no
+    ``add_argument`` declares: values Megatron-LM computes from the others and prints in a
+    log's ``arguments`` block (``data_parallel_size``, ``params_dtype``, ...)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for t in targets:
+            if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                    and t.value.id == "args" and t.attr not in known):
+                out.add(t.attr)
+    return sorted(out)
+
+
 def dataclass_defaults(sources: list[str]) -> dict[str, object]:
     out: dict[str, object] = {}
     for source in sources:
@@ -109,6 +126,7 @@ def main(repo: str, commit: str) -> None:
                   + ", ".join(p for ps in DATACLASSES.values() for p in ps)
                   + " (field defaults); extracted by scripts/megatron_defaults.py",
         "arguments": arguments_defaults(show(ARGUMENTS)),
+        "derived": derived_arguments(show(ARGUMENTS), arguments_defaults(show(ARGUMENTS))),
         **{name: dataclass_defaults([show(p) for p in paths])
            for name, paths in DATACLASSES.items()},
     }

@@ -108,13 +108,20 @@ def megatron_words(path: str) -> list[Word]:
 
 def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
     """A log's printed arguments as ``--flag value`` words: ``None`` and ``False`` are not
-    set, ``True`` is a switch, a list ``[a, b]`` its items."""
+    set, ``True`` is a switch, a list ``[a, b]`` its items; an argument the Megatron reader
+    does not declare is left out when it is at Megatron-LM's default or is one of the values
+    Megatron-LM computes (:func:`log_defaulted` names them)."""
+    from sim.jobs.defaults import LOG_TABLES, default_of
+    from sim.jobs.megatron_table import ARGS
     from sim.jobs.shell import Word
 
     out: list[Word] = []
+    skipped = set(log_defaulted(values))
     for dest, text in values.items():
-        if text in ("None", "False"):
-            continue
+        unset = text in ("None", "False")
+        if dest in skipped or unset and ("--" + dest.replace("_", "-") in ARGS
+                                         or not default_of(dest, LOG_TABLES)[0]):
+            continue  # declared and not set, at Megatron-LM's default, or computed
         line = lines[dest]
         out.append(Word("--" + dest.replace("_", "-"), line))
         if text == "True":
@@ -124,12 +131,30 @@ def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
     return out
 
 
+def log_defaulted(values: dict[str, str]) -> list[str]:
+    """The printed arguments of a log the Megatron reader does not declare that are at
+    Megatron-LM's default or are values it computes (:mod:`sim.jobs.defaults`): accepted,
+    irrelevant to timing."""
+    from sim.jobs.defaults import BOOKKEEPING, printed_at_default
+    from sim.jobs.megatron_table import ARGS
+
+    return [d for d, text in values.items()
+            if "--" + d.replace("_", "-") not in ARGS
+            and (d in BOOKKEEPING or printed_at_default(d, text))]
+
+
 def job_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     """The translation of the Megatron file ``path`` and its model spec."""
     from sim.jobs.megatron_args import translate
     from sim.models.vocab.spec import model_from_dict
 
     job = translate(megatron_words(path), path, Path(path).stem)
+    from sim.jobs.megatron_log import arguments_block_of
+
+    block = arguments_block_of(read_text(path, what="Megatron-LM arguments", flag=FLAG), path)
+    if block is not None:  # a log: its arguments at their defaults
+        job.irrelevant += [f"{d}(default)" for d in log_defaulted(block[0])
+                           if block[0][d] not in ("None", "False")]
     return job, model_from_dict(job.model, file=path)
 
 

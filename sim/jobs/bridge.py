@@ -9,14 +9,12 @@ YAML loader's limits (:mod:`sim.files.yaml_load`).
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from sim.errors import InputError
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.jobs.bridge_table import BY_KEY, PREFIXES, SECTIONS
+from sim.jobs.defaults import default_of, megatron_defaults
 from sim.jobs.megatron_args import MegatronJob, translate
 from sim.jobs.megatron_table import ARGS
 from sim.jobs.nemo_table import NemoKey
@@ -36,21 +34,10 @@ def is_bridge_config(data: Any) -> bool:
         "model", "train", "optimizer"))
 
 
-@cache
-def megatron_defaults() -> dict[str, dict[str, Any]]:
-    """sim/data/megatron_defaults.json (scripts/megatron_defaults.py made it)."""
-    text = resources.files("sim.data").joinpath("megatron_defaults.json").read_text()
-    return json.loads(text)
-
-
 def at_default(section: str, name: str, value: Any) -> bool:
     """Whether ``value`` is Megatron's default for ``name`` in the tables of ``section``."""
-    tables = megatron_defaults()
-    for table in _DEFAULTS.get(section, ()):
-        if name in tables[table]:
-            d = tables[table][name]
-            return d == value and type(d) is type(value) or (d is None and value is None)
-    return False
+    found, d = default_of(name, _DEFAULTS.get(section, ()))
+    return found and d == value and type(d) is type(value)
 
 
 def read_bridge(text: str, file: str) -> MegatronJob:
