@@ -23,7 +23,7 @@ from sim.jobs.shell import Word
 from sim.limits import parse_int
 
 _REF = re.compile(r"\$\{([^${}]*)\}")
-_MULTIPLY = re.compile(r"multiply:\s*(-?\d+)\s*,\s*(-?\d+)")
+_MULTIPLY = re.compile(r"multiply:\s*(-?\d{1,18})\s*,\s*(-?\d{1,18})")
 
 
 def is_launcher_config(data: Any) -> bool:
