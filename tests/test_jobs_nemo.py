@@ -75,3 +75,17 @@ def _bad(tmp_path, capsys, old, new):
 ])
 def test_bad_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, old, new, where):
     assert where in _bad(tmp_path, capsys, old, new)
+
+
+def test_the_gpu_count_is_the_files_unless_the_command_line_gives_one():
+    from sim.cli import build_parser
+    from sim.cli.jobs import expand
+
+    parser = build_parser()
+    argv, job, _ = expand(["--job-config", str(G175), "--topo", "dgx-h100-1024"], parser)
+    assert argv[-2:] == ["--gpus", "1024"]  # trainer.num_nodes 128 × trainer.devices 8
+    assert "trainer.num_nodes" in job.applied and not job.stated[1:]
+    argv, job, _ = expand(["--job-config", str(G175), "--topo", "dgx-h100-1024",
+                           "--nodes=16"], parser)
+    assert "--gpus" not in argv and "trainer.num_nodes" not in job.applied
+    assert any(s.startswith("trainer.num_nodes(") for s in job.stated)
