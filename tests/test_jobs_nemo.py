@@ -89,3 +89,22 @@ def test_the_gpu_count_is_the_files_unless_the_command_line_gives_one():
                            "--nodes=16"], parser)
     assert "--gpus" not in argv and "trainer.num_nodes" not in job.applied
     assert any(s.startswith("trainer.num_nodes(") for s in job.stated)
+
+
+def test_gpt3_5b_config_with_fp8_equals_the_validation_case_it_backs(tmp_path):
+    # workloads/validation/nemo-24.07-h100-fp8.yaml, "H100 GPT3-5B 64 GPU", takes its options
+    # from this config at the launcher's tag 24.07 (TP 1, PP 1, MBS 4, GBS 2048, distributed
+    # fused Adam with overlapped grad and param sync, fp8_hybrid with delayed scaling); the
+    # table's row ran in FP8, which the config leaves off (fp8: False): turned on here
+    config = tmp_path / "gpt3_5b_fp8.yaml"
+    text = (DATA / "gpt3_5b.yaml").read_text()
+    assert text.count("  fp8: False") == 1
+    config.write_text(text.replace("  fp8: False", "  fp8: True"))
+    run = _run(["--job-config", str(config), "--topo", "dgx-h100-1024", "--nodes", "8"],
+               tmp_path, "yaml")  # the case's 64 GPUs
+    out = tmp_path / "validate.json"
+    assert main(["validate", "--only", "H100 GPT3-5B 64 GPU", "--workers", "1", "--json",
+                 str(out)]) == 0
+    case, = [c for c in json.loads(out.read_text())["cases"]
+             if c["name"] == "H100 GPT3-5B 64 GPU"]
+    assert run["iteration_time_s"] == case["predicted_s"]

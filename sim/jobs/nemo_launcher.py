@@ -158,11 +158,11 @@ class _Config:
             if v != self.value("model.encoder_seq_length"):
                 raise self.error(key, f"{v!r} differs from model.encoder_seq_length")
             return "irrelevant"
-        if key == "model.overlap_p2p_comm":
-            vp = self.value("model.virtual_pipeline_model_parallel_size")
-            if v is False and isinstance(vp, int) and vp > 1:
-                raise self.error(key, "not modelled: false with an interleaved pipeline")
-        elif not any(v is a or (v == a and type(v) is type(a)) for a in decl.allowed):
+        vp = self.value("model.virtual_pipeline_model_parallel_size")
+        if key in ("model.overlap_p2p_comm", "model.batch_p2p_comm") and not (
+                isinstance(vp, int) and vp > 1):
+            return "irrelevant"  # NeMo reads them with an interleaved pipeline only
+        if not any(v is a or (v == a and type(v) is type(a)) for a in decl.allowed):
             raise self.error(key, f"not modelled with the value {v!r}: {decl.why}")
         return "applied" if key == "model.transformer_engine" else "irrelevant"
 

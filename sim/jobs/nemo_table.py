@@ -170,12 +170,13 @@ KEYS: tuple[NemoKey, ...] = (
     only("model.num_micro_batches_with_partial_activation_checkpoints", (None,),
           "null only (partial checkpointing refused)"),
     only("model.activations_checkpoint_layers_per_pipeline", (None,), "null only"),
-    only("model.overlap_p2p_comm", (True, False), "true with an interleaved pipeline: "
-          "simrun's engine overlaps pipeline sends with compute (Megatron-LM's default, "
-          "--overlap-p2p-communication); false at VP 1, where NeMo ignores it; false with "
-          "VP > 1 refused"),
-    only("model.batch_p2p_comm", (False,), "false only (separate sends and receives, "
-          "which simrun's engine overlaps; batched ones refused)"),
+    only("model.overlap_p2p_comm", (True,), "with an interleaved pipeline, true only: "
+         "simrun's engine overlaps pipeline sends with compute (Megatron-LM's default, "
+         "--overlap-p2p-communication); at VP 1 not read (the config's own comment: 'valid "
+         "only when virtual_pipeline_model_parallel_size is larger than 1')"),
+    only("model.batch_p2p_comm", (False,), "with an interleaved pipeline, false only "
+         "(separate sends and receives, which simrun's engine overlaps; batched ones "
+         "refused); at VP 1 not read (as overlap_p2p_comm)"),
     only("model.ub_tp_comm_overlap_cfg", (None,), "userbuffers' per-GEMM settings: not read "
           "(--tp-comm-overlap models them)"),
     only("model.tp_comm_atomic_ag", (False,), "false only (atomic GEMM overlap refused)"),
