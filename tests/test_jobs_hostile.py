@@ -63,3 +63,11 @@ def test_a_yaml_neither_nemo_nor_bridge_names_the_flag(tmp_path, capsys):
     assert main(["--job-config", str(f), "--topo", "tiny-2x2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "spec.yaml: --job-config: not a job config" in err, err
+
+
+def test_a_script_sourcing_itself_stops_at_the_bound(tmp_path, capsys):
+    f = tmp_path / "loop.sh"
+    f.write_text(". `pwd`/loop.sh\npython pretrain_gpt.py --seed 1\n")
+    assert main(["--megatron-args", str(f), "--topo", "tiny-2x2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "more than 16 sourced files" in err, err

@@ -148,7 +148,15 @@ def job_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     from sim.jobs.megatron_args import translate
     from sim.models.vocab.spec import model_from_dict
 
-    job = translate(megatron_words(path), path, Path(path).stem)
+    words = megatron_words(path)
+    try:
+        job = translate(words, path, Path(path).stem)
+    except InputError as e:  # an argument written in a sourced file: name that file
+        w = next((w for w in words if w.text.split("=")[0] == e.field and w.line == e.line
+                  and w.file not in (None, path)), None)
+        if w is None:
+            raise
+        raise InputError(e.message, file=w.file, line=w.line, field=e.field) from None
     from sim.jobs.megatron_log import arguments_block_of
 
     block = arguments_block_of(read_text(path, what="Megatron-LM arguments", flag=FLAG), path)

@@ -128,7 +128,9 @@ class _Context:
         v = values[0].text if values else ""
         bad = {"--clip-grad": lambda: parse_float(v) == 0.0,
                "--empty-unused-memory-level": lambda: v not in ("0", "1"),
-               "--rotary-percent": lambda: parse_float(v) != 1.0}.get(arg.name)
+               "--rotary-percent": lambda: parse_float(v) != 1.0,
+               "--checkpoint-num-layers": lambda: v != "1",
+               "--DDP-impl": lambda: v != "local"}.get(arg.name)
         if bad and bad():
             raise InputError(f"not modelled with the value {v!r}: {arg.why}", file=self.file,
                              line=line, field=arg.name)
@@ -266,6 +268,7 @@ _TRANSLATE = {
     "--fp16": lambda ctx, _v: [] if ctx.has("--fp8-format") else ["--dtype", "fp16"],
     "--fp8-format": _fp8,
     "--recompute-activations": lambda _ctx, _v: ["--recompute", "selective"],
+    "--checkpoint-activations": lambda _ctx, _v: ["--recompute", "full"],
     "--recompute-method": _recompute_method,
     "--recompute-num-layers": lambda ctx, _v: _recompute_method(ctx, "uniform") and [],
     "--num-layers-per-virtual-pipeline-stage": _layers_per_chunk,
