@@ -337,7 +337,9 @@ def test_a_case_runs_with_its_stacks_host_dispatch_time(tmp_path):
     assert [c.host_dispatch_ns for c in cases] == [200_000, 0]
     out = tmp_path / "v.json"
     assert main(["validate", str(v), "--json", str(out), "--workers", "1"]) == 0
-    got = {r["name"]: r["predicted_s"] for r in json.loads(out.read_text())["cases"]}
+    rows = json.loads(out.read_text())["cases"]
+    assert [r["host_dispatch_us"] for r in rows] == [200.0, 0.0]  # the JSON row says it
+    got = {r["name"]: r["predicted_s"] for r in rows}
     single = {}
     for name, us in (("host", "200"), ("zero", "0")):
         rep = tmp_path / f"{name}.json"

@@ -329,6 +329,7 @@ def run_case(case: Case) -> dict[str, Any]:
         "topology": f"{topo.name} with {nodes} nodes", "source": case.source,
         "url": case.url, "published": case.published, "calibrates": case.calibrates,
         "not_modelled": list(case.not_modelled),
+        "host_dispatch_us": case.host_dispatch_ns / 1000,  # the stack's host time per launch
     }
 
 
