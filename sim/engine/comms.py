@@ -39,6 +39,23 @@ class Meeting:
     size_bytes: int = 0
 
 
+GROUP_NAME = {g: g.value for g in GroupKind}  # a member's value without the enum property
+
+
+class Waiting:
+    """What a rank waits on in a collective, as the stall message words it (formatted only
+    when one is written)."""
+
+    __slots__ = ("comm", "members", "what")
+
+    def __init__(self, comm: Comm, members: tuple[int, ...], what: str):
+        self.comm, self.members, self.what = comm, members, what
+
+    def __str__(self) -> str:
+        c = self.comm
+        return f"{c.kind.value} in {c.group.value} group {self.members} ({self.what})"
+
+
 class Rendezvous:
     """Collectives and barriers among the simulated members of a group."""
 
@@ -91,12 +108,12 @@ class Rendezvous:
             done = m.done
             ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
             ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
-        ledger.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
+        ledger.waiting[rank] = Waiting(comm, members, what)
         t0 = env.now
         res = yield m.done
         cause = (m.last_rank, m.last_ns)
         if blocking and env.now > t0:
-            ledger.wait(rank, t0, env.now, comm.group.value, *cause)
+            ledger.wait(rank, t0, env.now, GROUP_NAME[comm.group], *cause)
         if comm.post_delay_ns:
             yield env.timeout(comm.post_delay_ns)
         ledger.waiting.pop(rank, None)
@@ -208,8 +225,9 @@ class AsyncStreams:
                 if beside > 0:
                     yield env.timeout(math.ceil(beside * extra))
             sharing.end(rank, comm.group, ctas)
-        self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
-                         comm_args(comm, res.algorithm if res else ""))
+        if self.ledger.spans is not None:
+            self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
+                             comm_args(comm, res.algorithm if res else ""))
         return cause
 
     def wait_for(self, rank: int, proc: simpy.Process, group: GroupKind, what: str):
@@ -222,9 +240,10 @@ class AsyncStreams:
         yield proc
         ledger.waiting.pop(rank, None)
         ledger.stats[rank].exposed_comm_ns[group] += env.now - t0
-        ledger.wait(rank, t0, env.now, group.value, *proc.value)
-        ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
-                    args=(("group", group.value),))
+        ledger.wait(rank, t0, env.now, GROUP_NAME[group], *proc.value)
+        if ledger.spans is not None:
+            ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
+                        args=(("group", group.value),))
 
     def drain(self, rank: int):
         """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""
@@ -274,8 +293,9 @@ class PipeTransfers:
 
         def arrived(_ev: simpy.Event, t0: int = now) -> None:
             target.succeed()
-            self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}", mb,
-                             chunk, (("bytes", size), ("peer", dst)))
+            if self.ledger.spans is not None:
+                self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}",
+                                 mb, chunk, (("bytes", size), ("peer", dst)))
 
         def jittered(_ev: simpy.Event, t0: int = now) -> None:
             extra = self.jitter.transfer_extra_ns(env.now - t0, "pp", rank, *key)

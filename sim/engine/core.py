@@ -19,7 +19,7 @@ import simpy
 
 from sim.comm import Comm, GroupKind
 from sim.engine.clock import Clock, relaxed_gc
-from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
+from sim.engine.comms import GROUP_NAME, AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.host import HostDispatch
 from sim.engine.interference import ComputeSharing, Interference, overlap_ctas
@@ -333,9 +333,11 @@ class _Engine:
             elif type(step) is Await:
                 t0 = env.now
                 yield from self.streams.await_overlap(rank, step.group)
-                ls = st.layers.setdefault(step.layer, LayerStats())
-                ls.comm_ns[step.group.value] = ls.comm_ns.get(step.group.value, 0) + (
-                    env.now - t0)
+                ls = st.layers.get(step.layer)
+                if ls is None:
+                    ls = st.layers[step.layer] = LayerStats()
+                gv = GROUP_NAME[step.group]
+                ls.comm_ns[gv] = ls.comm_ns.get(gv, 0) + (env.now - t0)
             elif type(step) is AwaitParams:
                 proc, group = self.param_gathers[rank, step.bucket]
                 yield from self.streams.wait_for(
@@ -385,8 +387,9 @@ class _Engine:
                 if idle:
                     ledger.span(rank, "compute", t0, arrived, "bubble", "wait for other stage")
                 st.exposed_comm_ns[t.comm.group] += env.now - t0 - idle
-                ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label, -1,
-                            -1, comm_args(t.comm, res.algorithm if res else ""))
+                if ledger.spans is not None:
+                    ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label,
+                                -1, -1, comm_args(t.comm, res.algorithm if res else ""))
             else:
                 proc = self.streams.issue(rank, t.comm, t.label)
                 if t.param_bucket >= 0:
