@@ -26,7 +26,7 @@ from sim.engine.interference import ComputeSharing, Interference, overlap_ctas
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.paired import detach_blocking, detached
-from sim.engine.result import LayerStats, RankStats, SimResult, add_layer_totals
+from sim.engine.result import RankStats, SimResult, add_layer_totals
 from sim.engine.segments import (
     BACKWARD,
     AsyncIssue,
@@ -40,7 +40,13 @@ from sim.engine.segments import (
     phases,
     scaled,
 )
-from sim.engine.steps import blocking, fused_shared, fused_spans, overlap_blocking
+from sim.engine.steps import (
+    add_layer_comm,
+    blocking,
+    fused_shared,
+    fused_spans,
+    overlap_blocking,
+)
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.parallel.placement import Placement
@@ -333,11 +339,7 @@ class _Engine:
             elif type(step) is Await:
                 t0 = env.now
                 yield from self.streams.await_overlap(rank, step.group)
-                ls = st.layers.get(step.layer)
-                if ls is None:
-                    ls = st.layers[step.layer] = LayerStats()
-                gv = GROUP_NAME[step.group]
-                ls.comm_ns[gv] = ls.comm_ns.get(gv, 0) + (env.now - t0)
+                add_layer_comm(st, step.layer, GROUP_NAME[step.group], env.now - t0)
             elif type(step) is AwaitParams:
                 proc, group = self.param_gathers[rank, step.bucket]
                 yield from self.streams.wait_for(

@@ -10,8 +10,16 @@ from sim.engine.comms import GROUP_NAME, Rendezvous, comm_args
 from sim.engine.interference import ComputeSharing
 from sim.engine.ledger import Ledger
 from sim.engine.overlap import overlapped_ns
-from sim.engine.result import LayerStats
+from sim.engine.result import LayerStats, RankStats
 from sim.engine.segments import Blocking, Fused, OverlapBlocking
+
+
+def add_layer_comm(st: RankStats, layer: str, group: str, ns: int) -> None:
+    """Add ``ns`` of exposed ``group`` communication to ``st``'s totals of ``layer``."""
+    ls = st.layers.get(layer)
+    if ls is None:
+        ls = st.layers[layer] = LayerStats()
+    ls.comm_ns[group] = ls.comm_ns.get(group, 0) + ns
 
 
 def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
@@ -32,10 +40,7 @@ def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, ra
     exposed = env.now - t0 - step.gemm_ns
     st.compute_ns += step.gemm_ns
     st.exposed_comm_ns[g] += exposed
-    ls = st.layers.get(step.layer)
-    if ls is None:
-        ls = st.layers[step.layer] = LayerStats()
-    ls.comm_ns[gv] = ls.comm_ns.get(gv, 0) + exposed
+    add_layer_comm(st, step.layer, gv, exposed)
     if ledger.spans is not None:
         ledger.span(rank, gv, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
                     chunk, comm_args(o.comm, res.algorithm if res else ""))
@@ -50,10 +55,7 @@ def blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
     d, g = env.now - t0, step.comm.group
     gv = GROUP_NAME[g]
     st.exposed_comm_ns[g] += d
-    ls = st.layers.get(step.layer)
-    if ls is None:
-        ls = st.layers[step.layer] = LayerStats()
-    ls.comm_ns[gv] = ls.comm_ns.get(gv, 0) + d
+    add_layer_comm(st, step.layer, gv, d)
     if ledger.spans is not None:
         ledger.span(rank, gv, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
                     chunk, comm_args(step.comm, res.algorithm if res else ""))
