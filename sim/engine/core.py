@@ -40,13 +40,7 @@ from sim.engine.segments import (
     phases,
     scaled,
 )
-from sim.engine.steps import (
-    add_layer_comm,
-    blocking,
-    fused_shared,
-    fused_spans,
-    overlap_blocking,
-)
+from sim.engine.steps import add_layer_comm, blocking, fused_shared, fused_spans, overlap_blocking
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.parallel.placement import Placement
