@@ -90,6 +90,32 @@ class Rendezvous:
         members = self.groups.of(comm.group, rank)
         if seq is None:
             seq = self.next_seq(rank, comm.group)
+        if self.groups.sim_count(members) == 1:  # the only simulated member: no meeting
+            m = None
+            done = env.event()
+            cause = (rank, env.now)
+            ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
+            ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
+        else:
+            m = self._meet(rank, comm, members, what, seq)
+            done = m.done
+        ledger.waiting[rank] = Waiting(comm, members, what)
+        t0 = env.now
+        res = yield done
+        if m is not None:
+            cause = (m.last_rank, m.last_ns)
+        if blocking and env.now > t0:
+            ledger.wait(rank, t0, env.now, GROUP_NAME[comm.group], *cause)
+        if comm.post_delay_ns:
+            yield env.timeout(comm.post_delay_ns)
+        ledger.waiting.pop(rank, None)
+        return res, cause
+
+    def _meet(self, rank: int, comm: Comm, members: tuple[int, ...], what: str,
+              seq: int) -> Meeting:
+        """``rank``'s arrival at collective ``seq`` of its group; the last to arrive starts it
+        on the network."""
+        env = self.env
         key = (comm.group, members[0], seq)
         m = self._meetings.get(key)
         if m is None:
@@ -105,19 +131,9 @@ class Rendezvous:
         m.last_rank, m.last_ns = rank, env.now  # the last to arrive starts it
         if m.remaining == 0:
             del self._meetings[key]
-            done = m.done
             ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
-            ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
-        ledger.waiting[rank] = Waiting(comm, members, what)
-        t0 = env.now
-        res = yield m.done
-        cause = (m.last_rank, m.last_ns)
-        if blocking and env.now > t0:
-            ledger.wait(rank, t0, env.now, GROUP_NAME[comm.group], *cause)
-        if comm.post_delay_ns:
-            yield env.timeout(comm.post_delay_ns)
-        ledger.waiting.pop(rank, None)
-        return res, cause
+            ev.callbacks.append(self._finisher(m.done, env.now, comm.group, members[0], seq))
+        return m
 
     def _finisher(self, done: simpy.Event, t0: int, *what):
         """The network's completion callback: ``done`` succeeds then, or later by the transfer

@@ -131,7 +131,7 @@ class FlowDriver:
         wire = req.size_bytes / nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         cap, ramp = terms
         loads, lats = flows
-        phases = tuple(tuple((it[0], it[1], it[2] * wire, min(it[3], cap), it[4:])
+        phases = tuple(tuple((it[0], it[1], it[2] * wire, min(it[3], cap), it[4:], [])
                              for it in ph) for ph in loads)
         chosen = (req.kind, req.group, len(req.ranks), f"{plan.algorithm}/{proto}")
         return Prepared(plan, proto, iso_ns, phases, lats, ramp, chosen)
@@ -145,8 +145,11 @@ class FlowDriver:
         return op.event
 
     def _start_phase(self, op: Transfer) -> None:
-        flows = [Flow(path, loads, rem, op, maxrate, *rest)
-                 for path, loads, rem, maxrate, rest in op.prep.phases[op.phase]]
+        flows = []
+        for path, loads, rem, maxrate, rest, solo in op.prep.phases[op.phase]:
+            f = Flow(path, loads, rem, op, maxrate, *rest)
+            f.solo = solo  # the same coflow at the same size: its rate alone is the same
+            flows.append(f)
         if op.prep.is_class:
             self.solver.strict_flows = True
         op.pending = len(flows)

@@ -26,7 +26,7 @@ import math
 
 class Flow:
     __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner", "bneck",
-                 "strict")
+                 "strict", "solo")
 
     def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
                  owner: object = None, maxrate: float = math.inf,
@@ -44,6 +44,9 @@ class Flow:
         # a class of transfers (sim/network/alltoall.py): the links all of them cross; its
         # rate is each transfer's own only when one of these (or the cap) limits it
         self.strict = strict
+        # a list shared by flows of equal path, loads and cap on one solver's capacities: its
+        # rate and bottleneck alone ([] until the first :func:`_alone_rate`); None: not shared
+        self.solo: list | None = None
 
 
 def inexact(flows: list[Flow]) -> int:
@@ -121,7 +124,11 @@ def _link_totals(flows: list[Flow], cap: list[float]
 
 def _alone_rate(f: Flow, cap: list[float]) -> float:
     """:func:`waterfill` of one flow (the common case when every rank is simulated): the same
-    operations, without the bookkeeping of several flows."""
+    operations, without the bookkeeping of several flows; remembered in ``f.solo``."""
+    solo = f.solo
+    if solo:
+        f.bneck = solo[1]
+        return solo[0]
     mult: dict[int, int] = {}
     for link, m in f.loads:
         mult[link] = mult.get(link, 0) + m
@@ -139,6 +146,8 @@ def _alone_rate(f: Flow, cap: list[float]) -> float:
             if n > 0 and cap[link] / n <= best:
                 f.bneck = link
                 break
+    if solo is not None:
+        solo += (best, f.bneck)
     return best
 
 
