@@ -65,6 +65,19 @@ class Rendezvous:
         self.jitter = jitter
         self._meetings: dict[tuple, Meeting] = {}
         self._seq: dict[tuple[int, GroupKind], int] = {}
+        self._requests: dict[int, dict[int, tuple[Comm, CommRequest]]] = {}
+
+    def request(self, rank: int, comm: Comm, members: tuple[int, ...]) -> CommRequest:
+        """The network request of ``comm`` in ``rank``'s group ``members`` (one object per
+        rank and comm, reused: requests are immutable)."""
+        mine = self._requests.get(rank)
+        if mine is None:
+            mine = self._requests[rank] = {}
+        got = mine.get(id(comm))
+        if got is None or got[0] is not comm:  # identity checked: an id may be reused
+            got = mine[id(comm)] = (comm, CommRequest(comm.kind, comm.group, members,
+                                                      comm.size_bytes))
+        return got[1]
 
     def next_seq(self, rank: int, group: GroupKind) -> int:
         """The number of ``rank``'s next collective or barrier in its ``group`` group."""
@@ -94,7 +107,7 @@ class Rendezvous:
             m = None
             done = env.event()
             cause = (rank, env.now)
-            ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
+            ev = self.net.start(self.request(rank, comm, members))
             ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
         else:
             m = self._meet(rank, comm, members, what, seq)
@@ -131,7 +144,7 @@ class Rendezvous:
         m.last_rank, m.last_ns = rank, env.now  # the last to arrive starts it
         if m.remaining == 0:
             del self._meetings[key]
-            ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
+            ev = self.net.start(self.request(rank, comm, members))
             ev.callbacks.append(self._finisher(m.done, env.now, comm.group, members[0], seq))
         return m
 

@@ -68,7 +68,7 @@ class Prepared:
     pipeline ramp, the result's algorithm label and the key it is counted under."""
 
     __slots__ = ("plan", "proto", "iso", "phases", "lats", "ramp", "algorithm", "chosen",
-                 "is_class", "nphases")
+                 "is_class", "nphases", "results")
 
     def __init__(self, plan: Plan, proto: str, iso: int, phases: tuple, lats: tuple,
                  ramp: tuple, chosen: tuple):
@@ -78,6 +78,7 @@ class Prepared:
         self.chosen = chosen
         self.is_class = isinstance(plan, alltoall.ClassPlan)
         self.nphases = len(plan.phases)
+        self.results: dict[int, CommResult] = {}  # duration ns -> the result
 
 
 class Transfer:
@@ -188,7 +189,10 @@ class FlowDriver:
         end = now + lat + self.launch_ns
         dur = end - op.t0
         req = op.req
-        res = CommResult(dur, prep.algorithm, req.size_bytes / dur if dur else 0.0)
+        res = prep.results.get(dur)
+        if res is None:  # results are immutable: one per duration
+            res = prep.results[dur] = CommResult(dur, prep.algorithm,
+                                                 req.size_bytes / dur if dur else 0.0)
         st = self.stats.get(req.group)
         if st is None:
             st = self.stats[req.group] = CommStats()

@@ -73,6 +73,7 @@ class FlowNetwork(Network):
         self._memo = _LayoutMemo()
         # request (ranks, bytes, kind, group) -> what starting it needs, for the bound run
         self._started: dict[tuple, Prepared | None] = {}
+        self._channels: dict[tuple, int] = {}  # kernel_channels, for the bound run
         # until bind(): a driver on an environment of its own (empty statistics)
         self.driver = FlowDriver(simpy.Environment(), self.cluster.cap, self.launch_ns,
                                  self.tuner.nvls_efficiency)
@@ -99,6 +100,7 @@ class FlowNetwork(Network):
         assert classes is not None
         self.driver = FlowDriver(env, self.cluster.cap, self.launch_ns, self.tuner.nvls_efficiency)
         self._started = {}
+        self._channels = {}
         gpn = self.cluster.gpn
         self.tuner.pin(frozenset(r // gpn for r in classes.reps) if classes.reduced else None,
                        classes.reduced)
@@ -120,6 +122,7 @@ class FlowNetwork(Network):
     def a2a_classes(self, value: bool) -> None:
         self.tuner.a2a_classes = value
         self._started = {}
+        self._channels = {}
 
     def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
         """The plan a simulated request runs on (see :meth:`Tuner.rep_plan`)."""
@@ -171,6 +174,13 @@ class FlowNetwork(Network):
     def kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         """CTAs of ``req``'s NCCL kernel: the algorithm and protocol the tuner chose for it, at
         its size (:func:`sim.network.nccl.kernel_channels`)."""
+        key = (req.ranks, req.size_bytes, req.kind, max_channels)
+        got = self._channels.get(key)
+        if got is None:
+            got = self._channels[key] = self._kernel_channels(req, max_channels)
+        return got
+
+    def _kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         if self._trivial(req):
             return 0
         plan, proto, _ = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
