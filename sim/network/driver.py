@@ -115,6 +115,7 @@ class FlowDriver:
         self.link_delay: dict[int, list[int]] = {}
         self.chosen: dict[tuple, int] = {}
         self.ops_started = 0
+        self._wake = self._on_wake  # bound once: a callback of every wake-up
 
     def start(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int,
               terms: tuple = (math.inf, ())) -> Completion:
@@ -163,7 +164,7 @@ class FlowDriver:
             return
         env = self.env
         self._wakes.add(t)
-        env.timeout(t - env.now).callbacks.append(self._on_wake)
+        env.timeout(t - env.now).callbacks.append(self._wake)
 
     def _on_wake(self, _ev: simpy.Event) -> None:
         now = self.env.now

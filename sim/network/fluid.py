@@ -220,7 +220,7 @@ class FluidSolver:
 
     def _refill(self, seeds: list[Flow], now: int) -> None:
         comp = self._component(seeds)
-        rates = waterfill(comp, self.cap)
+        rates = [_alone_rate(comp[0], self.cap)] if len(comp) == 1 else _fill(comp, self.cap)
         if self.strict_flows:
             self.inexact += inexact(comp)
         heap = self.heap
