@@ -56,6 +56,19 @@ class Waiting:
         return f"{c.kind.value} in {c.group.value} group {self.members} ({self.what})"
 
 
+class Receiving:
+    """A rank waiting for pipeline message ``key``, as the stall message words it."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple):
+        self.key = key
+
+    def __str__(self) -> str:
+        _, kind, mb, vs = self.key
+        return f"receive of {kind} microbatch {mb} for virtual stage {vs}"
+
+
 class Rendezvous:
     """Collectives and barriers among the simulated members of a group."""
 
@@ -346,7 +359,7 @@ class PipeTransfers:
         env, ledger = self.env, self.ledger
         st = ledger.stats[rank]
         t0 = env.now
-        ledger.waiting[rank] = f"receive of {key[1]} microbatch {key[2]} for virtual stage {key[3]}"
+        ledger.waiting[rank] = Receiving(key)
         yield ev
         del self._msgs[key]
         ledger.waiting.pop(rank, None)

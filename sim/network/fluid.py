@@ -199,9 +199,11 @@ class FluidSolver:
         """The flows connected to ``seeds`` by shared links, in depth-first order (the order
         sets the tie-break of equal finish times, so it is kept as it is for ordinary flows;
         with class flows each link is expanded once)."""
+        users = self.users
+        if len(seeds) == 1 and all(len(users[link]) == 1 for link, _ in seeds[0].loads):
+            return list(seeds)  # a flow alone on its links (what the search below finds)
         seen: dict[Flow, None] = {}
         stack = list(seeds)
-        users = self.users
         links: set[int] | None = set() if self.strict_flows else None
         while stack:
             f = stack.pop()
