@@ -32,7 +32,7 @@ from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.copies import CopyLoads
 from sim.network.describe import describe_network
-from sim.network.driver import CommStats, FlowDriver
+from sim.network.driver import CommStats, FlowDriver, Prepared
 from sim.network.fluid import FluidSolver
 from sim.network.fusion import FusionQuery, is_fusable
 from sim.network.plans import Plan
@@ -43,6 +43,7 @@ from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 
 _NONE = CommResult(0, "none", 0.0)
+_UNSEEN = object()
 
 
 @dataclass
@@ -70,6 +71,9 @@ class FlowNetwork(Network):
         self.symmetric = False
         self._layouts: dict[tuple, _LayoutMemo] = {}
         self._memo = _LayoutMemo()
+        # request (ranks, bytes, kind, group) -> what starting it needs, for the bound run
+        self._started: dict[tuple, Prepared | None] = {}
+        self._channels: dict[tuple, int] = {}  # kernel_channels, for the bound run
         # until bind(): a driver on an environment of its own (empty statistics)
         self.driver = FlowDriver(simpy.Environment(), self.cluster.cap, self.launch_ns,
                                  self.tuner.nvls_efficiency)
@@ -95,6 +99,8 @@ class FlowNetwork(Network):
         classes = self.classes
         assert classes is not None
         self.driver = FlowDriver(env, self.cluster.cap, self.launch_ns, self.tuner.nvls_efficiency)
+        self._started = {}
+        self._channels = {}
         gpn = self.cluster.gpn
         self.tuner.pin(frozenset(r // gpn for r in classes.reps) if classes.reduced else None,
                        classes.reduced)
@@ -115,6 +121,8 @@ class FlowNetwork(Network):
     @a2a_classes.setter
     def a2a_classes(self, value: bool) -> None:
         self.tuner.a2a_classes = value
+        self._started = {}
+        self._channels = {}
 
     def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
         """The plan a simulated request runs on (see :meth:`Tuner.rep_plan`)."""
@@ -139,18 +147,40 @@ class FlowNetwork(Network):
         return CommResult(t, f"{plan.algorithm}/{proto}", req.size_bytes / t)
 
     def start(self, req: CommRequest) -> simpy.Event:
-        env = self.env
-        assert env is not None, "bind() first"
-        if self._trivial(req):
+        key = (req.ranks, req.size_bytes, req.kind, req.group)
+        prep = self._started.get(key, _UNSEEN)
+        if prep is _UNSEEN:
+            prep = self._prepare(req)
+            if prep is None or not prep.is_class:  # class plans: flows rebuilt per start
+                self._started[key] = prep
+        if prep is None:
+            env = self.env
+            assert env is not None, "bind() first"
             return env.timeout(0, value=_NONE)
+        return self.driver.launch(req, prep)
+
+    def _prepare(self, req: CommRequest) -> Prepared | None:
+        """What :meth:`start` needs of ``req`` (None: trivial). Every part is a pure function of
+        the request in the bound layout (the tuner's choice, the copies' loads and the size
+        terms are memoised on it too), so :meth:`start` keeps it for the run."""
+        assert self.env is not None, "bind() first"
+        if self._trivial(req):
+            return None
         plan, proto, iso = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
         flows = self.copies.flows(plan, req.kind, req.group, req.ranks)
         terms = self.tuner.size_terms(plan, proto, req.size_bytes)
-        return self.driver.start(req, plan, proto, flows, iso, terms)
+        return self.driver.prepare(req, plan, proto, flows, iso, terms)
 
     def kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         """CTAs of ``req``'s NCCL kernel: the algorithm and protocol the tuner chose for it, at
         its size (:func:`sim.network.nccl.kernel_channels`)."""
+        key = (req.ranks, req.size_bytes, req.kind, max_channels)
+        got = self._channels.get(key)
+        if got is None:
+            got = self._channels[key] = self._kernel_channels(req, max_channels)
+        return got
+
+    def _kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         if self._trivial(req):
             return 0
         plan, proto, _ = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
