@@ -169,3 +169,41 @@ def fit_network(tests: NcclTests, topo, op: str, ranks: int) -> tuple[Fit, list[
                       "efficiency": before / r.time_us if r.time_us else 0.0,
                       "calibrated_efficiency": after / r.time_us if r.time_us else 0.0})
     return fit, table
+
+
+def time_curve(tests: NcclTests, topo, knobs: Knobs) -> tuple[object | None, list[str]]:
+    """The measured / modelled time of each measured size (the model under ``knobs``, without
+    the launch overhead the test's back-to-back iterations hide) as a
+    :class:`~sim.network.curves.TimeCurve`, and a note per size left out: a factor outside
+    :data:`~sim.network.curves.FACTOR_BOUNDS`, or a repeated size. ``None`` for a collective
+    not calibrated by size (``sendrecv``)."""
+    from sim.network.curves import CURVE_OPS, FACTOR_BOUNDS, TimeCurve
+
+    assert tests.op is not None and tests.ranks is not None
+    if tests.op not in CURVE_OPS:
+        return None, [f"{tests.file}: {tests.op} is not calibrated by size (its bus-bandwidth "
+                      "factor applies)"]
+    net = network_of(calibrated_topology(topo, knobs.network_busbw_factor), NetworkOptions())
+    rows = [r for r in tests.rows if r.time_us > 0]
+    sizes = sorted({r.size_bytes for r in rows})
+    predicted = {p["size_bytes"]: p["time_s"] * 1e6
+                 for p in predict_rows(tests.op, tests.ranks, sizes, net)}
+    lo, hi = FACTOR_BOUNDS
+    keep: dict[int, tuple[float, int]] = {}
+    notes = []
+    for r in rows:
+        k = r.time_us / predicted[r.size_bytes]
+        if r.size_bytes in keep:
+            notes.append(f"{tests.file} line {r.line}: {r.size_bytes} B measured again; the "
+                         f"first row (line {keep[r.size_bytes][1]}) is used")
+        elif not lo <= k <= hi:
+            notes.append(f"{tests.file} line {r.line}: {r.size_bytes} B measured / modelled "
+                         f"{k:.3f}, outside {lo:g}..{hi:g}: left out of the curve")
+        else:
+            keep[r.size_bytes] = (k, r.line)
+    if not keep:
+        return None, notes
+    s = sorted(keep)
+    lines = sorted(v[1] for v in keep.values())
+    return TimeCurve(tests.op, tests.ranks, tuple(s), tuple(keep[x][0] for x in s),
+                     f"nccl-tests {tests.file} lines {lines[0]}-{lines[-1]}"), notes

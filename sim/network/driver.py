@@ -126,13 +126,20 @@ class FlowDriver:
         return self.launch(req, self.prepare(req, plan, proto, flows, iso_ns, terms))
 
     def prepare(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int,
-                terms: tuple = (math.inf, ())) -> Prepared:
+                terms: tuple = (math.inf, ()), scale: float = 1.0) -> Prepared:
         """The :class:`Prepared` start of ``req`` (arguments as :meth:`start`'s): each flow's
         bytes are the coflow's coefficient × the wire bytes (payload / NCCL's protocol
-        efficiency), its rate cap the lesser of the coflow's and NCCL's size cap."""
+        efficiency), its rate cap the lesser of the coflow's and NCCL's size cap. ``scale``: a
+        calibrated factor on every part of its time but the launch (wire bytes, latencies,
+        ramp; :mod:`sim.network.curves`)."""
         wire = req.size_bytes / nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         cap, ramp = terms
         loads, lats = flows
+        if scale != 1.0:
+            wire *= scale
+            lats = tuple({p: round(v * scale) for p, v in lat.items()} for lat in lats)
+            ramp = tuple(round(r * scale) for r in ramp)
+            iso_ns = self.launch_ns + round((iso_ns - self.launch_ns) * scale)
         phases = tuple(tuple((it[0], it[1], it[2] * wire, min(it[3], cap), it[4:], [])
                              for it in ph) for ph in loads)
         chosen = (req.kind, req.group, len(req.ranks), f"{plan.algorithm}/{proto}")

@@ -54,6 +54,15 @@ class _LayoutMemo:
     fusable: dict[GroupKind, bool] = field(default_factory=dict)
 
 
+def _curve_use(topology: Topology):
+    """A use counter when the topology carries calibrated time curves, else ``None``."""
+    if not topology.collectives.time_curves:
+        return None
+    from sim.network.curves import CurveUse
+
+    return CurveUse()
+
+
 class FlowNetwork(Network):
     """Max-min fair flow-level network on a topology (see module docstring)."""
 
@@ -74,6 +83,7 @@ class FlowNetwork(Network):
         # request (ranks, bytes, kind, group) -> what starting it needs, for the bound run
         self._started: dict[tuple, Prepared | None] = {}
         self._channels: dict[tuple, int] = {}  # kernel_channels, for the bound run
+        self.curve_use = _curve_use(topology)  # calibrated requests, for the report
         # until bind(): a driver on an environment of its own (empty statistics)
         self.driver = FlowDriver(simpy.Environment(), self.cluster.cap, self.launch_ns,
                                  self.tuner.nvls_efficiency)
@@ -101,6 +111,7 @@ class FlowNetwork(Network):
         self.driver = FlowDriver(env, self.cluster.cap, self.launch_ns, self.tuner.nvls_efficiency)
         self._started = {}
         self._channels = {}
+        self.curve_use = _curve_use(self.topology)
         gpn = self.cluster.gpn
         self.tuner.pin(frozenset(r // gpn for r in classes.reps) if classes.reduced else None,
                        classes.reduced)
@@ -144,6 +155,9 @@ class FlowNetwork(Network):
         if self._trivial(req):
             return _NONE
         plan, proto, t = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
+        k = self._curve_factor(req, count=False)
+        if k != 1.0:
+            t = self.launch_ns + round((t - self.launch_ns) * k)
         return CommResult(t, f"{plan.algorithm}/{proto}", req.size_bytes / t)
 
     def start(self, req: CommRequest) -> simpy.Event:
@@ -169,7 +183,25 @@ class FlowNetwork(Network):
         plan, proto, iso = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
         flows = self.copies.flows(plan, req.kind, req.group, req.ranks)
         terms = self.tuner.size_terms(plan, proto, req.size_bytes)
-        return self.driver.prepare(req, plan, proto, flows, iso, terms)
+        return self.driver.prepare(req, plan, proto, flows, iso, terms,
+                                   self._curve_factor(req, count=True))
+
+    def _curve_factor(self, req: CommRequest, count: bool) -> float:
+        """The calibrated time factor of ``req`` (1 without a curve for its collective;
+        :mod:`sim.network.curves`); ``count``: record its use for the report."""
+        curves = self.topology.collectives.time_curves
+        if not curves:
+            return 1.0
+        from sim.network.curves import curve_for
+
+        op = req.kind.value.lower()
+        c = curve_for(curves, op, len(req.ranks))
+        if c is None:
+            return 1.0
+        k, outside = c.factor(req.size_bytes)
+        if count:
+            self.curve_use.add(op, outside, c.ranks != len(req.ranks))
+        return k
 
     def kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         """CTAs of ``req``'s NCCL kernel: the algorithm and protocol the tuner chose for it, at
@@ -232,4 +264,7 @@ class FlowNetwork(Network):
         return {k: self.stats[k] for k in sorted(self.stats, key=lambda g: g.value)}
 
     def describe(self) -> list[str]:
-        return describe_network(self.tuner, self.driver, self.symmetric, self.fusable_groups())
+        out = describe_network(self.tuner, self.driver, self.symmetric, self.fusable_groups())
+        if self.curve_use is not None:
+            out += self.curve_use.lines(self.topology.collectives.time_curves)
+        return out

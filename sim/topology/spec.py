@@ -191,6 +191,9 @@ class CollectiveSpec:
     default_algorithm: str = "auto"
     protocol: str = "auto"
     launch_overhead_ns: int = 5000
+    # measured / modelled time by message size from the user's nccl-tests (a calibration
+    # profile's network_curves: sim.network.curves.TimeCurve), none from a topology file
+    time_curves: tuple = ()
 
 
 @dataclass(frozen=True)
