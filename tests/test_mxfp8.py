@@ -142,3 +142,12 @@ def test_runs_on_blackwell_and_says_so(tmp_path):
     text = out.read_text()
     assert "--fp8-recipe mxfp8: Transformer Engine quantisation" in text
     assert "65/16" in text or "4.0625 B" in text
+
+
+def test_refused_before_the_memory_check(capsys):
+    """Llama 3 8B DP 8 without the distributed optimizer does not fit an 80 GB H100; the
+    recipe the GPU cannot run is the error, not the memory."""
+    rc = main(["--model", "llama3-8b", "--topo", "dgx-h100-1024", "--gpus", "8",
+               "--global-batch", "16", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "has no MXFP8 path" in err[0], err
