@@ -168,6 +168,11 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
     ZeRO-3 collectives the run takes (:mod:`sim.scenario.collective_log`)."""
     model, par, mem, gpu = fit.model, fit.par, fit.memory, topology.gpu
     notes = []
+    if par.dtype == "fp8":  # a recipe the GPU has no tensor cores for: refused before memory
+        from sim.models.assumptions import gpu_family
+        from sim.models.features.mxfp8 import check_gpu
+
+        check_gpu(par.fp8_recipe, gpu.name, gpu_family(gpu))
     if not mem.feasible:
         if not ignore_memory:
             from sim.models.memory_advice import memory_advice

@@ -184,13 +184,21 @@ def prepare(program: PipelineProgram, topology: Topology, *,
         notes.append(f"per-rank simulation: the groups of a stage spread differently over the "
                      f"{topology.gpus_per_node}-GPU nodes, so no rank stands for the others")
     elif classes.reduced and domains.stages_straddle(placement, topology.gpus_per_node):
-        notes.append(Assumption(
-            f"symmetric simulation with pipeline stages that straddle the "
-            f"{topology.gpus_per_node}-GPU nodes: each representative stands for copies in "
-            "another node as if they were its images (their DP traffic crosses other NICs); "
-            "measured on gpt2-medium, 2 GB200 NVL72 racks, TP2 PP2 DP32: 13.6 ms symmetric "
-            "against 15.7 ms --per-rank; --per-rank simulates every rank", "symmetry-straddle",
-            departs=True))
+        parts = (domains.straddle_dp_parts(placement, topology.gpus_per_node)
+                 if classes.label == "symmetric" else None)
+        if parts is not None:  # one representative per stage and DP interval of one node
+            classes = RankClasses(placement, classes.tp_parts, parts, label="straddle")
+            notes.append(f"pipeline stages straddle the {topology.gpus_per_node}-GPU nodes: "
+                         f"one representative per stage and per run of data-parallel indices "
+                         f"in one node ({len(parts)} per stage), each standing for its images")
+        else:
+            notes.append(Assumption(
+                f"symmetric simulation with pipeline stages that straddle the "
+                f"{topology.gpus_per_node}-GPU nodes: each representative stands for copies in "
+                "another node as if they were its images (their DP traffic crosses other "
+                "NICs); measured on gpt2-medium, 2 GB200 NVL72 racks, TP2 PP2 DP32: 13.6 ms "
+                "symmetric against 15.7 ms --per-rank; --per-rank simulates every rank",
+                "symmetry-straddle", departs=True))
     if outputs is not None:
         _check_outputs(outputs, program, placement, classes)
     net = dispatcher_network(network or NetworkOptions(), model_run.par if model_run else None)

@@ -87,3 +87,23 @@ def stages_straddle(placement: Placement, gpus_per_node: int) -> bool:
         return False
     stage = placement.world_size // placement.pp
     return bool(stage % gpus_per_node and gpus_per_node % stage)
+
+
+def straddle_dp_parts(placement: Placement, gpus_per_node: int
+                      ) -> list[tuple[int, ...]] | None:
+    """Data-parallel index intervals that make every simulated rank stand only for images when
+    pipeline stages straddle the nodes (:func:`stages_straddle`): the ranks of one stage and
+    DP index lie in one node, and an interval is cut wherever, in some stage, the next DP
+    index lies in another node. Within an interval every rank of a stage shares its node
+    with its stage-mates of that interval and its pipeline peers lie in the same node as
+    theirs, so one representative per (stage, interval) sees the traffic of all of them.
+    ``None`` when a stage's ranks of one DP index (its TP, CP and EP peers) span two nodes."""
+    node_of: dict[tuple[int, int], int] = {}
+    for r in range(placement.world_size):
+        c = placement.coord(r)
+        node = node_of.setdefault((c.pp, c.dp), r // gpus_per_node)
+        if node != r // gpus_per_node:
+            return None
+    cuts = {d for (s, d) in node_of if d and node_of[(s, d)] != node_of[(s, d - 1)]}
+    bounds = [0, *sorted(cuts), placement.dp]
+    return [tuple(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False)]
