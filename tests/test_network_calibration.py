@@ -1,9 +1,9 @@
 """Calibration against the public nccl-tests measurements of docs/calibration.md section A.
 
 The model is physical (line rates × NCCL's link efficiencies, NCCL's latency constants, channel
-counts, chunk sizes and the tree's pipeline ramp); one constant is calibrated (the step overhead, on the
-8-GPU 8-byte point) and nothing is fitted per case. Every point within ±10 %, at every size, as
-issue 16 asks; `simrun collective` times are nccl-tests' (launch overhead hidden).
+counts, chunk sizes and the tree's pipeline ramp); one constant is calibrated (the step
+overhead, on the 8-GPU 8-byte point) and nothing is fitted per case. Every point within ±10 %,
+at every size, as issue 16 asks; `simrun collective` times are nccl-tests' (launch overhead hidden).
 """
 
 from __future__ import annotations
