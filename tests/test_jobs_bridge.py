@@ -39,13 +39,27 @@ def _error(argv, capsys):
     return err[0]
 
 
-def test_the_real_dump_is_refused_at_its_mxfp8_recipe(capsys):
+def test_the_real_dump_is_refused_at_its_fused_cross_entropy(capsys):
+    """Its MXFP8 recipe is modelled on GB200; Megatron-Core's fused cross entropy is not."""
     err = _error(["--job-config", str(L8), *TOPO], capsys)
-    assert "llama3_8b_sft_gb200_fp8_mx_v1.yaml:227: mixed_precision.fp8_recipe: not " \
-           "modelled: 'mxfp8'" in err
+    assert "llama3_8b_sft_gb200_fp8_mx_v1.yaml:282: model.cross_entropy_loss_fusion: " in err
 
 
-# the two keys of the dump simrun does not model, set to what it models
+def test_the_dump_in_mxfp8_equals_the_model_flags_to_the_ns(tmp_path):
+    """Only the fused cross entropy turned off: the dump's own MXFP8 recipe runs, as
+    ``--fp8-recipe mxfp8`` with the same flags as the delayed-scaling test below."""
+    dump = _run(["--job-config", str(_variant(tmp_path, MODELLED[1])), *TOPO], tmp_path, "mx")
+    spec = tmp_path / "llama3-8b-4k.yaml"
+    spec.write_text((ROOT / "workloads" / "models" / "llama3-8b.yaml").read_text()
+                    .replace("seq_len: 8192", "seq_len: 4096"))
+    flags = _run(["--model", str(spec), *TOPO, "--micro-batch", "1", "--global-batch", "8",
+                  "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--fp8-param-gather",
+                  "--distributed-optimizer"], tmp_path, "mxflags")
+    assert dump["iteration_time_s"] == flags["iteration_time_s"]
+
+
+# the dump's FP8 recipe set to delayed scaling, and the key simrun does not model set to what
+# it models
 MODELLED = (("  fp8_recipe: mxfp8", "  fp8_recipe: delayed"),
             ("  cross_entropy_loss_fusion: true", "  cross_entropy_loss_fusion: false"))
 

@@ -174,9 +174,9 @@ def _fp8(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
 def _fp8_recipe(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
     if r.flat.get("mixed_precision.fp8") is None:
         return []
-    if v not in ("delayed", "tensorwise"):
-        raise r.error(key, f"not modelled: {v!r} (delayed or tensorwise; Megatron-Core's "
-                           "block-scaling recipes are not modelled)")
+    if v not in ("delayed", "tensorwise", "mxfp8"):
+        raise r.error(key, f"not modelled: {v!r} (delayed, tensorwise or mxfp8; Megatron-Core's "
+                           "blockwise recipe is not modelled)")
     return [("--fp8-recipe", [v])]
 
 

@@ -87,7 +87,7 @@ KEYS: tuple[NemoKey, ...] = (
     NemoKey("mixed_precision.fp8", "megatron", "e4m3 / hybrid → --fp8-format; null: no FP8",
             "--fp8-format"),
     NemoKey("mixed_precision.fp8_recipe", "megatron", "with fp8: --fp8-recipe (delayed, "
-            "tensorwise; mxfp8 and blockwise refused)", "--fp8-recipe"),
+            "tensorwise, mxfp8 on Blackwell; blockwise refused)", "--fp8-recipe"),
     arg("mixed_precision.fp8_param", "--fp8-param-gather", switch,
         "FP8 primary weights, gathered in FP8: --fp8-param-gather"),
     NemoKey("mixed_precision.grad_reduce_in_fp32", "megatron", "false with bf16 → "
