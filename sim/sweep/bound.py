@@ -30,8 +30,11 @@ every schedule.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sim.engine.segments import BACKWARD, phases
 from sim.pipeline.ops import op_edges
+from sim.pipeline.registry import schedule_type
 from sim.pipeline.schedules import schedule_table
 from sim.program.pipeline import PipelineProgram, StageProgram, Task
 from sim.program.workload import PhaseKind
@@ -65,24 +68,31 @@ class _Passes:
         return got
 
 
-def replay(program: PipelineProgram) -> tuple[int, list[int]]:
-    """``(iteration end, per-stage compute)`` (ns) of ``program`` run with its compute only
-    (see the module): the end is a lower bound on the simulated iteration time; the per-stage
-    compute is what the engine counts as that stage's compute plus optimizer time."""
-    prog = program
-    p, v, m = prog.pp, prog.vpp, prog.microbatches
-    stype = prog.schedule_type
+Part = tuple[int, str, bool, int, int]
+"""One pass of a planned op: ``(chunk, kind, edge, microbatch, send)``: ``kind`` ``F``, ``B``
+(whole backward), ``I`` (input gradient) or ``W``; ``edge`` as
+:func:`~sim.pipeline.ops.op_edges`; ``send``: the slot its output goes to (−1: none)."""
+
+
+@lru_cache(maxsize=128)
+def plan(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: bool
+         ) -> tuple[tuple[int, tuple[int, ...], tuple[Part, ...]], ...]:
+    """The ops of a pipeline in an order where every op comes after the op that sends its
+    input (the engine's data dependencies, :meth:`~sim.pipeline.types.Schedule.transfer`),
+    each ``(stage, slots it receives, parts)``; a slot is one transfer. Depends only on the
+    schedule and its sizes, so layouts of one shape share it (cached)."""
+    stype = schedule_type(schedule)
     split = stype.splits_backward
-    sched = schedule_table(prog.schedule, p, m, v, prog.microbatch_group_size,
-                           prog.ep_a2a_overlap)
-    passes = [_Passes(st) for st in prog.stages]
-    syncs = [st.syncs_by_backward() for st in prog.stages]
+    sched = schedule_table(schedule, p, m, v, n, ep_overlap)
     edges = [op_edges(ops, split) for ops in sched]
-    clock = [_tasks_ns(st.prologue) for st in prog.stages]  # each stage's time so far
-    work = list(clock)
-    nxt = [0] * p  # next op index per stage
-    backs = [0] * p
-    arrived: dict[tuple, int] = {}  # (receiver stage, kind, microbatch, virtual stage) → ns
+    slots: dict[tuple, int] = {}
+
+    def slot(key: tuple) -> int:
+        return slots.setdefault(key, len(slots))
+
+    out = []
+    sent: set[int] = set()
+    nxt = [0] * p
     left = sum(len(ops) for ops in sched)
     while left:
         progressed = False
@@ -90,40 +100,64 @@ def replay(program: PipelineProgram) -> tuple[int, list[int]]:
             ops = sched[s]
             while nxt[s] < len(ops):
                 op = ops[nxt[s]]
-                parts = (op,) if op.paired is None else (op, op.paired)
-                ready = clock[s]
-                keys = []
-                for o in parts:
+                ops_of = (op,) if op.paired is None else (op, op.paired)
+                recv = []
+                for o in ops_of:
                     got = stype.transfer(p, v, s, o, out=False)
                     if got is not None:
-                        keys.append((s, o.kind, o.microbatch, got[1]))
-                if any(k not in arrived for k in keys):
+                        recv.append(slot((s, o.kind, o.microbatch, got[1])))
+                if any(r not in sent for r in recv):
                     break  # its input is not sent yet: another stage first
-                for k in keys:
-                    ready = max(ready, arrived.pop(k))
-                for o, edge in zip(parts, edges[s][nxt[s]], strict=False):
+                parts = []
+                for o, edge in zip(ops_of, edges[s][nxt[s]], strict=False):
                     kind = "I" if o.kind == "B" and o.input_grad_only(split) else o.kind
-                    if kind == "B" and prog.stages[s].defers(o.chunk, o.microbatch):
-                        kind = "Bd"
-                    c = passes[s].ns(o.chunk, kind, edge)
-                    ready += c
-                    work[s] += c
-                for o in parts:
-                    if o.kind == "B":
-                        c = _tasks_ns(syncs[s].get(backs[s], ()))
-                        backs[s] += 1
-                        ready += c
-                        work[s] += c
                     got = stype.transfer(p, v, s, o, out=True)
-                    if got is not None:
-                        arrived[got[0], o.kind, o.microbatch, got[1]] = ready
-                clock[s] = ready
+                    dst = -1 if got is None else slot((got[0], o.kind, o.microbatch, got[1]))
+                    if dst >= 0:
+                        sent.add(dst)
+                    parts.append((o.chunk, kind, edge, o.microbatch, dst))
+                out.append((s, tuple(recv), tuple(parts)))
                 nxt[s] += 1
                 left -= 1
                 progressed = True
         if not progressed:
             raise ValueError("the schedule's ops wait on each other (no op can run)")
-    tails = [_tasks_ns(st.tail) for st in prog.stages]
+    return tuple(out)
+
+
+def replay(program: PipelineProgram) -> tuple[int, list[int]]:
+    """``(iteration end, per-stage compute)`` (ns) of ``program`` run with its compute only
+    (see the module): the end is a lower bound on the simulated iteration time; the per-stage
+    compute is what the engine counts as that stage's compute plus optimizer time."""
+    prog = program
+    ops = plan(prog.schedule, prog.pp, prog.microbatches, prog.vpp,
+               prog.microbatch_group_size, prog.ep_a2a_overlap)
+    stages = prog.stages
+    passes = [_Passes(st) for st in stages]
+    syncs = [{i: _tasks_ns(t) for i, t in st.syncs_by_backward().items()} for st in stages]
+    deferred = [st.deferred is not None for st in stages]
+    clock = [_tasks_ns(st.prologue) for st in stages]  # each stage's time so far
+    work = list(clock)
+    backs = [0] * len(stages)
+    arrived: dict[int, int] = {}  # slot → ns its data is sent
+    for s, recv, parts in ops:
+        t = clock[s]
+        for r in recv:
+            t = max(t, arrived[r])
+        start = t
+        for chunk, kind, edge, mb, _ in parts:
+            if kind == "B" and deferred[s] and stages[s].defers(chunk, mb):
+                kind = "Bd"  # noqa: PLW2901 - the pass the engine runs
+            t += passes[s].ns(chunk, kind, edge)
+        for _, kind, _, _, dst in parts:
+            if kind in ("B", "I"):  # Megatron's grad_sync_func after a backward, then send
+                t += syncs[s].get(backs[s], 0)
+                backs[s] += 1
+            if dst >= 0:
+                arrived[dst] = t
+        work[s] += t - start
+        clock[s] = t
+    tails = [_tasks_ns(st.tail) for st in stages]
     ends = [c + t for c, t in zip(clock, tails, strict=True)]
     return max(ends), [w + t for w, t in zip(work, tails, strict=True)]
 
