@@ -202,6 +202,14 @@ class Timer:
             got = self._memo[op, dtype] = self._op_ns(op, dtype)
         return got
 
+    def cached(self, key: tuple, make):
+        """``make()``, computed once per ``key`` for this timer (what depends only on the
+        operators and this timer: :func:`sim.models.launches.phase_launches`)."""
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = make()
+        return got
+
     def _op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
         dtype = op.dtype or dtype
         hit = self._hit(op, dtype) if self.lookup else None

@@ -293,7 +293,8 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
 
 def _launches(timer: Timer, ops, dtype: str) -> dict:
     """The ``kernels_ns`` / ``sync_kernels`` fields of a phase running ``ops``."""
-    kernels, sync = phase_launches(timer, ops, dtype)
+    kernels, sync = timer.cached(("launches", ops, dtype),
+                                 lambda: phase_launches(timer, ops, dtype))
     return {"kernels_ns": kernels, "sync_kernels": sync}
 
 

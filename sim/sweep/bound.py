@@ -86,9 +86,17 @@ def plan(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: bool
     sched = schedule_table(schedule, p, m, v, n, ep_overlap)
     edges = [op_edges(ops, split) for ops in sched]
     slots: dict[tuple, int] = {}
+    peers: dict[tuple, tuple[int, int] | None] = {}
 
     def slot(key: tuple) -> int:
         return slots.setdefault(key, len(slots))
+
+    def transfer(s: int, o, out: bool) -> tuple[int, int] | None:
+        """The schedule's transfer of ``o`` (it depends on the op's kind and chunk only)."""
+        key = (s, o.kind, o.chunk, out)
+        if key not in peers:
+            peers[key] = stype.transfer(p, v, s, o, out=out)
+        return peers[key]
 
     out = []
     sent: set[int] = set()
@@ -103,7 +111,7 @@ def plan(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: bool
                 ops_of = (op,) if op.paired is None else (op, op.paired)
                 recv = []
                 for o in ops_of:
-                    got = stype.transfer(p, v, s, o, out=False)
+                    got = transfer(s, o, False)
                     if got is not None:
                         recv.append(slot((s, o.kind, o.microbatch, got[1])))
                 if any(r not in sent for r in recv):
@@ -111,7 +119,7 @@ def plan(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: bool
                 parts = []
                 for o, edge in zip(ops_of, edges[s][nxt[s]], strict=False):
                     kind = "I" if o.kind == "B" and o.input_grad_only(split) else o.kind
-                    got = stype.transfer(p, v, s, o, out=True)
+                    got = transfer(s, o, True)
                     dst = -1 if got is None else slot((got[0], o.kind, o.microbatch, got[1]))
                     if dst >= 0:
                         sent.add(dst)
