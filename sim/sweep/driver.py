@@ -317,6 +317,14 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
     pending = [lay for lay in layouts if lay.key not in done]
     if opts.limit:
         pending = pending[:opts.limit]
+    err = sys.stderr
+    print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
+          f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
+          "skipped as invalid), "
+          f"{already} already done, {len(pending)} to run; results in {out}/", file=err)
+    for flag, reasons in _by_flag(skipped, opts.given).items():  # never silently
+        print(f"  {flag} does not apply to {plural(len(reasons), 'layout')}, skipped (e.g. "
+              f"{reasons[0]}; each reason in results.json)", file=err)
     # the early feasibility pass (on the workers): a layout whose memory check decides it is
     # a result at once, only the others are simulated; best-first, with the lower bound of
     # every candidate (also those simulated before a --resume: they take part in the proof)
@@ -336,14 +344,6 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
 
         def stop(n: int) -> bool:  # the next candidate to start is todo[n]
             return n >= len(todo) or order.stop_before(done, at[todo[n].key])
-    err = sys.stderr
-    print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
-          f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
-          "skipped as invalid), "
-          f"{already} already done, {len(pending)} to run; results in {out}/", file=err)
-    for flag, reasons in _by_flag(skipped, opts.given).items():  # never silently
-        print(f"  {flag} does not apply to {plural(len(reasons), 'layout')}, skipped (e.g. "
-              f"{reasons[0]}; each reason in results.json)", file=err)
     # a bar only on a terminal (never in pipes, files or CI logs), after 2 s like the run's and
     # validate's progress line (sim/runtime/progress.py), and closed before any message
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
@@ -364,6 +364,9 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
               "simulated)", file=err)
     for row in decided.values():
         on_result(row)
+    if order is not None:
+        print(f"  {plural(len(order.order), 'layout')} fit: simulated in the order of their lower "
+              f"bound until the first {opts.best} of the ranking are proven (--best)", file=err)
     previous = _raise_on_sigterm()
     try:
         backend = run_tasks(ctx, todo, on_result, stop=stop, **_backend(opts))
