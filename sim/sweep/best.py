@@ -166,6 +166,13 @@ def memory_pass(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     return infeasible_row(ctx, layout, keep=True)
 
 
+def backend_of(opts) -> dict[str, Any]:
+    """The back-end arguments of :func:`~sim.sweep.runner.run_tasks` of the sweep ``opts``
+    (a :class:`~sim.sweep.driver.SweepOptions`)."""
+    return {"workers": opts.workers, "scheduler": opts.scheduler,
+            "connect_timeout_s": opts.scheduler_timeout_s}
+
+
 def early_pass(ctx: SweepContext, layouts, bounds: bool, **backend) -> dict[str, dict[str, Any]]:
     """The early feasibility pass of ``layouts`` on the sweep's workers (``backend``:
     :func:`~sim.sweep.runner.run_tasks`'s ``workers``, ``scheduler``,

@@ -32,7 +32,7 @@ from sim.runtime import progress
 from sim.runtime.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.model_run import with_ep_nodes, with_training_overrides
-from sim.sweep.best import BestFirst, early_pass, list_layouts
+from sim.sweep.best import BestFirst, backend_of, early_pass, list_layouts
 from sim.sweep.evaluate import SweepContext
 from sim.sweep.output import (
     DEFAULT_HEADROOM_GB,
@@ -212,7 +212,7 @@ def run_sweep(opts: SweepOptions) -> int:
                        periodic=opts.periodic)
     headroom = int(opts.memory_headroom_gb * 1e9)
     if opts.limit == 0:
-        return list_layouts(ctx, layouts, skipped, headroom, _backend(opts))
+        return list_layouts(ctx, layouts, skipped, headroom, backend_of(opts))
     out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
     settings = settings_of(opts, model, topo, gpus)
     store = ResultStore(out)
@@ -261,12 +261,6 @@ def run_sweep(opts: SweepOptions) -> int:
           f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
           f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     return 0
-
-
-def _backend(opts: SweepOptions) -> dict[str, Any]:
-    """The back-end arguments of :func:`~sim.sweep.runner.run_tasks` of ``opts``."""
-    return {"workers": opts.workers, "scheduler": opts.scheduler,
-            "connect_timeout_s": opts.scheduler_timeout_s}
 
 
 def _layout_check(opts: SweepOptions, model, topo):
@@ -331,7 +325,7 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
     best = opts.best is not None
     targets = ([lay for lay in layouts if done.get(lay.key, {}).get("status", "ok") == "ok"]
                if best else pending)
-    pre = early_pass(ctx, targets, best, **_backend(opts))
+    pre = early_pass(ctx, targets, best, **backend_of(opts))
     decided = {lay.key: pre[lay.key] for lay in pending if pre[lay.key]["status"] != "fits"}
     todo = [lay for lay in pending if lay.key not in decided]
     order, stop = None, None
@@ -349,7 +343,6 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
                disable=not opts.progress or not err.isatty(), delay=progress.DELAY_S, leave=False,
                mininterval=0.5, dynamic_ncols=True)
-
     ran = [0]
 
     def on_result(row: dict[str, Any]) -> None:
@@ -369,7 +362,7 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
               f"bound until the first {opts.best} of the ranking are proven (--best)", file=err)
     previous = _raise_on_sigterm()
     try:
-        backend = run_tasks(ctx, todo, on_result, stop=stop, **_backend(opts))
+        backend = run_tasks(ctx, todo, on_result, stop=stop, **backend_of(opts))
     except KeyboardInterrupt:
         bar.close()
         store.close()
