@@ -159,3 +159,16 @@ def test_best_first_top_k_equals_the_exhaustive_sweep(tmp_path):
     for r in pruned:  # each bound below its simulated time, above the 3rd best
         assert ranked[2]["iteration_time_s"] < r["lower_bound_s"] <= times[r["layout"]]
     assert {r["layout"] for r in best["rows"]} == {r["layout"] for r in full["rows"]}
+
+
+def test_best_first_outputs_do_not_depend_on_the_workers(tmp_path):
+    """Two workers may finish layouts past the proving prefix: the outputs are the same."""
+    from sim.cli.sweep import main
+
+    base = [a for a in SPACE if a not in ("--workers", "1")]
+    assert main([*base, "--workers", "1", "--out", str(tmp_path / "one"), "--best", "2"]) == 0
+    assert main([*base, "--workers", "2", "--out", str(tmp_path / "two"), "--best", "2"]) == 0
+    for name in ("results.csv", "results.json"):
+        one = (tmp_path / "one" / name).read_text()
+        assert one == (tmp_path / "two" / name).read_text().replace(
+            str(tmp_path / "two"), str(tmp_path / "one"))
