@@ -208,12 +208,14 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
         nworkers = len(client.scheduler_info().get("workers", {}))
         shared = client.scatter(ctx, broadcast=True)
         token = uuid.uuid4().hex[:12]  # unique task keys: a long-lived cluster caches by key
+        # simulations are simrun-sweep-…; the early pass's tasks are named after their function
+        kind = "simrun-sweep" if task is evaluate else f"simrun-{task.__name__}"
         queue = iter(layouts)
 
         def submit(count: int) -> list:
             out = []
             for lay in itertools.islice(queue, count):
-                fut = client.submit(task, shared, lay, key=f"simrun-sweep-{token}-{lay.key}",
+                fut = client.submit(task, shared, lay, key=f"{kind}-{token}-{lay.key}",
                                     pure=False)
                 futures[fut.key] = (fut, lay)
                 out.append(fut)
