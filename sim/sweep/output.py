@@ -107,7 +107,9 @@ def write_outputs(directory: Path, rows: list[dict[str, Any]], summary: dict[str
         # matplotlib (behind sim.viz.breakdown) is loaded only when plots are asked for
         from sim.viz.breakdown import plot_sweep, plot_sweep_heatmap
 
-        plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows]
+        # pruned layouts (--best) were not simulated: neither ranked nor infeasible
+        plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows
+                     if r["status"] != "pruned"]
         title = summary.get("title", "")
         plot_sweep(plot_rows, directory / "ranking.png", title=title, flag="--out")
         plot_sweep_heatmap(plot_rows, directory / "heatmap.png", x="tp", y="pp", flag="--out",
