@@ -180,8 +180,9 @@ def table_lines(rows: list[dict[str, Any]], *, top: int | None = None,
             low = min(r["lower_bound_s"] for r in these)
             kth = next(r for r in ok if r["layout"] == these[0]["pruned_by"])
             lines.append(f"{plural(len(these), 'feasible layout')} pruned, not simulated: "
-                         f"lower bounds of {low:.3f} s and more, none can rank above rank "
-                         f"{kth['rank']} ({kth['layout']}, {kth['iteration_time_s']:.3f} s); "
+                         f"lower bounds of {low:.3f} s and more, none can rank among the "
+                         f"first {kth['rank']} (rank {kth['rank']}: {kth['layout']}, "
+                         f"{kth['iteration_time_s']:.3f} s); "
                          "--show-infeasible lists them, results.csv has each bound")
         elif these:
             lines.append(f"{plural(len(these), 'layout')} {status} (e.g. {these[0]['layout']}: "
