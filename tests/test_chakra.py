@@ -166,3 +166,36 @@ def test_damaged_traces_are_one_line_errors(tmp_path, monkeypatch, capsys, cut):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "ALL_REDUCE.0.et: " in err and ("GlobalMetadata: " in err or "node 0: " in err), err
+
+
+def _trace_with_host_nodes(folder: Path, host: bool) -> None:
+    """Two GPU kernels (5 and 7 µs), the second after the first; with ``host``, a CPU-side
+    operator (100 µs, ``is_cpu_op``) between them, as a trace converted from PyTorch has:
+    the second kernel waits for it, it waits for the first."""
+    from chakra.schema.protobuf.et_def_pb2 import COMP_NODE, AttributeProto, GlobalMetadata
+    from chakra.schema.protobuf.et_def_pb2 import Node as ChakraNode
+    from chakra.src.third_party.utils.protolib import encodeMessage
+
+    folder.mkdir()
+    for rank in range(2):
+        with open(folder / f"host.{rank}.et", "wb") as et:
+            encodeMessage(et, GlobalMetadata(version="0.0.4"))
+            nodes = [(0, 5, False, []), (1, 100, True, [0]), (2, 7, False, [1] if host else [0])]
+            for nid, micros, cpu, deps in nodes:
+                if cpu and not host:
+                    continue
+                n = ChakraNode(id=nid, name=f"n{nid}", type=COMP_NODE, duration_micros=micros)
+                n.attr.append(AttributeProto(name="is_cpu_op", bool_val=cpu))
+                n.data_deps.extend(deps)
+                encodeMessage(et, n)
+
+
+def test_host_nodes_are_dependencies_taking_no_gpu_time(tmp_path):
+    _trace_with_host_nodes(tmp_path / "with", host=True)
+    _trace_with_host_nodes(tmp_path / "without", host=False)
+    w = read_workload(tmp_path / "with")
+    assert [lay.forward.compute_ns for lay in w.layers] == [5_000, 7_000]
+    assert any("1 host (is_cpu_op) compute nodes" in a for a in w.assumptions)
+    ns = [run(prepare_workload(str(tmp_path / d), TOPO, LayoutRequest(), nodes=1)).iteration_ns
+          for d in ("with", "without")]
+    assert ns == [12_000, 12_000]

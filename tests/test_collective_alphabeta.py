@@ -3,10 +3,12 @@
 The tiny topologies have round numbers, no physical latencies and no launch overhead, so each
 time is exactly NCCL's latency term (docs/collectives.md, µs) + the step overhead (1.04 µs per
 ring or tree step, calibrated: sim/network/nccl.py) + bytes / the bandwidth the flows get + for
-NCCL's ring and tree the pipeline ramp, (min(d, 8) − 1) chunk times for a pipeline of d hops,
-chunks of at most NCCL's chunk size (ring Simple 2 MiB, broadcast and tree Simple 512 KiB, LL
-32 KiB, LL128 576,000 B) or the channel's share of one step, at one channel's payload rate
-(ring bus bandwidth / channels × protocol efficiency; channels = bus bandwidth / one link's).
+NCCL's tree and broadcast chain the pipeline ramp, (min(d, 8) − 1) chunk times for a pipeline
+of d hops, chunks of at most NCCL's chunk size (broadcast and tree Simple 512 KiB, LL 32 KiB,
+LL128 576,000 B) or the channel's share of one step, at one channel's payload rate (ring bus
+bandwidth / channels × protocol efficiency; channels = bus bandwidth / one link's). Rings
+(all-reduce, all-gather, reduce-scatter) have no ramp: in NCCL's ring kernels every rank sends
+its own block in the first step, so every link is busy from the start (sim/network/nccl.py).
 Expected values are computed here by hand from those formulas, not by the model.
 
 tiny-nvlink-4: 1 node, 4 GPUs, NVSwitch 100 GB/s per GPU.
@@ -56,17 +58,16 @@ def ramp(depth: int, chunk: float, rate: float) -> int:
 
 def test_ring_allreduce_nvswitch():
     # 2(n−1)/n · S / B = 1.5e8 / 100 ns; latency base 8.4 + 2(n−1) · (3.4 + STEP) µs (ring,
-    # NVLink). Ramp: 4 channels of 25 GB/s (100 / one 25 GB/s link), depth 6, 2 MiB chunks
-    # (S / (4 channels · 4 ranks) = 6.25 MB is more)
+    # NVLink). No ramp: every rank sends from the first step.
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), algorithm="ring") == (
-        1_500_000 + us(8.4 + 6 * (3.4 + STEP)) + ramp(6, 2 * MiB, 25), "ring/Simple")
+        1_500_000 + us(8.4 + 6 * (3.4 + STEP)), "ring/Simple")
 
 
 @pytest.mark.parametrize("kind", [AG, RS])
 def test_ring_allgather_reducescatter_nvswitch(kind):
-    # (n−1)/n · S / B; latency 8.4 + (n−1) · (3.4 + STEP) µs; ramp depth 3, 2 MiB chunks
+    # (n−1)/n · S / B; latency 8.4 + (n−1) · (3.4 + STEP) µs; no ramp
     assert t_ns("tiny-nvlink-4.yaml", kind, range(4)) == (
-        750_000 + us(8.4 + 3 * (3.4 + STEP)) + ramp(3, 2 * MiB, 25), "ring/Simple")
+        750_000 + us(8.4 + 3 * (3.4 + STEP)), "ring/Simple")
 
 
 def test_broadcast_chain_nvswitch():
@@ -96,22 +97,21 @@ def test_tree_allreduce_single_node_is_a_chain_at_half_bus_bandwidth():
         transfer + us(8.4 + 2 * 3 * (4.0 + STEP)) + ramp(6, MiB // 2, 25 * 0.92), "tree/Simple")
 
 
-@pytest.mark.parametrize("protocol, eff, base, hop, chunk", [("LL", 0.5, 6.6, 0.6, 32768),
-                                                             ("LL128", 0.92, 14.0, 1.9, 62500)])
-def test_protocols_scale_wire_bytes_and_latency(protocol, eff, base, hop, chunk):
-    # chunks: LL at most 32 KiB; LL128 the channel's share of a step, 1e6 / (4 · 4) = 62,500
+@pytest.mark.parametrize("protocol, eff, base, hop", [("LL", 0.5, 6.6, 0.6),
+                                                      ("LL128", 0.92, 14.0, 1.9)])
+def test_protocols_scale_wire_bytes_and_latency(protocol, eff, base, hop):
     size = 1_000_000
     got = t_ns("tiny-nvlink-4.yaml", AR, range(4), size, algorithm="ring", protocol=protocol)
-    assert got == (math.ceil(1.5 * size / eff / 100 - 1e-6) + us(base + 6 * (hop + STEP))
-                   + ramp(6, chunk, 25 * eff), f"ring/{protocol}")
+    assert got == (math.ceil(1.5 * size / eff / 100 - 1e-6) + us(base + 6 * (hop + STEP)),
+                   f"ring/{protocol}")
 
 
 def test_auto_picks_least_time_ll_for_tiny_messages_simple_for_large():
     # 8 bytes: ring LL 6.6 + 6·(0.6 + STEP) µs beats tree LL 6.8 + 2·3·(0.6 + STEP) and the
     # rest. One channel (NCCL: 8 B < 512 threads · 8 · 4 ranks): 25 GB/s moves the 24 wire
-    # bytes in 1 ns; ramp 5 chunks of 8 / 4 = 2 bytes at 12.5 GB/s: 0.8 → 1 ns
+    # bytes in 1 ns; no ramp
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), 8, protocol="auto") == (
-        us(6.6 + 6 * (0.6 + STEP)) + 1 + 1, "ring/LL")
+        us(6.6 + 6 * (0.6 + STEP)) + 1, "ring/LL")
     assert t_ns("tiny-nvlink-4.yaml", AR, range(4), 1 << 30, protocol="auto")[1] == "ring/Simple"
 
 
@@ -119,10 +119,9 @@ def test_auto_picks_least_time_ll_for_tiny_messages_simple_for_large():
 
 def test_ring_allreduce_pcie_tree_is_bound_by_the_cpu_link():
     # ring 0→1→2→3→0: 1→2 and 3→0 cross the sockets (one edge per direction): 10 GB/s.
-    # latency: PCI hop 5.7 µs: 8.4 + 6 · (5.7 + STEP). One channel (10 GB/s is less than one
-    # 20 GB/s PCIe link): ramp 5 chunks of 2 MiB at 10 GB/s
+    # latency: PCI hop 5.7 µs: 8.4 + 6 · (5.7 + STEP); no ramp
     assert t_ns("tiny-pcie-4.yaml", AR, range(4), algorithm="ring") == (
-        15_000_000 + us(8.4 + 6 * (5.7 + STEP)) + ramp(6, 2 * MiB, 10), "ring/Simple")
+        15_000_000 + us(8.4 + 6 * (5.7 + STEP)), "ring/Simple")
 
 
 def test_sendrecv_pcie_same_switch_vs_across_sockets():
@@ -136,17 +135,16 @@ def test_ring_allreduce_two_nodes_two_rails():
     # 2 channels (one per NIC); each channel's ring crosses each node's NIC once per direction;
     # each edge carries 2(n−1)/n · S / 2 = 0.75 S at 10 GB/s → 7.5e6 ns (busbw = 2 × 10).
     # latency: nsteps 2(n−1) = 6, nInter 2(N−1) = 2: (8.4 + 4·3.4 + 2·14) · 1.4 (multi-node
-    # ring Simple all-reduce) + 6 · STEP. Ramp: 2 channels of 10 GB/s (one NIC each), 2 MiB
+    # ring Simple all-reduce) + 6 · STEP; no ramp
     assert t_ns("tiny-2x2.yaml", AR, range(4), algorithm="ring") == (
-        7_500_000 + us((8.4 + 4 * 3.4 + 2 * 14) * 1.4 + 6 * STEP) + ramp(6, 2 * MiB, 10),
-        "ring/Simple")
+        7_500_000 + us((8.4 + 4 * 3.4 + 2 * 14) * 1.4 + 6 * STEP), "ring/Simple")
 
 
 @pytest.mark.parametrize("kind", [AG, RS])
 def test_ring_allgather_reducescatter_two_nodes(kind):
     # 0.375 S per edge at 10 GB/s; nsteps n−1 = 3, nInter N−1 = 1, no 1.4 factor
     assert t_ns("tiny-2x2.yaml", kind, range(4), algorithm="ring") == (
-        3_750_000 + us(8.4 + 2 * 3.4 + 14 + 3 * STEP) + ramp(3, 2 * MiB, 10), "ring/Simple")
+        3_750_000 + us(8.4 + 2 * 3.4 + 14 + 3 * STEP), "ring/Simple")
 
 
 def test_hierarchical_allreduce_two_nodes():
@@ -212,5 +210,4 @@ def test_launch_overhead_and_physical_latency_add(tmp_path):
     p.write_text(text)
     net = build_network(load_topology(str(p)), algorithm="ring", protocol="Simple")
     got = net.isolated(CommRequest(AR, GroupKind.TP, (0, 1, 2, 3), S)).duration_ns
-    assert got == 1_500_000 + us(8.4 + 6 * (3.4 + STEP)) + 6 * 300 + 5000 + \
-        ramp(6, 2 * MiB, 25)
+    assert got == 1_500_000 + us(8.4 + 6 * (3.4 + STEP)) + 6 * 300 + 5000

@@ -204,6 +204,7 @@ NOT_RUN_BLOCKS = [
     ("README.md", "python -m pytest -q -n auto "),
     ("docs/calibration.md", "simrun calibrate --megatron-log train.log "),
     ("docs/job-formats.md", "$ simrun --megatron-args tests/data/megatron/train_gpt3_175b"),
+    ("docs/job-formats.md", "$ simrun --job-config tests/data/nemo/gpt3_175b.yaml "),
     ("docs/kernel-tables.md", "simrun profile "),
     ("docs/sweeps.md", "simrun sweep --model workloads/models/gpt3-175b.yaml "),
     ("docs/sweeps.md", "dask scheduler "),

@@ -285,8 +285,11 @@ RUN = ["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "8", "--tp
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--fp8-recipe", "tensorwise"], "--fp8-recipe: applies to --dtype fp8 runs"),
-    (["--dtype", "fp8", "--fp8-recipe", "mxfp8"], "mxfp8 (block scaling) is a Megatron-Core"),
-    (["--dtype", "fp8", "--fp8-recipe", "current"], "expected delayed or tensorwise"),
+    (["--dtype", "fp8", "--fp8-recipe", "mxfp8"], "GPU H100-SXM5-80GB (family H100) has no "
+                                                  "MXFP8 path"),
+    (["--dtype", "fp8", "--fp8-recipe", "blockwise"], "blockwise (block scaling) is a "
+                                                      "Megatron-Core"),
+    (["--dtype", "fp8", "--fp8-recipe", "current"], "expected delayed, tensorwise or mxfp8"),
 ])
 def test_recipe_refusals(args, needle, capsys):
     assert main([*RUN, *args]) == 2

@@ -33,7 +33,28 @@ FORBIDDEN = {
     "sim.viz.breakdown": "the breakdown figure (--breakdown-plot)",
     "sim.sweep": "the sweep subcommand only",
     "sim.validation": "the validate subcommand only",
+    "sim.calibration.profile": "a --calibration profile's reader and knobs",
+    "sim.calibration.knobs": "the knobs of a --calibration profile",
+    "sim.scenario.collective_log": "AICB's physical-format log (with --model only)",
+    "sim.workload.aicb_zero3": "ZeRO-3 steps of AICB's physical-format log",
+    "sim.workload.deepspeed": "a DeepSpeed ZeRO file read with --zero",
+    "sim.viz.trace": "the Chrome trace (--trace)",
+    "sim.viz.trace_size": "the size check of a --trace",
+    "sim.viz.boxes": "timeline boxes of a trace or figure",
+    "sim.viz.mpl": "figure formats (--plot, --breakdown-plot)",
+    "sim.topology.mesh": "the xGMI full mesh (a topology with node.xgmi)",
+    "sim.pipeline.zero_bubble": "the zero-bubble schedules' orders (zb-h1, zb-h2, zb-v)",
+    "sim.pipeline.dualpipe": "DualPipe's orders",
+    "sim.report.text": "the terminal table (the probe's run is --quiet)",
+    "sim.report.summary": "the terminal table's summary lines",
 }
+
+# standard-library modules a run loads only when it needs them (unless simpy, numpy or yaml,
+# which every run loads, already do): difflib for a mistyped flag, traceback with
+# SIMRUN_DEBUG, hashlib and statistics for --jitter or a very long output name, fractions for
+# TP-overlap steps
+STDLIB_ON_USE = ("difflib", "traceback", "hashlib", "secrets", "statistics", "fractions",
+                 "decimal", "gzip")
 
 _PROBE = """
 import contextlib, io, json, sys
@@ -61,6 +82,12 @@ def test_workload_file_run_imports_only_what_it_uses():
     assert rc == 0
     loaded = {p: why for p, why in FORBIDDEN.items() if _loaded(mods, p)}
     assert not loaded, f"a workload-file run imported {loaded}"
+    libraries = set(json.loads(subprocess.run(
+        [sys.executable, "-c", "import json, sys, simpy, numpy, yaml; "
+         "print(json.dumps(sorted(sys.modules)))"], capture_output=True, text=True,
+        check=True).stdout))
+    extra = [m for m in STDLIB_ON_USE if m in mods and m not in libraries]
+    assert not extra, f"a workload-file run imported {extra}"
     # the run did simulate: the engine, the network and the AICB reader are there
     for needed in ("sim.engine.core", "sim.network", "sim.workload.aicb", "simpy"):
         assert _loaded(mods, needed), needed

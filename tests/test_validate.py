@@ -107,7 +107,8 @@ def test_bad_validation_files_name_file_line_and_key(tmp_path):
     assert str(e.value).startswith(f"{bad}:4: cases[0].tpp: unknown key (allowed: name, model, "
                                    "role, calibrates, source, url, published, not_modelled, "
                                    "measured_s, measured_tokens_per_s_per_gpu, "
-                                   "measured_tflops_per_gpu, measured_mfu, nccl_nvls_enable, tp, ")
+                                   "measured_tflops_per_gpu, measured_mfu, nccl_nvls_enable, "
+                                   "host_dispatch_us, tp, ")
     bad.write_text("topology: x.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 8, pp: 1,\n"
                    "     global_batch: 4, micro_batch: 4, measured_s: -1}\n")
     with pytest.raises(InputError, match=r"v.yaml:4: cases\[0\].measured_s: expected a number "
@@ -120,6 +121,9 @@ def test_bad_validation_files_name_file_line_and_key(tmp_path):
         ("not_modelled: [1]", r"cases\[0\].not_modelled: expected a list of strings"),
         ("nccl_nvls_enable: 2", r"cases\[0\].nccl_nvls_enable: expected 0 or 1, got 2"),
         ("nccl_nvls_enable: true", r"cases\[0\].nccl_nvls_enable: expected 0 or 1, got True"),
+        ("host_dispatch_us: 0", r"cases\[0\].host_dispatch_us: expected a number in \(0, 1000\]"),
+        ("host_dispatch_us: 1001", r"cases\[0\].host_dispatch_us: expected a number in "
+                                   r"\(0, 1000\], got 1001"),
     ]:
         bad.write_text("topology: x.yaml\ncases:\n  - {name: a, model: m.yaml, tp: 8, pp: 1,\n"
                        f"     global_batch: 4, micro_batch: 4, measured_s: 1.0, {extra}}}\n")
@@ -313,6 +317,38 @@ def test_a_case_is_predicted_as_the_single_run_with_its_nccl_environment(tmp_pat
                      "--nccl-nvls-enable", flag, "--json", str(rep), "--quiet"]) == 0
         single[name] = json.loads(rep.read_text())["iteration_time_s"]
     assert got == single and got["nvls-on"] != got["nvls-off"]
+
+
+def test_a_case_runs_with_its_stacks_host_dispatch_time(tmp_path):
+    """``host_dispatch_us`` is the run's stack's CPU time to issue one kernel: the case is
+    predicted as ``simrun --model ... --host-dispatch-us X``. A small model's kernels take a few
+    µs, so at 200 µs per launch the host sets the pace and the time differs from the case
+    without it (absent: 0, off)."""
+    (tmp_path / "m.yaml").write_text(
+        "name: m\nlayers: 2\nhidden: 512\nheads: 8\nvocab: 1024\nseq_len: 256\n")
+    topo = WORKLOADS.parent / "topologies" / "dgx-h100-1024.yaml"
+    v = tmp_path / "v.yaml"
+    v.write_text(f"topology: {topo}\ncases:\n"
+                 "  - {name: host, model: m.yaml, tp: 1, pp: 1, global_batch: 2,\n"
+                 "     micro_batch: 1, measured_s: 1.0, dtype: bf16, host_dispatch_us: 200}\n"
+                 "  - {name: zero, model: m.yaml, tp: 1, pp: 1, global_batch: 2,\n"
+                 "     micro_batch: 1, measured_s: 1.0, dtype: bf16}\n")
+    _, cases = load_cases(v)
+    assert [c.host_dispatch_ns for c in cases] == [200_000, 0]
+    out = tmp_path / "v.json"
+    assert main(["validate", str(v), "--json", str(out), "--workers", "1"]) == 0
+    rows = json.loads(out.read_text())["cases"]
+    assert [r["host_dispatch_us"] for r in rows] == [200.0, 0.0]  # the JSON row says it
+    got = {r["name"]: r["predicted_s"] for r in rows}
+    single = {}
+    for name, us in (("host", "200"), ("zero", "0")):
+        rep = tmp_path / f"{name}.json"
+        assert main(["--model", str(tmp_path / "m.yaml"), "--topo", str(topo), "--nodes", "1",
+                     "--dp", "1", "--global-batch", "2", "--micro-batch", "1",
+                     "--host-dispatch-us", us,
+                     "--json", str(rep), "--quiet"]) == 0
+        single[name] = json.loads(rep.read_text())["iteration_time_s"]
+    assert got == single and got["host"] > got["zero"]
 
 
 def test_evaluation_errors_are_also_given_per_source():

@@ -1,11 +1,16 @@
 """Fitting the knobs (:mod:`sim.calibration.knobs`) to measured iteration times.
 
 Each measured run gives one equation, ``predicted_s(knobs) = measured_s``, so ``n`` runs
-identify at most ``n`` knobs. The fit takes the knobs in the order of
-:data:`~sim.calibration.knobs.KNOBS` and keeps one when the runs' times are sensitive to it
-(a 10% step of the knob moves some run's time by at least :data:`MIN_SENSITIVITY`) and its
-sensitivities are not a multiple of the kept knobs' (then the runs cannot tell them apart); the
-others stay neutral and are listed as not identified, with why. The kept knobs are solved by
+identify at most ``n`` knobs. Which ones is a rule, not a fit: the knobs are taken in the
+order of the share of the runs' time they act on (the largest relative change of a run's time
+for a 10% step of the knob, largest first; ties keep the order of
+:data:`~sim.calibration.knobs.KNOBS`), because a run's time says most about the kernels that
+fill most of it: in a dense transformer step that is the GEMMs, in a small MoE step it can be
+the memory-bound kernels (the per-kernel overhead, a time the model does not have, comes
+after the scales). A knob is kept when the runs' times are sensitive to it (a 10% step
+moves some run's time by at least :data:`MIN_SENSITIVITY`) and its sensitivities are not a
+multiple of the kept knobs' (then the runs cannot tell them apart); the others stay neutral and
+are listed as not identified, with why. The kept knobs are solved by
 Gauss-Newton on the log of predicted over measured time (derivatives by finite differences,
 each step clipped to the knobs' bounds), until every run's residual moves less than
 :data:`TOL` or :data:`MAX_STEPS` steps.
@@ -75,24 +80,22 @@ def _step(name: str) -> float:
 
 def fit_knobs(runs: Sequence[MeasuredRun], candidates: Sequence[str] | None = None,
               base: Knobs | None = None) -> Fit:
-    """Fit ``candidates`` (default: every knob, in order) to ``runs``, the other knobs held at
-    ``base`` (default: neutral)."""
-    names = list(candidates or [k.name for k in KNOBS])
+    """Fit ``candidates`` (default: every knob) to ``runs``, the other knobs held at ``base``
+    (default: neutral); the candidates are taken by :func:`share_order`."""
     base = base or Knobs()
     t0 = np.array([r.predict(base) for r in runs])
     meas = np.array([r.measured_s for r in runs])
+    sens = share_order(runs, list(candidates or [k.name for k in KNOBS]), base, t0)
     chosen: list[str] = []
     cols: list[np.ndarray] = []
     why: dict[str, str] = {}
-    for name in names:
+    for name, col in sens:
         if len(chosen) >= len(runs):
             why[name] = (f"{len(runs)} measured run{'s' if len(runs) > 1 else ''} identif"
                          f"{'y' if len(runs) > 1 else 'ies'} at most {len(runs)} knob"
-                         f"{'s' if len(runs) > 1 else ''}")
+                         f"{'s' if len(runs) > 1 else ''} (taken by the share of the runs' "
+                         "time each acts on, largest first)")
             continue
-        u = _to_u(name, base.value(name)) + _step(name)
-        t = np.array([r.predict(base.with_value(name, _from_u(name, u))) for r in runs])
-        col = np.log(t / t0)
         if np.max(np.abs(col)) < MIN_SENSITIVITY:
             why[name] = "the measured runs' times do not depend on it (under 0.2% per step)"
             continue
@@ -105,6 +108,21 @@ def fit_knobs(runs: Sequence[MeasuredRun], candidates: Sequence[str] | None = No
     knobs = _solve(runs, chosen, np.column_stack(cols) if cols else None, t0, meas, base)
     pred = np.array([r.predict(knobs) for r in runs]) if chosen else t0
     return Fit(knobs, tuple(chosen), why, _rows(runs, meas, pred), _rows(runs, meas, t0))
+
+
+def share_order(runs: Sequence[MeasuredRun], names: list[str], base: Knobs,
+                t0: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``names`` with each knob's sensitivity column (log change of every run's time for a
+    10% step of the knob, 2 µs for the overhead): the scales ordered by the largest absolute
+    entry, largest first (the share of the runs' time the knob acts on; ties keep ``names``'
+    order), then the per-kernel overhead (it adds a time the model does not have: no share)."""
+    cols = []
+    for name in names:
+        u = _to_u(name, base.value(name)) + _step(name)
+        t = np.array([r.predict(base.with_value(name, _from_u(name, u))) for r in runs])
+        cols.append((name, np.log(t / t0)))
+    return sorted(cols, key=lambda nc: (SPEC[nc[0]].neutral == 0.0,
+                                        -round(float(np.max(np.abs(nc[1]))), 9)))
 
 
 def _rows(runs, meas, pred) -> tuple[tuple[str, float, float, float], ...]:

@@ -15,6 +15,9 @@ A profile is a YAML file (``schema: simrun.calibration/1``)::
     residuals:                     # each run after the fit, in percent of the measured time
       - {run: <name>, measured_s: 1.2, predicted_s: 1.19, error_pct: -0.8}
     range_pct: [-0.8, 0.8]         # the range a prediction under this profile carries
+    network_curves:                # from nccl-tests: measured / modelled time by size
+      - {op: allreduce, ranks: 16, sizes: [1048576, ...], factors: [1.04, ...],
+         measurement: "<file and lines>"}
 
 Every key is checked (unknown ones refused with file, line and key); a knob outside its bounds
 (:mod:`sim.calibration.knobs`) is refused. A profile applies to the GPU and topology it was
@@ -40,7 +43,8 @@ from sim.files.yaml_load import load_yaml_with_lines
 
 SCHEMA = "simrun.calibration/1"
 KEYS = ("schema", "gpu", "topology", "stack", "knobs", "not_identified", "inputs", "residuals",
-        "range_pct")
+        "range_pct", "network_curves")
+MAX_CURVE_SIZES = 64
 MAX_ITEMS = 10_000
 
 
@@ -58,6 +62,7 @@ class Profile:
     inputs: tuple[dict[str, str], ...] = ()
     residuals: tuple[dict[str, Any], ...] = ()
     range_pct: tuple[float, float] = (0.0, 0.0)
+    curves: tuple = ()  # sim.network.curves.TimeCurve, from nccl-tests
     path: str = ""
     lines: dict[str, int] = field(default_factory=dict)
 
@@ -69,6 +74,8 @@ class Profile:
                           f"{self.measurements.get(name, 'unnamed measurements')}; "
                           f"{SPEC[name].means}", "calibration")
                for name, value in self.knobs.changed().items()]
+        out += [Assumption(f"calibrated ({where}): {c.describe()}", "calibration")
+                for c in self.curves]
         if not out:
             out.append(Assumption(f"calibrated ({where}): every knob at its neutral value "
                                   "(the measurements matched the uncalibrated model)",
@@ -91,6 +98,10 @@ def profile_data(p: Profile) -> dict[str, Any]:
         "inputs": [dict(i) for i in p.inputs],
         "residuals": [dict(r) for r in p.residuals],
         "range_pct": [round(p.range_pct[0], 4), round(p.range_pct[1], 4)],
+        **({"network_curves": [{"op": c.op, "ranks": c.ranks, "sizes": list(c.sizes),
+                                "factors": [round(f, 6) for f in c.factors],
+                                "measurement": c.source} for c in p.curves]}
+           if p.curves else {}),
     }
 
 
@@ -129,7 +140,8 @@ def load_profile(path: str | Path, flag: str = "--calibration") -> Profile:
                    measurements=measured, stack=str(data.get("stack") or "unknown"),
                    not_identified=tuple(str(x) for x in listed["not_identified"]),
                    inputs=tuple(listed["inputs"]), residuals=tuple(listed["residuals"]),
-                   range_pct=(lo, hi), path=fname,
+                   range_pct=(lo, hi), curves=_curves(data.get("network_curves") or [], fail),
+                   path=fname,
                    lines={k: lines.get((k,)) for k in ("gpu", "topology")})
 
 
@@ -152,6 +164,43 @@ def _knobs(raw: Any, fail) -> tuple[Knobs, dict[str, str]]:
         knobs = knobs.with_value(name, float(v))
         measured[name] = str(entry.get("measurement") or "")
     return knobs, measured
+
+
+def _curves(raw: Any, fail) -> tuple:
+    """``network_curves``: each ``{op, ranks, sizes, factors, measurement}`` checked (sizes
+    ascending positive integers, one factor each within the curve bounds)."""
+    from sim.network.curves import CURVE_OPS, FACTOR_BOUNDS, TimeCurve
+
+    if not isinstance(raw, list) or len(raw) > MAX_ITEMS:
+        fail(f"expected a list of at most {MAX_ITEMS} curves", ("network_curves",),
+             "network_curves")
+    out = []
+    for i, c in enumerate(raw):
+        at, key = ("network_curves", i), f"network_curves[{i}]"
+        if not isinstance(c, dict) or set(c) != {"op", "ranks", "sizes", "factors",
+                                                 "measurement"}:
+            fail("expected {op, ranks, sizes, factors, measurement}", at, key)
+        if c["op"] not in CURVE_OPS:
+            fail(f"unknown collective (known: {', '.join(CURVE_OPS)})", at + ("op",),
+                 key + ".op")
+        r, sz, fs = c["ranks"], c["sizes"], c["factors"]
+        if isinstance(r, bool) or not isinstance(r, int) or r < 2:
+            fail("expected a rank count of at least 2", at + ("ranks",), key + ".ranks")
+        ints = isinstance(sz, list) and 0 < len(sz) <= MAX_CURVE_SIZES and all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sz)
+        if not ints or any(a >= b for a, b in zip(sz, sz[1:], strict=False)):
+            fail(f"expected 1 to {MAX_CURVE_SIZES} ascending positive byte counts",
+                 at + ("sizes",), key + ".sizes")
+        lo, hi = FACTOR_BOUNDS
+        ok = isinstance(fs, list) and len(fs) == len(sz) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and lo <= x <= hi
+            for x in fs)
+        if not ok:
+            fail(f"expected one factor per size, each within {lo:g}..{hi:g}",
+                 at + ("factors",), key + ".factors")
+        out.append(TimeCurve(c["op"], r, tuple(sz), tuple(float(x) for x in fs),
+                             str(c["measurement"])))
+    return tuple(out)
 
 
 def _range(raw: Any, fail) -> tuple[float, float]:
@@ -191,6 +240,8 @@ def apply_to_topology(topo, profile: Profile | None, override: bool = False):
         check_applies(profile, gpu=topo.gpu.name)
     notes = check_applies(profile, topology=topo.name, override=override)
     topo = calibrated_topology(topo, profile.knobs.network_busbw_factor)
+    if profile.curves:
+        topo = replace(topo, collectives=replace(topo.collectives, time_curves=profile.curves))
     if notes:
         topo = replace(topo, warnings=(*topo.warnings, *(n.removeprefix("WARNING: ")
                                                          for n in notes)))

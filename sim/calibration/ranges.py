@@ -32,7 +32,8 @@ BANDS = "error_bands.yaml"
 def bands() -> dict[str, Any]:
     """The shipped error bands (class name → {cases, min_error_pct, max_error_pct})."""
     text = (resources.files("sim") / "data" / "calibration" / BANDS).read_text("utf-8")
-    return yaml.safe_load(text)
+    # libyaml's parser where PyYAML has it (same safe constructors, same data; ~5x faster)
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def class_of(gpu_name: str, moe: bool) -> str:

@@ -1,12 +1,13 @@
 """What calibration buys, measured: ``simrun validate --calibrate-within-source K``.
 
 For each source (one validation file: one stack on one cluster), the knobs are fitted
-(:func:`sim.calibration.fit.fit_knobs`) on its ``K`` cases with the fewest GPUs (ties: the
-first listed) and every other case of the source is predicted again under them. Each evaluated
-row keeps its uncalibrated ``error_pct`` and gains ``calibrated_predicted_s`` and
-``calibrated_error_pct``; the rows calibrated on gain ``calibrated_on: true`` and no
-calibrated error. The summary gives, per source and over all sources, the mean and largest
-absolute error of the evaluated cases, uncalibrated and calibrated.
+(:func:`sim.calibration.fit.fit_knobs`: the knobs taken by the share of the cases' time they
+act on) on its ``K`` cases with the fewest GPUs (ties: the first listed) and every other case
+of the source is predicted again under them. Each evaluated row keeps its uncalibrated
+``error_pct`` and gains ``calibrated_predicted_s`` and ``calibrated_error_pct``; the rows
+calibrated on gain ``calibrated_on: true`` and no calibrated error. The summary gives, per
+source and over all sources, the mean and largest absolute error of the evaluated cases,
+uncalibrated and calibrated.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import importlib
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 
 from sim.cli.fields import cli_error, register_parsers
@@ -123,6 +122,8 @@ def _guarded(argv: list[str]) -> int:
         return 0
     except Exception as e:  # noqa: BLE001 - last-resort guard: no traceback for users
         if os.environ.get("SIMRUN_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         print(f"simrun: internal error: {type(e).__name__}: {e} (set SIMRUN_DEBUG=1 for a "
               "traceback)", file=sys.stderr)

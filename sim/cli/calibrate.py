@@ -16,7 +16,7 @@ import math
 
 from sim.calibration.fit import Fit, MeasuredRun, fit_knobs
 from sim.calibration.knobs import KNOBS, Knobs
-from sim.calibration.nccl_tests import check_gpu, fit_network, read_nccl_tests
+from sim.calibration.nccl_tests import check_gpu, fit_network, read_nccl_tests, time_curve
 from sim.calibration.profile import Profile, sha256_of, write_profile
 from sim.calibration.runs import case_run, case_topology
 from sim.cli.types import Parser, nonneg_int, positive_int
@@ -101,8 +101,10 @@ def calibrate(args: argparse.Namespace) -> tuple[Profile, list[str]]:
     the nccl-tests."""
     base, measurements, notes, inputs = Knobs(), {}, [], []
     topo_name = gpu = None
+    measured_nets = []
     for f in args.nccl_tests:
-        fit, table, topo = _nccl(f, args)
+        fit, table, topo, tests = _nccl(f, args)
+        measured_nets.append((tests, topo))
         base = base.with_value("network_busbw_factor", fit.knobs.network_busbw_factor)
         measurements["network_busbw_factor"] = (
             f"nccl-tests {f} ({fit.residuals[0][0] if fit.residuals else ''}.."
@@ -135,6 +137,11 @@ def calibrate(args: argparse.Namespace) -> tuple[Profile, list[str]]:
     for name in fit.identified:
         measurements[name] = "; ".join(r.what for r in runs)
     knobs = fit.knobs
+    curves = []
+    for tests, topo in measured_nets:  # by size, against the final bus-bandwidth factor
+        curve, left = time_curve(tests, topo, knobs)
+        curves += [curve] if curve is not None else []
+        notes += left
     residuals = tuple({"run": n, "measured_s": m, "predicted_s": p, "error_pct": round(e, 4),
                        "uncalibrated_error_pct": round(u[3], 4)}
                       for (n, m, p, e), u in zip(fit.residuals, fit.uncalibrated, strict=True))
@@ -145,7 +152,8 @@ def calibrate(args: argparse.Namespace) -> tuple[Profile, list[str]]:
     profile = Profile(gpu=gpu or "", topology=topo_name or "", knobs=knobs,
                       measurements=measurements, stack=args.stack, not_identified=not_id,
                       inputs=tuple(inputs), residuals=residuals,
-                      range_pct=(min(lo, 0.0) - spread, max(hi, 0.0) + spread))
+                      range_pct=(min(lo, 0.0) - spread, max(hi, 0.0) + spread),
+                      curves=tuple(curves))
     return profile, notes
 
 
@@ -175,7 +183,7 @@ def _nccl(f: str, args: argparse.Namespace):
         raise UsageError(f"{f} ran on {tests.ranks} ranks, {topo.num_gpus} GPUs in {nodes} "
                          "nodes", field="--nodes")
     fit, table = fit_network(tests, topo, tests.op, tests.ranks)
-    return fit, table, topo
+    return fit, table, topo, tests
 
 
 def megatron_run(path: str, topo_path: str, warmup: int) -> tuple[MeasuredRun, object]:

@@ -5,10 +5,13 @@ generate`` and ``simrun validate``."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from sim.calibration.profile import Profile, load_profile
 from sim.cli.types import positive_int
 from sim.errors import UsageError
+
+if TYPE_CHECKING:  # the profile reader loads when a run names a profile
+    from sim.calibration.profile import Profile
 
 
 def add_calibration_arguments(g: argparse._ActionsContainer) -> None:
@@ -28,6 +31,8 @@ def calibration_of(args: argparse.Namespace) -> Profile | None:
         if args.calibration_any_cluster:
             raise UsageError("needs --calibration PROFILE", field="--calibration-any-cluster")
         return None
+    from sim.calibration.profile import load_profile
+
     return load_profile(args.calibration)
 
 

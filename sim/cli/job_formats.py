@@ -1,10 +1,12 @@
 """The tables of docs/job-formats.md, made from the readers' declarations
-(:mod:`sim.jobs.megatron_table`, :mod:`sim.jobs.torchtitan`): what simrun does with each
-Megatron-LM argument and torchtitan key it knows. ``python -m sim.cli.job_formats`` prints them;
+(:mod:`sim.jobs.megatron_table`, :mod:`sim.jobs.torchtitan`, :mod:`sim.jobs.nemo_table`,
+:mod:`sim.jobs.bridge_table`): what simrun does with each Megatron-LM argument, torchtitan key,
+NeMo launcher key and Megatron-Bridge key it knows. ``python -m sim.cli.job_formats`` prints them;
 tests/test_jobs_doc.py checks the page holds them unchanged."""
 
 from __future__ import annotations
 
+from sim.jobs import bridge_table, nemo_table
 from sim.jobs.megatron_table import ARGS, SAME_NAME
 from sim.jobs.torchtitan import _IRRELEVANT_SECTIONS, KEYS
 
@@ -49,10 +51,33 @@ def torchtitan_rows() -> list[str]:
     return rows
 
 
+def _nemo_style_rows(keys, sections: dict[str, str], what: str) -> list[str]:
+    """Rows of a NeMo launcher or Megatron-Bridge table: a key handed to a Megatron-LM
+    argument takes that argument's verdict (the Megatron table says what it does)."""
+    rows = [f"| {what} key | verdict | Megatron-LM argument | what / why |", "|---|---|---|---|"]
+    for k in sorted(keys, key=lambda k: k.key):
+        verdict = {"allowed": "applied (values checked)", "gpus": "applied"}.get(
+            k.verdict, k.verdict)
+        if k.verdict == "megatron":
+            verdict = ARGS[k.megatron].verdict
+        to = f"`{k.megatron}`" if k.megatron else ""
+        rows.append(f"| `{k.key}` | {verdict} | {to} | {_cell(k.why)} |")
+    rows += [f"| `{s}` (every key) | irrelevant |  | {_cell(why)} |"
+             for s, why in sorted(sections.items())]
+    return rows
+
+
 def table() -> str:
     """The generated part of docs/job-formats.md, markers included."""
-    return "\n".join([BEGIN, "", "### Megatron-LM arguments", "", *megatron_rows(), "",
-                      "### torchtitan job TOML keys", "", *torchtitan_rows(), "", END])
+    bridge_sections = {**bridge_table.SECTIONS,
+                       **{f"{p}*": why for p, why in bridge_table.PREFIXES.items()}}
+    return "\n".join([
+        BEGIN, "", "### Megatron-LM arguments", "", *megatron_rows(), "",
+        "### torchtitan job TOML keys", "", *torchtitan_rows(), "",
+        "### NeMo 1 launcher training config keys", "",
+        *_nemo_style_rows(nemo_table.KEYS, nemo_table.SECTIONS, "NeMo launcher"), "",
+        "### Megatron-Bridge ConfigContainer keys with their own rule", "",
+        *_nemo_style_rows(bridge_table.KEYS, bridge_sections, "Megatron-Bridge"), "", END])
 
 
 if __name__ == "__main__":

@@ -46,24 +46,52 @@ def add_job_config_argument(g: argparse._ActionsContainer) -> None:
     g.add_argument(CONFIG_FLAG, metavar="FILE",
                    help="a framework's job config instead of --model, detected by content: a "
                         "torchtitan TOML (its 2024-25 releases: [model] flavor, [parallelism], "
-                        "[training], [compile], [activation_checkpoint], float8); every key "
-                        "is applied, stated irrelevant or refused (docs/job-formats.md)")
+                        "[training], [compile], [activation_checkpoint], float8), a NeMo 1 "
+                        "launcher training YAML (run/trainer/model; trainer.num_nodes x "
+                        "devices GPUs unless --nodes/--gpus) or a Megatron-Bridge / NeMo 2 "
+                        "ConfigContainer dump (run_config.yaml); every key is applied, "
+                        "stated irrelevant or refused (docs/job-formats.md)")
 
 
 def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
-    """The translation of the job config ``path`` (detected by content)."""
+    """The translation of the job config ``path`` (detected by content: TOML → torchtitan;
+    YAML with ``run``, ``trainer`` and ``model`` → NeMo 1 launcher; YAML with ``model``,
+    ``train`` and ``optimizer`` → Megatron-Bridge ConfigContainer)."""
     import tomllib
-
-    from sim.jobs.torchtitan import read_torchtitan
 
     text = read_text(path, what="job config", flag=CONFIG_FLAG)
     try:
         tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        raise InputError("not a torchtitan TOML job config (the only --job-config format "
-                         "simrun reads; Megatron-Bridge and NeMo YAML configs are not read)",
-                         file=path, field=CONFIG_FLAG) from None
+    except tomllib.TOMLDecodeError as toml_error:
+        try:
+            return _yaml_config(text, path)
+        except InputError as e:
+            if not e.message.startswith("not valid YAML"):
+                raise
+            raise InputError(f"not a torchtitan TOML job config ({toml_error}), nor a NeMo or "
+                             f"Megatron-Bridge YAML one (line {e.line}: {e.message})",
+                             file=path, field=CONFIG_FLAG) from None
+    from sim.jobs.torchtitan import read_torchtitan
+
     return read_torchtitan(text, path)
+
+
+def _yaml_config(text: str, path: str) -> tuple[MegatronJob, ModelSpec]:
+    from sim.files.yaml_load import load_yaml
+    from sim.jobs import bridge, nemo_launcher
+    from sim.models.vocab.spec import model_from_dict
+
+    data = load_yaml(text, path)
+    if nemo_launcher.is_launcher_config(data):
+        job = nemo_launcher.read_launcher(text, path)
+    elif bridge.is_bridge_config(data):
+        job = bridge.read_bridge(text, path)
+    else:
+        raise InputError("not a job config simrun reads: a torchtitan TOML, a NeMo launcher "
+                         "training YAML (run, trainer, model sections) or a Megatron-Bridge "
+                         "ConfigContainer dump (model, train, optimizer sections)", file=path,
+                         field=CONFIG_FLAG)
+    return job, model_from_dict(job.model, file=path)
 
 
 def megatron_words(path: str) -> list[Word]:
@@ -80,13 +108,20 @@ def megatron_words(path: str) -> list[Word]:
 
 def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
     """A log's printed arguments as ``--flag value`` words: ``None`` and ``False`` are not
-    set, ``True`` is a switch, a list ``[a, b]`` its items."""
+    set, ``True`` is a switch, a list ``[a, b]`` its items; an argument the Megatron reader
+    does not declare is left out when it is at Megatron-LM's default or is one of the values
+    Megatron-LM computes (:func:`log_defaulted` names them)."""
+    from sim.jobs.defaults import LOG_TABLES, default_of
+    from sim.jobs.megatron_table import ARGS
     from sim.jobs.shell import Word
 
     out: list[Word] = []
+    skipped = set(log_defaulted(values))
     for dest, text in values.items():
-        if text in ("None", "False"):
-            continue
+        unset = text in ("None", "False")
+        if dest in skipped or unset and ("--" + dest.replace("_", "-") in ARGS
+                                         or not default_of(dest, LOG_TABLES)[0]):
+            continue  # declared and not set, at Megatron-LM's default, or computed
         line = lines[dest]
         out.append(Word("--" + dest.replace("_", "-"), line))
         if text == "True":
@@ -96,12 +131,38 @@ def _log_words(values: dict[str, str], lines: dict[str, int]) -> list[Word]:
     return out
 
 
+def log_defaulted(values: dict[str, str]) -> list[str]:
+    """The printed arguments of a log the Megatron reader does not declare that are at
+    Megatron-LM's default or are values it computes (:mod:`sim.jobs.defaults`): accepted,
+    irrelevant to timing."""
+    from sim.jobs.defaults import BOOKKEEPING, printed_at_default
+    from sim.jobs.megatron_table import ARGS
+
+    return [d for d, text in values.items()
+            if "--" + d.replace("_", "-") not in ARGS
+            and (d in BOOKKEEPING or printed_at_default(d, text))]
+
+
 def job_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     """The translation of the Megatron file ``path`` and its model spec."""
     from sim.jobs.megatron_args import translate
     from sim.models.vocab.spec import model_from_dict
 
-    job = translate(megatron_words(path), path, Path(path).stem)
+    words = megatron_words(path)
+    try:
+        job = translate(words, path, Path(path).stem)
+    except InputError as e:  # an argument written in a sourced file: name that file
+        w = next((w for w in words if w.text.split("=")[0] == e.field and w.line == e.line
+                  and w.file not in (None, path)), None)
+        if w is None:
+            raise
+        raise InputError(e.message, file=w.file, line=w.line, field=e.field) from None
+    from sim.jobs.megatron_log import arguments_block_of
+
+    block = arguments_block_of(read_text(path, what="Megatron-LM arguments", flag=FLAG), path)
+    if block is not None:  # a log: its arguments at their defaults
+        job.irrelevant += [f"{d}(default)" for d in log_defaulted(block[0])
+                           if block[0][d] not in ("None", "False")]
     return job, model_from_dict(job.model, file=path)
 
 
@@ -140,6 +201,15 @@ def expand(argv: list[str], parser: argparse.ArgumentParser,
         if word.startswith("--") and _same(word, mine, parser):
             raise UsageError(f"given both here and by {path}; give it once", field=word)
     out = [*argv, "--model", path, *job.argv]
+    if job.gpus is not None:
+        if {"--gpus", "--nodes"} & {a.split("=")[0] for a in mine}:  # the command line's
+            moved = [k for k in job.applied if k.startswith("trainer.")
+                     and k.endswith(("num_nodes", "devices"))]
+            job.applied = [k for k in job.applied if k not in moved]
+            job.stated += [f"{k}(the GPU count given by --nodes/--gpus instead)"
+                           for k in moved]
+        else:
+            out += ["--gpus", str(job.gpus)]
     try:  # a value simrun's option refuses (e.g. --attention-backend local): name the source
         parser.parse_args(out)
     except UsageError as e:
@@ -157,10 +227,14 @@ def _same(flag: str, given: set[str], parser: argparse.ArgumentParser) -> bool:
 
 def assumption_lines(job: MegatronJob) -> list[Assumption]:
     """The report's lines: the arguments applied and those irrelevant to timing."""
-    what = "torchtitan job config" if job.file.endswith(".toml") else "Megatron-LM arguments"
+    what = ("torchtitan job config" if job.file.endswith(".toml") else
+            "job config" if job.file.endswith((".yaml", ".yml")) else "Megatron-LM arguments")
+    stated = [Assumption(f"{what}: read, not modelled (docs/job-formats.md says how simrun "
+                         f"runs instead): {' '.join(job.stated)}", "job-input", departs=True)
+              ] if job.stated else []
     return [Assumption(f"{what} from {job.file}: applied "
                        f"{' '.join(job.applied)} (as {' '.join(job.argv) or 'no flags'} and "
                        "the model spec)", "job-input", departs=True),
             Assumption(f"{what}: irrelevant to one iteration's time "
                        f"(docs/job-formats.md says why): {' '.join(job.irrelevant) or 'none'}",
-                       "job-input")]
+                       "job-input"), *stated]

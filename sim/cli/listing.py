@@ -64,7 +64,8 @@ INPUTS = (
     "  --model          model spec YAML (or a name above)",
     "  --megatron-args  Megatron-LM launch script, file of arguments, or training log "
     "(its 'arguments' block)",
-    "  --job-config     torchtitan job TOML",
+    "  --job-config     torchtitan job TOML, NeMo 1 launcher training YAML or "
+    "Megatron-Bridge ConfigContainer dump (run_config.yaml)",
     "  --topo           topology YAML (or a name above)",
     "  --kernel-table   kernel-time CSV (or a name above)",
 )

@@ -41,7 +41,6 @@ from sim.cli.types import (
 from sim.errors import UsageError
 from sim.files.outputs import is_stdout
 from sim.options import applicable
-from sim.report import format_report
 from sim.report.build import fault_context
 from sim.scenario import (
     Scenario,
@@ -177,9 +176,10 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float,
     """The main job: workload + topology → simulated iteration → report. ``t0``: process
     start (perf_counter), for ``--timing``; ``megatron``: Megatron-LM arguments
     (``simrun megatron ... -- ARGS``)."""
-    argv, job, spec = expand(argv, build_parser(subcommands), megatron)
-    args = build_parser(subcommands).parse_args(argv)
-    given = given_flags(build_parser(subcommands), argv)
+    parser = build_parser(subcommands)  # parsing leaves it as it was; given_flags spends it
+    argv, job, spec = expand(argv, parser, megatron)
+    args = parser.parse_args(argv)
+    given = given_flags(parser, argv)
     scenario = scenario_of(args, given)
     if spec is not None:
         scenario = dataclasses.replace(
@@ -191,6 +191,8 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float,
     warn_topology(res.topology)
     write_report(res)
     if not args.quiet and not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
+        from sim.report.text import format_report  # the table's code loads when it is printed
+
         sys.stdout.write(format_report(res.report, verbose=args.verbose,
                                        **fault_context(res.result, res.healthy)))
         if "variability" in res.report:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from collections.abc import Callable
 
@@ -26,6 +25,8 @@ class Parser(argparse.ArgumentParser):
         known = [o for o in self._option_string_actions if o.startswith("--")]  # noqa: SLF001
         for word in message.split(":", 1)[1].split():
             if word.startswith("--"):
+                import difflib  # only for a mistyped flag
+
                 close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
                 if close:
                     return f" (did you mean {close[0]}?)"

@@ -39,6 +39,36 @@ class Meeting:
     size_bytes: int = 0
 
 
+GROUP_NAME = {g: g.value for g in GroupKind}  # a member's value without the enum property
+
+
+class Waiting:
+    """What a rank waits on in a collective, as the stall message words it (formatted only
+    when one is written)."""
+
+    __slots__ = ("comm", "members", "what")
+
+    def __init__(self, comm: Comm, members: tuple[int, ...], what: str):
+        self.comm, self.members, self.what = comm, members, what
+
+    def __str__(self) -> str:
+        c = self.comm
+        return f"{c.kind.value} in {c.group.value} group {self.members} ({self.what})"
+
+
+class Receiving:
+    """A rank waiting for pipeline message ``key``, as the stall message words it."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple):
+        self.key = key
+
+    def __str__(self) -> str:
+        _, kind, mb, vs = self.key
+        return f"receive of {kind} microbatch {mb} for virtual stage {vs}"
+
+
 class Rendezvous:
     """Collectives and barriers among the simulated members of a group."""
 
@@ -48,6 +78,19 @@ class Rendezvous:
         self.jitter = jitter
         self._meetings: dict[tuple, Meeting] = {}
         self._seq: dict[tuple[int, GroupKind], int] = {}
+        self._requests: dict[int, dict[int, tuple[Comm, CommRequest]]] = {}
+
+    def request(self, rank: int, comm: Comm, members: tuple[int, ...]) -> CommRequest:
+        """The network request of ``comm`` in ``rank``'s group ``members`` (one object per
+        rank and comm, reused: requests are immutable)."""
+        mine = self._requests.get(rank)
+        if mine is None:
+            mine = self._requests[rank] = {}
+        got = mine.get(id(comm))
+        if got is None or got[0] is not comm:  # identity checked: an id may be reused
+            got = mine[id(comm)] = (comm, CommRequest(comm.kind, comm.group, members,
+                                                      comm.size_bytes))
+        return got[1]
 
     def next_seq(self, rank: int, group: GroupKind) -> int:
         """The number of ``rank``'s next collective or barrier in its ``group`` group."""
@@ -73,6 +116,32 @@ class Rendezvous:
         members = self.groups.of(comm.group, rank)
         if seq is None:
             seq = self.next_seq(rank, comm.group)
+        if self.groups.sim_count(members) == 1:  # the only simulated member: no meeting
+            m = None
+            done = env.event()
+            cause = (rank, env.now)
+            ev = self.net.start(self.request(rank, comm, members))
+            ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
+        else:
+            m = self._meet(rank, comm, members, what, seq)
+            done = m.done
+        ledger.waiting[rank] = Waiting(comm, members, what)
+        t0 = env.now
+        res = yield done
+        if m is not None:
+            cause = (m.last_rank, m.last_ns)
+        if blocking and env.now > t0:
+            ledger.wait(rank, t0, env.now, GROUP_NAME[comm.group], *cause)
+        if comm.post_delay_ns:
+            yield env.timeout(comm.post_delay_ns)
+        ledger.waiting.pop(rank, None)
+        return res, cause
+
+    def _meet(self, rank: int, comm: Comm, members: tuple[int, ...], what: str,
+              seq: int) -> Meeting:
+        """``rank``'s arrival at collective ``seq`` of its group; the last to arrive starts it
+        on the network."""
+        env = self.env
         key = (comm.group, members[0], seq)
         m = self._meetings.get(key)
         if m is None:
@@ -88,19 +157,9 @@ class Rendezvous:
         m.last_rank, m.last_ns = rank, env.now  # the last to arrive starts it
         if m.remaining == 0:
             del self._meetings[key]
-            done = m.done
-            ev = self.net.start(CommRequest(comm.kind, comm.group, members, comm.size_bytes))
-            ev.callbacks.append(self._finisher(done, env.now, comm.group, members[0], seq))
-        ledger.waiting[rank] = f"{comm.kind.value} in {comm.group.value} group {members} ({what})"
-        t0 = env.now
-        res = yield m.done
-        cause = (m.last_rank, m.last_ns)
-        if blocking and env.now > t0:
-            ledger.wait(rank, t0, env.now, comm.group.value, *cause)
-        if comm.post_delay_ns:
-            yield env.timeout(comm.post_delay_ns)
-        ledger.waiting.pop(rank, None)
-        return res, cause
+            ev = self.net.start(self.request(rank, comm, members))
+            ev.callbacks.append(self._finisher(m.done, env.now, comm.group, members[0], seq))
+        return m
 
     def _finisher(self, done: simpy.Event, t0: int, *what):
         """The network's completion callback: ``done`` succeeds then, or later by the transfer
@@ -208,8 +267,9 @@ class AsyncStreams:
                 if beside > 0:
                     yield env.timeout(math.ceil(beside * extra))
             sharing.end(rank, comm.group, ctas)
-        self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
-                         comm_args(comm, res.algorithm if res else ""))
+        if self.ledger.spans is not None:
+            self.ledger.span(rank, comm.group.value, t0, env.now, "comm", label, -1, -1,
+                             comm_args(comm, res.algorithm if res else ""))
         return cause
 
     def wait_for(self, rank: int, proc: simpy.Process, group: GroupKind, what: str):
@@ -222,9 +282,10 @@ class AsyncStreams:
         yield proc
         ledger.waiting.pop(rank, None)
         ledger.stats[rank].exposed_comm_ns[group] += env.now - t0
-        ledger.wait(rank, t0, env.now, group.value, *proc.value)
-        ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
-                    args=(("group", group.value),))
+        ledger.wait(rank, t0, env.now, GROUP_NAME[group], *proc.value)
+        if ledger.spans is not None:
+            ledger.span(rank, "compute", t0, env.now, "comm_wait", f"wait {group.value}",
+                        args=(("group", group.value),))
 
     def drain(self, rank: int):
         """Wait for every outstanding non-blocking comm of ``rank`` (exposed comm time)."""
@@ -274,8 +335,9 @@ class PipeTransfers:
 
         def arrived(_ev: simpy.Event, t0: int = now) -> None:
             target.succeed()
-            self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}", mb,
-                             chunk, (("bytes", size), ("peer", dst)))
+            if self.ledger.spans is not None:
+                self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}",
+                                 mb, chunk, (("bytes", size), ("peer", dst)))
 
         def jittered(_ev: simpy.Event, t0: int = now) -> None:
             extra = self.jitter.transfer_extra_ns(env.now - t0, "pp", rank, *key)
@@ -297,7 +359,7 @@ class PipeTransfers:
         env, ledger = self.env, self.ledger
         st = ledger.stats[rank]
         t0 = env.now
-        ledger.waiting[rank] = f"receive of {key[1]} microbatch {key[2]} for virtual stage {key[3]}"
+        ledger.waiting[rank] = Receiving(key)
         yield ev
         del self._msgs[key]
         ledger.waiting.pop(rank, None)

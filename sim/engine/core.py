@@ -19,14 +19,14 @@ import simpy
 
 from sim.comm import Comm, GroupKind
 from sim.engine.clock import Clock, relaxed_gc
-from sim.engine.comms import AsyncStreams, PipeTransfers, Rendezvous, comm_args
+from sim.engine.comms import GROUP_NAME, AsyncStreams, PipeTransfers, Rendezvous, comm_args
 from sim.engine.critical import critical_path
 from sim.engine.host import HostDispatch
 from sim.engine.interference import ComputeSharing, Interference, overlap_ctas
 from sim.engine.jitter import Jitter
 from sim.engine.ledger import Groups, Ledger
 from sim.engine.paired import detach_blocking, detached
-from sim.engine.result import LayerStats, RankStats, SimResult, add_layer_totals
+from sim.engine.result import RankStats, SimResult, add_layer_totals
 from sim.engine.segments import (
     BACKWARD,
     AsyncIssue,
@@ -40,7 +40,7 @@ from sim.engine.segments import (
     phases,
     scaled,
 )
-from sim.engine.steps import blocking, fused_shared, fused_spans, overlap_blocking
+from sim.engine.steps import add_layer_comm, blocking, fused_shared, fused_spans, overlap_blocking
 from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.parallel.placement import Placement
@@ -137,10 +137,10 @@ class _Engine:
         self.pipe = PipeTransfers(env, net, self.ledger, prog.pp_bytes, jitter)
         self._iso: dict[tuple, tuple[int, str] | None] = {}
         self._compiled: dict[tuple, Compiled] = {}
-        # compiled passes shared by ranks whose passes compile alike (per-rank simulation)
-        self._passes: dict[tuple, Compiled] = {}
+        self._passes: dict[tuple, Compiled] = {}  # shared by ranks whose passes compile alike
         self._blocking: dict[tuple, tuple[Comm, ...]] = {}
         self._all_compiled: list[tuple[int, Compiled]] = []
+        self._xfers: dict[tuple, tuple[int, int] | None] = {}  # see transfer()
 
     # ---- helpers -------------------------------------------------------------------------
     def fused_cost(self, rank: int, comm: Comm) -> tuple[int, str] | None:
@@ -260,8 +260,10 @@ class _Engine:
             # an F&B op (DualPipe, combined 1F1B): both inputs, both passes, comms beside
             parts = (op,) if op.paired is None else (op, op.paired)
             waits: tuple[GroupKind, ...] = ()
-            for o in parts:
-                yield from self.recv(rank, stage, o)
+            for o in parts:  # wait for the inputs from other stages
+                got = self.transfer(rank, stage, o, False)
+                if got is not None:
+                    yield from self.pipe.recv(rank, (rank, o.kind, o.microbatch, got[1]))
             for o, edge in zip(parts, edges, strict=False):
                 comp = self.op_pass(rank, stage, o, edge, len(parts) > 1)
                 comp, more = detach_blocking(comp, len(parts) > 1, self.prog.ep_a2a_overlap)
@@ -273,7 +275,10 @@ class _Engine:
                 if o.kind == "B":  # Megatron's grad_sync_func (features.grad_sync), then send
                     backwards += 1
                     yield from self.tasks(rank, syncs.get(backwards - 1, ()))
-                self.send(rank, stage, o)
+                got = self.transfer(rank, stage, o, True)  # send the output on
+                if got is not None:
+                    self.pipe.send(rank, got[0], (got[0], o.kind, o.microbatch, got[1]),
+                                   o.microbatch, o.chunk)
         st.pipeline_end_ns = env.now
         yield from self.tasks(rank, prog.tail)  # deferred output-layer wgrad, then epilogue
         yield from self.streams.drain(rank)
@@ -286,20 +291,17 @@ class _Engine:
             kind = "Bd"  # Megatron-Core's defer_embedding_wgrad_compute (features.defer_wgrad)
         return self.compiled(rank, stage, op.chunk, kind, edge, ov)
 
-    def recv(self, rank: int, stage: int, op: ScheduleOp):
-        """Wait for the activation (``F``) or gradient (``B``) ``op`` needs from another stage."""
-        got = self.stype.transfer(self.p, self.v, stage, op, out=False)
-        if got is not None:
-            yield from self.pipe.recv(rank, (rank, op.kind, op.microbatch, got[1]))
-
-    def send(self, rank: int, stage: int, op: ScheduleOp) -> None:
-        """Send ``op``'s output (activation down, gradient up) to the neighbouring stage."""
-        got = self.stype.transfer(self.p, self.v, stage, op, out=True)
-        if got is not None:
-            c0 = self.pl.coord(rank)
-            dst = self.pl.rank(c0.tp, c0.dp, got[0])
-            self.pipe.send(rank, dst, (dst, op.kind, op.microbatch, got[1]), op.microbatch,
-                           op.chunk)
+    def transfer(self, rank: int, stage: int, op: ScheduleOp, out: bool) -> tuple | None:
+        """``(peer rank, receiver's virtual stage)`` of the transfer into ``op`` or out of it
+        (``out``), or None; a pure function of the key below, worked out once."""
+        got = self._xfers.get(key := (rank, op.kind, op.chunk, out), self._xfers)
+        if got is self._xfers:
+            got = self.stype.transfer(self.p, self.v, stage, op, out=out)
+            if got is not None:
+                c0 = self.pl.coord(rank)
+                got = (self.pl.rank(c0.tp, c0.dp, got[0]), got[1])
+            self._xfers[key] = got
+        return got
 
     def run_steps(self, rank: int, comp: Compiled, mb: int, chunk: int, op: str = ""):
         env, ledger, sharing, jitter = self.env, self.ledger, self.sharing, self.jitter
@@ -333,9 +335,7 @@ class _Engine:
             elif type(step) is Await:
                 t0 = env.now
                 yield from self.streams.await_overlap(rank, step.group)
-                ls = st.layers.setdefault(step.layer, LayerStats())
-                ls.comm_ns[step.group.value] = ls.comm_ns.get(step.group.value, 0) + (
-                    env.now - t0)
+                add_layer_comm(st, step.layer, GROUP_NAME[step.group], env.now - t0)
             elif type(step) is AwaitParams:
                 proc, group = self.param_gathers[rank, step.bucket]
                 yield from self.streams.wait_for(
@@ -385,8 +385,9 @@ class _Engine:
                 if idle:
                     ledger.span(rank, "compute", t0, arrived, "bubble", "wait for other stage")
                 st.exposed_comm_ns[t.comm.group] += env.now - t0 - idle
-                ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label, -1,
-                            -1, comm_args(t.comm, res.algorithm if res else ""))
+                if ledger.spans is not None:
+                    ledger.span(rank, t.comm.group.value, t0 + idle, env.now, "comm", t.label,
+                                -1, -1, comm_args(t.comm, res.algorithm if res else ""))
             else:
                 proc = self.streams.issue(rank, t.comm, t.label)
                 if t.param_bucket >= 0:

@@ -172,7 +172,7 @@ class ComputeSharing:
 
     def _group(self, rank: int) -> GroupKind | None:
         run = self.running.get(rank)
-        return min(run, key=lambda g: g.value) if run else None
+        return min(run) if run else None  # by name: a GroupKind compares as its value
 
     def work(self, rank: int, ns: int, lost: dict[GroupKind, int]):
         """Run ``ns`` of compute (its time alone); adds the time lost to running collectives

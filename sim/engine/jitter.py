@@ -16,14 +16,12 @@ for all its members (keyed by the group, not the rank).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 
 from sim.engine.segments import Fused
 
-_N01 = NormalDist()
+_N01 = None  # the standard normal, made on the first draw (statistics loads only with --jitter)
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,13 @@ class Jitter:
 
     def factor(self, *what: object) -> float:
         """The kernel factor for ``what`` (a tuple of ints and strings)."""
+        global _N01
+        if _N01 is None:
+            from statistics import NormalDist
+
+            _N01 = NormalDist()
+        import hashlib
+
         text = repr((self.seed, self.sample) + what).encode()
         h = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
         u = (h + 0.5) / 2.0**64

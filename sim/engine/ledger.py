@@ -48,15 +48,17 @@ class Groups:
     def __init__(self, placement: Placement, simulated: frozenset[int]):
         self.placement = placement
         self.simulated = simulated
-        self._groups: dict[tuple, tuple[int, ...]] = {}
+        self._groups: dict[int, dict[GroupKind, tuple[int, ...]]] = {}  # rank -> kind ->
         self._sim_count: dict[tuple[int, ...], int] = {}
 
     def of(self, kind: GroupKind, rank: int) -> tuple[int, ...]:
         """Members of ``rank``'s group of ``kind``, in group order."""
-        key = (kind, rank)
-        g = self._groups.get(key)
+        mine = self._groups.get(rank)
+        if mine is None:
+            mine = self._groups[rank] = {}
+        g = mine.get(kind)
         if g is None:
-            g = self._groups[key] = self.placement.group(kind, rank)
+            g = mine[kind] = self.placement.group(kind, rank)
         return g
 
     def sim_count(self, members: tuple[int, ...]) -> int:

@@ -34,7 +34,10 @@ All times in integer nanoseconds; results are rounded up to whole ns.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # fractions (and decimal) load on the first overlapped step
+    from fractions import Fraction
 
 METHODS = ("ring_exchange", "pipeline", "bulk", "nccl")
 
@@ -54,6 +57,8 @@ def overlapped_ns(method: str, gemm_ns: int, comm_ns: int, splits: int, sms: int
         raise ValueError(f"unknown overlap method {method!r}")
     if sms <= 0 or not 0 <= comm_sms < sms:
         raise ValueError(f"need 0 <= comm_sms < sms, got {comm_sms} of {sms}")
+    from fractions import Fraction
+
     g, c = Fraction(gemm_ns), Fraction(comm_ns)
     speed = Fraction(sms - comm_sms, sms)
     if comm_ns == 0:

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine.comms import Rendezvous, comm_args
+from sim.engine.comms import GROUP_NAME, Rendezvous, comm_args
 from sim.engine.interference import ComputeSharing
 from sim.engine.ledger import Ledger
 from sim.engine.overlap import overlapped_ns
-from sim.engine.result import LayerStats
+from sim.engine.result import LayerStats, RankStats
 from sim.engine.segments import Blocking, Fused, OverlapBlocking
+
+
+def add_layer_comm(st: RankStats, layer: str, group: str, ns: int) -> None:
+    """Add ``ns`` of exposed ``group`` communication to ``st``'s totals of ``layer``."""
+    ls = st.layers.get(layer)
+    if ls is None:
+        ls = st.layers[layer] = LayerStats()
+    ls.comm_ns[group] = ls.comm_ns.get(group, 0) + ns
 
 
 def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
@@ -28,13 +36,14 @@ def overlap_blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, ra
     if rest > 0:
         yield env.timeout(rest)
     g = o.comm.group
+    gv = GROUP_NAME[g]
     exposed = env.now - t0 - step.gemm_ns
     st.compute_ns += step.gemm_ns
     st.exposed_comm_ns[g] += exposed
-    ls = st.layers.setdefault(step.layer, LayerStats())
-    ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + exposed
-    ledger.span(rank, g.value, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
-                chunk, comm_args(o.comm, res.algorithm if res else ""))
+    add_layer_comm(st, step.layer, gv, exposed)
+    if ledger.spans is not None:
+        ledger.span(rank, gv, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
+                    chunk, comm_args(o.comm, res.algorithm if res else ""))
 
 
 def blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
@@ -44,11 +53,12 @@ def blocking(env: simpy.Environment, rdv: Rendezvous, ledger: Ledger, rank: int,
     st, t0 = ledger.stats[rank], env.now
     res, _ = yield from rdv.collective(rank, step.comm, f"{step.layer} {step.phase.value}")
     d, g = env.now - t0, step.comm.group
+    gv = GROUP_NAME[g]
     st.exposed_comm_ns[g] += d
-    ls = st.layers.setdefault(step.layer, LayerStats())
-    ls.comm_ns[g.value] = ls.comm_ns.get(g.value, 0) + d
-    ledger.span(rank, g.value, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
-                chunk, comm_args(step.comm, res.algorithm if res else ""))
+    add_layer_comm(st, step.layer, gv, d)
+    if ledger.spans is not None:
+        ledger.span(rank, gv, t0, env.now, "comm", f"{step.layer}.{step.phase.value}", mb,
+                    chunk, comm_args(step.comm, res.algorithm if res else ""))
 
 
 def fused_spans(ledger: Ledger, rank: int, t0: int, step: Fused, mb: int, chunk: int) -> None:

@@ -14,10 +14,8 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -205,6 +203,8 @@ def _tmp_stem(name: str) -> str:
     raw = name.encode("utf-8", "surrogateescape")
     if len(raw) + _TMP_EXTRA <= NAME_MAX:
         return name
+    import hashlib  # only for an output name this long
+
     digest = hashlib.sha256(raw).hexdigest()[:16]
     keep = raw[:NAME_MAX - _TMP_EXTRA - len(digest) - 1].decode("utf-8", "ignore")
     return f"{keep}~{digest}"
@@ -262,7 +262,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], *, binary: bool
         raise InputError(f"is an input of this run (read as {read_as}); simrun never "
                          "overwrites its inputs: give another name", **where)
     _clean_stale(parent, p.name)
-    tmp = parent / f".{_tmp_stem(p.name)}.simrun-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    tmp = parent / f".{_tmp_stem(p.name)}.simrun-{os.getpid()}-{os.urandom(4).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o600)

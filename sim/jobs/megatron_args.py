@@ -29,13 +29,17 @@ _POSITIONS = {"learned_absolute": "learned", "rope": "rope"}
 @dataclass
 class MegatronJob:
     """The translation: ``argv`` (simrun flags), ``model`` (model-spec fields), ``applied``
-    and ``irrelevant`` (the Megatron argument names, in order), ``file``."""
+    and ``irrelevant`` (the Megatron argument names, in order), ``file``; ``stated`` (read, not
+    modelled, said in the report) and ``gpus`` (the job's own GPU count, used when the command
+    line gives none) for the formats that have them."""
 
     file: str
     argv: list[str] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
     applied: list[str] = field(default_factory=list)
     irrelevant: list[str] = field(default_factory=list)
+    stated: list[str] = field(default_factory=list)
+    gpus: int | None = None
 
 
 def split_arguments(words: list[Word], file: str) -> dict[str, tuple[list[Word], int]]:
@@ -124,7 +128,9 @@ class _Context:
         v = values[0].text if values else ""
         bad = {"--clip-grad": lambda: parse_float(v) == 0.0,
                "--empty-unused-memory-level": lambda: v not in ("0", "1"),
-               "--rotary-percent": lambda: parse_float(v) != 1.0}.get(arg.name)
+               "--rotary-percent": lambda: parse_float(v) != 1.0,
+               "--checkpoint-num-layers": lambda: v != "1",
+               "--DDP-impl": lambda: v != "local"}.get(arg.name)
         if bad and bad():
             raise InputError(f"not modelled with the value {v!r}: {arg.why}", file=self.file,
                              line=line, field=arg.name)
@@ -262,6 +268,7 @@ _TRANSLATE = {
     "--fp16": lambda ctx, _v: [] if ctx.has("--fp8-format") else ["--dtype", "fp16"],
     "--fp8-format": _fp8,
     "--recompute-activations": lambda _ctx, _v: ["--recompute", "selective"],
+    "--checkpoint-activations": lambda _ctx, _v: ["--recompute", "full"],
     "--recompute-method": _recompute_method,
     "--recompute-num-layers": lambda ctx, _v: _recompute_method(ctx, "uniform") and [],
     "--num-layers-per-virtual-pipeline-stage": _layers_per_chunk,

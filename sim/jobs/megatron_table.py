@@ -110,6 +110,10 @@ TRANSLATED = (
                                                                        "--recompute-method)"),
     MegatronArg("--num-layers-per-virtual-pipeline-stage", 1, "applied", "--vpp",
                 "layers / (PP · N) model chunks per stage"),
+    MegatronArg("--checkpoint-activations", 0, "applied", "--recompute",
+                "full (Megatron-LM of 2021, e.g. at de7dc40f88: every --checkpoint-num-layers "
+                "1 layers' input checkpointed, the forward recomputed: simrun's full "
+                "recomputation)"),
     MegatronArg("--use-torch-fsdp2", 0, "applied", "--fsdp --use-torch-fsdp2",
                 "PyTorch FSDP2 FULL_SHARD"),
     MegatronArg("--sequence-parallel", 0, "applied", "--sequence-parallel",
@@ -182,6 +186,13 @@ IRRELEVANT = (
                  "delayed scaling's bookkeeping: the amax reduction and casts run whatever "
                  "the history length or algorithm"),
     *_irrelevant(("--rotary-percent",), 1, "1.0 only (a smaller fraction is refused)"),
+    *_irrelevant(("--checkpoint-num-layers",), 1, "1 only, Megatron-LM's 2021 default (with "
+                                                  "--checkpoint-activations; others refused)"),
+    *_irrelevant(("--DDP-impl",), 1,
+                 "local only, Megatron-LM's 2021 default: its own DDP, gradients all-reduced "
+                 "after the backward pass (megatron/training.py train_step at de7dc40f88), "
+                 "which simrun models without --overlap-grad-reduce; torch (PyTorch DDP's "
+                 "bucketed overlap) refused"),
 )
 
 REFUSED = (

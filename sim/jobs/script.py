@@ -2,13 +2,22 @@
 command: the command with a ``*.py`` word (``torchrun ... pretrain_gpt.py $ARGS``, ``python
 pretrain_gpt.py ...``); its words after the ``.py`` are the framework's arguments.
 
-A file of arguments (its first word starts with ``--``) is those words. Errors name the file,
-the line and the construct (:class:`~sim.errors.InputError`)."""
+A file of arguments (its first word starts with ``--``) is those words. ``. FILE`` /
+``source FILE`` and ``sbatch [options] FILE`` run FILE when it lies beside the script (at most
+:data:`MAX_SOURCED`), in the same shell; a command string given to ``sh -c`` / ``bash -c``
+(``srun ... sh -c "$CMD"``) is read as a command. Errors name the file, the line and the
+construct (:class:`~sim.errors.InputError`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sim.errors import InputError
+from sim.files.inputs import read_text
 from sim.jobs.shell import _ASSIGN, _BLOCK_CLOSE, _BLOCK_OPEN, _NAME, Shell, Token, Word, tokenize
+
+#: the most files one launch may source or submit (``.``, ``source``, ``sbatch``)
+MAX_SOURCED = 16
 
 
 def launch_arguments(text: str, file: str) -> list[Word]:
@@ -30,7 +39,9 @@ _NOT_LAUNCHERS = ("echo", "printf", "test", "[", "[[", "ls", "cat", "mkdir", "cp
 class _Runner:
     def __init__(self, file: str):
         self.file = file
-        self.sh = Shell(file)
+        self.folder = Path(file).resolve().parent
+        self.sh = Shell(file, str(self.folder))
+        self.sourced: list[str] = []
         # block frames: [kind, line, state]; state True (running), False (skipped), or the
         # reason it cannot be evaluated; for if: [.., taken-branch]
         self.blocks: list[list] = []
@@ -110,6 +121,15 @@ class _Runner:
         words = [w for t in cmd if not t.op for w in self.sh.fields(t)]
         if not words or words[0].text in _NOT_LAUNCHERS:
             return
+        if words[0].text in (".", "source", "sbatch") and not unknown_block:
+            self._source(words)
+            return
+        for k, w in enumerate(words[:-2]):  # srun ... sh -c "python ... pretrain_gpt.py ..."
+            if w.text in ("sh", "bash") and words[k + 1].text == "-c":
+                inner = [t for t in tokenize(words[k + 2].text, self.file) if not t.op]
+                self._maybe_launch([Token(t.text, words[k + 2].line) for t in inner],
+                                   unknown_block)
+                return
         for k, w in enumerate(words):
             if w.text.endswith(".py") and not w.text.startswith("-") and " " not in w.text:
                 if unknown_block:
@@ -118,6 +138,37 @@ class _Runner:
                                      field="script")
                 self.launches.append((cmd[0].line, words[k + 1:]))
                 return
+
+    def _source(self, words: list[Word]) -> None:
+        """``. FILE``, ``source FILE``, ``sbatch [options] FILE``: run FILE, a file beside
+        the script, in this shell (sbatch's job sees the variables as the script left them:
+        simrun does not track which were exported)."""
+        path = next((w for w in words[1:] if not w.text.startswith("-")), None)
+        if words[0].text == "sbatch":  # the job script: the first argument naming a file here
+            path = next((w for w in words[1:] if not w.unknown and not w.text.startswith("-")
+                         and (self.folder / w.text).resolve().parent == self.folder
+                         and (self.folder / w.text).is_file()), path)
+        if path is None:
+            return
+        if path.unknown:
+            raise InputError(f"the file cannot be evaluated: {path.unknown}", file=self.file,
+                             line=path.line, field=words[0].text)
+        target = (self.folder / path.text).resolve()
+        if target.parent != self.folder or not target.is_file():
+            raise InputError(f"{path.text!r} is not a file beside the script (simrun reads "
+                             "only those)", file=self.file, line=path.line, field=words[0].text)
+        if len(self.sourced) >= MAX_SOURCED:
+            raise InputError(f"more than {MAX_SOURCED} sourced files", file=self.file,
+                             line=path.line, field=words[0].text)
+        self.sourced.append(target.name)
+        text = read_text(target, what="sourced script")
+        outer, self.file = self.file, str(target)
+        self.sh.file = self.file
+        try:
+            for cmd in _commands(tokenize(text, self.file)):
+                self._command(cmd)
+        finally:
+            self.file, self.sh.file = outer, outer
 
     def _if(self, head: str, cmd: list[Token]) -> None:
         line = cmd[0].line

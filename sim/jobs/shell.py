@@ -8,8 +8,10 @@ escapes and continuation lines, comments, and ``if``/``elif``/``else``/``fi`` wh
 are string tests (``[[ a == b ]]``, ``[ a != b ]``, ``-z``, ``-n`` joined by ``&&``/``||``).
 The script runs with no arguments: ``$1`` … are unset, as are variables it never assigns.
 
-Not evaluated (the construct is named, with its line): command substitution (``$(...)``,
-backquotes), arithmetic (``$((...))``), other conditions, loops, ``case``, functions, ``source``.
+``pwd`` in a command substitution (`` `pwd` ``, ``$(pwd)``) is the script's folder (launch
+scripts are run from beside the files they source). Not evaluated (the construct is named,
+with its line): other command substitutions, arithmetic (``$((...))``), other conditions,
+loops, ``case``, functions.
 A value depending on one is *unknown*: a :class:`Word` carries why; the reader decides whether
 an unknown word matters (an argument that is irrelevant to timing may keep a placeholder path).
 Bounded: :data:`MAX_WORDS` words, :data:`MAX_VALUE` characters per value.
@@ -39,6 +41,8 @@ class Word:
     text: str
     line: int
     unknown: str | None = None
+    #: the file the word was written in, when not the script itself (a sourced file)
+    file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,11 @@ def _balanced(text: str, i: int, file: str, line: int) -> int:
 class Shell:
     """Variables and the expansion of raw words (arrays are lists of :class:`Word`)."""
 
-    def __init__(self, file: str):
+    def __init__(self, file: str, cwd: str | None = None):
         self.file = file
         self.vars: dict[str, list[Word] | Word] = {}
+        #: what ``pwd`` prints: the script's folder (scripts are run from beside their files)
+        self.cwd = cwd
 
     def assign(self, name: str, value: list[Word] | Word, append: bool) -> None:
         old = self.vars.get(name)
@@ -190,11 +196,12 @@ class Shell:
         """The words ``tok`` expands to (unquoted expansions split at blanks when ``split``)."""
         out: list[Word] = []
         cur: list[str] = []
-        state: dict = {"has": False, "unknown": None, "line": None}
+        state: dict = {"has": False, "unknown": None, "line": None, "file": None}
 
-        def add(text, unknown, quoted, origin=None):
+        def add(text, unknown, quoted, origin=None, origin_file=None):
             if origin is not None and not state["has"]:
                 state["line"] = origin  # a field that starts with an array item: its line
+                state["file"] = origin_file
             if quoted or not split:
                 cur.append(text)
                 state["has"] = True
@@ -218,9 +225,11 @@ class Shell:
 
         def end():
             if state["has"]:
-                out.append(Word("".join(cur), state["line"] or tok.line, state["unknown"]))
+                out.append(Word("".join(cur), state["line"] or tok.line, state["unknown"],
+                                state["file"] if state["line"] else self.file))
             cur.clear()
             state["has"], state["unknown"], state["line"] = False, None, None
+            state["file"] = None
 
         self._expand(tok.text, tok.line, add, end)
         end()
@@ -240,9 +249,12 @@ class Shell:
                 self._expand(s[i + 1:j], line, add, end, quoted=True)
                 i = j + 1
             elif c == "`":
-                raise_or = f"command substitution `...` at line {line}"
-                add("`...`", raise_or, quoted)
-                i = _closing(s, i, "`", self.file, line) + 1
+                j = _closing(s, i, "`", self.file, line)
+                if s[i + 1:j].strip() == "pwd" and self.cwd is not None:
+                    add(self.cwd, None, True)
+                else:
+                    add("`...`", f"command substitution `...` at line {line}", quoted)
+                i = j + 1
             elif c == "\\" and i + 1 < len(s):
                 nxt = s[i + 1]
                 keep = quoted and nxt not in '$`"\\'
@@ -262,7 +274,10 @@ class Shell:
             return j + 1
         if rest.startswith("("):
             j = _balanced(s, i + 1, self.file, line)
-            add("$(...)", f"command substitution $(...) at line {line}", quoted)
+            if s[i + 2:j].strip() == "pwd" and self.cwd is not None:
+                add(self.cwd, None, True)
+            else:
+                add("$(...)", f"command substitution $(...) at line {line}", quoted)
             return j + 1
         if rest.startswith("{"):
             j = _balanced(s, i + 1, self.file, line)
@@ -295,7 +310,7 @@ class Shell:
                             f"at line {line}", quoted)
             return
         if isinstance(v, Word):
-            add(v.text, v.unknown, quoted, v.line)
+            add(v.text, v.unknown, quoted, v.line, v.file)
             return
         items = v if array else v[:1]
         for k, w in enumerate(items):
@@ -303,4 +318,4 @@ class Shell:
                 end()
             elif k:
                 add(" ", None, False)
-            add(w.text, w.unknown, quoted, w.line)
+            add(w.text, w.unknown, quoted, w.line, w.file)

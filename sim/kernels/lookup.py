@@ -42,6 +42,7 @@ BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "
                      "gelu_fwd": 4, "gelu_bwd": 6, "swiglu_fwd": 6, "swiglu_bwd": 10, "add": 6,
                      "dropout_add": 7, "adamw_fused_fp32": 28,
                      "fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2,
+                     "fp8_mxfp8_quantize": 65 / 16,
                      "cp_copy": 4, "cp_out_correction": 6, "cp_lse_correction": 12}
 #: memory-bound kernels no table measures, timed at the achieved bandwidth of a measured
 #: streaming kernel at the same bytes: Transformer Engine's FP8 casts (sim.models.features.fp8)
@@ -50,8 +51,8 @@ BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "
 # (sim.models.features.context:
 #: bf16 copies, the LSE-scaled output merge; the fp32 LSE merge, counted per query row and head)
 STREAMING_PROXY = {"fp8_cast": "add", "fp8_cast_transpose": "add", "fp8_transpose": "add",
-                   "fp8_amax": "add", "cp_copy": "add", "cp_out_correction": "add",
-                   "cp_lse_correction": "add"}
+                   "fp8_amax": "add", "fp8_mxfp8_quantize": "add", "cp_copy": "add",
+                   "cp_out_correction": "add", "cp_lse_correction": "add"}
 
 EXACT, INTERPOLATED, HELD = "measured shape", "interpolated", "held beyond the measured range"
 OTHER_KV = "measured shape but its KV heads"

@@ -74,10 +74,12 @@ def _fp8_notes(par: ParallelConfig) -> list[str]:
     """The FP8 lines: the recipe's casts and, with ``--fp8-param-gather``, the FP8 weights."""
     if par.dtype != "fp8":
         return []
-    out = [fp8.describe(par.fp8_recipe, par.sp, par.fp8_param_gather)]
+    # mxfp8: --fp8-param-gather runs as the bf16-gather path (sim.models.features.mxfp8)
+    out = [fp8.describe(par.fp8_recipe, par.sp,
+                        par.fp8_param_gather and par.fp8_recipe != "mxfp8")]
     out = [Assumption(out[0], "fp8")]
     return out + ([Assumption(fp8_params.describe(par), "fp8-params")]
-                  if par.fp8_param_gather else [])
+                  if par.fp8_param_gather and par.fp8_recipe != "mxfp8" else [])
 
 
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,

@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sim.assumption import Assumption
-from sim.calibration.profile import check_applies
 from sim.errors import UsageError
 from sim.kernels.gpus import CatalogGpu, find, known_names
 from sim.topology.gpu import GpuSpec
@@ -144,6 +143,8 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
                          "compute is timed by the roofline", field="sustained_slowdown")
     knobs = None
     if opts.calibration is not None:  # the topology check is the scenario's (the network)
+        from sim.calibration.profile import check_applies
+
         notes += check_applies(opts.calibration, gpu=gpu.name,
                                override=opts.calibration_any_cluster)
         notes += opts.calibration.assumptions()

@@ -19,7 +19,7 @@ from sim.kernels.gpus import describe
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
-from sim.models.features import defer_wgrad, fp8_params, param_gather_step, tp_overlap
+from sim.models.features import defer_wgrad, fp8_params, mxfp8, param_gather_step, tp_overlap
 from sim.models.features.grad_sync import delays, launch_points
 from sim.models.features.zero import BYTES_16, zero3_layers
 from sim.models.launches import phase_launches
@@ -59,6 +59,8 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="dtype")
+    if par.dtype == "fp8":
+        mxfp8.check_gpu(par.fp8_recipe, gpu.name, gpu_family(gpu))
     setup = compute or resolve_compute(gpu)
     timer = timer_for(gpu, setup, attention_kernel(par.training, gpu_family(gpu)))
     # Megatron's gradient-accumulation fusion adds weight gradients into fp32 main grads;
@@ -81,6 +83,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         ep_a2a_overlap=par.overlap_moe_expert_parallel_comm,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
+    program.compute_sources = {"kernel_table": timer.table_ns, "roofline": timer.roofline_ns}
     program.assumptions += compute_notes(setup, timer, sustained_note)
     program.assumptions += [Assumption(a, "defer-wgrad") for a in defer_wgrad.notes(program, par)]
     return program

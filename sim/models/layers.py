@@ -228,7 +228,9 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
                                dispatch_ranks(par))
     items.append(Block("mlp_out", fwd=bda2_f, ig=bda2_b))
     if par.dtype == "fp8":  # Transformer Engine's casts around each FP8 GEMM
-        weights = ("cast" if not par.fp8_param_gather else
+        # mxfp8 FP8 parameters: Megatron-Bridge's reuse_grad_buf_for_mxfp8_param_ag path, a
+        # bf16 all-gather then the weight's quantisation (sim.models.features.mxfp8)
+        weights = ("cast" if not par.fp8_param_gather or par.fp8_recipe == "mxfp8" else
                    "transpose" if par.overlap_param_gather else "none")
         fp8.add_casts(items, par.fp8_recipe, dm.sp, t, weights)
     rows = eager.apply(rows_from_items(items), par, dm)

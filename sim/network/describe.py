@@ -65,8 +65,9 @@ def _model_lines(tuner: Tuner) -> list[str]:
                f"{nccl.STEP_OVERHEAD_US:g} µs step overhead per ring/tree step (calibrated on "
                "the 8-GPU DGX A100 8-byte all-reduce)")
     out.append("by message size (NCCL 2.30 enqueue.cc): ring/tree run on the channels NCCL "
-               "uses at that size (fewer for small messages: less bandwidth) and pay the "
-               "pipeline ramp, (min(hops, 8) − 1) chunk times of NCCL's chunk size")
+               "uses at that size (fewer for small messages: less bandwidth); the tree and "
+               "the broadcast chain pay the pipeline ramp, (min(hops, 8) − 1) chunk times of "
+               "NCCL's chunk size (rings: none, every rank sends from the first step)")
     for name, got in (("NCCL_ALGO", tuner.nccl_algo), ("NCCL_PROTO", tuner.nccl_proto)):
         if got is not None:
             out.append(f"{name} (--{name.lower().replace('_', '-')}): auto chooses among "

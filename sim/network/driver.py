@@ -61,19 +61,35 @@ class Completion(simpy.Event):
         self.env.schedule(self, NORMAL, delay_ns)
 
 
+class Prepared:
+    """What starting one request needs, worked out once per distinct request of a run
+    (:meth:`FlowDriver.prepare`): the plan and protocol, the isolated time, per phase the
+    arguments of its flows (bytes and rate cap at this size) and its latency table, NCCL's
+    pipeline ramp, the result's algorithm label and the key it is counted under."""
+
+    __slots__ = ("plan", "proto", "iso", "phases", "lats", "ramp", "algorithm", "chosen",
+                 "is_class", "nphases", "results")
+
+    def __init__(self, plan: Plan, proto: str, iso: int, phases: tuple, lats: tuple,
+                 ramp: tuple, chosen: tuple):
+        self.plan, self.proto, self.iso = plan, proto, iso
+        self.phases, self.lats, self.ramp = phases, lats, ramp
+        self.algorithm = f"{plan.algorithm}/{proto}"
+        self.chosen = chosen
+        self.is_class = isinstance(plan, alltoall.ClassPlan)
+        self.nphases = len(plan.phases)
+        self.results: dict[int, CommResult] = {}  # duration ns -> the result
+
+
 class Transfer:
-    """One started communication: its request, chosen plan and protocol, per-phase loads and
-    latencies, and progress. ``bneck``: the link that limited the flow that finished last."""
+    """One started communication: its request, its :class:`Prepared` start, and progress.
+    ``bneck``: the link that limited the flow that finished last."""
 
-    __slots__ = ("req", "plan", "proto", "loads", "lats", "event", "t0", "phase", "pending",
-                 "iso", "bneck", "cap", "ramp")
+    __slots__ = ("req", "prep", "event", "t0", "phase", "pending", "bneck")
 
-    def __init__(self, req: CommRequest, plan: Plan, proto: str, flows: tuple,
-                 event: Completion, t0: int, iso: int, terms: tuple = (math.inf, ())):
-        self.req, self.plan, self.proto = req, plan, proto
-        self.cap, self.ramp = terms  # NCCL's size terms (Tuner.size_terms)
-        self.loads, self.lats = flows
-        self.event, self.t0, self.iso = event, t0, iso
+    def __init__(self, req: CommRequest, prep: Prepared, event: Completion, t0: int):
+        self.req, self.prep = req, prep
+        self.event, self.t0 = event, t0
         self.phase = 0
         self.pending = 0
         self.bneck = -1
@@ -99,6 +115,7 @@ class FlowDriver:
         self.link_delay: dict[int, list[int]] = {}
         self.chosen: dict[tuple, int] = {}
         self.ops_started = 0
+        self._wake = self._on_wake  # bound once: a callback of every wake-up
 
     def start(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int,
               terms: tuple = (math.inf, ())) -> Completion:
@@ -106,19 +123,43 @@ class FlowDriver:
         per-phase latencies) from :class:`~sim.network.copies.CopyLoads`; ``iso_ns``: its
         isolated duration (for the contention statistics); ``terms``: NCCL's rate cap per
         coflow and pipeline ramp per phase at this size (:meth:`Tuner.size_terms`)."""
+        return self.launch(req, self.prepare(req, plan, proto, flows, iso_ns, terms))
+
+    def prepare(self, req: CommRequest, plan: Plan, proto: str, flows: tuple, iso_ns: int,
+                terms: tuple = (math.inf, ()), scale: float = 1.0) -> Prepared:
+        """The :class:`Prepared` start of ``req`` (arguments as :meth:`start`'s): each flow's
+        bytes are the coflow's coefficient × the wire bytes (payload / NCCL's protocol
+        efficiency), its rate cap the lesser of the coflow's and NCCL's size cap. ``scale``: a
+        calibrated factor on every part of its time but the launch (wire bytes, latencies,
+        ramp; :mod:`sim.network.curves`)."""
+        wire = req.size_bytes / nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
+        cap, ramp = terms
+        loads, lats = flows
+        if scale != 1.0:
+            wire *= scale
+            lats = tuple({p: round(v * scale) for p, v in lat.items()} for lat in lats)
+            ramp = tuple(round(r * scale) for r in ramp)
+            iso_ns = self.launch_ns + round((iso_ns - self.launch_ns) * scale)
+        phases = tuple(tuple((it[0], it[1], it[2] * wire, min(it[3], cap), it[4:], [])
+                             for it in ph) for ph in loads)
+        chosen = (req.kind, req.group, len(req.ranks), f"{plan.algorithm}/{proto}")
+        return Prepared(plan, proto, iso_ns, phases, lats, ramp, chosen)
+
+    def launch(self, req: CommRequest, prep: Prepared) -> Completion:
+        """Start ``req`` as ``prep`` says; its :class:`Completion` event."""
         env = self.env
-        op = Transfer(req, plan, proto, flows, Completion(env), env.now, iso_ns, terms)
+        op = Transfer(req, prep, Completion(env), env.now)
         self.ops_started += 1
         self._start_phase(op)
         return op.event
 
     def _start_phase(self, op: Transfer) -> None:
-        wire = op.req.size_bytes / nccl.efficiency(op.plan.algorithm, op.proto,
-                                                  self.nvls_efficiency)
-        cap = op.cap
-        flows = [Flow(it[0], it[1], it[2] * wire, op, min(it[3], cap), *it[4:])
-                 for it in op.loads[op.phase]]
-        if isinstance(op.plan, alltoall.ClassPlan):
+        flows = []
+        for path, loads, rem, maxrate, rest, solo in op.prep.phases[op.phase]:
+            f = Flow(path, loads, rem, op, maxrate, *rest)
+            f.solo = solo  # the same coflow at the same size: its rate alone is the same
+            flows.append(f)
+        if op.prep.is_class:
             self.solver.strict_flows = True
         op.pending = len(flows)
         self.solver.add(flows, self.env.now)
@@ -130,7 +171,7 @@ class FlowDriver:
             return
         env = self.env
         self._wakes.add(t)
-        env.timeout(t - env.now).callbacks.append(self._on_wake)
+        env.timeout(t - env.now).callbacks.append(self._wake)
 
     def _on_wake(self, _ev: simpy.Event) -> None:
         now = self.env.now
@@ -147,27 +188,30 @@ class FlowDriver:
         self._schedule_wake()
 
     def _phase_done(self, op: Transfer, now: int) -> None:
-        lat = op.lats[op.phase][op.proto] + (op.ramp[op.phase] if op.ramp else 0)
+        prep = op.prep
+        lat = prep.lats[op.phase][prep.proto] + (prep.ramp[op.phase] if prep.ramp else 0)
         op.phase += 1
-        if op.phase < len(op.plan.phases):
+        if op.phase < prep.nphases:
             self.env.timeout(lat).callbacks.append(lambda _ev, op=op: self._start_phase(op))
             return
         end = now + lat + self.launch_ns
         dur = end - op.t0
         req = op.req
-        res = CommResult(dur, f"{op.plan.algorithm}/{op.proto}",
-                         req.size_bytes / dur if dur else 0.0)
+        res = prep.results.get(dur)
+        if res is None:  # results are immutable: one per duration
+            res = prep.results[dur] = CommResult(dur, prep.algorithm,
+                                                 req.size_bytes / dur if dur else 0.0)
         st = self.stats.get(req.group)
         if st is None:
             st = self.stats[req.group] = CommStats()
         st.count += 1
         st.size_bytes += req.size_bytes
         st.actual_ns += dur
-        st.isolated_ns += op.iso
-        if dur > op.iso and op.bneck >= 0:  # slower than alone: charge the limiting link
+        st.isolated_ns += prep.iso
+        if dur > prep.iso and op.bneck >= 0:  # slower than alone: charge the limiting link
             d = self.link_delay.setdefault(op.bneck, [0, 0])
-            d[0] += dur - op.iso
+            d[0] += dur - prep.iso
             d[1] += 1
-        key = (req.kind, req.group, len(req.ranks), res.algorithm)
+        key = prep.chosen
         self.chosen[key] = self.chosen.get(key, 0) + 1
         op.event.succeed_after(end - now, res)

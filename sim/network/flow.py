@@ -32,7 +32,7 @@ from sim.network import nccl
 from sim.network.base import CommRequest, CommResult, Network
 from sim.network.copies import CopyLoads
 from sim.network.describe import describe_network
-from sim.network.driver import CommStats, FlowDriver
+from sim.network.driver import CommStats, FlowDriver, Prepared
 from sim.network.fluid import FluidSolver
 from sim.network.fusion import FusionQuery, is_fusable
 from sim.network.plans import Plan
@@ -43,6 +43,7 @@ from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 
 _NONE = CommResult(0, "none", 0.0)
+_UNSEEN = object()
 
 
 @dataclass
@@ -51,6 +52,15 @@ class _LayoutMemo:
 
     flows: dict = field(default_factory=dict)
     fusable: dict[GroupKind, bool] = field(default_factory=dict)
+
+
+def _curve_use(topology: Topology):
+    """A use counter when the topology carries calibrated time curves, else ``None``."""
+    if not topology.collectives.time_curves:
+        return None
+    from sim.network.curves import CurveUse
+
+    return CurveUse()
 
 
 class FlowNetwork(Network):
@@ -70,6 +80,10 @@ class FlowNetwork(Network):
         self.symmetric = False
         self._layouts: dict[tuple, _LayoutMemo] = {}
         self._memo = _LayoutMemo()
+        # request (ranks, bytes, kind, group) -> what starting it needs, for the bound run
+        self._started: dict[tuple, Prepared | None] = {}
+        self._channels: dict[tuple, int] = {}  # kernel_channels, for the bound run
+        self.curve_use = _curve_use(topology)  # calibrated requests, for the report
         # until bind(): a driver on an environment of its own (empty statistics)
         self.driver = FlowDriver(simpy.Environment(), self.cluster.cap, self.launch_ns,
                                  self.tuner.nvls_efficiency)
@@ -95,6 +109,9 @@ class FlowNetwork(Network):
         classes = self.classes
         assert classes is not None
         self.driver = FlowDriver(env, self.cluster.cap, self.launch_ns, self.tuner.nvls_efficiency)
+        self._started = {}
+        self._channels = {}
+        self.curve_use = _curve_use(self.topology)
         gpn = self.cluster.gpn
         self.tuner.pin(frozenset(r // gpn for r in classes.reps) if classes.reduced else None,
                        classes.reduced)
@@ -115,6 +132,8 @@ class FlowNetwork(Network):
     @a2a_classes.setter
     def a2a_classes(self, value: bool) -> None:
         self.tuner.a2a_classes = value
+        self._started = {}
+        self._channels = {}
 
     def rep_plan(self, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
         """The plan a simulated request runs on (see :meth:`Tuner.rep_plan`)."""
@@ -136,21 +155,64 @@ class FlowNetwork(Network):
         if self._trivial(req):
             return _NONE
         plan, proto, t = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
+        k = self._curve_factor(req, count=False)
+        if k != 1.0:
+            t = self.launch_ns + round((t - self.launch_ns) * k)
         return CommResult(t, f"{plan.algorithm}/{proto}", req.size_bytes / t)
 
     def start(self, req: CommRequest) -> simpy.Event:
-        env = self.env
-        assert env is not None, "bind() first"
-        if self._trivial(req):
+        key = (req.ranks, req.size_bytes, req.kind, req.group)
+        prep = self._started.get(key, _UNSEEN)
+        if prep is _UNSEEN:
+            prep = self._prepare(req)
+            if prep is None or not prep.is_class:  # class plans: flows rebuilt per start
+                self._started[key] = prep
+        if prep is None:
+            env = self.env
+            assert env is not None, "bind() first"
             return env.timeout(0, value=_NONE)
+        return self.driver.launch(req, prep)
+
+    def _prepare(self, req: CommRequest) -> Prepared | None:
+        """What :meth:`start` needs of ``req`` (None: trivial). Every part is a pure function of
+        the request in the bound layout (the tuner's choice, the copies' loads and the size
+        terms are memoised on it too), so :meth:`start` keeps it for the run."""
+        assert self.env is not None, "bind() first"
+        if self._trivial(req):
+            return None
         plan, proto, iso = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
         flows = self.copies.flows(plan, req.kind, req.group, req.ranks)
         terms = self.tuner.size_terms(plan, proto, req.size_bytes)
-        return self.driver.start(req, plan, proto, flows, iso, terms)
+        return self.driver.prepare(req, plan, proto, flows, iso, terms,
+                                   self._curve_factor(req, count=True))
+
+    def _curve_factor(self, req: CommRequest, count: bool) -> float:
+        """The calibrated time factor of ``req`` (1 without a curve for its collective;
+        :mod:`sim.network.curves`); ``count``: record its use for the report."""
+        curves = self.topology.collectives.time_curves
+        if not curves:
+            return 1.0
+        from sim.network.curves import curve_for
+
+        op = req.kind.value.lower()
+        c = curve_for(curves, op, len(req.ranks))
+        if c is None:
+            return 1.0
+        k, outside = c.factor(req.size_bytes)
+        if count:
+            self.curve_use.add(op, outside, c.ranks != len(req.ranks))
+        return k
 
     def kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         """CTAs of ``req``'s NCCL kernel: the algorithm and protocol the tuner chose for it, at
         its size (:func:`sim.network.nccl.kernel_channels`)."""
+        key = (req.ranks, req.size_bytes, req.kind, max_channels)
+        got = self._channels.get(key)
+        if got is None:
+            got = self._channels[key] = self._kernel_channels(req, max_channels)
+        return got
+
+    def _kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         if self._trivial(req):
             return 0
         plan, proto, _ = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
@@ -202,4 +264,7 @@ class FlowNetwork(Network):
         return {k: self.stats[k] for k in sorted(self.stats, key=lambda g: g.value)}
 
     def describe(self) -> list[str]:
-        return describe_network(self.tuner, self.driver, self.symmetric, self.fusable_groups())
+        out = describe_network(self.tuner, self.driver, self.symmetric, self.fusable_groups())
+        if self.curve_use is not None:
+            out += self.curve_use.lines(self.topology.collectives.time_curves)
+        return out

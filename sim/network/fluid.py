@@ -26,7 +26,7 @@ import math
 
 class Flow:
     __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner", "bneck",
-                 "strict")
+                 "strict", "solo")
 
     def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
                  owner: object = None, maxrate: float = math.inf,
@@ -44,6 +44,9 @@ class Flow:
         # a class of transfers (sim/network/alltoall.py): the links all of them cross; its
         # rate is each transfer's own only when one of these (or the cap) limits it
         self.strict = strict
+        # a list shared by flows of equal path, loads and cap on one solver's capacities: its
+        # rate and bottleneck alone ([] until the first :func:`_alone_rate`); None: not shared
+        self.solo: list | None = None
 
 
 def inexact(flows: list[Flow]) -> int:
@@ -121,7 +124,11 @@ def _link_totals(flows: list[Flow], cap: list[float]
 
 def _alone_rate(f: Flow, cap: list[float]) -> float:
     """:func:`waterfill` of one flow (the common case when every rank is simulated): the same
-    operations, without the bookkeeping of several flows."""
+    operations, without the bookkeeping of several flows; remembered in ``f.solo``."""
+    solo = f.solo
+    if solo:
+        f.bneck = solo[1]
+        return solo[0]
     mult: dict[int, int] = {}
     for link, m in f.loads:
         mult[link] = mult.get(link, 0) + m
@@ -139,6 +146,8 @@ def _alone_rate(f: Flow, cap: list[float]) -> float:
             if n > 0 and cap[link] / n <= best:
                 f.bneck = link
                 break
+    if solo is not None:
+        solo += (best, f.bneck)
     return best
 
 
@@ -190,9 +199,11 @@ class FluidSolver:
         """The flows connected to ``seeds`` by shared links, in depth-first order (the order
         sets the tie-break of equal finish times, so it is kept as it is for ordinary flows;
         with class flows each link is expanded once)."""
+        users = self.users
+        if len(seeds) == 1 and all(len(users[link]) == 1 for link, _ in seeds[0].loads):
+            return list(seeds)  # a flow alone on its links (what the search below finds)
         seen: dict[Flow, None] = {}
         stack = list(seeds)
-        users = self.users
         links: set[int] | None = set() if self.strict_flows else None
         while stack:
             f = stack.pop()
@@ -211,7 +222,7 @@ class FluidSolver:
 
     def _refill(self, seeds: list[Flow], now: int) -> None:
         comp = self._component(seeds)
-        rates = waterfill(comp, self.cap)
+        rates = [_alone_rate(comp[0], self.cap)] if len(comp) == 1 else _fill(comp, self.cap)
         if self.strict_flows:
             self.inexact += inexact(comp)
         heap = self.heap

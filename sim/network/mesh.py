@@ -10,7 +10,6 @@ NIC it sends on, the channels' walks sharing no link. Edges are ``(src, dst, rai
 from __future__ import annotations
 
 from sim.topology.cluster import Cluster
-from sim.topology.mesh import disjoint_paths, disjoint_rings
 
 
 def mesh_rotate(cl: Cluster, gpus: list[int], rail: int, c: int, entry: int) -> list[int]:
@@ -18,6 +17,8 @@ def mesh_rotate(cl: Cluster, gpus: list[int], rail: int, c: int, entry: int) -> 
     from the GPU next to NIC ``rail`` to the other GPU on that NIC's PCIe switch, the channels'
     paths sharing no link (:func:`sim.topology.mesh.disjoint_paths`); where no such paths exist
     (or a NIC's switch has one GPU), along link-disjoint ring c (mod their number)."""
+    from sim.topology.mesh import disjoint_paths, disjoint_rings  # only a mesh loads it
+
     node = cl.topo.node
     rails = sorted({cl.nic_of(g) for g in gpus})
     ends = []
@@ -42,6 +43,8 @@ def mesh_ring_edges(ranks: tuple[int, ...], chain_root: int | None
     """Rings inside one xGMI full mesh: one channel per link-disjoint ring
     (:func:`sim.topology.mesh.disjoint_rings`), so that together they use every link of the
     mesh once per step where such rings exist (n − 1 rings of n GPUs, n ≠ 4, 6)."""
+    from sim.topology.mesh import disjoint_rings  # only a mesh loads it
+
     out = []
     for ring in disjoint_rings(len(ranks)):
         seq = [ranks[i] for i in ring]

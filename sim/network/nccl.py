@@ -17,11 +17,13 @@ Size-dependent mechanisms (each used by :class:`~sim.network.tuner.Tuner`):
 - **channels by size** (enqueue.cc ``topoGetAlgoInfo``): NCCL drops channels while
   ``nBytes < nc · nThreads · threadThreshold`` — few channels (and so little bandwidth) for
   small messages;
-- **pipeline ramp**: a channel moves its data in chunks (at most NCCL's chunk size; smaller
-  when the message is small); the pipeline of ``d`` hops reaches its rate only after its
-  first chunk has crossed it, ``(min(d, NCCL_STEPS) − 1)`` chunk times (the textbook
-  ``(d + k − 1)`` chunk times of a pipeline of depth d with k chunks; a connection buffers at
-  most NCCL_STEPS = 8 steps, device.h:26, so no more than that many chunks are in flight);
+- **pipeline ramp** (tree and broadcast chain only): a channel moves its data in chunks (at
+  most NCCL's chunk size; smaller when the message is small); the pipeline of ``d`` hops
+  reaches its rate only after its first chunk has crossed it, ``(min(d, NCCL_STEPS) − 1)``
+  chunk times (the textbook ``(d + k − 1)`` chunk times of a pipeline of depth d with k
+  chunks; a connection buffers at most NCCL_STEPS = 8 steps, device.h:26, so no more than that
+  many chunks are in flight). Rings have none: every rank sends from step 0
+  (:data:`RING_RAMP_DEPTH`);
 - **step overhead** (not an NCCL constant; a stated physical property, calibrated): the time
   a GPU needs per algorithm step to see the previous rank's flag and start the next step.
 """
@@ -99,6 +101,15 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 # all-reduce on one DGX A100 (8 GPUs, ring/LL: 33.7 µs, docs/calibration.md §A):
 # (33.7 − 6.6 − 14 · (0.6 + 0.3)) / 14 = 1.04 µs. Evaluated on the others (§A2).
 STEP_OVERHEAD_US = 1.04
+
+# Pipeline depth charged to ring all-reduce / all-gather / reduce-scatter: 1, i.e. no ramp.
+# NCCL's ring kernels (v2.30.7 src/device/all_gather.h and all_reduce.h, ``runRing``) have
+# every rank send its own block in step 0 (``directCopySend`` / ``directSend``) and forward each
+# received slice at once (``directRecvCopyDirectSend``), slices of NCCL_STEPS/4 steps
+# (collectives.h:19-26): every link of the ring is busy from the first step, so nothing fills.
+# The tree (a chunk climbs and descends the chain) and the broadcast chain (from the root) do
+# fill, and keep their ramp.
+RING_RAMP_DEPTH = 1
 
 
 def family(algorithm: str) -> str:

@@ -208,7 +208,8 @@ class Tuner:
         tree at ``size_bytes`` (other algorithms: none). NCCL's channels: C = ring busBw / the
         bandwidth of one channel; at the size, ``nc`` of them run (:func:`nccl.channels_for`),
         so the coflows together move at most nc/C of the ring's bus bandwidth. The ramp:
-        :func:`nccl.ramp_ns` with chunks of at most NCCL's chunk size."""
+        :func:`nccl.ramp_ns` with chunks of at most NCCL's chunk size, for the tree and the
+        broadcast chain; none for ring all-reduce / all-gather / reduce-scatter."""
         if plan.algorithm == "nvls":
             return self._nvls_terms(plan, size_bytes)
         if plan.algorithm not in ("ring", "tree"):
@@ -238,8 +239,9 @@ class Tuner:
         elif plan.kind is CollKind.BROADCAST:
             depth, per_channel = n - 1, size_bytes / nc
         else:
-            depth = (2 if plan.kind is CollKind.ALLREDUCE else 1) * (n - 1)
-            per_channel = size_bytes / (nc * n)
+            # Ring all-reduce / all-gather / reduce-scatter: no pipeline to fill
+            # (:data:`nccl.RING_RAMP_DEPTH`).
+            depth, per_channel = nccl.RING_RAMP_DEPTH, size_bytes / (nc * n)
         bcast = plan.kind is CollKind.BROADCAST
         chunk = min(nccl.max_chunk_bytes(plan.algorithm, proto, bcast), per_channel)
         got = self._terms[key] = (cap, (nccl.ramp_ns(depth, chunk, rate),))

@@ -24,10 +24,11 @@ def fp8_recipe(text: str) -> str:
 
     if text in RECIPES:
         return text
+    names = f"{', '.join(RECIPES[:-1])} or {RECIPES[-1]}"
     if text in NOT_MODELLED:
         raise ValueError(f"{text} (block scaling) is a Megatron-Core recipe simrun does not "
-                         f"model; use {' or '.join(RECIPES)}")
-    raise ValueError(f"expected {' or '.join(RECIPES)}, got {text!r}")
+                         f"model; use {names}")
+    raise ValueError(f"expected {names}, got {text!r}")
 
 
 OPTIONS = (
@@ -156,13 +157,15 @@ OPTIONS = (
         Flag("--fp8-recipe",
              "with --dtype fp8: Megatron-Core's FP8 recipe as Transformer Engine runs it: "
              "delayed (scales from the amax history, one amax all-reduce per model chunk and "
-             "microbatch in forward and in backward) or tensorwise (current scaling: an amax "
-             "pass over every tensor before its cast); mxfp8 and blockwise are refused "
+             "microbatch in forward and in backward), tensorwise (current scaling: an amax "
+             "pass over every tensor before its cast) or mxfp8 (MXFP8 block scaling, "
+             "data-center Blackwell only: one quantise kernel writing row- and column-wise "
+             "copies with E8M0 scales per 32 values); blockwise is refused "
              "(default: {default}, Megatron-Core's)", kind="parse", parse=fp8_recipe,
              metavar="RECIPE",
              model=("refused-if", "Transformer Engine's FP8 cast kernels and amax reductions "
                                   "of the recipe (assumption '--fp8-recipe ...'); refused "
-                                  "without --dtype fp8"),
+                                  "without --dtype fp8, mxfp8 on GPUs other than Blackwell"),
              log=("refused", "the log is DeepSpeed's, without Transformer Engine's FP8 "
                              "recipes; leave it out"),
              refuse=lambda _m, par: None if par.dtype == "fp8" else (

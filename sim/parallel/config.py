@@ -60,9 +60,10 @@ class Training:
     ``--moe-shared-expert-intermediate-size`` (replaces the spec's shared-expert width);
     ``ep_nodes``: the nodes one EP group spans on the cluster (set by the scenario from the
     topology and the placement; 1 when unknown or uneven). ``fp8_recipe``: Megatron-Core's
-    ``--fp8-recipe`` with ``dtype`` fp8 (``delayed`` — its default — or ``tensorwise``;
-    :mod:`sim.models.features.fp8`). ``apply_rope_fusion``: Megatron-Core's fused RoPE kernel (on
-    unless Megatron-LM's ``--no-rope-fusion``; :mod:`sim.models.features.rope`).
+    ``--fp8-recipe`` with ``dtype`` fp8 (``delayed`` — its default —, ``tensorwise`` or, on
+    Blackwell, ``mxfp8``; :mod:`sim.models.features.fp8`). ``apply_rope_fusion``:
+    Megatron-Core's fused RoPE kernel (on unless Megatron-LM's ``--no-rope-fusion``;
+    :mod:`sim.models.features.rope`).
     ``delay_grad_reduce``:
     Megatron-LM's (``--no-delay-grad-reduce`` turns it off): with ``overlap_grad_reduce`` and
     pipeline parallelism only stage 0 reduces per bucket during its last backward; the other

@@ -107,6 +107,10 @@ class RankClasses:
             return f"per-rank: all {pl.world_size} ranks simulated"
         if self.label == "symmetric" or (len(self.tp_parts) == len(self.dp_parts) == 1):
             return f"symmetric: one representative rank per stage ({n} of {pl.world_size} ranks)"
+        if self.label == "straddle":
+            return (f"straddle: {n} of {pl.world_size} ranks simulated — one representative per "
+                    f"stage and per run of data-parallel indices {[p[0] for p in self.dp_parts]}"
+                    "… lying in one node")
         iso_t = [p[0] for p in self.tp_parts if len(p) == 1 and pl.tp > 1]
         iso_d = [p[0] for p in self.dp_parts if len(p) == 1 and pl.dp > 1]
         return (f"hybrid: {n} of {pl.world_size} ranks simulated — per-rank for tensor-parallel "

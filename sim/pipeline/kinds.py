@@ -7,11 +7,23 @@ closed forms of docs/schedules.md. Each class has one instance, in
 
 from __future__ import annotations
 
-from sim.pipeline import dualpipe as dp
-from sim.pipeline import zero_bubble as zb
 from sim.pipeline.ops import pair_steady_state
 from sim.pipeline.orders import check_interleaved, gpipe, interleaved, one_f_one_b
 from sim.pipeline.types import Schedule
+
+
+def _zb():
+    """The zero-bubble orders, loaded by the first zero-bubble schedule a run uses."""
+    from sim.pipeline import zero_bubble
+
+    return zero_bubble
+
+
+def _dp():
+    """The DualPipe orders, loaded by the first DualPipe run."""
+    from sim.pipeline import dualpipe
+
+    return dualpipe
 
 
 class GPipe(Schedule):
@@ -80,11 +92,11 @@ class ZBH1(Schedule):
     bubble_formula = "(p-1)/(3M) if F=B=W"
 
     def ops(self, p, r, m, v=1, n=None):
-        return zb.zb_h1(p, r, m)
+        return _zb().zb_h1(p, r, m)
 
     def check_chunks(self, p, m, v, vpp_field):
         super().check_chunks(p, m, v, vpp_field)
-        zb.check_zero_bubble(p, m)
+        _zb().check_zero_bubble(p, m)
 
     def ideal_bubble(self, p, m, v=1):
         return (p - 1) / (3 * m)
@@ -98,11 +110,11 @@ class ZBH2(ZBH1):
     bubble_formula = "(p-1)/(3M) if F=B=W (synchronous optimizer step)"
 
     def ops(self, p, r, m, v=1, n=None):
-        return zb.zb_h2(p, r, m)
+        return _zb().zb_h2(p, r, m)
 
     def check_chunks(self, p, m, v, vpp_field):
         Schedule.check_chunks(self, p, m, v, vpp_field)
-        zb.check_zb_h2(p, m)
+        _zb().check_zb_h2(p, m)
 
 
 class ZBV(Schedule):
@@ -117,10 +129,10 @@ class ZBV(Schedule):
     bubble_formula = "(p-1)/(6M) if F=B=W"
 
     def ops(self, p, r, m, v=1, n=None):
-        return zb.zb_v(p, r, m)
+        return _zb().zb_v(p, r, m)
 
     def check_chunks(self, p, m, v, vpp_field):
-        zb.check_zb_v(p, m, v)
+        _zb().check_zb_v(p, m, v)
 
     def virtual_stage(self, p, stage, chunk):
         return 2 * p - 1 - stage if chunk == 1 else stage
@@ -145,10 +157,10 @@ class DualPipe(Schedule):
     bubble_formula = "(p-2)/(3M) if F=B=W: (p/2-1)(F&B+B-3W), F&B = F+B"
 
     def ops(self, p, r, m, v=1, n=None):
-        return dp.dualpipe(p, r, m)
+        return _dp().dualpipe(p, r, m)
 
     def check_chunks(self, p, m, v, vpp_field):
-        dp.check_dualpipe(p, m, v)
+        _dp().check_dualpipe(p, m, v)
 
     def op_count(self, p, m, v=1):
         return 3 * p * m  # M/2 per chunk; at most one W per backward
@@ -160,17 +172,17 @@ class DualPipe(Schedule):
         return p  # two chunks per rank: two stages of the same p-stage split
 
     def virtual_stage(self, p, stage, chunk):
-        return dp.dualpipe_stage(p, stage, chunk)
+        return _dp().dualpipe_stage(p, stage, chunk)
 
     def stage_chunk(self, p, vs):
         raise ValueError("dualpipe runs every model stage on two ranks")
 
     def peers(self, p, v, stage, chunk):
-        return dp.dualpipe_peers(p, stage, chunk)
+        return _dp().dualpipe_peers(p, stage, chunk)
 
     def ideal_bubble(self, p, m, v=1):
         return (p - 2) / (3 * m)
 
     def assumption(self, p, m):
-        return dp.describe(p, m)
+        return _dp().describe(p, m)
 

@@ -21,11 +21,20 @@ from sim.pipeline.orders import (
     one_f_one_b,
 )
 from sim.pipeline.registry import SCHEDULES, find_schedule, schedule_type
-from sim.pipeline.zero_bubble import check_zb_h2, check_zb_v, check_zero_bubble, zb_h1, zb_h2, zb_v
 
-__all__ = ["SCHEDULES", "ScheduleOp", "check_args", "check_interleaved", "check_zb_h2",
-           "check_zb_v", "check_zero_bubble", "gpipe", "interleaved", "interleaved_table",
-           "one_f_one_b", "zb_h1", "zb_h2", "zb_v"]
+# the zero-bubble orders load on first use (module __getattr__ below)
+_ZERO_BUBBLE = ("check_zb_h2", "check_zb_v", "check_zero_bubble", "zb_h1", "zb_h2", "zb_v")
+__all__ = ["SCHEDULES", "ScheduleOp", "check_args", "check_interleaved", "gpipe", "interleaved",
+           "interleaved_table", "one_f_one_b", *_ZERO_BUBBLE]
+
+
+def __getattr__(name: str):
+    """The zero-bubble orders (:mod:`sim.pipeline.zero_bubble`), loaded on first use."""
+    if name in _ZERO_BUBBLE:
+        from sim.pipeline import zero_bubble
+
+        return getattr(zero_bubble, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def virtual_stage(name: str, p: int, stage: int, chunk: int) -> int:

@@ -152,6 +152,9 @@ class PipelineProgram:
     # the rows a workload file's program was built from (after compute scaling), for writers
     # that re-emit them (--chakra: sim.workload.chakra_write); None for generated programs
     rows: Workload | None = field(default=None, compare=False, repr=False)
+    # compute time per iteration summed over stages (ns) by what timed it: "kernel_table",
+    # "roofline" (generated programs; None for workload files, whose times are given)
+    compute_sources: dict[str, float] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, layout: Layout, **rest) -> PipelineProgram:

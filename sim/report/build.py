@@ -75,11 +75,23 @@ def build_report(result: SimResult, *, workload: str = "", topology: str = "",
         "stages": stages,
         "critical_path": _critical(result),
         "layers": layer_list,
+        **_compute_sources(prog),
         "assumptions": assumptions,
     }
     if extra:
         report.update(extra)
     return report
+
+
+def _compute_sources(prog) -> dict[str, Any]:
+    """``compute_time_sources``: the share of a generated program's compute time (summed
+    over stages) each source timed: ``kernel_table`` and ``roofline`` (fractions summing to
+    1); absent for a workload file, whose times are given."""
+    src = prog.compute_sources
+    total = sum(src.values()) if src else 0.0
+    if total <= 0:
+        return {}
+    return {"compute_time_sources": {k: v / total for k, v in src.items()}}
 
 
 def _stage_rows(result: SimResult) -> tuple[list[dict[str, Any]], list[float]]:

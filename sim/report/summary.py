@@ -119,12 +119,24 @@ def bottleneck(rep: dict[str, Any]) -> str:
     """Where the iteration's time goes, in words."""
     sh = shares(rep)
     losses = sorted((k for k in sh if k != "compute" and sh[k] > 0.0005), key=lambda k: -sh[k])
-    text = f"compute is {sh['compute'] * 100:.1f}% of the iteration"
+    text = f"compute is {sh['compute'] * 100:.1f}% of the iteration" + _timed_by(rep)
     if losses:
         text += f"; the largest loss is {_part_name(losses[0])} ({sh[losses[0]] * 100:.1f}%)"
         if len(losses) > 1:
             text += f", then {_part_name(losses[1])} ({sh[losses[1]] * 100:.1f}%)"
     return text
+
+
+def _timed_by(rep: dict[str, Any]) -> str:
+    """`` (timed 96.6% by the measured kernel table, 3.4% by the roofline)`` for a generated
+    program, the larger source first; empty for a workload file (its times are given)."""
+    src = rep.get("compute_time_sources")
+    if not src:
+        return ""
+    words = {"kernel_table": "the measured kernel table", "roofline": "the roofline"}
+    parts = [f"{v * 100:.1f}% by {words.get(k, k)}"
+             for k, v in sorted(src.items(), key=lambda kv: (-kv[1], kv[0])) if v > 0]
+    return f" (timed {', '.join(parts)})"
 
 
 def changes(rep: dict[str, Any], healthy: dict[str, Any], k: int = 3) -> list[tuple[str, float]]:

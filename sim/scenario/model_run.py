@@ -20,7 +20,6 @@ from sim.parallel.layout import Layout, LayoutRequest
 from sim.parallel.placement import DEFAULT_ORDER, Placement
 from sim.pipeline.schedules import default_vpp
 from sim.program.pipeline import PipelineProgram
-from sim.scenario.collective_log import load_log, log_layout, units_of, with_log
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
 
@@ -169,6 +168,11 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
     ZeRO-3 collectives the run takes (:mod:`sim.scenario.collective_log`)."""
     model, par, mem, gpu = fit.model, fit.par, fit.memory, topology.gpu
     notes = []
+    if par.dtype == "fp8":  # a recipe the GPU has no tensor cores for: refused before memory
+        from sim.models.assumptions import gpu_family
+        from sim.models.features.mxfp8 import check_gpu
+
+        check_gpu(par.fp8_recipe, gpu.name, gpu_family(gpu))
     if not mem.feasible:
         if not ignore_memory:
             from sim.models.memory_advice import memory_advice
@@ -180,6 +184,7 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
                                 "memory (--ignore-memory)", "memory-ignored", departs=True))
     setup = compute if isinstance(compute, ComputeSetup) else resolve_compute(gpu, compute)
     from sim.models.generator import generate
+    from sim.scenario.collective_log import units_of, with_log
 
     program = generate(model, par, gpu, plan=fit.plan,
                        source=f"model {model.name} ({path})" if path else "",
@@ -203,8 +208,11 @@ def model_run(model: ModelSpec | str, request: LayoutRequest, training: Training
 
     path = model if isinstance(model, str) else ""
     model = with_training_overrides(load_model(model) if path else model, training)
-    log = load_log(collective_log) if collective_log is not None else None
-    if log is not None:
+    log = None
+    if collective_log is not None:  # AICB's physical-format log: its reader loads only here
+        from sim.scenario.collective_log import load_log, log_layout
+
+        log = load_log(collective_log)
         request = log_layout(log, request, training)
     par = parallel_config(request, training, model, topology.num_gpus)
     return model_run_of(fit_model(model, par, topology, placement), topology, path=path,

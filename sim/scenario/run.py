@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sim.calibration.profile import apply_to_topology
 from sim.calibration.ranges import prediction_range
 from sim.engine.result import SimResult
 from sim.errors import UsageError
@@ -38,7 +37,6 @@ from sim.viz.outputs import write_figures
 
 # stages.build_program is looked up per call (a test may stand in for it)
 from sim.workload import stages
-from sim.workload.deepspeed import read_as_zero
 from sim.workload.registry import read_workload
 
 
@@ -79,6 +77,8 @@ def workload_program(wl: WorkloadInput, request: LayoutRequest, topology: Topolo
     applicable.check_workload(wl.given_flags, w, request.tp, request.ep, request.pp,
                               wl.row_placement)
     if request.zero:  # a DeepSpeed ZeRO file's collectives read as ZeRO's (sim.workload.deepspeed)
+        from sim.workload.deepspeed import read_as_zero
+
         prog = read_as_zero(prog, request.zero)
     return prog
 
@@ -106,9 +106,11 @@ def input_flag(workload: WorkloadInput | ModelInput) -> str:
 def prepare_scenario(s: Scenario) -> Prepared:
     """Stage 1 of ``s`` (:func:`sim.scenario.steps.prepare`): its topology loaded, its program
     read or generated, its outputs checked."""
-    topo = apply_to_topology(load_topology(s.topology, nodes=s.nodes,
-                                           overrides=s.topology_overrides),
-                             s.compute.calibration, s.compute.calibration_any_cluster)
+    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides)
+    if s.compute.calibration is not None:  # the profile's code loads only when one is given
+        from sim.calibration.profile import apply_to_topology
+
+        topo = apply_to_topology(topo, s.compute.calibration, s.compute.calibration_any_cluster)
     run = None
     if isinstance(s.workload, ModelInput):
         run = model_run(s.workload.spec or s.workload.path, s.layout, s.workload.training, topo,

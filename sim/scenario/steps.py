@@ -44,8 +44,6 @@ from sim.topology import domains
 from sim.topology.gpu import GpuSpec
 from sim.topology.spec import Topology
 from sim.viz.outputs import check_figure_outputs
-from sim.viz.select import parse_rank_spec
-from sim.viz.trace_size import check_trace_size
 
 
 @dataclass(frozen=True)
@@ -186,13 +184,21 @@ def prepare(program: PipelineProgram, topology: Topology, *,
         notes.append(f"per-rank simulation: the groups of a stage spread differently over the "
                      f"{topology.gpus_per_node}-GPU nodes, so no rank stands for the others")
     elif classes.reduced and domains.stages_straddle(placement, topology.gpus_per_node):
-        notes.append(Assumption(
-            f"symmetric simulation with pipeline stages that straddle the "
-            f"{topology.gpus_per_node}-GPU nodes: each representative stands for copies in "
-            "another node as if they were its images (their DP traffic crosses other NICs); "
-            "measured on gpt2-medium, 2 GB200 NVL72 racks, TP2 PP2 DP32: 13.6 ms symmetric "
-            "against 15.7 ms --per-rank; --per-rank simulates every rank", "symmetry-straddle",
-            departs=True))
+        parts = (domains.straddle_dp_parts(placement, topology.gpus_per_node)
+                 if classes.label == "symmetric" else None)
+        if parts is not None:  # one representative per stage and DP interval of one node
+            classes = RankClasses(placement, classes.tp_parts, parts, label="straddle")
+            notes.append(f"pipeline stages straddle the {topology.gpus_per_node}-GPU nodes: "
+                         f"one representative per stage and per run of data-parallel indices "
+                         f"in one node ({len(parts)} per stage), each standing for its images")
+        else:
+            notes.append(Assumption(
+                f"symmetric simulation with pipeline stages that straddle the "
+                f"{topology.gpus_per_node}-GPU nodes: each representative stands for copies in "
+                "another node as if they were its images (their DP traffic crosses other "
+                "NICs); measured on gpt2-medium, 2 GB200 NVL72 racks, TP2 PP2 DP32: 13.6 ms "
+                "symmetric against 15.7 ms --per-rank; --per-rank simulates every rank",
+                "symmetry-straddle", departs=True))
     if outputs is not None:
         _check_outputs(outputs, program, placement, classes)
     net = dispatcher_network(network or NetworkOptions(), model_run.par if model_run else None)
@@ -210,7 +216,10 @@ def _check_outputs(outputs: OutputOptions, program: PipelineProgram, placement: 
         from sim.workload.chakra_write import check_chakra
 
         check_chakra(program)
-    if outputs.trace:
+    if outputs.trace:  # the trace's size check loads only for a trace
+        from sim.viz.select import parse_rank_spec
+        from sim.viz.trace_size import check_trace_size
+
         note = check_trace_size(program, parse_rank_spec(outputs.trace_ranks), placement,
                                 per_rank, classes.reps, outputs.force)
         if note:
@@ -266,6 +275,7 @@ def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None =
         extra.append(Assumption(line, "nvlink-domain", departs=True))
     if run is not None:
         extra += run.assumptions()
+    extra += _whatif_lines(p)
     report_extra = dict(run.report_extra(result.iteration_ns)) if run else {}
     if healthy is not None:
         report_extra.update(p.faults.report(result.iteration_ns, healthy.iteration_ns))
@@ -275,6 +285,17 @@ def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None =
         extra += variability.notes(jit, len(samples_ns))
     return reports.build_report(result, workload=p.workload, topology=p.topology_path,
                                 extra_assumptions=extra, extra=report_extra or None)
+
+
+def _whatif_lines(p: Prepared) -> list[str]:
+    """How far each group's traffic reaches in the fabric, and for each ``--set`` override
+    what in this run it can change or why it cannot (:mod:`sim.scenario.whatif`)."""
+    from sim.scenario import whatif
+
+    kinds = set(p.program.traffic())
+    line = whatif.reach_line(p.topology, p.placement, kinds)
+    return ([line] if line else []) + whatif.override_lines(
+        p.topology, p.placement, kinds, p.program.compute_sources)
 
 
 def run(prepared: Prepared, *, progress: bool = False) -> Outcome:

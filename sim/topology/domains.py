@@ -25,15 +25,26 @@ def groups_leaving_domains(placement: Placement, gpus_per_node: int) -> dict[str
     if placement.world_size <= gpus_per_node:
         return out
     for kind in _KINDS:
-        seen: set[tuple[int, ...]] = set()
-        for r in range(placement.world_size):
-            g = placement.group(kind, r)
-            if g in seen or len(g) < 2:
-                continue
-            seen.add(g)
+        for g in _each_group(placement, kind):
             if min(g) // gpus_per_node != max(g) // gpus_per_node:
                 out[kind.name] = out.get(kind.name, 0) + 1
     return out
+
+
+def _each_group(placement: Placement, kind: GroupKind):
+    """Every group of ``kind`` with two ranks or more, once (the groups partition the ranks;
+    all of one kind have the same size), found from its lowest rank: one group computed per
+    group rather than per rank. A kind of size 1 has nothing to span or spread."""
+    if len(placement.group(kind, 0)) < 2:
+        return
+    covered = bytearray(placement.world_size)
+    for r in range(placement.world_size):
+        if covered[r]:
+            continue
+        g = placement.group(kind, r)
+        for x in g:
+            covered[x] = 1
+        yield g
 
 
 def describe(placement: Placement, gpus_per_node: int) -> str:
@@ -56,12 +67,11 @@ def images_differ(placement: Placement, gpus_per_node: int) -> bool:
         return False
     for kind in _KINDS + (GroupKind.DP,):
         spread: dict[int, set[tuple[int, ...]]] = {}
-        for r in range(placement.world_size):
-            g = placement.group(kind, r)
+        for g in _each_group(placement, kind):
             nodes: dict[int, int] = {}
             for x in g:
                 nodes[x // gpus_per_node] = nodes.get(x // gpus_per_node, 0) + 1
-            shapes = spread.setdefault(placement.coord(r).pp, set())
+            shapes = spread.setdefault(placement.coord(g[0]).pp, set())
             shapes.add(tuple(sorted(nodes.values())))
             if len(shapes) > 1:
                 return True
@@ -77,3 +87,23 @@ def stages_straddle(placement: Placement, gpus_per_node: int) -> bool:
         return False
     stage = placement.world_size // placement.pp
     return bool(stage % gpus_per_node and gpus_per_node % stage)
+
+
+def straddle_dp_parts(placement: Placement, gpus_per_node: int
+                      ) -> list[tuple[int, ...]] | None:
+    """Data-parallel index intervals that make every simulated rank stand only for images when
+    pipeline stages straddle the nodes (:func:`stages_straddle`): the ranks of one stage and
+    DP index lie in one node, and an interval is cut wherever, in some stage, the next DP
+    index lies in another node. Within an interval every rank of a stage shares its node
+    with its stage-mates of that interval and its pipeline peers lie in the same node as
+    theirs, so one representative per (stage, interval) sees the traffic of all of them.
+    ``None`` when a stage's ranks of one DP index (its TP, CP and EP peers) span two nodes."""
+    node_of: dict[tuple[int, int], int] = {}
+    for r in range(placement.world_size):
+        c = placement.coord(r)
+        node = node_of.setdefault((c.pp, c.dp), r // gpus_per_node)
+        if node != r // gpus_per_node:
+            return None
+    cuts = {d for (s, d) in node_of if d and node_of[(s, d)] != node_of[(s, d - 1)]}
+    bounds = [0, *sorted(cuts), placement.dp]
+    return [tuple(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False)]

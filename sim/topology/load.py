@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sim.errors import InputError, UsageError
 from sim.faults import Faults, parse_link, parse_nic, parse_slow
@@ -17,7 +18,6 @@ from sim.files.inputs import read_text, show
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.topology.consistency import physical_warnings
 from sim.topology.gpu import GpuSpec
-from sim.topology.mesh import XgmiSpec
 from sim.topology.overrides import Override, apply_overrides, parse_override
 from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
@@ -33,6 +33,9 @@ from sim.topology.spec import (
     PcieSpec,
     Topology,
 )
+
+if TYPE_CHECKING:  # the xGMI mesh's code loads with a topology that has one
+    from sim.topology.mesh import XgmiSpec
 
 _OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
 _LEVEL_NAMES = ("leaf", "spine", "core")
@@ -121,6 +124,8 @@ def _xgmi(s: Section, gpus: int, has_nvlink: bool) -> XgmiSpec | None:
         s.r.fail(xs.path, "a node has either an NVSwitch (nvlink) or an xGMI mesh, not both")
     if not 2 <= gpus <= MAX_MESH_GPUS:
         s.r.fail(xs.path, f"an xGMI full mesh joins 2 to {MAX_MESH_GPUS} GPUs, got {gpus}")
+    from sim.topology.mesh import XgmiSpec  # only a topology with a mesh loads its code
+
     links = xs.int("links_per_gpu", maximum=MAX_PER_NODE)
     if links != gpus - 1:
         xs.r.fail(xs.path + ("links_per_gpu",),
@@ -315,7 +320,9 @@ def parse_topology(text: str, path: str, nodes: int | None = None,
                    f"{max_leaves}" + (" (node count from --nodes)" if nodes is not None else ""))
     topo = Topology(name=name, path=path, description=description, num_nodes=num_nodes,
                     node=node, fabric=fabric, collectives=coll,
-                    overrides=tuple(ov.describe() for ov in done))
+                    overrides=tuple(ov.describe() for ov in done),
+                    override_keys=tuple(f"{ov.text}={show(ov.value)}" for ov in done),
+                    override_paths=tuple(ov.path for ov in done))
     topo = dataclasses.replace(topo, warnings=physical_warnings(topo))
     if fsec is not None:
         topo = dataclasses.replace(topo, faults=_faults(fsec, topo))

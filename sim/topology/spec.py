@@ -10,11 +10,14 @@ network model uses is ``line rate × efficiency``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sim.assumption import Assumption
 from sim.faults import Faults
 from sim.topology.gpu import GpuSpec
-from sim.topology.mesh import XgmiSpec
+
+if TYPE_CHECKING:  # the xGMI mesh's code loads with a topology that has one
+    from sim.topology.mesh import XgmiSpec
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,9 @@ class CollectiveSpec:
     default_algorithm: str = "auto"
     protocol: str = "auto"
     launch_overhead_ns: int = 5000
+    # measured / modelled time by message size from the user's nccl-tests (a calibration
+    # profile's network_curves: sim.network.curves.TimeCurve), none from a topology file
+    time_curves: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,8 @@ class Topology:
     collectives: CollectiveSpec = field(default_factory=CollectiveSpec)
     faults: Faults = field(default_factory=Faults)
     overrides: tuple[str, ...] = ()  # "KEY = VALUE (file: OLD)", one per --set
+    override_keys: tuple[str, ...] = ()  # "KEY=VALUE" as given, one per --set
+    override_paths: tuple[tuple, ...] = ()  # their key paths (str keys, int list indices)
     warnings: tuple[str, ...] = ()  # physically doubtful combinations (sim.topology.consistency)
 
     @property

@@ -27,6 +27,8 @@ Validation file schema (unknown keys are rejected with file, line and key)::
         per GPU counted as Narayanan et al. SC'21 Eq. 3, :func:`sc21_flops`; then the iteration
         time is F / (teraFLOP/s · 1e12 · GPUs)), measured_mfu (optional, fraction),
         nccl_nvls_enable (0 or 1: the run's NCCL_NVLS_ENABLE, as --nccl-nvls-enable),
+        host_dispatch_us (the run's stack's host time to issue one kernel, as
+        --host-dispatch-us; absent: 0, off),
         and any option of :class:`sim.parallel.config.ParallelConfig` with a plain value
         (tp, pp, dp, vpp, cp, global_batch, micro_batch, recompute, sequence_parallel, dtype,
         distributed_optimizer, attention_backend, overlap_grad_reduce, overlap_param_gather, …)
@@ -56,7 +58,7 @@ from sim.parallel.split import PipelineSplit
 from sim.runtime.progress import Progress
 from sim.scenario import steps
 from sim.scenario.model_run import fit_model, model_run_of
-from sim.scenario.options import NetworkOptions
+from sim.scenario.options import NetworkOptions, SimulationOptions
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
 
@@ -70,6 +72,8 @@ CASE_KEYS: dict[str, type] = {
     # NCCL_NVLS_ENABLE of the run's environment (0 or 1; absent: NCCL's default, NVLS where
     # the topology's NVSwitches have it): the engine's network option --nccl-nvls-enable
     "nccl_nvls_enable": int,
+    # the stack's CPU time to issue one kernel, µs (--host-dispatch-us, sim.engine.host)
+    "host_dispatch_us": float,
 }
 #: Megatron-Core's uneven pipeline-split flags (:class:`PipelineSplit` fields)
 SPLIT_KEYS: dict[str, tuple[str, type]] = {
@@ -118,6 +122,7 @@ FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "measured_tokens_per_s_per_gpu": (0.0, 1e9),
     "measured_tflops_per_gpu": (0.0, 1e5),          # 100 PFLOP/s per GPU: 50× a B200's FP8
     "measured_mfu": (0.0, 1.0),
+    "host_dispatch_us": (0.0, 1000.0),              # as --host-dispatch-us (absent: off)
 }
 """Range (low exclusive, high inclusive) of each measured number; other numbers of a case lie
 in (0, 1e6]."""
@@ -141,6 +146,7 @@ class Case:
     published: str = ""
     not_modelled: tuple[str, ...] = ()
     nvls_enable: bool | None = None
+    host_dispatch_ns: int = 0
 
     def __getattr__(self, name: str):
         """The layout and training names (``tp``, ``recompute``, …) read through to ``par``."""
@@ -246,7 +252,8 @@ def _case(merged: dict[str, Any], par: ParallelConfig, base: Path, topo: str,
                 calibrates=merged["calibrates"], url=merged["url"],
                 published=merged["published"], not_modelled=tuple(merged["not_modelled"]),
                 nvls_enable=None if "nccl_nvls_enable" not in merged
-                else bool(merged["nccl_nvls_enable"]))
+                else bool(merged["nccl_nvls_enable"]),
+                host_dispatch_ns=round(merged.get("host_dispatch_us", 0) * 1000))
 
 
 def sc21_flops(model, global_batch: int) -> float:
@@ -297,7 +304,8 @@ def run_case(case: Case) -> dict[str, Any]:
     # the single run's stages; a layout the memory model calls too large is predicted anyway
     run = model_run_of(fit_model(model, par, topo), topo, ignore_memory=True)
     prepared = steps.prepare(run.program, topo,
-                             network=NetworkOptions(nvls_enable=case.nvls_enable), model_run=run)
+                             network=NetworkOptions(nvls_enable=case.nvls_enable), model_run=run,
+                             simulation=SimulationOptions(host_dispatch_ns=case.host_dispatch_ns))
     rep = m = steps.run(prepared).report  # a model run's report holds its metrics
     mem = run.memory
     pred = rep["iteration_time_s"]
@@ -321,6 +329,7 @@ def run_case(case: Case) -> dict[str, Any]:
         "topology": f"{topo.name} with {nodes} nodes", "source": case.source,
         "url": case.url, "published": case.published, "calibrates": case.calibrates,
         "not_modelled": list(case.not_modelled),
+        "host_dispatch_us": case.host_dispatch_ns / 1000,  # the stack's host time per launch
     }
 
 

@@ -20,9 +20,7 @@ from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.files.outputs import check_output_dir, check_output_path
 from sim.parallel.placement import Placement
-from sim.viz.mpl import figure_format
 from sim.viz.select import FLAG, parse_rank_spec
-from sim.viz.trace import trace_chunks, write_trace
 
 if TYPE_CHECKING:
     from sim.scenario.options import OutputOptions
@@ -51,6 +49,8 @@ def check_figure_outputs(opts: OutputOptions, placement: Placement | None = None
                 raise UsageError(f"rank(s) {', '.join(map(str, bad))} are not simulated in "
                                  f"symmetric mode (simulated ranks: {shown}); add --per-rank "
                                  "to simulate every rank", field=FLAG)
+    if opts.plot is not None or opts.breakdown_plot is not None:
+        from sim.viz.mpl import figure_format
     if opts.plot is not None:
         figure_format(opts.plot, "--plot")
     if opts.breakdown_plot is not None:
@@ -78,6 +78,8 @@ def write_figures(opts: OutputOptions, result: SimResult, report: dict[str, Any]
         write_kineto(opts.trace, result, ranks=opts.trace_ranks,
                      gpu=str(report.get("gpu") or "GPU"))
     elif opts.trace:
+        from sim.viz.trace import trace_chunks, write_trace
+
         # streamed rank by rank: memory stays bounded for a trace of every rank
         write_trace(opts.trace, trace_chunks(result, ranks=opts.trace_ranks, placement=placement,
                                              gpus_per_node=gpus_per_node, report=report))

@@ -58,6 +58,8 @@ def parse_int(tok: str, *, file: str, line: int, field: str, allow_float: bool =
     """An integer field in [0, 2^63−1]; floats (e.g. ``1.5e6``) are rounded to the nearest
     integer. Sizes and times above 2^63−1 (the int64 range of the tools that write these files)
     are rejected as corrupt."""
+    if len(tok) < 19 and tok.isascii() and tok.isdigit():  # the common case: < 10^18
+        return int(tok)
     if not _NUM.match(tok):
         raise InputError(f"expected a number, got {tok[:40]!r}", file=file, line=line,
                          field=field)
@@ -87,6 +89,19 @@ def parse_int(tok: str, *, file: str, line: int, field: str, allow_float: bool =
 def parse_comm_type(tok: str, default_group: GroupKind, *, file: str, line: int, field: str):
     """``ALLREDUCE_DP_EP`` → (CollKind.ALLREDUCE, GroupKind.DP_EP); ``NONE`` → None."""
     t = tok.upper()
+    known = _COMM_TYPES.get((t, default_group), _COMM_TYPES)
+    if known is not _COMM_TYPES:  # a type this process has read before (a file repeats a few)
+        return known
+    out = _comm_type(t, tok, default_group, file=file, line=line, field=field)
+    if len(_COMM_TYPES) < 1024:
+        _COMM_TYPES[t, default_group] = out
+    return out
+
+
+_COMM_TYPES: dict = {}  # (upper-case type, default group) -> parse_comm_type's answer
+
+
+def _comm_type(t: str, tok: str, default_group: GroupKind, *, file: str, line: int, field: str):
     if t in ("NONE", "NULL", "-"):
         return None
     group = default_group
@@ -177,6 +192,17 @@ def _phase(cols: list[str], start: int, default_group: GroupKind, process_ns: in
     return Phase(compute, Comm(kind, group, size, blocking, process_ns))
 
 
+def _phase_of(phases: dict[tuple, Phase], cols: list[str], start: int,
+              default_group: GroupKind, process_ns: int, file: str, line: int) -> Phase:
+    """:func:`_phase`, read once per distinct ``(column, tokens, process time)`` of a file
+    (phases are immutable: equal rows share one; a bad token fails where it first appears)."""
+    key = (start, cols[start], cols[start + 1], cols[start + 2], process_ns)
+    ph = phases.get(key)
+    if ph is None:
+        ph = phases[key] = _phase(cols, start, default_group, process_ns, file, line)
+    return ph
+
+
 def in_embedding_group(lay: Layer) -> Layer:
     """``embedding_grads`` with its all-reduce moved from the default TP group to Megatron's
     embedding group (first and last pipeline stage: the tied input/output embedding's gradient,
@@ -204,6 +230,7 @@ def read_aicb(text: str, file: str) -> Workload:
     else:
         assumptions.append("no row-count line after the header; counting the rows present")
     layers: list[Layer] = []
+    phases: dict[tuple, Phase] = {}  # a file repeats its rows once per microbatch: read once
     for idx in range(body_start, len(lines)):
         raw = lines[idx]
         if not raw.strip() or raw.lstrip().startswith("#"):
@@ -218,9 +245,9 @@ def read_aicb(text: str, file: str) -> Workload:
         process_ns = parse_int(cols[11], file=file, line=lineno, field=COLUMN_NAMES[11])
         layers.append(Layer(
             name=cols[0],
-            forward=_phase(cols, 2, GroupKind.TP, process_ns, file, lineno),
-            input_grad=_phase(cols, 5, GroupKind.TP, process_ns, file, lineno),
-            weight_grad=_phase(cols, 8, GroupKind.DP, process_ns, file, lineno),
+            forward=_phase_of(phases, cols, 2, GroupKind.TP, process_ns, file, lineno),
+            input_grad=_phase_of(phases, cols, 5, GroupKind.TP, process_ns, file, lineno),
+            weight_grad=_phase_of(phases, cols, 8, GroupKind.DP, process_ns, file, lineno),
             line=lineno,
         ))
     if not layers:

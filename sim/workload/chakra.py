@@ -18,9 +18,12 @@ the message): one ``GlobalMetadata``, then ``Node`` s. Two kinds of trace are re
   collective, over every rank (the DP group of a TP 1, PP 1 layout of as many ranks as files),
   blocking the node after it, or overlapping the one compute node after it when the node
   after both waits for the two. Refused, naming the file and node: any other collective the
-  next node does not wait for, memory, send/receive and host (``is_cpu_op``) nodes, process
-  groups other than simrun's, and ranks whose traces differ (simrun runs one representative
-  rank).
+  next node does not wait for, memory, send/receive and host (``is_cpu_op``) nodes other
+  than compute nodes, process groups other than simrun's, and ranks whose traces differ
+  (simrun runs one representative rank). Host compute nodes (``is_cpu_op`` true: the CPU-side
+  operators of a trace converted from PyTorch) take no GPU time: they are read as
+  dependencies only (a node depending on one depends on what it depends on), and the report
+  says how many.
 """
 
 from __future__ import annotations
@@ -165,7 +168,48 @@ def read_chakra(folder: str | Path) -> Workload:
     m = attrs(meta)
     if "simrun_layout" in m:
         return _simrun_workload(m, nodes, str(files[0]), str(folder), pb)
-    return _sequential_workload(nodes, str(files[0]), str(folder), len(files))
+    gpu, where = _without_host_nodes(nodes, str(files[0]), pb)
+    w = _sequential_workload(gpu, str(files[0]), str(folder), len(files), where)
+    if len(gpu) < len(nodes):
+        w.assumptions.append(f"Chakra trace: {len(nodes) - len(gpu)} host (is_cpu_op) compute "
+                             "nodes read as dependencies taking no GPU time")
+    return w
+
+
+#: the most nodes one host node's dependencies may resolve to
+MAX_HOST_DEPS = 10_000
+
+
+def _without_host_nodes(nodes, file: str, pb) -> tuple[list, list[int]]:
+    """The nodes without the host compute nodes (``is_cpu_op``: PyTorch's CPU-side operators in
+    a trace converted from PyTorch), and each kept node's position in the file. A host operator
+    takes no GPU time: a node that depends on one depends on what that one depends on."""
+    resolved: dict[int, list[int]] = {}
+    kept, where = [], []
+    for i, n in enumerate(nodes):
+        mine: dict[int, None] = {}
+        for d in (*n.data_deps, *n.ctrl_deps):
+            mine.update(dict.fromkeys(resolved.get(d, [d])))
+        if n.type == COMP and attrs(n).get("is_cpu_op"):
+            if len(mine) > MAX_HOST_DEPS:
+                raise InputError(f"a host node depending on over {MAX_HOST_DEPS} nodes",
+                                 file=file, field=f"node {i}")
+            resolved[n.id] = list(mine)
+            continue
+        if any(d in resolved for d in (*n.data_deps, *n.ctrl_deps)):
+            n = _with_deps(n, list(mine), pb)
+        kept.append(n)
+        where.append(i)
+    return kept, where
+
+
+def _with_deps(n, deps: list[int], pb):
+    copy = pb.Node()
+    copy.CopyFrom(n)
+    del copy.data_deps[:]
+    del copy.ctrl_deps[:]
+    copy.data_deps.extend(deps)
+    return copy
 
 
 def _comm(a: dict, file: str, where: str, group: GroupKind, pb) -> Comm:
@@ -230,9 +274,9 @@ def _simrun_workload(meta: dict, nodes, file: str, folder: str, pb) -> Workload:
                     [f"Chakra trace written by simrun: {len(layers)} rows per rank"])
 
 
-def _deps(nodes, file: str) -> list[set[int]]:
+def _deps(nodes, file: str, where: list[int]) -> list[set[int]]:
     """Per node, the positions of the nodes it depends on (data or control); a dependency on
-    a later or unknown node is refused."""
+    a later or unknown node is refused (``where``: each node's position in the file)."""
     pos = {n.id: i for i, n in enumerate(nodes)}
     out: list[set[int]] = []
     for i, n in enumerate(nodes):
@@ -240,7 +284,7 @@ def _deps(nodes, file: str) -> list[set[int]]:
         for d in (*n.data_deps, *n.ctrl_deps):
             if d not in pos or pos[d] >= i:
                 raise InputError(f"depends on node id {d}, which is not an earlier node",
-                                 file=file, field=f"node {i}")
+                                 file=file, field=f"node {where[i]}")
             mine.add(pos[d])
         out.append(mine)
     return out
@@ -255,13 +299,14 @@ def _overlaps_next(nodes, deps: list[set[int]], i: int) -> bool:
             and i not in deps[j] and deps[i] <= deps[j] and {i, j} <= deps[k])
 
 
-def _sequential_workload(nodes, file: str, folder: str, ranks: int) -> Workload:
+def _sequential_workload(nodes, file: str, folder: str, ranks: int,
+                         position: list[int]) -> Workload:
     pb = schema("--workload")
-    deps = _deps(nodes, file)
+    deps = _deps(nodes, file, position)
     layers: list[Layer] = []
     beside: Comm | None = None  # a collective that overlaps the next compute node
     for i, n in enumerate(nodes):
-        a, where = attrs(n), f"node {i}"
+        a, where = attrs(n), f"node {position[i]}"
         if a.get("is_cpu_op"):
             raise InputError("host (is_cpu_op) nodes are not modelled: simrun times GPU work",
                              file=file, field=where)

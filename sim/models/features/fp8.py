@@ -38,6 +38,8 @@ transposed, so Transformer Engine keeps two FP8 copies of every activation opera
   quantisation adds two single-thread kernels (amax zeroing, scale) and, for the operands
   gathered under sequence parallelism, a blocking TP all-reduce of the amax
   (:mod:`sim.models.features.fp8_current`); no amax history and no region reduction.
+  ``mxfp8`` (MXFP8 block scaling, TE ``MXFP8BlockScaling``, Bridge's "FP8-MX"; data-center
+  Blackwell only): see :mod:`sim.models.features.mxfp8`.
 
 Every kernel is a memory-bound :func:`~sim.models.vocab.ops.elementwise` op whose time the kernel
 table gives at the measured streaming bandwidth of the same bytes (:mod:`sim.kernels.lookup`),
@@ -48,15 +50,15 @@ from __future__ import annotations
 
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
-from sim.models.features import fp8_current
+from sim.models.features import fp8_current, mxfp8
 from sim.models.vocab.ops import Op, OpKind, elementwise
 from sim.models.vocab.rows import Block, Row
 from sim.parallel.config import Training
 
 #: Megatron-Core ``--fp8-recipe`` values simrun models; ``delayed`` is Megatron-Core's default
-RECIPES = ("delayed", "tensorwise")
-#: Megatron-Core's other recipes (block scaling): refused
-NOT_MODELLED = ("mxfp8", "blockwise")
+RECIPES = ("delayed", "tensorwise", mxfp8.RECIPE)
+#: Megatron-Core's other recipe (DeepSeek-style 128-element block scaling): refused
+NOT_MODELLED = ("blockwise",)
 DEFAULT_RECIPE = Training.fp8_recipe  # Megatron-Core's default, written once (Training)
 #: bytes read + written per element by each kernel (bf16 in, FP8 out)
 BYTES = {"fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2}
@@ -92,7 +94,10 @@ def check_recipe(recipe: str) -> None:
 
 
 def kernel(name: str, kind: str, rows: int, cols: int) -> Op:
-    """One cast/transpose/amax kernel over a ``rows × cols`` bf16 (or FP8) tensor."""
+    """One cast/transpose/amax kernel over a ``rows × cols`` bf16 (or FP8) tensor (MXFP8
+    kind: :data:`mxfp8.BYTES` counts sixteenths of a byte per element, for the E8M0 scales)."""
+    if kind in mxfp8.BYTES:
+        return elementwise(name, mxfp8.BYTES[kind] * rows * cols // 16, kind, (rows, cols))
     return elementwise(name, BYTES[kind] * rows * cols, kind, (rows, cols))
 
 
@@ -105,6 +110,8 @@ def operand_casts(name: str, rows: int, cols: int, recipe: str, *, norm_fused: b
     all-gathered in FP8 (transposed after the gather); ``tensors``: how many tensors TE
     quantises one by one (a grouped linear's experts: their current-scaling kernels)."""
     local = rows // t if gathered else rows
+    if recipe == mxfp8.RECIPE:  # one quantise kernel, both usages, on the local rows
+        return (kernel(f"{name}_mxfp8_quantize", mxfp8.QUANTIZE, local, cols),), ()
     fused = norm_fused and recipe == "delayed"  # the norm writes FP8 itself
     before: list[Op] = []
     if recipe == fp8_current.RECIPE:  # zero the amax, amax pass (unless the norm computes
@@ -126,6 +133,8 @@ def weight_casts(name: str, k: int, n: int, recipe: str, tensors: int = 1) -> tu
     weights of ``k / tensors`` rows for a grouped linear); current scaling: amax zeroing,
     amax pass and scale kernel first (no reduction: per TP shard)."""
     w = f"{name}_weight"
+    if recipe == mxfp8.RECIPE:
+        return (kernel(f"{w}_mxfp8_quantize", mxfp8.QUANTIZE, k, n),)
     amax = ((fp8_current.zero_op(w, tensors), kernel(f"{w}_amax", "fp8_amax", k, n),
              fp8_current.scale_op(w, tensors)) if recipe == fp8_current.RECIPE else ())
     return amax + (kernel(f"{w}_cast_transpose", "fp8_cast_transpose", k, n),)
@@ -227,6 +236,11 @@ def describe(recipe: str, sp: bool, fp8_weights: bool = False) -> str:
     says what happens to the weights)."""
     how = f"--fp8-recipe {recipe}" + (" (Megatron-Core's default)"
                                       if recipe == DEFAULT_RECIPE else "")
+    if recipe == mxfp8.RECIPE:
+        return (f"{how}: Transformer Engine quantisation per TE linear (qkv, proj, fc1, fc2) "
+                "and microbatch of the input activation (before the GEMM) and the output "
+                "gradient (before the dgrad GEMM), timed at the kernel table's streaming "
+                f"bandwidth for their bytes; {mxfp8.describe(sp)}; {_BF16_REST}")
     common = ("Transformer Engine FP8 casts per TE linear (qkv, proj, fc1, fc2) and microbatch, "
               "timed at the kernel table's streaming bandwidth for their bytes: input "
               "activation cast+transpose (2 B read, 1+1 B written per element), output "
@@ -255,8 +269,11 @@ def describe(recipe: str, sp: bool, fp8_weights: bool = False) -> str:
                    "gradients, quantised on the local rows before their FP8 all-gather, "
                    "all-reduce their 4-byte amax in the TP group (blocking the compute "
                    "stream) between the amax and the cast" if sp else ""))
-    return (f"{how}: {common}; {rec}; the output layer (Megatron-Core ColumnParallelLinear, "
-            "outside TE), attention, norms and activations stay bf16; MoE: the routed experts' "
-            "TE GroupedLinear (fc1, fc2) casts its input and output gradient over all token "
-            "copies (split_quantize; the tokens arrive in bf16, nothing gathered in FP8) and "
-            "each local expert's weight once; the router GEMM has no casts")
+    return f"{how}: {common}; {rec}; {_BF16_REST}"
+
+
+_BF16_REST = ("the output layer (Megatron-Core ColumnParallelLinear, outside TE), attention, "
+              "norms and activations stay bf16; MoE: the routed experts' TE GroupedLinear "
+              "(fc1, fc2) casts its input and output gradient over all token copies "
+              "(split_quantize; the tokens arrive in bf16, nothing gathered in FP8) and each "
+              "local expert's weight once; the router GEMM has no casts")

@@ -1,0 +1,87 @@
+"""simrun --job-config with a Megatron-Bridge ConfigContainer dump (Megatron-Bridge a9497c6b,
+its Llama 3 8B SFT recipe for GB200, fixture in tests/data/bridge with NOTICE): the real file
+is refused at its first key simrun does not model, naming file, line and key; with those keys
+changed to what simrun models it equals the --model flags it stands for, to the ns."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from sim.cli import main
+
+DATA = Path(__file__).parent / "data" / "bridge"
+L8 = DATA / "llama3_8b_sft_gb200_fp8_mx_v1.yaml"
+TOPO = ["--topo", "gb200-nvl72", "--gpus", "8"]  # the dump names no GPU count
+
+
+def _run(argv, tmp_path, name):
+    out = tmp_path / f"{name}.json"
+    assert main([*argv, "--quiet", "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def _variant(tmp_path, *changes):
+    text = L8.read_text()
+    for old, new in changes:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp_path / "variant.yaml"
+    path.write_text(text)
+    return path
+
+
+def _error(argv, capsys):
+    assert main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    return err[0]
+
+
+def test_the_real_dump_is_refused_at_its_mxfp8_recipe(capsys):
+    err = _error(["--job-config", str(L8), *TOPO], capsys)
+    assert "llama3_8b_sft_gb200_fp8_mx_v1.yaml:227: mixed_precision.fp8_recipe: not " \
+           "modelled: 'mxfp8'" in err
+
+
+# the two keys of the dump simrun does not model, set to what it models
+MODELLED = (("  fp8_recipe: mxfp8", "  fp8_recipe: delayed"),
+            ("  cross_entropy_loss_fusion: true", "  cross_entropy_loss_fusion: false"))
+
+
+def test_the_dump_with_delayed_scaling_equals_the_model_flags_to_the_ns(tmp_path):
+    dump = _run(["--job-config", str(_variant(tmp_path, *MODELLED)), *TOPO], tmp_path, "dump")
+    # the dump by hand: Llama 3 8B's sizes (32 layers, hidden 4096, ffn 14336, 32 heads, 8
+    # query groups, RMSNorm, rope, SwiGLU, no biases, untied, vocab 128256, dropout 0), the
+    # data set's 4096-token samples, TP 1 PP 1, MBS 1, GBS 8, bf16 with FP8 (e4m3, delayed)
+    # and FP8 parameters, distributed optimizer, no overlaps
+    spec = tmp_path / "llama3-8b-4k.yaml"
+    spec.write_text((ROOT / "workloads" / "models" / "llama3-8b.yaml").read_text()
+                    .replace("seq_len: 8192", "seq_len: 4096"))
+    flags = _run(["--model", str(spec), *TOPO, "--micro-batch", "1", "--global-batch", "8",
+                  "--dtype", "fp8", "--fp8-recipe", "delayed", "--fp8-param-gather",
+                  "--distributed-optimizer"], tmp_path, "flags")
+    assert dump["iteration_time_s"] == flags["iteration_time_s"]
+    applied, irrelevant, stated = [a for a in dump["assumptions"] if a.startswith("job config")]
+    for key in ("model.num_layers", "model.activation_func", "dataset.seq_length",
+                "mixed_precision.fp8_recipe", "train.global_batch_size"):
+        assert key in applied
+    for key in ("checkpoint.save_interval", "scheduler.lr_warmup_iters", "optimizer.lr",
+                "model.moe_router_topk", "ddp.overlap_grad_reduce"):
+        assert key in irrelevant
+    assert "model.attention_softmax_in_fp32" in stated
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    (("  num_layers: 32", "  num_layers: thirty"), ":439: model.num_layers: expected a "
+                                                     "positive integer"),
+    (("  cuda_graph_impl: none", "  cuda_graph_impl: local"),
+     ":283: model.cuda_graph_impl: not modelled with the value 'local'"),
+    (("  qk_l2_norm: false", "  qk_l2_norm: true"), ":467: model.qk_l2_norm: not modelled: "
+                                                    "True is not Megatron's default"),
+    (("  optimizer: adam", "  optimizer: muon"), ":586: optimizer.optimizer: not modelled"),
+])
+def test_bad_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, change, where):
+    path = _variant(tmp_path, *MODELLED, change)
+    assert f"{path}{where}" in _error(["--job-config", str(path), *TOPO], capsys)
