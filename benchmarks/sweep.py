@@ -5,16 +5,20 @@ The question (256 H100, Llama 3 70B, global batch 1024, sequence 8192: which lay
 and fits?) as one sweep over every valid TP × PP × VPP × CP × micro batch × schedule ×
 recomputation, with sequence parallelism and the distributed optimizer. The sweep runs as one
 ``python -m sim.cli sweep`` process with ``--workers`` local workers (the periodic shortcut on,
-the default); then the top ``--check`` layouts are simulated again in full (every microbatch,
-``periodic=False``) in this process and compared field by field.
+the default), best-first (``--best 5``: simulated in the order of the proven lower bound until
+the top 5 are proven, docs/sweeps.md) unless ``--exhaustive``; then the top ``--check``
+layouts are simulated again in full (every microbatch, ``periodic=False``) in this process and
+compared field by field.
 
-    python benchmarks/sweep.py                # the whole space (long on 2 cores)
+    python benchmarks/sweep.py                # the whole space, --best 5
+    python benchmarks/sweep.py --exhaustive   # every feasible layout simulated (long)
     python benchmarks/sweep.py --quick        # TP 8, PP 4/8, CP 1/2, 1F1B/interleaved
     python benchmarks/sweep.py --json out.json
 
-Printed: valid layouts, how many the memory check decided, how many were simulated, wall
-seconds of the sweep process, layouts per second (valid layouts / wall; and
-simulated layouts / wall), and the top-``--check`` equality.
+Printed: valid layouts, how many the memory check decided, how many were simulated and
+pruned, wall seconds of the sweep process and the CPU seconds of its processes (the machine
+may be shared: CPU time is what the sweep itself used), layouts per second (valid layouts /
+wall; and simulated layouts / wall), and the top-``--check`` equality.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,18 +45,23 @@ COMPARED = ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble
             "events", "memory_per_gpu_bytes")
 
 
-def run_sweep(space: list[str], workers: int, out: Path) -> dict:
-    """One sweep process: its wall seconds and results."""
+def run_sweep(space: list[str], workers: int, out: Path, best: int | None = 5) -> dict:
+    """One sweep process: its wall seconds, CPU seconds and results."""
     cmd = [sys.executable, "-m", "sim.cli", "sweep", *BASE, *space, "--workers", str(workers),
            "--out", str(out), "--no-plot", "--no-progress", "--quiet"]
+    if best:
+        cmd += ["--best", str(best)]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if proc.returncode:
         raise SystemExit(f"sweep failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     data = json.loads((out / "results.json").read_text())
-    return {"wall_s": wall, "data": data, "stderr": proc.stderr}
+    return {"wall_s": wall, "cpu_s": cpu, "data": data, "stderr": proc.stderr}
 
 
 def check_top(data: dict, n: int) -> list[dict]:
@@ -93,18 +103,23 @@ def _schedule_of(key: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the small space (see the module)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="simulate every feasible layout (default: --best 5)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--check", type=int, default=5, help="top layouts checked in full")
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        got = run_sweep(QUICK if args.quick else FULL, args.workers, Path(tmp) / "s")
+        got = run_sweep(QUICK if args.quick else FULL, args.workers, Path(tmp) / "s",
+                        None if args.exhaustive else args.check)
     data = got["data"]
     simulated = data["ok"] + data.get("inapplicable", 0) + data["errors"]
     top = check_top(data, args.check)
     res = {"space": "quick" if args.quick else "full", "workers": args.workers,
            "valid_layouts": data["layouts"], "infeasible": data["infeasible"],
-           "simulated": simulated, "wall_s": round(got["wall_s"], 1),
+           "mode": "exhaustive" if args.exhaustive else f"--best {args.check}",
+           "simulated": simulated, "pruned": data.get("pruned", 0),
+           "wall_s": round(got["wall_s"], 1), "cpu_s": round(got["cpu_s"], 1),
            "layouts_per_s": round(data["layouts"] / got["wall_s"], 2),
            "simulated_per_s": round(simulated / got["wall_s"], 3),
            "top": top, "top_equal_full": all(t["equal"] for t in top)}

@@ -32,9 +32,9 @@ def test_sweep_on_a_real_local_dask_cluster(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 0
         assert f"on Dask cluster at {cluster.scheduler_address} (2 workers)" in err
-        # the scheduler ran one task per layout the memory check did not decide (its
-        # transition log names them: the 5 feasible ones; the 3 that do not fit are decided
-        # in the sweep process, never sent) and released them all afterwards
+        # the scheduler ran one simulation task per layout the memory check did not decide
+        # (its transition log names them: the 5 feasible ones; the 3 that do not fit are
+        # decided by the early pass, never simulated) and released them all afterwards
         with distributed.Client(cluster) as probe:
             keys = probe.run_on_scheduler(lambda dask_scheduler: sorted(
                 {str(t[0]).rsplit("-tp", 1)[1] for t in dask_scheduler.transition_log

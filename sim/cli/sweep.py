@@ -130,6 +130,11 @@ def build_parser() -> Parser:
                    help="simulate every microbatch of every layout (default: where a layout's "
                         "pipeline is periodic, three short runs extrapolated exactly; "
                         "docs/sweeps.md)")
+    g.add_argument("--best", type=positive_int, metavar="K",
+                   help="best-first: simulate the layouts in the order of a proven lower bound "
+                        "on their iteration time and stop once the first K of the ranking are "
+                        "proven; the others are 'pruned' rows with their bound (default: "
+                        "simulate every layout; docs/sweeps.md)")
     g.add_argument("--show-infeasible", action="store_true",
                    help="list every infeasible or failed layout in the table (default: one "
                         "line per status)")
@@ -204,7 +209,7 @@ def sweep_options(args: argparse.Namespace, given: set[str] | None = None) -> Sw
         workers=args.workers, scheduler=args.scheduler,
         scheduler_timeout_s=args.scheduler_timeout, limit=args.limit, top=args.top,
         memory_headroom_gb=args.memory_headroom, show_infeasible=args.show_infeasible,
-        periodic=not args.full_simulation,
+        periodic=not args.full_simulation, best=args.best,
         plot=not args.no_plot, progress=not args.no_progress, quiet=args.quiet,
         simulation=simulation_options(args),
         compute=ComputeOptions(args.kernel_table, args.compute_efficiency,

@@ -191,9 +191,26 @@ class Timer:
     roofline_ns: float = 0.0
     hows: dict[str, float] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
+    # op_ns answers by (op, dtype): a model's layers repeat the same operators, and the answer
+    # depends only on them and on this timer's fixed fields (the tallies are kept by ops_ns)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
         """Time of ``op`` (ns) and its source: ``"roofline"`` or how the table answered."""
+        got = self._memo.get((op, dtype))
+        if got is None:
+            got = self._memo[op, dtype] = self._op_ns(op, dtype)
+        return got
+
+    def cached(self, key: tuple, make):
+        """``make()``, computed once per ``key`` for this timer (what depends only on the
+        operators and this timer: :func:`sim.models.launches.phase_launches`)."""
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = make()
+        return got
+
+    def _op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
         dtype = op.dtype or dtype
         hit = self._hit(op, dtype) if self.lookup else None
         if hit is None:

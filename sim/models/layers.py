@@ -13,6 +13,7 @@ bytes, 2; masks 1 byte per element). Sizes are per GPU and per microbatch.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from sim.comm import CollKind
 from sim.models.features import eager, fp8, fp8_current, qk_norm, rope, tp_async, tp_overlap
@@ -169,6 +170,17 @@ def attention_core(par: ParallelConfig, dm: Dims, dropout: bool = True) -> tuple
 def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
                            index: int) -> list[Row]:
     """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
+    moe_layer = model.moe is not None and index >= model.moe.dense_layers
+    return [replace(r, name=f"layer{index}_{r.name}", tags={**r.tags, "layer": index})
+            for r in _layer_rows(model, par, dm, moe_layer)]
+
+
+@lru_cache(maxsize=64)
+def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
+                ) -> tuple[Row, ...]:
+    """The rows of every dense (``moe_layer`` false) or every MoE layer, before
+    :func:`transformer_layer_rows` names them after their layer: they depend on nothing else
+    (cached: a model's layers repeat; the rows are copied, never shared)."""
     n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
     qh = dm.q_width  # heads·kv_channels: h unless the spec sets kv_channels
     qkv_out = qh + 2 * dm.kvh
@@ -204,7 +216,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f, residual=res)
     mlp_norm.ig = mlp_norm.ig + bda1_b
     items.append(mlp_norm)
-    if model.moe is None or index < model.moe.dense_layers:
+    if not moe_layer:
         items += _dense_mlp(model, dm)
     else:
         fs = model.moe.shared_ffn_hidden
@@ -224,7 +236,6 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
     rows = eager.apply(rows_from_items(items), par, dm)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
-    moe_layer = model.moe is not None and index >= model.moe.dense_layers
     if par.tp_comm_overlap:
         tp_overlap.apply(rows, moe=moe_layer)
     elif tp_async.applies(par):
@@ -233,10 +244,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
         rows = fp8_current.reduction_rows(rows, par.fp8_recipe, dm.sp, t)
     if par.recompute == "full":
         rows += recompute_rows(rows)
-    for r in rows:
-        r.name = f"layer{index}_{r.name}"
-        r.tags["layer"] = index
-    return rows
+    return tuple(rows)
 
 
 def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "") -> list[Block | Conj]:

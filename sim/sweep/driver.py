@@ -32,7 +32,8 @@ from sim.runtime import progress
 from sim.runtime.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.model_run import with_ep_nodes, with_training_overrides
-from sim.sweep.evaluate import SweepContext, infeasible_row
+from sim.sweep.best import BestFirst, backend_of, early_pass, list_layouts
+from sim.sweep.evaluate import SweepContext
 from sim.sweep.output import (
     DEFAULT_HEADROOM_GB,
     headroom_summary,
@@ -59,9 +60,12 @@ class SweepOptions:
     address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now (``0``: count
     and list the layouts with their memory, simulate none); ``top`` rows in the table;
     ``periodic`` the periodic shortcut (:mod:`sim.sweep.periodic`; off: every layout's full
-    run); ``memory_headroom_gb`` the margin below capacity under which a layout is flagged
-    and ranked after those with the margin; ``show_infeasible`` one table line per
-    infeasible layout; ``plot``, ``progress``, ``quiet`` (no table) for the outputs.
+    run); ``best`` ``K``: simulate in the order of a lower bound on the iteration time until
+    the first ``K`` of the ranking are proven, the others ``pruned`` (:mod:`sim.sweep.best`;
+    ``None``: simulate every layout); ``memory_headroom_gb`` the margin below capacity
+    under which a layout is flagged and ranked after those with the margin;
+    ``show_infeasible`` one table line per infeasible layout; ``plot``, ``progress``,
+    ``quiet`` (no table) for the outputs.
     As in a single run: ``simulation`` the engine options (interference, host dispatch,
     watchdog; its placement is ``placement``), ``compute`` the compute model's options,
     ``overrides`` the ``--set KEY=VALUE`` topology what-ifs; ``given`` the flags whose
@@ -90,6 +94,7 @@ class SweepOptions:
     memory_headroom_gb: float = DEFAULT_HEADROOM_GB
     show_infeasible: bool = False
     periodic: bool = True
+    best: int | None = None
     plot: bool = True
     progress: bool = True
     quiet: bool = False
@@ -207,15 +212,21 @@ def run_sweep(opts: SweepOptions) -> int:
                        periodic=opts.periodic)
     headroom = int(opts.memory_headroom_gb * 1e9)
     if opts.limit == 0:
-        return _list_layouts(ctx, layouts, skipped, headroom)
+        return list_layouts(ctx, layouts, skipped, headroom, backend_of(opts))
     out = Path(opts.out or f"sweep-{model.name}-{gpus}gpu")
     settings = settings_of(opts, model, topo, gpus)
     store = ResultStore(out)
     done = store.open(settings, resume=opts.resume, overwrite=opts.overwrite)
     t0 = time.perf_counter()
-    backend, ran = _run_pending(opts, ctx, gpus, layouts, skipped, store, done, out)
+    backend, ran, order = _run_pending(opts, ctx, gpus, layouts, skipped, store, done, out)
     wall = time.perf_counter() - t0
-    rows = ranked((done[lay.key] for lay in layouts if lay.key in done), headroom)
+    final = {lay.key: done[lay.key] for lay in layouts if lay.key in done}
+    pruned = 0
+    if order is not None:  # best-first: the candidates after the proving prefix are pruned
+        cands, pruned = order.final({k: final[k] for k in order.order if k in final},
+                                    {lay.key: lay for lay in layouts})
+        final.update(cands)
+    rows = ranked(final.values(), headroom)
     complete = len(rows) == len(layouts)
     ok = [r for r in rows if r["status"] == "ok"]
     gb = opts.training.global_batch
@@ -230,6 +241,7 @@ def run_sweep(opts: SweepOptions) -> int:
         **({"inapplicable": n} if (n := sum(r["status"] == "inapplicable" for r in rows))
            else {}),
         "errors": sum(r["status"] == "error" for r in rows),
+        **({"pruned": pruned, "best_k": opts.best} if order is not None else {}),
         "best": ok[0]["layout"] if ok else None,
         "skipped_invalid": [{"layout": k, "reason": r} for k, r in skipped],
         **headroom_summary(rows, opts.memory_headroom_gb),
@@ -244,29 +256,10 @@ def run_sweep(opts: SweepOptions) -> int:
                                 show_infeasible=opts.show_infeasible):
             print("  " + line)
     print(f"ran {plural(ran, 'layout')} in {wall:.1f} s on {backend}; "
+          + (f"{plural(pruned, 'layout')} pruned by the lower bound (--best {opts.best}); "
+             if order is not None else "") +
           f"{'complete' if complete else f'{len(rows)} of {len(layouts)} done (--resume)'}; "
           f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
-    return 0
-
-
-def _list_layouts(ctx: SweepContext, layouts, skipped: list[tuple[str, str]],
-                  headroom: int) -> int:
-    """``--limit 0``: count the valid layouts and list each with its memory (the early
-    feasibility pass only: nothing is simulated or written)."""
-    rows = [infeasible_row(ctx, lay, keep=True) for lay in layouts]
-    n_bad = sum(r["status"] != "fits" for r in rows)
-    tight = sum(r["status"] == "fits" and r["memory_capacity_bytes"]
-                - r["memory_per_gpu_bytes"] < headroom for r in rows)
-    print(f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
-          f"skipped as invalid): {len(rows) - n_bad} fit in memory ({tight} within the "
-          f"{headroom / 1e9:g} GB headroom), {n_bad} do not; nothing simulated (--limit 0)")
-    for r in rows:
-        mem = r.get("memory_per_gpu_bytes")
-        gb = "" if mem is None else f"{mem / 1e9:6.1f} GB"
-        flag = r["status"]
-        if flag == "fits" and r["memory_capacity_bytes"] - mem < headroom:
-            flag = "fits, within headroom"
-        print(f"  {r['layout']:<44} {r.get('microbatches', ''):>5} microbatches  {gb}  {flag}")
     return 0
 
 
@@ -308,17 +301,16 @@ def _refuse_no_layout(skipped: list[tuple[str, str]], given: frozenset[str]) -> 
 
 def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
                  skipped: list[tuple[str, str]],
-                 store: ResultStore, done: dict[str, Any], out: Path) -> tuple[str, int]:
+                 store: ResultStore, done: dict[str, Any], out: Path
+                 ) -> tuple[str, int, BestFirst | None]:
     """Simulate the layouts not yet in ``done`` (at most ``opts.limit``), appending each row
-    to ``store`` as it comes; returns the backend's description and how many ran."""
+    to ``store`` as it comes; returns the backend's description, how many ran and (``--best``)
+    the best-first order."""
     keys = {lay.key for lay in layouts}
     already = sum(1 for k in done if k in keys)
     pending = [lay for lay in layouts if lay.key not in done]
     if opts.limit:
         pending = pending[:opts.limit]
-    # the early feasibility pass: a layout whose memory check decides it is a result at once,
-    # only the others are simulated (on the workers)
-    decided = {lay.key: row for lay in pending if (row := infeasible_row(ctx, lay)) is not None}
     err = sys.stderr
     print(f"sweep {ctx.model.name} on {gpus} GPUs of {ctx.topology.name}: "
           f"{plural(len(layouts), 'valid layout')} ({plural(len(skipped), 'combination')} "
@@ -327,13 +319,34 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
     for flag, reasons in _by_flag(skipped, opts.given).items():  # never silently
         print(f"  {flag} does not apply to {plural(len(reasons), 'layout')}, skipped (e.g. "
               f"{reasons[0]}; each reason in results.json)", file=err)
+    # the early feasibility pass (on the workers): a layout whose memory check decides it is
+    # a result at once, only the others are simulated; best-first, with the lower bound of
+    # every candidate (also those simulated before a --resume: they take part in the proof)
+    best = opts.best is not None
+    targets = ([lay for lay in layouts if done.get(lay.key, {}).get("status", "ok") == "ok"]
+               if best else pending)
+    pre = early_pass(ctx, targets, best, **backend_of(opts))
+    decided = {lay.key: pre[lay.key] for lay in pending if pre[lay.key]["status"] != "fits"}
+    todo = [lay for lay in pending if lay.key not in decided]
+    order, stop = None, None
+    if best:
+        order = BestFirst({k: r for k, r in pre.items() if r["status"] == "fits"}, opts.best,
+                          int(opts.memory_headroom_gb * 1e9))
+        at = {k: i for i, k in enumerate(order.order)}
+        todo = sorted((lay for lay in layouts if lay.key in at and lay.key not in done),
+                      key=lambda lay: at[lay.key])[:opts.limit or None]
+
+        def stop(n: int) -> bool:  # the next candidate to start is todo[n]
+            return n >= len(todo) or order.stop_before(done, at[todo[n].key])
     # a bar only on a terminal (never in pipes, files or CI logs), after 2 s like the run's and
     # validate's progress line (sim/runtime/progress.py), and closed before any message
     bar = tqdm(total=len(layouts), initial=already, desc="sweep", unit="layout", file=err,
                disable=not opts.progress or not err.isatty(), delay=progress.DELAY_S, leave=False,
                mininterval=0.5, dynamic_ncols=True)
+    ran = [0]
 
     def on_result(row: dict[str, Any]) -> None:
+        ran[0] += 1
         store.append(row)
         done[row["layout"]] = row
         bar.update(1)
@@ -344,11 +357,12 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
               "simulated)", file=err)
     for row in decided.values():
         on_result(row)
+    if order is not None:
+        print(f"  {plural(len(order.order), 'layout')} fit: simulated in the order of their lower "
+              f"bound until the first {opts.best} of the ranking are proven (--best)", file=err)
     previous = _raise_on_sigterm()
     try:
-        backend = run_tasks(ctx, [lay for lay in pending if lay.key not in decided], on_result,
-                            workers=opts.workers,
-                            scheduler=opts.scheduler, connect_timeout_s=opts.scheduler_timeout_s)
+        backend = run_tasks(ctx, todo, on_result, stop=stop, **backend_of(opts))
     except KeyboardInterrupt:
         bar.close()
         store.close()
@@ -360,7 +374,7 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
         bar.close()  # before any error message, so it is never drawn inside the bar
         _restore_sigterm(previous)
     store.close()
-    return backend, len(pending)
+    return backend, ran[0], order
 
 
 def _raise_on_sigterm():

@@ -86,9 +86,14 @@ def evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
     try:
         row.update(_evaluate(ctx, layout, memory_only))
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
-        row.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        row.update(status="error", reason=error_text(exc))
     row["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return row
+
+
+def error_text(exc: Exception) -> str:
+    """An error row's reason: the exception's type and message on one line."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def memory_row(ctx: SweepContext, layout: SweepPoint) -> tuple[dict[str, Any], Any]:

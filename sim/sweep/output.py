@@ -21,7 +21,9 @@ from sim.sweep.evaluate import GROUPS
 from sim.words import plural
 
 SCHEMA = "simrun.sweep/1"
-STATUS_ORDER = {"ok": 0, "infeasible": 1, "inapplicable": 2, "error": 3}
+STATUS_ORDER = {"ok": 0, "pruned": 1, "infeasible": 2, "inapplicable": 3, "error": 4}
+"""``pruned``: feasible, not simulated: its lower bound cannot beat the ``--best`` K-th
+(:mod:`sim.sweep.best`)."""
 COLUMNS = ("rank", "layout", "status", "tp", "pp", "dp", "vpp", "ep", "micro_batch",
            "microbatches", "schedule", "iteration_time_s", "tokens_per_s", "tflops_per_gpu",
            "mfu", "memory_per_gpu_bytes", "memory_capacity_bytes", "bubble_fraction",
@@ -105,7 +107,9 @@ def write_outputs(directory: Path, rows: list[dict[str, Any]], summary: dict[str
         # matplotlib (behind sim.viz.breakdown) is loaded only when plots are asked for
         from sim.viz.breakdown import plot_sweep, plot_sweep_heatmap
 
-        plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows]
+        # pruned layouts (--best) were not simulated: neither ranked nor infeasible
+        plot_rows = [{**r, "feasible": r["status"] == "ok"} for r in rows
+                     if r["status"] != "pruned"]
         title = summary.get("title", "")
         plot_sweep(plot_rows, directory / "ranking.png", title=title, flag="--out")
         plot_sweep_heatmap(plot_rows, directory / "heatmap.png", x="tp", y="pp", flag="--out",
@@ -172,7 +176,15 @@ def table_lines(rows: list[dict[str, Any]], *, top: int | None = None,
         return lines
     for status in STATUS_ORDER:
         these = [r for r in bad if r["status"] == status]
-        if these:
+        if these and status == "pruned":
+            low = min(r["lower_bound_s"] for r in these)
+            kth = next(r for r in ok if r["layout"] == these[0]["pruned_by"])
+            lines.append(f"{plural(len(these), 'feasible layout')} pruned, not simulated: "
+                         f"lower bounds of {low:.3f} s and more, none can rank among the "
+                         f"first {kth['rank']} (rank {kth['rank']}: {kth['layout']}, "
+                         f"{kth['iteration_time_s']:.3f} s); "
+                         "--show-infeasible lists them, results.csv has each bound")
+        elif these:
             lines.append(f"{plural(len(these), 'layout')} {status} (e.g. {these[0]['layout']}: "
                          f"{_short(these[0].get('reason', ''))}); --show-infeasible lists them, "
                          "results.csv has each reason")

@@ -17,6 +17,7 @@ with the main process, however it ends (:func:`_worker_init`).
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import select
@@ -50,21 +51,42 @@ def _lost(layout: SweepPoint, exc: BaseException) -> Row:
     return row
 
 
+Task = Callable[[SweepContext, SweepPoint], Row]
+Stop = Callable[[int], bool]
+
+
 def run_tasks(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
               *, workers: int | None = None, scheduler: str | None = None,
-              connect_timeout_s: float = 10.0) -> str:
-    """Evaluate ``layouts``; returns a description of the back end used (for the output).
-    ``connect_timeout_s``: how long to try to reach the Dask scheduler."""
+              connect_timeout_s: float = 10.0, task: Task = evaluate,
+              stop: Stop | None = None) -> str:
+    """Run ``task`` (a module-level function; default :func:`evaluate`) on ``layouts``;
+    returns a description of the back end used (for the output). ``connect_timeout_s``: how
+    long to try to reach the Dask scheduler. ``stop``: layouts are started in order, at most
+    one per worker at a time, only while ``stop(n)`` is false, ``n`` the layouts started so
+    far (checked before each; the running ones finish); ``None``: all of them, queued at
+    once."""
     if not layouts:
         return "nothing to run"
     if scheduler:
-        return _run_dask(ctx, layouts, on_result, scheduler, connect_timeout_s)
+        return _run_dask(ctx, layouts, on_result, scheduler, connect_timeout_s, task, stop)
     n = min(workers or default_workers(), len(layouts))
     if n <= 1:
-        for lay in layouts:
-            on_result(evaluate(ctx, lay))
+        for i, lay in enumerate(layouts):
+            if stop is not None and stop(i):
+                break
+            on_result(task(ctx, lay))
         return "in-process (1 worker)"
-    return _run_pool(ctx, layouts, on_result, n)
+    return _run_pool(ctx, layouts, on_result, n, task, stop)
+
+
+_SHARED: list[SweepContext] = []
+"""A local worker's :class:`SweepContext`, received once when the worker starts (not with
+every task): what the tasks of one sweep share stays built between them (the kernel table's
+fitted attention model, :class:`~sim.kernels.lookup.TableLookup`'s caches)."""
+
+
+def _shared_task(task: Task, layout: SweepPoint) -> Row:
+    return task(_SHARED[0], layout)
 
 
 def _mp_context():
@@ -72,18 +94,26 @@ def _mp_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def worker_pool(n: int):
+def worker_pool(n: int, ctx: SweepContext | None = None):
     """A pool of ``n`` local worker processes that ignore Ctrl-C and end with this process
-    (:func:`_worker_init`); on an interrupt, end it with :func:`stop_pool`."""
+    (:func:`_worker_init`); on an interrupt, end it with :func:`stop_pool`. ``ctx``: the
+    context each worker keeps for :func:`_shared_task`."""
     return ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
-                               initializer=_worker_init, initargs=(os.getpid(),))
+                               initializer=_worker_init, initargs=(os.getpid(), ctx))
 
 
 def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
-              n: int) -> str:
-    pool = worker_pool(n)
+              n: int, task: Task = evaluate, stop: Stop | None = None) -> str:
+    pool = worker_pool(n, ctx)
     try:
-        futures = {pool.submit(evaluate, ctx, lay): lay for lay in layouts}
+        queue = iter(layouts)
+        futures: dict = {}
+
+        def submit(count: int) -> None:
+            for lay in itertools.islice(queue, count):
+                futures[pool.submit(_shared_task, task, lay)] = lay
+
+        submit(len(layouts) if stop is None else n)
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -93,6 +123,13 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
                 except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool
                     row = _lost(futures[fut], exc)
                 on_result(row)
+            if stop is not None:
+                before = set(futures)
+                for _ in done:
+                    if stop(len(futures)):
+                        break
+                    submit(1)
+                pending |= set(futures) - before
     except BaseException:
         stop_pool(pool)
         raise
@@ -100,13 +137,15 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
     return f"local process pool ({n} workers)"
 
 
-def _worker_init(parent_pid: int) -> None:
+def _worker_init(parent_pid: int, ctx: SweepContext | None = None) -> None:
     """Worker initializer. Ctrl-C reaches the whole process group; only the parent handles it
     (and then ends the workers), so the workers ignore it and print no tracebacks. And a worker
     ends as soon as the sweep's main process does, however it ended (even ``kill -9``): else
     the workers, the forkserver (kept alive by the workers) and the resource tracker would
     outlive it, holding the caller's stdout and stderr open."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if ctx is not None:
+        _SHARED[:] = [ctx]
     threading.Thread(target=_exit_with, args=(parent_pid,), name="simrun-parent-watch",
                      daemon=True).start()
 
@@ -152,7 +191,8 @@ DASK_MISSING = ("a Dask cluster needs the optional 'dask' extra, which is not in
 
 
 def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
-              address: str, timeout_s: float) -> str:
+              address: str, timeout_s: float, task: Task = evaluate,
+              stop: Stop | None = None) -> str:
     try:
         # dask is a heavy import, needed only for sweeps on a cluster
         from distributed import Client, as_completed
@@ -168,11 +208,22 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
         nworkers = len(client.scheduler_info().get("workers", {}))
         shared = client.scatter(ctx, broadcast=True)
         token = uuid.uuid4().hex[:12]  # unique task keys: a long-lived cluster caches by key
-        for lay in layouts:
-            fut = client.submit(evaluate, shared, lay, key=f"simrun-sweep-{token}-{lay.key}",
-                                pure=False)
-            futures[fut.key] = (fut, lay)
-        for fut in as_completed([f for f, _ in futures.values()], loop=client.loop):
+        # simulations are simrun-sweep-…; the early pass's tasks are named after their function
+        kind = "simrun-sweep" if task is evaluate else f"simrun-{task.__name__}"
+        queue = iter(layouts)
+
+        def submit(count: int) -> list:
+            out = []
+            for lay in itertools.islice(queue, count):
+                fut = client.submit(task, shared, lay, key=f"{kind}-{token}-{lay.key}",
+                                    pure=False)
+                futures[fut.key] = (fut, lay)
+                out.append(fut)
+            return out
+
+        running = as_completed(submit(len(layouts) if stop is None else max(nworkers, 1)),
+                               loop=client.loop)
+        for fut in running:
             lay = futures[fut.key][1]
             try:
                 row = fut.result()
@@ -180,6 +231,9 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
                 row = _lost(lay, exc)
             on_result(row)
             fut.release()
+            if stop is not None and not stop(len(futures)):
+                for more in submit(1):
+                    running.add(more)
     except BaseException:
         client.cancel([f for f, _ in futures.values()])
         raise
