@@ -104,7 +104,7 @@ def test_the_compute_line_says_table_or_roofline_by_share(tmp_path, capsys):
     assert want in text
     shown = text.split("assumptions that matter most")[1]
     assert "compute time per iteration summed over stages: " \
-           f"{src['kernel_table'] * 100:.1f}% from the measured kernel table" in shown
+           f"{src['kernel_table'] * 100:.1f}% from the kernel table" in shown
     assert "compute model (H100): roofline per operator" not in shown
 
 

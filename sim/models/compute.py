@@ -250,7 +250,7 @@ class Timer:
         if total <= 0:
             return Assumption("compute time: none", "compute-time")
         ways = ", ".join(f"{how} {t / total:.1%}" for how, t in sorted(self.hows.items()))
-        table = (f"{self.table_ns / total:.1%} from the measured kernel table "
+        table = (f"{self.table_ns / total:.1%} from the kernel table "
                  f"({self.table_ns / 1e6:.3f} ms: {ways or 'none'})")
         roof = (f"{self.roofline_ns / total:.1%} from the roofline "
                 f"({self.roofline_ns / 1e6:.3f} ms, the compute model's efficiencies)")
