@@ -49,13 +49,20 @@ def test_the_dump_in_mxfp8_equals_the_model_flags_to_the_ns(tmp_path):
     """Only the fused cross entropy turned off: the dump's own MXFP8 recipe runs, as
     ``--fp8-recipe mxfp8`` with the same flags as the delayed-scaling test below."""
     dump = _run(["--job-config", str(_variant(tmp_path, MODELLED[1])), *TOPO], tmp_path, "mx")
+    assert dump["iteration_time_s"] == _by_hand(tmp_path, "mxfp8")["iteration_time_s"]
+
+
+def _by_hand(tmp_path, recipe: str) -> dict:
+    """The dump by hand: Llama 3 8B's sizes (32 layers, hidden 4096, ffn 14336, 32 heads, 8
+    query groups, RMSNorm, rope, SwiGLU, no biases, untied, vocab 128256, dropout 0), the data
+    set's 4096-token samples, TP 1 PP 1, MBS 1, GBS 8, bf16 with FP8 (e4m3, ``recipe``) and
+    FP8 parameters, distributed optimizer, no overlaps."""
     spec = tmp_path / "llama3-8b-4k.yaml"
     spec.write_text((ROOT / "workloads" / "models" / "llama3-8b.yaml").read_text()
                     .replace("seq_len: 8192", "seq_len: 4096"))
-    flags = _run(["--model", str(spec), *TOPO, "--micro-batch", "1", "--global-batch", "8",
-                  "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--fp8-param-gather",
-                  "--distributed-optimizer"], tmp_path, "mxflags")
-    assert dump["iteration_time_s"] == flags["iteration_time_s"]
+    return _run(["--model", str(spec), *TOPO, "--micro-batch", "1", "--global-batch", "8",
+                 "--dtype", "fp8", "--fp8-recipe", recipe, "--fp8-param-gather",
+                 "--distributed-optimizer"], tmp_path, f"flags-{recipe}")
 
 
 # the dump's FP8 recipe set to delayed scaling, and the key simrun does not model set to what
@@ -66,17 +73,7 @@ MODELLED = (("  fp8_recipe: mxfp8", "  fp8_recipe: delayed"),
 
 def test_the_dump_with_delayed_scaling_equals_the_model_flags_to_the_ns(tmp_path):
     dump = _run(["--job-config", str(_variant(tmp_path, *MODELLED)), *TOPO], tmp_path, "dump")
-    # the dump by hand: Llama 3 8B's sizes (32 layers, hidden 4096, ffn 14336, 32 heads, 8
-    # query groups, RMSNorm, rope, SwiGLU, no biases, untied, vocab 128256, dropout 0), the
-    # data set's 4096-token samples, TP 1 PP 1, MBS 1, GBS 8, bf16 with FP8 (e4m3, delayed)
-    # and FP8 parameters, distributed optimizer, no overlaps
-    spec = tmp_path / "llama3-8b-4k.yaml"
-    spec.write_text((ROOT / "workloads" / "models" / "llama3-8b.yaml").read_text()
-                    .replace("seq_len: 8192", "seq_len: 4096"))
-    flags = _run(["--model", str(spec), *TOPO, "--micro-batch", "1", "--global-batch", "8",
-                  "--dtype", "fp8", "--fp8-recipe", "delayed", "--fp8-param-gather",
-                  "--distributed-optimizer"], tmp_path, "flags")
-    assert dump["iteration_time_s"] == flags["iteration_time_s"]
+    assert dump["iteration_time_s"] == _by_hand(tmp_path, "delayed")["iteration_time_s"]
     applied, irrelevant, stated = [a for a in dump["assumptions"] if a.startswith("job config")]
     for key in ("model.num_layers", "model.activation_func", "dataset.seq_length",
                 "mixed_precision.fp8_recipe", "train.global_batch_size"):
