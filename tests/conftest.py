@@ -60,3 +60,14 @@ def uniform_program(p: int, m: int, f_ns: int, b_ns: int, *, v: int = 1, schedul
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+def run_json(argv, tmp_path, name):
+    """``simrun ARGV --quiet --json tmp_path/NAME.json``: exit 0, and the report it wrote."""
+    import json
+
+    from sim.cli import main
+
+    out = tmp_path / f"{name}.json"
+    assert main([*argv, "--quiet", "--json", str(out)]) == 0
+    return json.loads(out.read_text())

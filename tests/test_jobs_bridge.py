@@ -3,23 +3,17 @@ its Llama 3 8B SFT recipe for GB200, fixture in tests/data/bridge with NOTICE): 
 is refused at its first key simrun does not model, naming file, line and key; with those keys
 changed to what simrun models it equals the --model flags it stands for, to the ns."""
 
-import json
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from conftest import run_json as _run
 
 from sim.cli import main
 
 DATA = Path(__file__).parent / "data" / "bridge"
 L8 = DATA / "llama3_8b_sft_gb200_fp8_mx_v1.yaml"
 TOPO = ["--topo", "gb200-nvl72", "--gpus", "8"]  # the dump names no GPU count
-
-
-def _run(argv, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    assert main([*argv, "--quiet", "--json", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 def _variant(tmp_path, *changes):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_json as _run
 
 from sim.cli import main
 from sim.errors import InputError
@@ -17,12 +18,6 @@ from sim.jobs.shell import Word
 DATA = Path(__file__).parent / "data" / "megatron"
 GPT3 = DATA / "train_gpt3_175b_distributed.sh"
 LLAMA = DATA / "train_llama3_8b_h100_fp8.sh"
-
-
-def _run(argv, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    assert main([*argv, "--quiet", "--json", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 def test_gpt3_175b_script_equals_the_model_flags_to_the_ns(tmp_path):

@@ -5,10 +5,10 @@ are values Megatron-LM computes (world size, ranks, counters); any other is refu
 and its line. The log is made here with Megatron-LM's own ``_print_args`` format (public logs
 pasted in issues carry no licence to ship them)."""
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import run_json as _run
 
 from sim.cli import main
 from sim.jobs.defaults import BOOKKEEPING, megatron_defaults
@@ -36,12 +36,6 @@ def _print_args(args: dict) -> str:
                    key=str.lower)
     return "\n".join(["------------------------ arguments ------------------------", *lines,
                       "-------------------- end of arguments ---------------------", ""])
-
-
-def _run(argv, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    assert main([*argv, "--quiet", "--json", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 def test_the_printed_values_are_the_defaults_extracted():

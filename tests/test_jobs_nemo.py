@@ -7,17 +7,12 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from conftest import run_json as _run
 
 from sim.cli import main
 
 DATA = Path(__file__).parent / "data" / "nemo"
 G175 = DATA / "gpt3_175b.yaml"
-
-
-def _run(argv, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    assert main([*argv, "--quiet", "--json", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 def test_gpt3_175b_launcher_config_equals_the_model_flags_to_the_ns(tmp_path):

@@ -4,20 +4,15 @@ it (``. `pwd`/CONFIG.sh``), SBATCH.sh submits SRUN.sh (``sbatch ... SRUN.sh``), 
 ``srun ... sh -c "python -u .../pretrain_gpt.py ${MEGATRON_PARAMS}"``: simrun follows the chain
 to the training command and equals the --model flags it stands for, to the ns."""
 
-import json
 import shutil
 from pathlib import Path
+
+from conftest import run_json as _run
 
 from sim.cli import main
 
 SC21 = Path(__file__).parent / "data" / "megatron" / "sc21"
 TOPO = ["--topo", "dgx-a100-1024", "--nodes", "8"]  # NNODES=8 of the script: 64 GPUs
-
-
-def _run(argv, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    assert main([*argv, "--quiet", "--json", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 def test_figure_16_script_equals_the_model_flags_to_the_ns(tmp_path):

@@ -2,22 +2,16 @@
 there): the Llama 3 70B preset for 64 A100s equals the --model flags it stands for, to the ns;
 its selective-checkpointing 8B preset and bad files exit 2 naming file and key."""
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import run_json as _run
 
 from sim.cli import main
 
 DATA = Path(__file__).parent / "data" / "torchtitan"
 L70 = DATA / "llama3_70b.toml"
 TOPO = ["--topo", "dgx-a100-1024", "--nodes", "8"]  # the preset's 64 A100 GPUs
-
-
-def _run(argv, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    assert main([*argv, "--quiet", "--json", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 def test_llama3_70b_preset_equals_the_model_flags_to_the_ns(tmp_path):
