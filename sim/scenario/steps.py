@@ -292,10 +292,8 @@ def _whatif_lines(p: Prepared) -> list[str]:
     what in this run it can change or why it cannot (:mod:`sim.scenario.whatif`)."""
     from sim.scenario import whatif
 
-    kinds = set(p.program.traffic())
-    line = whatif.reach_line(p.topology, p.placement, kinds)
-    return ([line] if line else []) + whatif.override_lines(
-        p.topology, p.placement, kinds, p.program.compute_sources)
+    return whatif.report_lines(p.topology, p.placement, set(p.program.traffic()),
+                               p.program.compute_sources)
 
 
 def run(prepared: Prepared, *, progress: bool = False) -> Outcome:

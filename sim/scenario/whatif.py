@@ -113,7 +113,10 @@ def reach_line(topo: Topology, placement: Placement, kinds) -> Assumption | None
     """The report line saying how far each group's traffic reaches (``None`` on one node)."""
     if topo.num_nodes < 2 or placement.world_size <= topo.gpus_per_node:
         return None
-    rs = reach(topo, placement, kinds)
+    return _reach_line(topo, reach(topo, placement, kinds))
+
+
+def _reach_line(topo: Topology, rs) -> Assumption | None:
     if not rs:
         return None
     parts = [f"{k.value} {_level_words(lv)}" for k, (lv, _) in rs.items()]
@@ -125,13 +128,18 @@ def reach_line(topo: Topology, placement: Placement, kinds) -> Assumption | None
         + "; ".join(parts) + (f"; fabric routing {routing}" if routing else ""), "reach")
 
 
-def override_lines(topo: Topology, placement: Placement, kinds,
-                   compute_sources: dict[str, float] | None) -> list[Assumption]:
-    """For each ``--set`` override of ``topo``: what in this run it can change, or why it
-    cannot (always shown in the summary)."""
-    if not topo.override_paths:
-        return []
-    rs = reach(topo, placement, kinds) if topo.num_nodes > 1 else {}
+def report_lines(topo: Topology, placement: Placement, kinds,
+                 compute_sources: dict[str, float] | None) -> list[Assumption]:
+    """The reach line (multi-node runs) and one line per ``--set`` override, from one
+    examination of the groups."""
+    multi = topo.num_nodes > 1 and placement.world_size > topo.gpus_per_node
+    wanted = multi or (topo.override_paths and topo.num_nodes > 1)
+    rs = reach(topo, placement, kinds) if wanted else {}
+    line = _reach_line(topo, rs) if multi else None
+    return ([line] if line else []) + _override_lines(topo, rs, compute_sources)
+
+
+def _override_lines(topo: Topology, rs, compute_sources) -> list[Assumption]:
     out = []
     for text, path in zip(topo.override_keys, topo.override_paths, strict=True):
         why = _why(path, topo, rs, compute_sources)
