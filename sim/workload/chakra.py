@@ -32,20 +32,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sim.comm import CollKind, Comm, GroupKind
+from sim.comm import Comm, GroupKind
 from sim.errors import InputError, UsageError
 from sim.files.inputs import read_bytes
 from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
+from sim.workload.chakra_nodes import CHAKRA_OF, COLL, COLL_OF, COMP, _comm, _group, attrs
+
+__all__ = ["CHAKRA_OF", "COLL_OF", "attrs", "read_chakra", "schema"]
 
 MAX_RANK_FILES = 4096
 MAX_NODES = 1 << 20
 EXTRA = "chakra"
 _FILE = re.compile(r"^(?:.*\.)?(\d+)\.et$")
-# Chakra's CollectiveCommType numbers (et_def.proto) ↔ simrun's collectives
-COLL_OF = {0: CollKind.ALLREDUCE, 2: CollKind.ALLGATHER, 5: CollKind.BROADCAST,
-           6: CollKind.ALLTOALL, 7: CollKind.REDUCESCATTER}
-CHAKRA_OF = {v: k for k, v in COLL_OF.items()}
-COMP, COLL = 4, 7  # NodeType numbers
 HEADER_KEYS = ("tp", "pp", "ep", "vpp", "ga", "all_gpus", "pp_comm")
 _PHASES = ("forward", "input_grad", "weight_grad")
 
@@ -107,16 +105,6 @@ def read_messages(data: bytes, file: str, pb) -> tuple[Any, list[Any]]:
     return out[0], out[1:]
 
 
-def attrs(msg) -> dict[str, Any]:
-    """A message's attributes by name (the value of each one's ``oneof``)."""
-    out = {}
-    for a in msg.attr:
-        kind = a.WhichOneof("value")
-        v = getattr(a, kind) if kind else None
-        out[a.name] = list(v.values) if hasattr(v, "values") else v
-    return out
-
-
 def rank_files(folder: Path) -> list[Path]:
     """The folder's ``*.<rank>.et`` files in rank order (ranks 0..N-1, none missing)."""
     found: dict[int, Path] = {}
@@ -168,6 +156,9 @@ def read_chakra(folder: str | Path) -> Workload:
     m = attrs(meta)
     if "simrun_layout" in m:
         return _simrun_workload(m, nodes, str(files[0]), str(folder), pb)
+    from sim.workload import chakra_pytorch
+    if chakra_pytorch.is_pytorch_trace(m):
+        return chakra_pytorch.read_pytorch(nodes, str(files[0]), str(folder), len(files), pb)
     gpu, where = _without_host_nodes(nodes, str(files[0]), pb)
     w = _sequential_workload(gpu, str(files[0]), str(folder), len(files), where)
     if len(gpu) < len(nodes):
@@ -210,32 +201,6 @@ def _with_deps(n, deps: list[int], pb):
     del copy.ctrl_deps[:]
     copy.data_deps.extend(deps)
     return copy
-
-
-def _comm(a: dict, file: str, where: str, group: GroupKind, pb) -> Comm:
-    ctype, size = a.get("comm_type"), a.get("comm_size", a.get("tensor_size"))
-    if ctype not in COLL_OF:
-        name = pb.CollectiveCommType.Name(ctype) if ctype in pb.CollectiveCommType.values() \
-            else ctype
-        raise InputError(f"comm_type {name} is not modelled (ALL_REDUCE, ALL_GATHER, "
-                         "REDUCE_SCATTER, ALL_TO_ALL, BROADCAST are)", file=file, field=where)
-    if not isinstance(size, int) or size < 0:
-        raise InputError(f"comm_size must be a byte count, got {size!r}", file=file,
-                         field=where)
-    blocking = bool(a.get("simrun_blocking", True))
-    return Comm(COLL_OF[ctype], group, size, blocking=blocking,
-                post_delay_ns=int(a.get("simrun_process_ns", 0)))
-
-
-def _group(a: dict, file: str, where: str, default: GroupKind) -> GroupKind:
-    pg = a.get("pg_name")
-    if pg is None:
-        return default
-    if pg not in GroupKind.__members__:
-        raise InputError(f"pg_name {pg!r}: process groups other than simrun's "
-                         f"({', '.join(GroupKind.__members__)}) are not modelled", file=file,
-                         field=where)
-    return GroupKind(pg)
 
 
 def _simrun_workload(meta: dict, nodes, file: str, folder: str, pb) -> Workload:
