@@ -57,15 +57,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: the input flags of the run and what each reads (docs/workload-formats.md,
-#: docs/job-formats.md)
+#: the input flags of the run and what each reads, then the files each output flag writes
+#: (docs/workload-formats.md, docs/job-formats.md)
 INPUTS = (
-    "  --workload       AICB text, AICB physical-format CSV or operator table (or a name above)",
-    "  --model          model spec YAML (or a name above)",
+    "  --workload       AICB text, AICB physical-format CSV or operator table (or a name above), "
+    "or a folder of per-rank Chakra .et traces (the 'chakra' extra)",
+    "  --model          model spec YAML or Hugging Face config.json (or a name above)",
     "  --megatron-args  Megatron-LM launch script, file of arguments, or training log "
     "(its 'arguments' block)",
     "  --job-config     torchtitan job TOML, NeMo 1 launcher training YAML or "
     "Megatron-Bridge ConfigContainer dump (run_config.yaml)",
     "  --topo           topology YAML (or a name above)",
     "  --kernel-table   kernel-time CSV (or a name above)",
+    "  --calibration    calibration profile YAML written by 'simrun calibrate'",
+    "outputs (which flag writes which file):",
+    "  --json           the report, JSON (docs/report-schema.md)",
+    "  --trace          Chrome trace-event JSON; with --trace-format kineto a folder of per-rank "
+    "Kineto JSON that HolisticTraceAnalysis loads",
+    "  --chakra         a folder of per-rank Chakra .et traces (the 'chakra' extra)",
+    "  --plot, --breakdown-plot  figures (PNG, SVG or PDF by suffix)",
 )
