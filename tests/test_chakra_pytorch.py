@@ -147,6 +147,7 @@ def test_a_collective_the_next_kernel_waits_for_blocks_it(tmp_path):
     ([_node(1, COMP_NODE), _node(2, COMP_NODE, tid=9)], "node 1", "two streams"),
     ([_node(1, COMP_NODE), _node(2, MEM_LOAD_NODE)], "node 1", "MEM_LOAD_NODE"),
     ([_node(1, COMP_NODE, deps=[77])], "node 0", "node id 77"),
+    ([_node(1, COMP_NODE, deps=[2]), _node(2, COMP_NODE)], "node 0", "launched after it"),
     ([_node(1, COMM_COLL_NODE, tid=14, comm_type=1, comm_size=8)], "node 0", "REDUCE"),
     ([_node(1, COMM_COLL_NODE, tid=14, comm_type=0, comm_size=8, pg_name="7")], "node 0",
      "pg_name"),
@@ -170,3 +171,23 @@ def test_involved_dim_leaving_a_dimension_out_is_refused(tmp_path, capsys):
     rc = main(["--workload", str(folder), "--topo", TOPO, "--nodes", "1", "--quiet"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "t.0.et: node 0: involved_dim" in err, err
+
+
+def test_dependency_cycles_and_the_link_bound_are_refused(tmp_path, capsys, monkeypatch):
+    # host nodes 1 and 2 depend on each other: a cycle, named at the node it closes on
+    cyc = _pytorch_trace(tmp_path / "cyc", [
+        _node(1, COMP_NODE, cpu=True, deps=[2]), _node(2, COMP_NODE, cpu=True, deps=[1]),
+        _node(3, COMP_NODE, deps=[2])])
+    assert main(["--workload", str(cyc), "--topo", TOPO, "--nodes", "1", "--quiet"]) == 2
+    assert "t.0.et: node " in (err := capsys.readouterr().err) and "cycle" in err, err
+    # host node k waits for host node k-1 and kernel k: the links grow as k²/2
+    from sim.workload import chakra_pytorch
+    monkeypatch.setattr(chakra_pytorch, "MAX_LINKS", 100)
+    nodes = []
+    for k in range(20):
+        nodes.append(_node(100 + k, COMP_NODE, deps=[200 + k - 1] if k else []))
+        nodes.append(_node(200 + k, COMP_NODE, cpu=True,
+                           deps=[100 + k, *([200 + k - 1] if k else [])]))
+    big = _pytorch_trace(tmp_path / "big", nodes)
+    assert main(["--workload", str(big), "--topo", TOPO, "--nodes", "1", "--quiet"]) == 2
+    assert "over 100 links" in capsys.readouterr().err

@@ -41,8 +41,10 @@ from sim.errors import InputError
 from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
 from sim.workload.chakra_nodes import COLL, COMP, _comm, _group, attrs
 
-#: the most GPU nodes one node's host dependencies may resolve to
+#: the most GPU nodes one node's host dependencies may resolve to, and the most such links
+#: over all nodes (a bound on the reader's memory)
 MAX_RESOLVED = 100_000
+MAX_LINKS = 1 << 24
 
 
 def is_pytorch_trace(meta: dict[str, Any]) -> bool:
@@ -61,8 +63,10 @@ def _gpu_deps(nodes, file: str) -> tuple[list[Any], dict[int, set[int]]]:
     pos = {n.id: i for i, n in enumerate(nodes)}
     host = {n.id for n in nodes if attrs(n).get("is_cpu_op")}
     resolved: dict[int, frozenset[int]] = {}
+    links = 0
 
     def of(nid: int) -> frozenset[int]:
+        nonlocal links
         # iterative depth-first resolution (traces hold long host chains)
         stack, onstack = [nid], {nid}
         while stack:
@@ -88,6 +92,10 @@ def _gpu_deps(nodes, file: str) -> tuple[list[Any], dict[int, set[int]]]:
             if len(out) > MAX_RESOLVED:
                 raise InputError(f"depends on over {MAX_RESOLVED} GPU nodes", file=file,
                                  field=f"node {pos[top]}")
+            links += len(out)
+            if links > MAX_LINKS:
+                raise InputError(f"dependencies resolve to over {MAX_LINKS:,} links between "
+                                 "GPU nodes", file=file, field=f"node {pos[top]}")
             resolved[top] = frozenset(out)
             stack.pop()
             onstack.discard(top)
@@ -120,6 +128,9 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
         if n.type == pb.METADATA_NODE:
             continue
         for d in deps[n.id]:
+            if d >= n.id:
+                raise InputError(f"depends on GPU node id {d}, launched after it (GPU nodes "
+                                 "run in node-id order)", file=file, field=where)
             if d in row_of and row_of[d] != len(layers) - 1:
                 raise InputError(f"depends on the collective node {pos[d]}, which the kernel "
                                  "before it does not wait for: simrun runs a collective "
