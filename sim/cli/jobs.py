@@ -62,6 +62,9 @@ def config_of(path: str) -> tuple[MegatronJob, ModelSpec]:
     text = read_text(path, what="job config", flag=CONFIG_FLAG)
     try:
         tomllib.loads(text)
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise InputError("nested too deeply to be a job config", file=path,
+                         field=CONFIG_FLAG) from None
     except tomllib.TOMLDecodeError as toml_error:
         try:
             return _yaml_config(text, path)

@@ -126,6 +126,8 @@ def read_torchtitan(text: str, file: str) -> tuple[MegatronJob, ModelSpec]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"not valid TOML: {e}", file=file, field="toml") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise InputError("nested too deeply", file=file, field="toml") from None
     flat = _flatten(data, file)
     job = MegatronJob(file)
     cfg = _Config(flat, file)

@@ -136,6 +136,8 @@ def model_from_hf_config(text: str, file: str) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise InputError(f"not valid JSON: {e.msg}", file=file, line=e.lineno,
                          field="config.json") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise InputError("nested too deeply", file=file, field="config.json") from None
     if not isinstance(data, dict) or len(data) > MAX_FIELDS:
         raise InputError(f"must be a JSON object of at most {MAX_FIELDS} fields", file=file,
                          field="config.json")
