@@ -146,6 +146,7 @@ def test_a_collective_the_next_kernel_waits_for_blocks_it(tmp_path):
 @pytest.mark.parametrize("nodes, field, words", [
     ([_node(1, COMP_NODE), _node(2, COMP_NODE, tid=9)], "node 1", "two streams"),
     ([_node(1, COMP_NODE), _node(2, MEM_LOAD_NODE)], "node 1", "MEM_LOAD_NODE"),
+    ([_node(1, COMP_NODE, comm_priority=1)], "node 0", "attribute comm_priority"),
     ([_node(1, COMP_NODE, deps=[77])], "node 0", "node id 77"),
     ([_node(1, COMP_NODE, deps=[2]), _node(2, COMP_NODE)], "node 0", "launched after it"),
     ([_node(1, COMM_COLL_NODE, tid=14, comm_type=1, comm_size=8)], "node 0", "REDUCE"),

@@ -24,7 +24,8 @@ converters before the ``stream`` attribute). What simrun does with each field:
   parent in PyTorch's call tree (the converter writes ``json_node.parent`` there), not an
   ordering: irrelevant. ``inputs``/``outputs`` (tensor shapes), ``rf_id``, ``fw_parent``,
   ``fw_tid``, ``seq_id``, ``scope``, ``op_schema`` and the metadata's attributes: profiler
-  bookkeeping, irrelevant to timing (the durations are given).
+  bookkeeping, irrelevant to timing (the durations are given). Any other attribute of a GPU
+  node is refused naming it.
 - memory, send/receive and other node types: refused naming the node.
 
 The rows are held as one backward pass (weight-gradient phases, listed in reverse: the engine
@@ -40,6 +41,12 @@ from sim.comm import Comm, GroupKind
 from sim.errors import InputError
 from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
 from sim.workload.chakra_nodes import COLL, COMP, _comm, _group, attrs
+
+#: a GPU node's attributes: applied (above), irrelevant to timing (profiler bookkeeping);
+#: any other is refused naming it (host nodes' attributes are all irrelevant: no GPU time)
+APPLIED = frozenset({"is_cpu_op", "tid", "stream", "comm_type", "comm_size", "pg_name",
+                     "involved_dim"})
+IRRELEVANT = frozenset({"rf_id", "fw_parent", "fw_tid", "seq_id", "scope", "op_schema"})
 
 #: the most GPU nodes one node's host dependencies may resolve to, and the most such links
 #: over all nodes (a bound on the reader's memory)
@@ -112,6 +119,25 @@ def _stream(a: dict, file: str, where: str) -> int:
     return s
 
 
+def _check(n, a: dict, deps: set[int], row_of: dict[int, int], last_row: int,
+           pos: dict[int, int], file: str) -> None:
+    """A GPU node's attributes and dependencies, refused naming the node where simrun cannot
+    read them (``last_row``: the row the node follows)."""
+    where = f"node {pos[n.id]}"
+    other = sorted(set(a) - APPLIED - IRRELEVANT)
+    if other:
+        raise InputError(f"attribute {other[0]} is not read (a GPU node's attributes: "
+                         f"{', '.join(sorted(APPLIED | IRRELEVANT))})", file=file, field=where)
+    for d in deps:
+        if d >= n.id:
+            raise InputError(f"depends on GPU node id {d}, launched after it (GPU nodes run "
+                             "in node-id order)", file=file, field=where)
+        if d in row_of and row_of[d] != last_row:
+            raise InputError(f"depends on the collective node {pos[d]}, which the kernel "
+                             "before it does not wait for: simrun runs a collective beside "
+                             "later kernels or blocks the next one", file=file, field=where)
+
+
 def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
     """The workload of one rank's trace converted from PyTorch (see the module docstring)."""
     pos = {n.id: i for i, n in enumerate(nodes)}
@@ -127,15 +153,7 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
         a, where = attrs(n), f"node {pos[n.id]}"
         if n.type == pb.METADATA_NODE:
             continue
-        for d in deps[n.id]:
-            if d >= n.id:
-                raise InputError(f"depends on GPU node id {d}, launched after it (GPU nodes "
-                                 "run in node-id order)", file=file, field=where)
-            if d in row_of and row_of[d] != len(layers) - 1:
-                raise InputError(f"depends on the collective node {pos[d]}, which the kernel "
-                                 "before it does not wait for: simrun runs a collective "
-                                 "beside later kernels or blocks the next one", file=file,
-                                 field=where)
+        _check(n, a, deps[n.id], row_of, len(layers) - 1, pos, file)
         if n.type == COMP:
             stream = _stream(a, file, where)
             if compute_stream not in (None, stream):
