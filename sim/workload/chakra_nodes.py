@@ -32,6 +32,10 @@ def _comm(a: dict, file: str, where: str, group: GroupKind, pb) -> Comm:
             else ctype
         raise InputError(f"comm_type {name} is not modelled (ALL_REDUCE, ALL_GATHER, "
                          "REDUCE_SCATTER, ALL_TO_ALL, BROADCAST are)", file=file, field=where)
+    dims = a.get("involved_dim")
+    if dims is not None and not all(dims):
+        raise InputError(f"involved_dim {dims}: collectives over part of the ranks are not "
+                         "modelled (simrun reads them over every rank)", file=file, field=where)
     if not isinstance(size, int) or size < 0:
         raise InputError(f"comm_size must be a byte count, got {size!r}", file=file,
                          field=where)

@@ -170,11 +170,6 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
                                 weight_grad=Phase(n.duration_micros * 1000)))
         elif n.type == COLL:
             on_compute = _stream(a, file, where) == compute_stream
-            dims = a.get("involved_dim")
-            if dims is not None and not all(dims):
-                raise InputError(f"involved_dim {dims}: collectives over part of the ranks "
-                                 "are not modelled (simrun reads them over every rank)",
-                                 file=file, field=where)
             c = _comm(a, file, where, _group(a, file, where, GroupKind.DP), pb)
             if not layers or layers[-1].weight_grad.comm is not None:
                 layers.append(Layer(n.name or f"node{pos[n.id]}"))
