@@ -192,3 +192,27 @@ def test_dependency_cycles_and_the_link_bound_are_refused(tmp_path, capsys, monk
     big = _pytorch_trace(tmp_path / "big", nodes)
     assert main(["--workload", str(big), "--topo", TOPO, "--nodes", "1", "--quiet"]) == 2
     assert "over 100 links" in capsys.readouterr().err
+
+
+def test_host_only_pytorch_trace_converted_by_chakra_is_refused_naming_why(tmp_path, capsys):
+    # Chakra's own PyTorch execution-trace JSON (host side only: ten all-gathers of a
+    # 2-rank group), converted by Chakra's own converter (`chakra_converter PyTorch`) with no
+    # Kineto trace linked: every node is a host node, so there is no GPU work to time
+    from chakra.src.converter.pytorch_converter import PyTorchConverter
+
+    with tarfile.open(DATA / "1.0.2-chakra.0.0.4.tgz") as tar:
+        (tmp_path / "et.json").write_bytes(
+            tar.extractfile("1.0.2-chakra.0.0.4.json").read())
+    (tmp_path / "et").mkdir()
+    PyTorchConverter().convert(str(tmp_path / "et.json"), str(tmp_path / "et" / "host.0.et"),
+                               False)
+    nodes = _nodes_of(tmp_path / "et" / "host.0.et")
+    assert len(nodes) == 262 and all(attrs(n)["is_cpu_op"] for n in nodes)
+    rc = main(["--workload", str(tmp_path / "et"), "--topo", TOPO, "--nodes", "1", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "host.0.et: nodes: no GPU (is_cpu_op false)" in err and "Kineto" in err, err
+
+
+def _nodes_of(path: Path):
+    return read_messages(path.read_bytes(), str(path), schema("x"))[1]

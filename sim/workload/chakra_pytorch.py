@@ -181,7 +181,9 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
             raise InputError(f"node type {pb.NodeType.Name(n.type)} is not modelled (compute "
                              "and collective nodes are)", file=file, field=where)
     if not layers:
-        raise InputError("no GPU compute or collective nodes", file=file, field="nodes")
+        raise InputError("no GPU (is_cpu_op false) compute or collective nodes: a host-only "
+                         "trace, converted without its Kineto device trace (chakra_trace_link),"
+                         " holds no GPU work to time", file=file, field="nodes")
     layers.reverse()  # one backward pass (the module docstring)
     header = WorkloadHeader(tp=1, pp=1, ga=1, all_gpus=ranks, declared_rows=len(layers))
     n_comp = sum(1 for n in gpu if n.type == COMP)
