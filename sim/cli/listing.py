@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 #: the input flags of the run and what each reads, then the files each output flag writes
 #: (docs/workload-formats.md, docs/job-formats.md)
 INPUTS = (
-    "  --workload       AICB text, AICB physical-format CSV or operator table (or a name above), "
-    "or a folder of per-rank Chakra .et traces (the 'chakra' extra)",
+    "  --workload       AICB text, AICB physical-format CSV (with --model) or operator table "
+    "(or a name above), or a folder of per-rank Chakra .et traces (the 'chakra' extra)",
     "  --model          model spec YAML or Hugging Face config.json (or a name above)",
     "  --megatron-args  Megatron-LM launch script, file of arguments, or training log "
     "(its 'arguments' block)",

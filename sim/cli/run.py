@@ -69,9 +69,10 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
     p.add_argument("--version", action="version", version=f"simrun {__version__}")
     g = p.add_argument_group("inputs")
     g.add_argument("--workload", metavar="PATH|NAME",
-                   help="workload file (AICB text or operator table), a folder of per-rank "
-                        "Chakra .et traces (the 'chakra' extra), or the name of a shipped "
-                        "example ('simrun list workloads')")
+                   help="workload file (AICB text, AICB physical-format CSV with --model, or "
+                        "operator table), a folder of per-rank Chakra .et traces (written by "
+                        "--chakra, Chakra's generators or converted from PyTorch; the 'chakra' "
+                        "extra), or the name of a shipped example ('simrun list workloads')")
     g.add_argument("--format", choices=("aicb", "optable"),
                    help="force a workload reader (default: detected from the content)")
     g.add_argument("--topo", metavar="PATH|NAME", required=True,
