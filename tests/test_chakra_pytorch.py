@@ -216,3 +216,47 @@ def test_host_only_pytorch_trace_converted_by_chakra_is_refused_naming_why(tmp_p
 
 def _nodes_of(path: Path):
     return read_messages(path.read_bytes(), str(path), schema("x"))[1]
+
+
+def _pg_trace(folder: Path, ranks: int, pg: str) -> Path:
+    """As the current converter writes one (mlc-chakra 1.0.0): PyTorch's process-group record
+    as a metadata node (the JSON list its ``## process_group:init ##`` operator takes), GPU
+    nodes with ``stream``, an all-reduce of 1 MiB in process group ``pg``."""
+    from chakra.schema.protobuf.et_def_pb2 import METADATA_NODE
+
+    init = _node(1, METADATA_NODE, cpu=True, tid=1)
+    init.name = "## process_group:init ##"
+    init.inputs.values = str(['[{"pg_name": "0", "backend_id": 1, "backend_config": '
+                              '"cuda:nccl", "ranks": [], "group_size": 2, "group_count": 1}]'])
+    nodes = [init, _node(2, COMP_NODE, 5, stream=7),
+             _node(3, COMM_COLL_NODE, 50, tid=14, stream=14, comm_type=0, comm_size=1 << 20,
+                   pg_name=pg),
+             _node(4, COMP_NODE, 7, stream=7)]
+    _pytorch_trace(folder, nodes)
+    for r in range(1, ranks):
+        (folder / f"t.{r}.et").write_bytes((folder / "t.0.et").read_bytes())
+    return folder
+
+
+def test_process_group_of_every_rank_is_the_data_parallel_group(tmp_path, capsys):
+    rows = list(reversed(read_workload(_pg_trace(tmp_path / "ok", 2, "0")).layers))
+    c = rows[0].weight_grad.comm
+    assert (c.kind, c.group, c.size_bytes, c.blocking) == \
+        (CollKind.ALLREDUCE, GroupKind.DP, 1 << 20, False)
+    assert [r.weight_grad.compute_ns for r in rows] == [5_000, 7_000]
+    # group "0" has 2 ranks: over a folder of 4 it is part of them; "9" is not declared
+    for folder, words in ((_pg_trace(tmp_path / "four", 4, "0"), "a group of 2 ranks"),
+                          (_pg_trace(tmp_path / "nine", 2, "9"), "pg_name '9' is not in")):
+        rc = main(["--workload", str(folder), "--topo", TOPO, "--nodes", "1", "--quiet"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "t.0.et: node 2: " in err and words in err, err
+
+
+def test_a_damaged_process_group_record_names_its_node(tmp_path, capsys):
+    folder = _pg_trace(tmp_path / "bad", 2, "0")
+    data = (folder / "t.0.et").read_bytes().replace(b'"group_size": 2', b'"group_size": 0')
+    for r in (0, 1):
+        (folder / f"t.{r}.et").write_bytes(data)
+    rc = main(["--workload", str(folder), "--topo", TOPO, "--nodes", "1", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "t.0.et: node 0: ## process_group:init ##" in err, err

@@ -11,11 +11,13 @@ converters before the ``stream`` attribute). What simrun does with each field:
   kernels run one after another on the compute stream in node-id order (launch order). A
   second compute stream is refused naming the node (simrun has one compute stream per rank).
 - GPU ``COMM_COLL_NODE`` (an NCCL kernel): the collective of ``comm_type`` and ``comm_size``
-  bytes over every rank (``pg_name`` other than simrun's groups, and an ``involved_dim`` that
-  leaves a dimension out, are refused), issued after the compute kernel launched before it
-  and run on the communication stream beside later kernels (non-blocking, FIFO, the
-  iteration waits for it); blocking when the next GPU kernel depends on it. A later kernel
-  but not the next one depending on it is refused naming the node. Its own
+  bytes over every rank (its ``pg_name``, PyTorch's process group, must be a group of every
+  rank as the trace's ``## process_group:init ##`` record gives its ``group_size``; a smaller
+  group, and an ``involved_dim`` that leaves a dimension out, are refused), issued after the
+  compute kernel launched before it and run on the communication stream beside later
+  kernels (non-blocking, FIFO, the iteration waits for it); blocking when the next GPU
+  kernel depends on it. A later kernel but not the next one depending on it is refused
+  naming the node. Its own
   ``duration_micros`` (the measured NCCL kernel) is not used: simrun models the collective.
 - host nodes (``is_cpu_op`` true, compute or collective: PyTorch's CPU-side operators and
   ``c10d`` calls): no GPU time; read as dependencies only (a GPU node that depends on one
@@ -35,6 +37,8 @@ microbatch's backward); a collective on the compute stream itself blocks it.
 
 from __future__ import annotations
 
+import ast
+import json
 from typing import Any
 
 from sim.comm import Comm, GroupKind
@@ -112,6 +116,51 @@ def _gpu_deps(nodes, file: str) -> tuple[list[Any], dict[int, set[int]]]:
     return gpu, {n.id: set(of(n.id)) for n in gpu}
 
 
+#: the most process groups a trace's ``## process_group:init ##`` record may declare
+MAX_GROUPS = 4096
+PG_INIT = "## process_group:init ##"
+
+
+def process_groups(nodes, file: str) -> dict[str, int]:
+    """Each process group's size by name, from the ``## process_group:init ##`` node PyTorch
+    records (its one input: a JSON list of ``{"pg_name", "ranks", "group_size", ...}``)."""
+    out: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        if n.name != PG_INIT:
+            continue
+        try:
+            (text,) = ast.literal_eval(n.inputs.values)
+            groups = json.loads(text)
+            if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
+                raise ValueError(f"a list of at most {MAX_GROUPS} groups")
+            for g in groups:
+                size = g["group_size"]
+                if not isinstance(size, int) or size < 1:
+                    raise ValueError("group_size must be a positive whole number")
+                out[str(g["pg_name"])] = size
+        except (ValueError, SyntaxError, TypeError, KeyError, RecursionError,
+                MemoryError) as e:
+            raise InputError(f"{PG_INIT} inputs are not PyTorch's process-group list ({e})",
+                             file=file, field=f"node {i}") from None
+    return out
+
+
+def _pg(a: dict, groups: dict[str, int], ranks: int, file: str, where: str) -> dict:
+    """The attributes with a PyTorch ``pg_name`` checked and dropped: simrun reads a
+    collective over a group of every rank (the DP group); a smaller group is refused."""
+    pg = a.get("pg_name")
+    if pg is None or pg in GroupKind.__members__:
+        return a
+    if pg not in groups:
+        raise InputError(f"pg_name {pg!r} is not in the trace's {PG_INIT} record", file=file,
+                         field=where)
+    if groups[pg] != ranks:
+        raise InputError(f"pg_name {pg!r}: a group of {groups[pg]} ranks, the trace folder has "
+                         f"{ranks}; simrun reads collectives over every rank", file=file,
+                         field=where)
+    return {k: v for k, v in a.items() if k != "pg_name"}
+
+
 def _stream(a: dict, file: str, where: str) -> int:
     s = a.get("stream", a.get("tid"))
     if not isinstance(s, int):
@@ -146,6 +195,7 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
             raise InputError("a trace converted from PyTorch marks every node is_cpu_op",
                              file=file, field=f"node {pos[n.id]}")
     gpu, deps = _gpu_deps(nodes, file)
+    groups = process_groups(nodes, file)
     layers: list[Layer] = []
     row_of: dict[int, int] = {}  # a collective's id → the row holding it
     compute_stream = None
@@ -170,6 +220,7 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
                                 weight_grad=Phase(n.duration_micros * 1000)))
         elif n.type == COLL:
             on_compute = _stream(a, file, where) == compute_stream
+            a = _pg(a, groups, ranks, file, where)
             c = _comm(a, file, where, _group(a, file, where, GroupKind.DP), pb)
             if not layers or layers[-1].weight_grad.comm is not None:
                 layers.append(Layer(n.name or f"node{pos[n.id]}"))
