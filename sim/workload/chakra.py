@@ -36,7 +36,7 @@ from sim.comm import Comm, GroupKind
 from sim.errors import InputError, UsageError
 from sim.files.inputs import read_bytes
 from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
-from sim.workload.chakra_nodes import CHAKRA_OF, COLL, COLL_OF, COMP, _comm, _group, attrs
+from sim.workload.chakra_nodes import CHAKRA_OF, COLL, COLL_OF, COMP, attrs, comm_of, group_of
 
 __all__ = ["CHAKRA_OF", "COLL_OF", "attrs", "read_chakra", "schema"]
 
@@ -224,7 +224,7 @@ def _simrun_workload(meta: dict, nodes, file: str, folder: str, pb) -> Workload:
             r[phase] = Phase(ns)
         elif n.type == COLL:
             default = GroupKind.DP if phase == "weight_grad" else GroupKind.TP
-            comm = _comm(a, file, where, _group(a, file, where, default), pb)
+            comm = comm_of(a, file, where, group_of(a, file, where, default), pb)
             r[phase] = Phase(r.get(phase, Phase()).compute_ns, comm)
         else:
             raise InputError(f"node type {pb.NodeType.Name(n.type)} in a simrun trace",
@@ -280,7 +280,7 @@ def _sequential_workload(nodes, file: str, folder: str, ranks: int,
                                 forward=Phase(n.duration_micros * 1000, beside)))
             beside = None
         elif n.type == COLL:
-            comm = _comm(a, file, where, _group(a, file, where, GroupKind.DP), pb)
+            comm = comm_of(a, file, where, group_of(a, file, where, GroupKind.DP), pb)
             if i + 1 < len(nodes) and i not in deps[i + 1]:
                 if not _overlaps_next(nodes, deps, i):
                     raise InputError(

@@ -25,7 +25,10 @@ def attrs(msg) -> dict[str, Any]:
     return out
 
 
-def _comm(a: dict, file: str, where: str, group: GroupKind, pb) -> Comm:
+def comm_of(a: dict, file: str, where: str, group: GroupKind, pb) -> Comm:
+    """The collective of a node's attributes ``a``: ``comm_type``, ``comm_size`` (bytes),
+    ``involved_dim``, simrun's ``simrun_blocking`` and ``simrun_process_ns`` (ns); refused
+    naming ``file`` and ``where`` (the node) when simrun cannot run it."""
     ctype, size = a.get("comm_type"), a.get("comm_size", a.get("tensor_size"))
     if ctype not in COLL_OF:
         name = pb.CollectiveCommType.Name(ctype) if ctype in pb.CollectiveCommType.values() \
@@ -44,7 +47,8 @@ def _comm(a: dict, file: str, where: str, group: GroupKind, pb) -> Comm:
                 post_delay_ns=int(a.get("simrun_process_ns", 0)))
 
 
-def _group(a: dict, file: str, where: str, default: GroupKind) -> GroupKind:
+def group_of(a: dict, file: str, where: str, default: GroupKind) -> GroupKind:
+    """The group of a node's ``pg_name`` (one of simrun's), or ``default`` without one."""
     pg = a.get("pg_name")
     if pg is None:
         return default

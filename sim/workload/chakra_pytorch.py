@@ -44,7 +44,7 @@ from typing import Any
 from sim.comm import Comm, GroupKind
 from sim.errors import InputError
 from sim.program.workload import Layer, Phase, Workload, WorkloadHeader
-from sim.workload.chakra_nodes import COLL, COMP, _comm, _group, attrs
+from sim.workload.chakra_nodes import COLL, COMP, attrs, comm_of, group_of
 
 #: a GPU node's attributes: applied (above), irrelevant to timing (profiler bookkeeping);
 #: any other is refused naming it (host nodes' attributes are all irrelevant: no GPU time)
@@ -221,7 +221,7 @@ def read_pytorch(nodes, file: str, folder: str, ranks: int, pb) -> Workload:
         elif n.type == COLL:
             on_compute = _stream(a, file, where) == compute_stream
             a = _pg(a, groups, ranks, file, where)
-            c = _comm(a, file, where, _group(a, file, where, GroupKind.DP), pb)
+            c = comm_of(a, file, where, group_of(a, file, where, GroupKind.DP), pb)
             if not layers or layers[-1].weight_grad.comm is not None:
                 layers.append(Layer(n.name or f"node{pos[n.id]}"))
             last = layers[-1]
