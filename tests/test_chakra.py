@@ -199,3 +199,39 @@ def test_host_nodes_are_dependencies_taking_no_gpu_time(tmp_path):
     ns = [run(prepare_workload(str(tmp_path / d), TOPO, LayoutRequest(), nodes=1)).iteration_ns
           for d in ("with", "without")]
     assert ns == [12_000, 12_000]
+
+
+def test_a_non_blocking_forward_collective_is_refused_naming_the_node(tmp_path, capsys):
+    # the engine issues non-blocking collectives in the last backward only: one marked
+    # non-blocking in a forward phase would never run, so it is refused, not dropped
+    from chakra.schema.protobuf.et_def_pb2 import COMM_COLL_NODE, GlobalMetadata
+    from chakra.schema.protobuf.et_def_pb2 import Node as ChakraNode
+    from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage
+
+    from sim.api import prepare_model
+    prog = run(prepare_model("gpt-1.7b", TOPO, LayoutRequest(tp=2, pp=1, microbatches=2),
+                             nodes=1)).result.program
+    folder = tmp_path / "et"
+    write_chakra(folder, prog)
+    for f in sorted(folder.glob("*.et")):
+        with open(f, "rb") as src:
+            meta = GlobalMetadata()
+            decodeMessage(src, meta)
+            nodes = []
+            while True:
+                n = ChakraNode()
+                if not decodeMessage(src, n):
+                    break
+                nodes.append(n)
+        forward = [n for n in nodes if n.type == COMM_COLL_NODE
+                   and any(a.name == "simrun_phase" and a.string_val == "forward" for a in n.attr)]
+        first = forward[0]
+        next(a for a in first.attr if a.name == "simrun_blocking").bool_val = False
+        with open(f, "wb") as out:
+            encodeMessage(out, meta)
+            for n in nodes:
+                encodeMessage(out, n)
+    rc = main(["--workload", str(folder), "--topo", TOPO, "--nodes", "1", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"node {nodes.index(first)}.simrun_blocking" in err and "forward" in err, err

@@ -225,6 +225,11 @@ def _simrun_workload(meta: dict, nodes, file: str, folder: str, pb) -> Workload:
         elif n.type == COLL:
             default = GroupKind.DP if phase == "weight_grad" else GroupKind.TP
             comm = comm_of(a, file, where, group_of(a, file, where, default), pb)
+            if phase == "forward" and not comm.blocking and not comm.per_microbatch:
+                # the engine issues non-blocking collectives in the last backward only
+                raise InputError("a non-blocking collective in a forward phase (simrun issues "
+                                 "non-blocking collectives in the backward only)", file=file,
+                                 field=f"{where}.simrun_blocking")
             r[phase] = Phase(r.get(phase, Phase()).compute_ns, comm)
         else:
             raise InputError(f"node type {pb.NodeType.Name(n.type)} in a simrun trace",
