@@ -114,7 +114,7 @@ def test_bad_arguments_name_file_line_and_flag(args, where):
 
 SCRIPT = """#!/bin/bash
 N=$(nproc)
-LAYERS=$((4 * 6))
+LAYERS=$((4 * $N))
 ARGS=(--num-layers $LAYERS --hidden-size 1024 --num-attention-heads 16 --seq-length 1024)
 torchrun --nproc_per_node $N pretrain_gpt.py ${ARGS[@]} --save $1
 """
@@ -126,10 +126,11 @@ def test_unevaluable_shell_exits_2_naming_file_line_and_construct(tmp_path, caps
     assert main(["--megatron-args", str(f), "--topo", "tiny-2x2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert f"{f}:4: --num-layers: the value cannot be evaluated: arithmetic $((...)) at line 3" \
-        in err
+    # the arithmetic reads $N, unknown: the value names the construct that made it so
+    assert f"{f}:4: --num-layers: the value cannot be evaluated: command substitution $(...) " \
+           "at line 2" in err
     # $(nproc) feeds only torchrun's own flag, $1 only --save (irrelevant): both tolerated
-    f.write_text(SCRIPT.replace("$((4 * 6))", "24"))
+    f.write_text(SCRIPT.replace("$((4 * $N))", "$((4 * 6))"))
     assert main(["--megatron-args", str(f), "--topo", "tiny-2x2", "--global-batch", "4",
                  "--quiet"]) == 0
     f.write_text(SCRIPT.replace("--num-layers $LAYERS", "$(echo --num-layers) 24"))
