@@ -51,18 +51,18 @@ def test_megatron_subcommand_equals_the_script(tmp_path):
     assert json.loads(out.read_text())["iteration_time_s"] == script["iteration_time_s"]
 
 
-def test_llama_script_reads_every_argument_and_refuses_the_unmodelled_one(capsys):
+def test_llama_script_reads_every_argument_and_applies_the_fused_loss(tmp_path):
     words = launch_arguments(LLAMA.read_text(), str(LLAMA))
     texts = [w.text for w in words]
     # the fp8 branch of `if [[ "$DTYPE" == "fp8" ]]` and the MOCK data branch were taken
     assert texts[texts.index("--fp8-format") + 1] == "hybrid"
     assert "--mock-data" in texts and "--tokenizer-model" not in texts
     assert texts[texts.index("--num-layers") + 1] == "32"
-    assert main(["--megatron-args", str(LLAMA), "--topo", "dgx-h100-scalable"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert f"{LLAMA}:97: --cross-entropy-loss-fusion: " in err
-    assert "not modelled" in err
+    job = translate(words, "l.sh", "llama")
+    assert "--cross-entropy-loss-fusion" in job.argv
+    without = translate([w for w in words if w.text != "--cross-entropy-loss-fusion"], "l.sh",
+                        "llama")
+    assert [a for a in job.argv if a != "--cross-entropy-loss-fusion"] == without.argv
 
 
 def test_llama_arguments_without_the_fused_loss_translate_to_llama3_8b():
