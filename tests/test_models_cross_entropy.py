@@ -8,10 +8,8 @@ from conftest import run_json
 from par_support import make_par
 
 from sim.comm import CollKind
-from sim.errors import UsageError
 from sim.models import build_model_plan
 from sim.models.compute import A100, ops_time_ns
-from sim.models.features import cross_entropy
 from sim.models.vocab.spec import ModelSpec
 from sim.topology.gpu import GpuSpec
 
@@ -65,14 +63,20 @@ def test_loss_kernels_bytes_and_time_by_hand():
     assert fwd == [6039, 6029] and bwd == [2018, 2008]
 
 
-def test_te_reads_the_logits_once_and_is_refused_with_tp():
-    # TP 1, b 1: n = 8, vocabulary padded to 128: e = 1024 logits
+def test_te_reads_the_logits_once_and_gathers_three_values_per_token():
+    # TP 1, b 1: n = 8, vocabulary padded to 128: e = 1024 logits; no collective
     rows = loss_rows(1, 1, cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te")
     assert [op.bytes for r in rows for op in r.fwd] == [2 * 1024, 16 * 8]
     assert [op.bytes for r in rows for op in r.ig] == [4 * 1024]
-    par = make_par(tp=2, cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te")
-    with pytest.raises(UsageError, match="TP > 1"):
-        cross_entropy.check(par)
+    assert [r.fwd_comm for r in rows if r.fwd_comm] == []
+    # TP 2, b 2: n = 16, e = 16·128 = 2048; one all-gather of max, sum, target logit (3 fp32)
+    # per token from each of the 2 ranks: 12·16·2 = 384 bytes gathered; the loss kernel reads
+    # the 2 triples and writes the loss: (24 + 4)·16
+    rows = loss_rows(2, 2, cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te")
+    assert [op.bytes for r in rows for op in r.fwd] == [2 * 2048, 28 * 16]
+    assert [(r.fwd_comm.kind, r.fwd_comm.size_bytes) for r in rows if r.fwd_comm] == [
+        (CollKind.ALLGATHER, 384)]
+    assert all_reduces(rows) == []
 
 
 def test_report_says_which_loss_and_the_fusion_is_faster(tmp_path):

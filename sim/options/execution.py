@@ -5,7 +5,7 @@ deferred output-layer weight gradients and the fused cross entropy."""
 from __future__ import annotations
 
 from sim.models.features import defer_wgrad
-from sim.options.declaration import Flag, Option, deferred
+from sim.options.declaration import Flag, Option
 
 #: a workload file's verdict: its compute times are measured, not these kernels'
 _FILE = ("refused", "applies to --model runs (a workload file fixes its compute times); leave "
@@ -121,21 +121,20 @@ OPTIONS = (
                     "Megatron-Core's fused vocab-parallel cross entropy (off by default, as in "
                     "Megatron-LM): fused kernels and, with TP > 1, 2 TP all-reduces per "
                     "microbatch instead of 3 (implementation: --cross-entropy-fusion-impl)",
-                    model=("applied", "the loss's kernels and TP all-reduces (assumption "
+                    model=("changes", "the loss's kernels and TP all-reduces (assumption "
                                       "'embedding on the first stage ...')"),
                     log=_CE_LOG, aicb=_FILE, optable=_FILE),),
-           assumption="cross-entropy", check=deferred("sim.models.features.cross_entropy")),
+           assumption="cross-entropy"),
     Option("cross_entropy_fusion_impl",
            "Megatron-Core --cross-entropy-fusion-impl (ModelParallelConfig)",
            "sim.models.features.cross_entropy", (
                Flag("--cross-entropy-fusion-impl",
                     "with --cross-entropy-loss-fusion: native (Megatron-Core's torch.compile "
-                    "kernels) or te (Transformer Engine's Triton kernels, TP 1 only) (default: "
-                    "{default})",
+                    "kernels) or te (Transformer Engine's Triton kernels) (default: {default})",
                     kind="choice", choices=("native", "te"),
                     model=("refused-if", "which fused loss runs (assumption 'embedding on "
                                          "the first stage ...'); refused without --cross-"
-                                         "entropy-loss-fusion and, for te, with TP > 1"),
+                                         "entropy-loss-fusion"),
                     log=_CE_LOG, aicb=_FILE, optable=_FILE, refuse=_impl_unused),),
-           assumption="cross-entropy", check=deferred("sim.models.features.cross_entropy")),
+           assumption="cross-entropy"),
 )

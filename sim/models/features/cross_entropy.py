@@ -28,18 +28,21 @@ assumption (a graph that both mutates and reduces a tensor may be given a copy b
 **Fused, te** (Transformer Engine's ``parallel_cross_entropy``,
 ``transformer_engine/pytorch/triton/cross_entropy.py`` at NVIDIA/TransformerEngine 02965d2e):
 Triton kernels on the bf16 logits, no fp32 copy: ``online_softmax_kernel`` reads each logit
-once (``A``) into per-token max, sum and target logit; ``cross_entropy_forward_kernel`` reads
-those 3 fp32 per token and writes the loss (16 bytes per token); backward
-``cross_entropy_backward_kernel`` reads and rewrites the logits in place with the gradient
-(``2A``). With TP > 1 that file's forward ``assert False, "triton fused ce with tp is not fully
-tested."`` before its all-gather, and Megatron-LM's argument check rejects ``te`` with the
-fusion ("disabled due to stability issues", ``megatron/training/arguments.py``): refused there.
+once (``A``) into per-token max, sum and target logit; with TP > 1 one TP all-gather
+(``all_gather_into_tensor``) of those 3 fp32 per token (``12·n·t`` bytes gathered);
+``cross_entropy_forward_kernel`` reads the ``t`` triples of each token and writes its loss
+(``12t + 4`` bytes per token); backward ``cross_entropy_backward_kernel`` reads and rewrites the
+logits in place with the gradient (``2A``). The revision read still has ``assert False,
+"triton fused ce with tp is not fully tested."`` before that all-gather, while Megatron-Bridge's
+performance recipes run ``te`` at TP 8 (docs/validation.md, Llama 3.1 405B): the all-gather is
+modelled as written after the assert. Megatron-LM's own argument check rejects ``te`` with the
+fusion ("disabled due to stability issues", ``megatron/training/arguments.py``); Megatron-Core
+only warns (``model_parallel_config.py``).
 """
 
 from __future__ import annotations
 
 from sim.comm import CollKind
-from sim.errors import UsageError
 from sim.models.vocab.dims import Dims, tp_collective
 from sim.models.vocab.ops import ACT_BYTES as A
 from sim.models.vocab.ops import elementwise
@@ -68,9 +71,13 @@ def loss_items(dm: Dims, fusion: str) -> list[Block | Conj]:
     (:func:`variant`)."""
     e = dm.n * dm.v // dm.t
     if fusion == "te":
+        gather = ([Conj(tp_collective(CollKind.ALLGATHER, 12 * dm.n * dm.t), None)]
+                  if dm.t > 1 else [])
         return [Block("output_cross_entropy1", fwd=(elementwise("cross_entropy1", A * e),),
                       ig=(elementwise("cross_entropy_grad", 2 * A * e),)),
-                Block("output_cross_entropy2", fwd=(elementwise("cross_entropy2", 16 * dm.n),))]
+                *gather,
+                Block("output_cross_entropy2",
+                      fwd=(elementwise("cross_entropy2", (12 * dm.t + 4) * dm.n),))]
     if fusion == "native":
         fwd, grad = [(A + 4) * e, 8 * e, 8 * e], (4 + A) * e
     else:
@@ -86,15 +93,6 @@ def loss_items(dm: Dims, fusion: str) -> list[Block | Conj]:
     return items
 
 
-def check(par) -> None:
-    """Megatron's refusals: ``te`` with TP > 1 (see the module docstring)."""
-    if variant(par) == "te" and par.tp > 1:
-        raise UsageError(f"{IMPL_FLAG} te: Transformer Engine's fused cross entropy with "
-                         f"TP > 1 is not run by Transformer Engine (its Triton kernel asserts "
-                         f"'triton fused ce with tp is not fully tested') nor allowed by "
-                         f"Megatron-LM; use native, or TP 1")
-
-
 def describe(par) -> str:
     """The assumption line of a fused loss (``""`` for the unfused default)."""
     fusion = variant(par)
@@ -106,5 +104,6 @@ def describe(par) -> str:
     if fusion == "te":
         return (f"Transformer Engine's fused cross entropy ({FLAG}, {IMPL_FLAG} te): "
                 "an online-softmax kernel reading the bf16 logits once, a per-token loss "
-                "kernel, and one backward kernel rewriting the logits with their gradient")
+                "kernel (after one TP all-gather of 3n fp32 at TP > 1), and one backward "
+                "kernel rewriting the logits with their gradient")
     return ""  # the unfused loss: the stage line of the report states it
