@@ -54,3 +54,32 @@ def test_a_sourced_file_must_lie_beside_the_script(tmp_path, capsys):
     assert main(["--megatron-args", str(path), *TOPO, "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "run_figure_16.sh:" in err and "'/etc/passwd' is not a file beside the script" in err
+
+
+def test_figure_11_arithmetic_gives_the_layer_count(tmp_path):
+    # run_figure_11.sh sets PP=1 and NLS=$((3*PP)): 3 layers; hidden 20480, 128 heads, TP 8,
+    # MBS 1, GBS 8, NNODES=${PP} (one node), fp16, --checkpoint-activations
+    script = _run(["--megatron-args", str(SC21 / "run_figure_11.sh"), "--topo",
+                   "dgx-a100-1024", "--nodes", "1"], tmp_path, "sh")
+    spec = tmp_path / "sc21-fig11.yaml"
+    spec.write_text("name: sc21-fig11\nlayers: 3\nhidden: 20480\nheads: 128\nvocab: 50257\n"
+                    "seq_len: 2048\n")
+    flags = _run(["--model", str(spec), "--topo", "dgx-a100-1024", "--nodes", "1", "--tp", "8",
+                  "--pp", "1", "--micro-batch", "1", "--global-batch", "8", "--dtype", "fp16",
+                  "--recompute", "full"], tmp_path, "flags")
+    assert script["iteration_time_s"] == flags["iteration_time_s"]
+    # with PP=2 the arithmetic gives NLS=6 and NNODES=${PP} two nodes
+    for f in ("CONFIG.sh", "SBATCH.sh", "SRUN.sh"):
+        shutil.copy(SC21 / f, tmp_path / f)
+    pp2 = tmp_path / "run_figure_11.sh"
+    text = (SC21 / "run_figure_11.sh").read_text()
+    assert text.count("PP=1\n") == 1
+    pp2.write_text(text.replace("PP=1\n", "PP=2\n"))
+    top2 = ["--topo", "dgx-a100-1024", "--nodes", "2"]
+    script2 = _run(["--megatron-args", str(pp2), *top2], tmp_path, "sh2")
+    spec.write_text(spec.read_text().replace("layers: 3", "layers: 6"))
+    flags2 = _run(["--model", str(spec), *top2, "--tp", "8", "--pp", "2", "--micro-batch", "1",
+                   "--global-batch", "8", "--dtype", "fp16", "--recompute", "full"],
+                  tmp_path, "flags2")
+    assert script2["iteration_time_s"] == flags2["iteration_time_s"]
+    assert script2["iteration_time_s"] != script["iteration_time_s"]

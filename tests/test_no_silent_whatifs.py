@@ -222,6 +222,12 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     # model: on LLAMA_MODEL (rope positions); refused with --no-compile (torchtitan's own RoPE)
     "--no-rope-fusion": {"model": (["--no-rope-fusion", "--no-compile"], ["--no-rope-fusion"]),
                          "*": ["--no-rope-fusion"]},
+    "--cross-entropy-loss-fusion": {"*": ["--cross-entropy-loss-fusion"]},
+    # model: refused without the fusion (compared with native with it)
+    "--cross-entropy-fusion-impl": {
+        "model": (["--cross-entropy-fusion-impl", "te"],
+                  ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]),
+        "*": ["--cross-entropy-fusion-impl", "te"]},
     "--norm-type": {"model": (["--norm-type", "fused_rmsnorm"],
                               ["--no-compile", "--norm-type", "fused_rmsnorm"]),
                     "*": ["--norm-type", "fused_rmsnorm"]},
@@ -293,6 +299,7 @@ CONTEXT: dict[tuple[str, str], list[str]] = {
 # the run to compare with, where the run without the flag is not a valid layout: 24 layers
 # and one of embedding/loss = 25 split over 5 stages, but 24 layers are not
 BEFORE: dict[tuple[str, str], list[str]] = {
+    ("model", "--cross-entropy-fusion-impl"): ["--cross-entropy-loss-fusion"],
     ("model", "--account-for-embedding-in-pipeline-split"): [
         "--account-for-loss-in-pipeline-split"],
     ("model", "--account-for-loss-in-pipeline-split"): [

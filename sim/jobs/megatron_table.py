@@ -42,7 +42,7 @@ SAME_NAME: dict[str, int] = {
         "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
         "--pipeline-model-parallel-layout", "--wgrad-deferral-limit",
         "--moe-token-dispatcher-type", "--moe-expert-capacity-factor",
-        "--moe-shared-expert-intermediate-size"), 1),
+        "--moe-shared-expert-intermediate-size", "--cross-entropy-fusion-impl"), 1),
     **dict.fromkeys((
         "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
         "--overlap-param-gather-with-optimizer-step", "--tp-comm-overlap",
@@ -50,7 +50,7 @@ SAME_NAME: dict[str, int] = {
         "--fp8-param-gather", "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split", "--defer-embedding-wgrad-compute",
         "--overlap-moe-expert-parallel-comm", "--no-rope-fusion", "--use-flash-attn",
-        "--async-tensor-model-parallel-allreduce"), 0),
+        "--async-tensor-model-parallel-allreduce", "--cross-entropy-loss-fusion"), 0),
 }
 
 
@@ -195,11 +195,8 @@ IRRELEVANT = (
                  "bucketed overlap) refused"),
 )
 
-REFUSED = (
-    MegatronArg("--cross-entropy-loss-fusion", 0, "refused", "",
-                "Megatron-Core's fused cross entropy is not modelled (simrun times the "
-                "unfused vocab-parallel cross entropy); leave it out"),
-)
+#: arguments refused whatever their value (none at present)
+REFUSED: tuple[MegatronArg, ...] = ()
 
 #: every argument the reader knows, by name
 ARGS: dict[str, MegatronArg] = {

@@ -9,9 +9,10 @@ are string tests (``[[ a == b ]]``, ``[ a != b ]``, ``-z``, ``-n`` joined by ``&
 The script runs with no arguments: ``$1`` … are unset, as are variables it never assigns.
 
 ``pwd`` in a command substitution (`` `pwd` ``, ``$(pwd)``) is the script's folder (launch
-scripts are run from beside the files they source). Not evaluated (the construct is named,
-with its line): other command substitutions, arithmetic (``$((...))``), other conditions,
-loops, ``case``, functions.
+scripts are run from beside the files they source). Arithmetic ``$((...))`` is evaluated by
+:mod:`sim.jobs.arith` (integers, ``+ - * / %``, parentheses; anything else refused). Not
+evaluated (the construct is named, with its line): other command substitutions, other
+conditions, loops, ``case``, functions.
 A value depending on one is *unknown*: a :class:`Word` carries why; the reader decides whether
 an unknown word matters (an argument that is irrelevant to timing may keep a placeholder path).
 Bounded: :data:`MAX_WORDS` words, :data:`MAX_VALUE` characters per value.
@@ -23,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from sim.errors import InputError
+from sim.jobs import arith
 
 MAX_WORDS = 100_000
 MAX_VALUE = 1 << 20
@@ -268,9 +270,9 @@ class Shell:
 
     def _dollar(self, s: str, i: int, line: int, add, end, quoted: bool) -> int:
         rest = s[i + 1:]
-        if rest.startswith("(("):
-            j = _balanced(s, i + 1, self.file, line)
-            add("$((...))", f"arithmetic $((...)) at line {line}", quoted)  # no blanks: one word
+        if rest.startswith("((") and (j := _balanced(s, i + 1, self.file, line)) \
+                and s[j - 1] == ")":
+            self._arith(s[i + 3:j - 1], line, add, quoted)
             return j + 1
         if rest.startswith("("):
             j = _balanced(s, i + 1, self.file, line)
@@ -289,6 +291,26 @@ class Shell:
             return i + 1
         self._value(m.group(), None, line, add, end, quoted, array=False)
         return i + 1 + m.end()
+
+    def _arith(self, expr: str, line: int, add, quoted: bool) -> None:
+        """``$((expr))``: its value, or unknown (sim.jobs.arith); not evaluable: refused."""
+        def lookup(name: str) -> str:
+            v = self.vars.get(name)
+            w = v[0] if isinstance(v, list) and v else v
+            if not isinstance(w, Word):
+                raise arith.Unknown(f"${name} is unset in arithmetic $((...)) at line {line}")
+            if w.unknown:
+                raise arith.Unknown(w.unknown)
+            return w.text
+
+        try:
+            add(str(arith.evaluate(expr, lookup)), None, quoted)
+        except arith.Unknown as u:
+            add("$((...))", u.why, quoted)  # no blanks: one word
+        except arith.ArithError as e:
+            shown = expr if len(expr) <= 80 else expr[:77] + "..."
+            raise InputError(str(e), file=self.file, line=line,
+                             field=f"arithmetic $(({shown}))") from None
 
     def _braced(self, body: str, line: int, add, end, quoted: bool) -> None:
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[[@*]\])?(?:(:?-)(.*))?", body,

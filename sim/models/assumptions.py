@@ -8,6 +8,7 @@ from sim.assumption import Assumption
 from sim.kernels.gpus import find
 from sim.models.compute import ComputeModel
 from sim.models.features import (
+    cross_entropy,
     eager,
     fp8,
     fp8_params,
@@ -82,6 +83,17 @@ def _fp8_notes(par: ParallelConfig) -> list[str]:
                   if par.fp8_param_gather and par.fp8_recipe != "mxfp8" else [])
 
 
+def _ends_line(par) -> str | Assumption:
+    """The first and last stages' extra rows (the loss: sim.models.features.cross_entropy)."""
+    head = ("embedding on the first stage (vocab-parallel, TP all-reduce of its output); final "
+            "norm, ")
+    if not cross_entropy.variant(par):
+        return (head + "output layer and vocab-parallel cross entropy (3 all-reduces of n fp32 "
+                "values) on the last stage")
+    return Assumption(head + "output layer and " + cross_entropy.describe(par)
+                      + " on the last stage", "cross-entropy")
+
+
 def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
                 optimizer: str | ShampooPlan) -> list[str]:
     """Human-readable list of every modelling choice behind a generated program."""
@@ -124,9 +136,7 @@ def assumptions(plan: ModelPlan, gpu: GpuSpec, cm: ComputeModel,
             "unless overlapped as stated below"
             + ("" if par.tp_comm_overlap else " (--tp-comm-overlap would pipeline them with "
                "their GEMMs)"), "tp-comm"),
-        "embedding on the first stage (vocab-parallel, TP all-reduce of its output); final norm, "
-        "output layer and vocab-parallel cross entropy (3 all-reduces of n fp32 values) on the "
-        "last stage",
+        _ends_line(par),
         Assumption(f"pipeline message per microbatch: b·s·h·2 bytes{' / tp' if dm.sp else ''} "
                    "= pp_bytes (no scatter/gather optimisation)", "pp-message"),
     ]

@@ -16,7 +16,16 @@ from dataclasses import replace
 from functools import lru_cache
 
 from sim.comm import CollKind
-from sim.models.features import eager, fp8, fp8_current, qk_norm, rope, tp_async, tp_overlap
+from sim.models.features import (
+    cross_entropy,
+    eager,
+    fp8,
+    fp8_current,
+    qk_norm,
+    rope,
+    tp_async,
+    tp_overlap,
+)
 from sim.models.features.context import attach_ring_exchanges, ring_attention_blocks
 from sim.models.features.defer_wgrad import DEFER_REGATHER_TAG, DEFER_WGRAD_TAG
 from sim.models.features.moe import (
@@ -308,18 +317,15 @@ def embedding_rows(model: ModelSpec, dm: Dims) -> list[Row]:
     return rows_from_items(items)
 
 
-def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[Row]:
+def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool,
+                loss_fusion: str = "") -> list[Row]:
     """Final norm, vocab-parallel output layer and cross entropy on the last stage.
 
     Logits GEMM ``n × h × v/t`` (bf16 in an fp8 run: Megatron-Core's output layer is not a
-    Transformer Engine module); the vocab-parallel cross entropy casts the logits to fp32
-    (reads A, writes 4 bytes per logit) and makes three passes (max; subtract + target logit;
-    exp + sum: 8 bytes per logit each), each followed by a TP all-reduce of n fp32 values
-    (Megatron's three all-reduces). Backward: softmax − one-hot (reads and writes fp32: 8) and
-    the cast to the activation dtype (4 + A).
+    Transformer Engine module); then the vocab-parallel cross entropy, unfused (``loss_fusion``
+    ``""``) or fused (``"native"``, ``"te"``): :mod:`sim.models.features.cross_entropy`.
     """
     n, h, t, v = dm.n, dm.h, dm.t, dm.v
-    e = n * v // t
     out_params = v * h // t if holds_output_weight else 0
     # Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear, outside
     # Transformer Engine: with fp8 (eg 1) its GEMMs still run in bf16
@@ -332,13 +338,7 @@ def output_rows(model: ModelSpec, dm: Dims, holds_output_weight: bool) -> list[R
                        params=out_params))
     regather = sp_regather(dm)
     items.append(regather)
-    ce_fwd = [(A + 4 + 8) * e, 8 * e, 8 * e]
-    for i, nbytes in enumerate(ce_fwd, start=1):
-        ig = (elementwise("cross_entropy_grad", (8 + 4 + A) * e),) if i == 1 else ()
-        items.append(Block(f"output_cross_entropy{i}",
-                           fwd=(elementwise(f"cross_entropy{i}", nbytes),), ig=ig))
-        if t > 1:
-            items.append(Conj(tp_collective(CollKind.ALLREDUCE, n * 4), None))
+    items += cross_entropy.loss_items(dm, loss_fusion)
     rows = rows_from_items(items)
     for r in rows:  # what defer_embedding_wgrad_compute moves (sim.models.features.defer_wgrad)
         if r.name == "output_logits":

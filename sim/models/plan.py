@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.errors import UsageError
-from sim.models.features import eager, fp8
+from sim.models.features import cross_entropy, eager, fp8
 from sim.models.layers import embedding_rows, output_rows, transformer_layer_rows
 from sim.models.parallel_checks import validate
 from sim.models.vocab.dims import Dims
@@ -99,7 +99,9 @@ def build_model_plan(model: ModelSpec, par: ParallelConfig) -> ModelPlan:
                 # else shared.
                 holds = (not model.tied_embeddings) or all(
                     typ.virtual_stage(p, r, cc) != 0 for cc in range(v))
-                rows += eager.apply(output_rows(model, dm, holds_output_weight=holds), par, dm)
+                rows += eager.apply(output_rows(model, dm, holds_output_weight=holds,
+                                                loss_fusion=cross_entropy.variant(par)),
+                                    par, dm)
             chunks.append(rows)
             layer_ids.append(ids)
         stages.append(StagePlan(r, chunks, layer_ids))

@@ -1,6 +1,6 @@
 """Declarations (:mod:`sim.options.registry`) of the execution-mode options: compiled or eager
-element-wise kernels (torchtitan), PyTorch FSDP2's kernels, Megatron-Core's RoPE fusion and the
-deferred output-layer weight gradients."""
+element-wise kernels (torchtitan), PyTorch FSDP2's kernels, Megatron-Core's RoPE fusion, the
+deferred output-layer weight gradients and the fused cross entropy."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ def _all_deferred(_model, par) -> str | None:
         return f"every one of the {par.microbatches} microbatches is deferred, as with 0"
     return None
 
+
+def _impl_unused(_model, par) -> str | None:
+    if not par.cross_entropy_loss_fusion and par.cross_entropy_fusion_impl != "native":
+        return "the implementation of the fused cross entropy, which is off"
+    return None
+
+
+_CE_LOG = ("refused", "the log is DeepSpeed's, without Megatron-Core's loss fusion; leave it out")
 
 OPTIONS = (
     Option("compile", "torchtitan training.compile", "sim.models.features.eager", (
@@ -106,4 +114,27 @@ OPTIONS = (
                     log=_NO_PIPELINE, aicb=_FILE, optable=_FILE,
                     refuse=_all_deferred),),
            assumption="defer-wgrad", check=defer_wgrad.check, recorded_at_default=True),
+    Option("cross_entropy_loss_fusion",
+           "Megatron-Core --cross-entropy-loss-fusion (ModelParallelConfig)",
+           "sim.models.features.cross_entropy", (
+               Flag("--cross-entropy-loss-fusion",
+                    "Megatron-Core's fused vocab-parallel cross entropy (off by default, as in "
+                    "Megatron-LM): fused kernels and, with TP > 1, 2 TP all-reduces per "
+                    "microbatch instead of 3 (implementation: --cross-entropy-fusion-impl)",
+                    model=("changes", "the loss's kernels and TP all-reduces (assumption "
+                                      "'embedding on the first stage ...')"),
+                    log=_CE_LOG, aicb=_FILE, optable=_FILE),),
+           assumption="cross-entropy"),
+    Option("cross_entropy_fusion_impl",
+           "Megatron-Core --cross-entropy-fusion-impl (ModelParallelConfig)",
+           "sim.models.features.cross_entropy", (
+               Flag("--cross-entropy-fusion-impl",
+                    "with --cross-entropy-loss-fusion: native (Megatron-Core's torch.compile "
+                    "kernels) or te (Transformer Engine's Triton kernels) (default: {default})",
+                    kind="choice", choices=("native", "te"),
+                    model=("refused-if", "which fused loss runs (assumption 'embedding on "
+                                         "the first stage ...'); refused without --cross-"
+                                         "entropy-loss-fusion"),
+                    log=_CE_LOG, aicb=_FILE, optable=_FILE, refuse=_impl_unused),),
+           assumption="cross-entropy"),
 )

@@ -123,6 +123,8 @@ class Training:
     grad_reduce_in_bf16: bool = False
     ddp_bucket_size: int | None = None
     async_tensor_model_parallel_allreduce: bool = False
+    cross_entropy_loss_fusion: bool = False
+    cross_entropy_fusion_impl: str = "native"
     overlap_param_gather_with_optimizer_step: bool = False
 
     @property
