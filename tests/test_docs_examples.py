@@ -123,7 +123,7 @@ def shell_commands(block: Block) -> list[tuple[list[str], list[str]]]:
 def docs_dir(tmp_path_factory) -> Path:
     """A working directory where the docs' relative paths are the repository's inputs."""
     d = tmp_path_factory.mktemp("docs")
-    for name in ("workloads", "topologies", "scripts"):
+    for name in ("workloads", "topologies", "scripts", "tests"):
         (d / name).symlink_to(ROOT / name)
     return d
 
