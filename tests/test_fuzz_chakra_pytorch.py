@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
 
-from chakra.schema.protobuf.et_def_pb2 import AttributeProto, GlobalMetadata  # noqa: E402
+from chakra.schema.protobuf.et_def_pb2 import AttributeProto  # noqa: E402
 from chakra.schema.protobuf.et_def_pb2 import Node as ChakraNode  # noqa: E402
-from chakra.src.third_party.utils.protolib import encodeMessage  # noqa: E402
+from test_chakra_pytorch import _pytorch_trace as pytorch_trace  # noqa: E402
 
 from sim.errors import InputError  # noqa: E402
 from sim.workload.chakra import read_chakra  # noqa: E402
@@ -33,23 +33,19 @@ NODE = st.fixed_dictionaries({
 
 
 def _write(folder, nodes) -> None:
-    folder.mkdir()
-    with open(folder / "t.0.et", "wb") as et:
-        meta = GlobalMetadata(version="0.0.4")
-        meta.attr.append(AttributeProto(name="schema", string_val="1.0.1"))
-        meta.attr.append(AttributeProto(name="pid", uint64_val=1))
-        encodeMessage(et, meta)
-        for i, d in enumerate(nodes):
-            n = ChakraNode(id=10 + i, name=f"n{i}", type=d["type"], duration_micros=d["micros"])
-            n.attr.append(AttributeProto(name="is_cpu_op", bool_val=d["cpu"]))
-            n.attr.append(AttributeProto(name="tid", int64_val=d["tid"]))
-            if d["type"] == 7:
-                n.attr.append(AttributeProto(name="comm_type", int64_val=d["comm_type"]))
-                n.attr.append(AttributeProto(name="comm_size", int64_val=d["comm_size"]))
-            if d["extra"]:
-                n.attr.append(AttributeProto(name=d["extra"], string_val="DP"))
-            n.data_deps.extend(10 + i - r for r in d["deps"] if r)
-            encodeMessage(et, n)
+    chakra = []
+    for i, d in enumerate(nodes):
+        n = ChakraNode(id=10 + i, name=f"n{i}", type=d["type"], duration_micros=d["micros"])
+        n.attr.append(AttributeProto(name="is_cpu_op", bool_val=d["cpu"]))
+        n.attr.append(AttributeProto(name="tid", int64_val=d["tid"]))
+        if d["type"] == 7:
+            n.attr.append(AttributeProto(name="comm_type", int64_val=d["comm_type"]))
+            n.attr.append(AttributeProto(name="comm_size", int64_val=d["comm_size"]))
+        if d["extra"]:
+            n.attr.append(AttributeProto(name=d["extra"], string_val="DP"))
+        n.data_deps.extend(10 + i - r for r in d["deps"] if r)
+        chakra.append(n)
+    pytorch_trace(folder, chakra)
 
 
 @fuzz_settings(150)
