@@ -61,6 +61,7 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                     "model": ["--placement", "pp-tp-dp"]},
     "--per-rank": {"*": ["--per-rank"]}, "--no-fuse": {"*": ["--no-fuse"]},
     "--max-sim-time-s": {"*": ["--max-sim-time-s", "1000"]},
+    "--full-simulation": {"*": ["--full-simulation"]},
     "--algorithm": {"*": ["--algorithm", "tree"]}, "--protocol": {"*": ["--protocol", "LL"],
                                                    "aicb-csv": ["--protocol", "Simple"]},
     # the default D-mod-K routes of these runs collide nowhere, like adaptive routing; ECMP's

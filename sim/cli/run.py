@@ -97,6 +97,10 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                    help="simulate every rank instead of one representative per stage")
     g.add_argument("--no-fuse", action="store_true",
                    help="give every compute and collective its own event (slower; for checking)")
+    g.add_argument("--full-simulation", action="store_true",
+                   help="simulate every microbatch of a model run (default: where its pipeline "
+                        "is periodic, three short runs extrapolated exactly, the same report; "
+                        "docs/sweeps.md)")
     add_watchdog_argument(g)
     add_interference_arguments(g)
     g.add_argument("--jitter", type=nonneg_float, default=0.0, metavar="CV",
@@ -152,6 +156,7 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
         workload=workload, topology=args.topo, layout=layout_request(args), nodes=args.nodes,
         network=network_options(args), faults=fault_options(args),
         simulation=SimulationOptions(per_rank=args.per_rank, fuse=not args.no_fuse,
+                                     periodic=not args.full_simulation,
                                      max_sim_time_s=args.max_sim_time_s,
                                      placement=args.placement,
                                      nccl_channels=args.nccl_channels,
@@ -201,8 +206,12 @@ def run(argv: list[str], subcommands: dict[str, tuple[str, str]], t0: float,
     write_figures_of(res)
     if args.timing:
         result, t_sim = res.result, res.simulate_s
+        runs = result.periodic_runs
+        done = sum(e for _, e in runs) if runs else result.events
+        how = (f"extrapolated from short runs of {', '.join(str(m) for m, _ in runs)} "
+               f"microbatches: {done} simulated, " if runs else "")
         print(f"timing: simulate {t_sim:.3f} s, {result.events} events "
-              f"({result.events / max(t_sim, 1e-9):,.0f} events/s), "
+              f"({how}{done / max(t_sim, 1e-9):,.0f} events/s), "
               f"{len(result.ranks)} simulated ranks; process so far "
               f"{time.perf_counter() - t0:.3f} s", file=sys.stderr)
     return 0

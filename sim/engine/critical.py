@@ -76,8 +76,19 @@ def critical_path(deps: dict[int, list[Wait]], end_rank: int, end_ns: int,
     return out
 
 
-def summarize(path: list[PathSegment], stage_of) -> dict:
-    """Totals of a critical path: work per (rank, stage) and communication per group (s)."""
+@dataclass(frozen=True)
+class CriticalTotals:
+    """What a report needs of a critical path: work per rank and waits per group (ns), the
+    number of segments and the rank it ends on (-1: no path)."""
+
+    work_ns: dict[int, int]
+    comm_ns: dict[str, int]
+    segments: int
+    last_rank: int
+
+
+def totals(path: list[PathSegment]) -> CriticalTotals:
+    """The :class:`CriticalTotals` of ``path``."""
     work: dict[int, int] = {}
     comm: dict[str, int] = {}
     for seg in path:
@@ -86,10 +97,17 @@ def summarize(path: list[PathSegment], stage_of) -> dict:
             work[seg.rank] = work.get(seg.rank, 0) + d
         else:
             comm[seg.kind] = comm.get(seg.kind, 0) + d
-    ranks = sorted(work.items(), key=lambda kv: (-kv[1], kv[0]))
+    return CriticalTotals(work, comm, len(path), path[-1].rank if path else -1)
+
+
+def summarize(path: list[PathSegment] | CriticalTotals, stage_of) -> dict:
+    """Totals of a critical path (or of its :class:`CriticalTotals`): work per (rank, stage)
+    and communication per group (s)."""
+    t = path if isinstance(path, CriticalTotals) else totals(path)
+    ranks = sorted(t.work_ns.items(), key=lambda kv: (-kv[1], kv[0]))
     return {
         "work_s_by_rank": [{"rank": r, "stage": stage_of(r), "work_s": ns * 1e-9}
                            for r, ns in ranks],
-        "comm_s": {g: comm[g] * 1e-9 for g in sorted(comm)},
-        "segments": len(path),
+        "comm_s": {g: t.comm_ns[g] * 1e-9 for g in sorted(t.comm_ns)},
+        "segments": t.segments,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.comm import GroupKind
-from sim.engine.critical import PathSegment
+from sim.engine.critical import CriticalTotals, PathSegment
 from sim.program.pipeline import PipelineProgram
 
 GROUPS = tuple(GroupKind)
@@ -91,6 +91,12 @@ class SimResult:
     beside_compute_ns: int = 0
     # CTA counts the asynchronous collectives' kernels took, by group (interference)
     nccl_ctas: dict[GroupKind, tuple[int, ...]] = field(default_factory=dict)
+    # the critical path's totals where the path itself is not kept (a periodic run,
+    # sim.scenario.periodic_run); None: computed from critical_path
+    critical_totals: CriticalTotals | None = None
+    # (microbatches, events) of the short runs this result was extrapolated from (empty:
+    # simulated in full; sim.scenario.periodic_run)
+    periodic_runs: tuple[tuple[int, int], ...] = ()
 
     def stage_stats(self) -> list[RankStats]:
         """One entry per pipeline stage: the simulated rank of that stage that finished last."""

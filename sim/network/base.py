@@ -107,6 +107,16 @@ class Network(ABC):
         """Assumptions of this model, for the report."""
         return []
 
+    def counters(self) -> dict[tuple, int]:
+        """Every count of this run that :meth:`describe`'s lines are made of, by a key
+        (:mod:`sim.engine.periodic` extrapolates them); none by default."""
+        return {}
+
+    def set_counters(self, values: dict[tuple, int]) -> None:
+        """Replace the counts of :meth:`counters` (same keys) before :meth:`describe`."""
+        if values:
+            raise ValueError(f"{type(self).__name__} keeps no counters")
+
 
 def nccl_busbw_factor(kind: CollKind, n: int) -> float:
     """nccl-tests' busbw/algbw factor for ``kind`` over ``n`` ranks."""

@@ -215,3 +215,29 @@ class FlowDriver:
         key = prep.chosen
         self.chosen[key] = self.chosen.get(key, 0) + 1
         op.event.succeed_after(end - now, res)
+
+    def counters(self) -> dict[tuple, int]:
+        """The report's counts (:meth:`sim.network.base.Network.counters`): communications
+        by choice, per-group totals, per-link delays, inexact fills."""
+        out: dict[tuple, int] = {("chosen", k): v for k, v in self.chosen.items()}
+        for g, st in self.stats.items():
+            out.update({("stats", g, f): getattr(st, f) for f in _STATS})
+        for link, pair in self.link_delay.items():
+            out.update({("delay", link, i): x for i, x in enumerate(pair)})
+        out[("inexact",)] = self.solver.inexact
+        return out
+
+    def set_counters(self, values: dict[tuple, int]) -> None:
+        """Set the counts of :meth:`counters` (the keys it gave)."""
+        for key, x in values.items():
+            if key[0] == "chosen":
+                self.chosen[key[1]] = x
+            elif key[0] == "stats":
+                setattr(self.stats[key[1]], key[2], x)
+            elif key[0] == "delay":
+                self.link_delay[key[1]][key[2]] = x
+            elif key[0] == "inexact":
+                self.solver.inexact = x
+
+
+_STATS = ("count", "size_bytes", "actual_ns", "isolated_ns")

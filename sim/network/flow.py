@@ -263,6 +263,19 @@ class FlowNetwork(Network):
         """Per group kind: started communications, achieved vs isolated time (ns)."""
         return {k: self.stats[k] for k in sorted(self.stats, key=lambda g: g.value)}
 
+    def counters(self) -> dict[tuple, int]:
+        out = self.driver.counters()
+        if self.curve_use is not None:
+            out.update({("curve", op, i): x for op, c in self.curve_use.counts.items()
+                        for i, x in enumerate(c)})
+        return out
+
+    def set_counters(self, values: dict[tuple, int]) -> None:
+        self.driver.set_counters(values)
+        for key, x in values.items():
+            if key[0] == "curve" and self.curve_use is not None:
+                self.curve_use.counts[key[1]][key[2]] = x
+
     def describe(self) -> list[str]:
         out = describe_network(self.tuner, self.driver, self.symmetric, self.fusable_groups())
         if self.curve_use is not None:

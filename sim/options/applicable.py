@@ -158,6 +158,11 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--per-rank": _all("mode", "every rank simulated (simulation mode assumption)"),
     "--no-fuse": _all("mode", "every step its own event (same times)"),
     "--max-sim-time-s": _all("output", "watchdog"),
+    "--full-simulation": {**_all("states", "workload files and AICB logs are always simulated "
+                                         "microbatch by microbatch: no effect"),
+                          "model": Verdict("states", "every microbatch simulated instead of "
+                                                   "three short periodic runs; the same report "
+                                                   "(sim.scenario.periodic_run)")},
     "--algorithm": _all("changes", "collective algorithm (network assumptions)"),
     "--protocol": _all("changes", "NCCL protocol (network assumptions)"),
     "--routing": _all("changes", "fat-tree routing (network assumptions)"),

@@ -21,7 +21,7 @@ from typing import Any
 
 from sim import __version__
 from sim.comm import GroupKind
-from sim.engine.critical import summarize
+from sim.engine.critical import summarize, totals
 from sim.engine.result import GROUPS, RankStats, SimResult
 from sim.pipeline.schedules import ideal_bubble_formula, ideal_bubble_fraction
 
@@ -197,13 +197,13 @@ def _critical(result: SimResult) -> dict[str, Any]:
     """Where the critical path spends its time: work per stage and rank, waits per group."""
     stage = {s.rank: s.stage for s in result.ranks}
     size = {s.rank: s.represents for s in result.ranks}
-    path = result.critical_path
-    s = summarize(path, lambda r: stage.get(r, -1))
+    t = result.critical_totals or totals(result.critical_path)
+    s = summarize(t, lambda r: stage.get(r, -1))
     by_stage: dict[int, float] = {}
     for e in s["work_s_by_rank"]:
         by_stage[e["stage"]] = by_stage.get(e["stage"], 0.0) + e["work_s"]
         e["stands_for_ranks"] = size.get(e["rank"], 1)
-    last = path[-1].rank if path else -1
+    last = t.last_rank
     return {
         "ends_on_rank": last,
         "ends_on_stage": stage.get(last, -1),

@@ -40,6 +40,18 @@ class ModelRun:
     memory: MemoryReport
     program: PipelineProgram
     notes: list[str] = field(default_factory=list)
+    compute: ComputeSetup | None = None  # what timed the operators (None: not kept)
+    log: Any = None  # the AICB collective log the program takes (sim.scenario.collective_log)
+
+    def with_microbatches(self, m: int, topology: Topology, placement: str) -> PipelineProgram:
+        """The program of this run with ``m`` microbatches (the global batch ``m`` × micro
+        batch × DP), generated as this run's was; the memory check is not repeated."""
+        par = self.par
+        layout = replace(par.layout, microbatches=m)
+        training = replace(par.training, global_batch=m * (par.global_batch // par.microbatches))
+        short = ParallelConfig.of(layout, training)
+        return model_run_of(fit_model(self.model, short, topology, placement), topology,
+                            compute=self.compute, ignore_memory=True, log=self.log).program
 
     @property
     def model_flops(self) -> int:
@@ -191,7 +203,7 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
                        compute=setup, zero3=units_of(log, model) if log else None)
     if log is not None:
         program = with_log(program, log, path)
-    return ModelRun(path, model, par, gpu, mem, program, notes)
+    return ModelRun(path, model, par, gpu, mem, program, notes, setup, log)
 
 
 def model_run(model: ModelSpec | str, request: LayoutRequest, training: Training,

@@ -102,7 +102,9 @@ class SimulationOptions:
     is free), ``comm_overlap_slowdown`` (≥ 1) on its time;
     variability (:mod:`sim.scenario.variability`): ``jitter_cv`` (0: none) of seeded kernel and
     transfer noise, ``samples`` runs drawn with ``seed``; ``host_dispatch_ns``: the CPU's time
-    to issue one kernel (:mod:`sim.engine.host`; 0: off)."""
+    to issue one kernel (:mod:`sim.engine.host`; 0: off); ``periodic``: a model run whose
+    pipeline is periodic is simulated as three short runs with the same report
+    (:mod:`sim.scenario.periodic_run`; off: every microbatch, ``--full-simulation``)."""
 
     per_rank: bool = False
     fuse: bool = True
@@ -114,6 +116,7 @@ class SimulationOptions:
     samples: int = 1
     seed: int = 0
     host_dispatch_ns: int = 0
+    periodic: bool = True
 
 
 @dataclass(frozen=True)

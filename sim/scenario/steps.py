@@ -236,7 +236,8 @@ def network(prepared: Prepared, variant: Variant = DETERMINISTIC):
 
 def simulate(prepared: Prepared, variant: Variant = DETERMINISTIC) -> SimResult:
     """Stage 2: simulate ``variant`` of ``prepared``. The deterministic run runs under the
-    watchdog (:func:`sim.runtime.watchdog.simulate_watched`) with the prepared rank classes;
+    watchdog (:func:`sim.runtime.watchdog.simulate_watched`) with the prepared rank classes,
+    as three short runs where its pipeline is periodic (:mod:`sim.scenario.periodic_run`);
     a jitter sample simulates every rank; the healthy run one representative per stage."""
     p, sim = prepared, prepared.simulation
     kw: dict[str, Any] = {"placement": p.placement, "fuse": sim.fuse,
@@ -249,10 +250,16 @@ def simulate(prepared: Prepared, variant: Variant = DETERMINISTIC) -> SimResult:
         jit = Jitter(sim.jitter_cv, sim.seed, variant.sample)
         return engine.simulate(p.program, net, classes=RankClasses.per_rank(p.placement),
                                jitter=jit, compute_scale=p.compute_scale, **kw)
-    return simulate_watched(engine.simulate, p.program, net,
-                            max_sim_time_s=sim.max_sim_time_s, file=p.workload or None,
-                            classes=p.classes,
-                            compute_scale=p.compute_scale, record_spans=p.record_spans, **kw)
+    from sim.scenario.periodic_run import simulate_periodic
+
+    def one(q: Prepared, net=None):
+        net = net or network(q, variant)
+        return simulate_watched(engine.simulate, q.program, net,
+                                max_sim_time_s=sim.max_sim_time_s, file=q.workload or None,
+                                classes=q.classes, compute_scale=q.compute_scale,
+                                record_spans=q.record_spans, **kw), net
+
+    return simulate_periodic(p, one) or one(p, net)[0]
 
 
 def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None = None,

@@ -131,7 +131,8 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
     out, fit = memory_row(ctx, layout)
     if fit is None or memory_only:
         return out
-    sim = replace(ctx.simulation, placement=ctx.placement)
+    # the sweep's own shortcut (sim.sweep.periodic) decides; its fallback is the full run
+    sim = replace(ctx.simulation, placement=ctx.placement, periodic=False)
 
     def simulate(par):
         short = fit if par is fit.par else fit_model(ctx.model, par, ctx.topology, ctx.placement)

@@ -28,70 +28,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sim.comm import GroupKind
-from sim.engine.result import RankStats, SimResult
+from sim.engine.periodic import extrapolate, period_of, short_counts
+from sim.engine.result import SimResult
 from sim.report.build import NS, rank_entry
-
-MIN_SAVING = 1.5
-"""The shortcut is taken only when the three short runs simulate at most 1/MIN_SAVING of the
-microbatches of the full run."""
 
 
 def period(par) -> int:
-    """Microbatches of one steady period: the interleaved schedule's microbatch group (default
-    the pipeline size), else the pipeline size; twice it for DualPipe (microbatches in pairs,
-    one from each end: the bidirectional schedule)."""
-    k = par.layout.microbatch_group_size or par.pp
-    return 2 * k if par.layout.schedule_type.bidirectional else k
-
-
-def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int] | None:
-    """``(M₁, M₁ + k, M₁ + 2k)`` with ``M₁ ≡ m`` (mod ``k``) and ``M₁ ≥ 2·pp + k`` (the warm-up
-    and the cool-down of every schedule here span under ``2·pp`` microbatches), or ``None``
-    when the three runs would not save ``MIN_SAVING`` over ``m``."""
-    m1 = m % k
-    while m1 < 2 * pp + k:
-        m1 += k
-    counts = (m1, m1 + k, m1 + 2 * k)
-    if counts[2] > m or sum(counts) * MIN_SAVING > m:
-        return None
-    return counts
-
-
-def _vector(res: SimResult) -> list[int]:
-    """Every integer the row is computed from, in a fixed order."""
-    out = [res.iteration_ns, res.events, len(res.ranks)]
-    for st in res.ranks:
-        out += [st.rank, st.stage, st.represents, st.compute_ns, st.optimizer_ns, st.bubble_ns,
-                st.host_wait_ns, st.end_ns, st.pipeline_start_ns, st.pipeline_end_ns,
-                st.pipeline_wait_ns]
-        out += [st.exposed_comm_ns[g] for g in GroupKind]
-    return out
-
-
-def extrapolate(results: list[SimResult], n: int) -> SimResult | None:
-    """The result ``n`` periods after ``results[0]`` when the counted integers of the three
-    results step by equal differences, else ``None``. Only the counted integers are
-    extrapolated (no spans, layers or critical path: what a sweep row needs)."""
-    a, b, c = (_vector(r) for r in results)
-    if not len(a) == len(b) == len(c):
-        return None
-    if any(y - x != z - y for x, y, z in zip(a, b, c, strict=True)):
-        return None
-    v = [x + n * (y - x) for x, y in zip(a, b, strict=True)]
-    first = results[0]
-    ranks, i = [], 3
-    for _ in first.ranks:
-        rank, stage, rep, comp, opt, bub, host, end, ps, pe, pw = v[i:i + 11]
-        i += 11
-        exposed = dict(zip(GroupKind, v[i:i + len(GroupKind)], strict=True))
-        i += len(GroupKind)
-        ranks.append(RankStats(rank=rank, stage=stage, represents=rep, compute_ns=comp,
-                               optimizer_ns=opt, exposed_comm_ns=exposed, bubble_ns=bub,
-                               host_wait_ns=host, end_ns=end, pipeline_start_ns=ps,
-                               pipeline_end_ns=pe, pipeline_wait_ns=pw))
-    return replace(first, ranks=ranks, iteration_ns=v[0], events=v[1], spans=[],
-                   critical_path=[])
+    """Microbatches of one steady period of ``par`` (:func:`sim.engine.periodic.period_of`)."""
+    return period_of(par.pp, par.layout.microbatch_group_size, par.layout.schedule_type)
 
 
 def stage_rows(result: SimResult) -> list[dict[str, Any]]:

@@ -1,0 +1,125 @@
+"""A pipeline of identical microbatches repeats itself: three short runs give the long one.
+
+With ``M`` identical microbatches, a pipeline schedule is a warm-up, a steady state that
+repeats every ``k`` microbatches (one round of every stage, ``k`` = the pipeline size, or the
+interleaved schedule's microbatch group), and a cool-down (the last microbatches' backwards,
+the gradient reductions, the optimizer). Adding ``k`` microbatches adds one steady period:
+every integer the engine counts grows by the same amount.
+
+:func:`extrapolate` takes the results of the same run with ``M₁``, ``M₁ + k`` and ``M₁ + 2k``
+microbatches (``M₁ ≡ M`` mod ``k``, past the warm-up: :func:`short_counts`), requires every
+counted integer's two differences to be *equal* and everything else (names, keys, notes) to be
+identical — the run is then periodic in those counts — and extrapolates the integers to ``M``
+exactly (integers, ns). Anything that differs returns ``None``: the caller simulates the full
+run. Used by a sweep's layouts (:mod:`sim.sweep.periodic`, the counted integers a row needs)
+and by a single model run (:mod:`sim.scenario.periodic_run`, everything its report reads:
+per-layer totals, the critical path's totals, interference counts); tests compare both with
+the full simulation to the ns and the byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.comm import GroupKind
+from sim.engine.critical import CriticalTotals, totals
+from sim.engine.result import LayerStats, RankStats, SimResult
+
+MIN_SAVING = 1.5
+"""The shortcut is taken only when the three short runs simulate at most 1/MIN_SAVING of the
+microbatches of the full run."""
+
+_RANK_INTS = ("rank", "stage", "represents", "compute_ns", "optimizer_ns", "bubble_ns",
+              "host_wait_ns", "end_ns", "pipeline_start_ns", "pipeline_end_ns",
+              "pipeline_wait_ns")
+_LAYER_INTS = ("forward_ns", "input_grad_ns", "weight_grad_ns", "count")
+
+
+def period_of(pp: int, group: int | None, schedule_type) -> int:
+    """Microbatches of one steady period: the interleaved schedule's microbatch group
+    ``group`` (default the pipeline size ``pp``), else the pipeline size; twice it for
+    DualPipe (microbatches in pairs, one from each end: the bidirectional schedule)."""
+    k = group or pp
+    return 2 * k if schedule_type.bidirectional else k
+
+
+def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int] | None:
+    """``(M₁, M₁ + k, M₁ + 2k)`` with ``M₁ ≡ m`` (mod ``k``) and ``M₁ ≥ 2·pp + k`` (the warm-up
+    and the cool-down of every schedule here span under ``2·pp`` microbatches), or ``None``
+    when the three runs would not save ``MIN_SAVING`` over ``m``."""
+    m1 = m % k
+    while m1 < 2 * pp + k:
+        m1 += k
+    counts = (m1, m1 + k, m1 + 2 * k)
+    if counts[2] > m or sum(counts) * MIN_SAVING > m:
+        return None
+    return counts
+
+
+def _flatten(res: SimResult, full: bool) -> tuple[tuple, list[int]]:
+    """``(shape, integers)`` of ``res``: the integers are extrapolated, the shape (keys,
+    names, notes) must be identical. ``full``: also per-layer totals, the critical path's
+    totals and the interference counts (what a run's report reads)."""
+    ints = [res.iteration_ns, res.events]
+    shape: list = [len(res.ranks)]
+    for st in res.ranks:
+        ints += [getattr(st, f) for f in _RANK_INTS]
+        ints += [st.exposed_comm_ns[g] for g in GroupKind]
+        if full:
+            shape.append(tuple((name, tuple(ls.comm_ns)) for name, ls in st.layers.items()))
+            for ls in st.layers.values():
+                ints += [getattr(ls, f) for f in _LAYER_INTS] + list(ls.comm_ns.values())
+    if full:
+        t = res.critical_totals or totals(res.critical_path)
+        shape += [tuple(t.work_ns), tuple(t.comm_ns), t.last_rank, res.per_rank, res.mode,
+                  tuple(res.nccl_ctas.items())]
+        ints += [*t.work_ns.values(), *t.comm_ns.values(), t.segments, res.beside_compute_ns]
+    return tuple(shape), ints
+
+
+def extrapolate_counts(counts: list[dict], n: int) -> dict | None:
+    """``counts[0]`` ``n`` periods on, when the three dicts have the same keys in the same
+    order and every value steps by equal differences; else ``None``."""
+    a, b, c = counts
+    if not list(a) == list(b) == list(c):
+        return None
+    if any(b[k] - a[k] != c[k] - b[k] for k in a):
+        return None
+    return {k: a[k] + n * (b[k] - a[k]) for k in a}
+
+
+def extrapolate(results: list[SimResult], n: int, full: bool = False) -> SimResult | None:
+    """The result ``n`` periods after ``results[0]`` when the counted integers of the three
+    results step by equal differences (and, ``full``, everything else but the network's
+    lines is identical: they are the caller's, from the network's counters), else ``None``.
+    Spans are never kept; the critical path is kept as its totals only."""
+    flat = [_flatten(r, full) for r in results]
+    (sa, a), (sb, b), (sc, c) = flat
+    if not (sa == sb == sc and len(a) == len(b) == len(c)):
+        return None
+    if any(y - x != z - y for x, y, z in zip(a, b, c, strict=True)):
+        return None
+    v = iter([x + n * (y - x) for x, y in zip(a, b, strict=True)])
+    first = results[0]
+    iteration, events = next(v), next(v)
+    ranks = []
+    for st in first.ranks:
+        vals = {f: next(v) for f in _RANK_INTS}
+        exposed = {g: next(v) for g in GroupKind}
+        layers = {}
+        if full:
+            for name, ls in st.layers.items():
+                lv = {f: next(v) for f in _LAYER_INTS}
+                layers[name] = LayerStats(**lv, comm_ns={g: next(v) for g in ls.comm_ns})
+        ranks.append(RankStats(**vals, exposed_comm_ns=exposed, layers=layers))
+    out = replace(first, ranks=ranks, iteration_ns=iteration, events=events, spans=[],
+                  critical_path=[], critical_totals=None,
+                  periodic_runs=tuple((r.program.microbatches, r.events) for r in results))
+    if full:
+        t = first.critical_totals or totals(first.critical_path)
+        work = {r: next(v) for r in t.work_ns}
+        comm = {g: next(v) for g in t.comm_ns}
+        segments, beside = next(v), next(v)
+        out = replace(out, critical_totals=CriticalTotals(work, comm, segments, t.last_rank),
+                      beside_compute_ns=beside)
+    return out

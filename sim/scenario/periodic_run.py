@@ -1,0 +1,69 @@
+"""A model run simulated as three short runs (:mod:`sim.engine.periodic`), with the same report.
+
+A model run of ``M`` identical microbatches is simulated with ``M₁``, ``M₁ + k`` and
+``M₁ + 2k`` microbatches (:func:`sim.engine.periodic.short_counts`), each program generated as
+the full one is (:meth:`sim.scenario.model_run.ModelRun.with_microbatches`), and extrapolated
+to ``M`` — every integer the report reads: per-rank and per-layer times, the critical path's
+totals, the events and the interference counts. The result then carries the full run's
+program, so the report is built from it exactly as from the full simulation's
+(``tests/test_periodic_run.py`` compares the JSON reports byte for byte). Where the shortcut
+cannot be proven (any integer whose two differences differ, any name or note that differs
+between the short runs) the full run is simulated.
+
+Never taken (the full run is simulated): ``--full-simulation``; a workload file (its
+microbatches are the file's) or an AICB collective log; faults (a slow GPU breaks the
+symmetry); a trace or a timeline (they show every microbatch); options whose effect depends
+on the microbatch count (``--wgrad-deferral-limit``); too few microbatches for three short
+runs to save :data:`sim.engine.periodic.MIN_SAVING`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from sim.engine.periodic import extrapolate, extrapolate_counts, period_of, short_counts
+from sim.engine.result import SimResult
+from sim.network.base import Network
+
+
+def counts_for(prepared) -> tuple[int, int, int] | None:
+    """The short runs' microbatch counts for ``prepared`` (a
+    :class:`sim.scenario.steps.Prepared`), or ``None`` where the shortcut is never taken."""
+    run, prog = prepared.model_run, prepared.program
+    if (not prepared.simulation.periodic or run is None or run.log is not None
+            or run.program is not prog or not prepared.faults.empty or prepared.record_spans
+            or run.par.training.wgrad_deferral_limit):
+        return None
+    k = period_of(prog.pp, prog.microbatch_group_size, prog.schedule_type)
+    return short_counts(prog.microbatches, k, prog.pp)
+
+
+def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Network]]
+                      ) -> SimResult | None:
+    """The full run's result from three short runs, or ``None`` (simulate the full run).
+    ``simulate(p)``: the deterministic result of the prepared run ``p`` and the network model
+    it ran on. The network's report lines are those of the first short run's network with
+    its counters extrapolated (:meth:`sim.network.base.Network.counters`)."""
+    counts = counts_for(prepared)
+    if counts is None:
+        return None
+    run, prog = prepared.model_run, prepared.program
+    results, nets = [], []
+    for m in counts:
+        try:
+            short = run.with_microbatches(m, prepared.topology, prepared.simulation.placement)
+        except Exception:  # noqa: BLE001 - a short count the layout refuses: the full run
+            return None
+        if short.microbatches != m:
+            return None
+        res, net = simulate(dataclasses.replace(prepared, program=short))
+        results.append(res)
+        nets.append(net)
+    n = (prog.microbatches - counts[0]) // (counts[1] - counts[0])
+    res = extrapolate(results, n, full=True)
+    counters = extrapolate_counts([net.counters() for net in nets], n)
+    if res is None or counters is None:
+        return None
+    nets[0].set_counters(counters)
+    return dataclasses.replace(res, program=prog, network_notes=nets[0].describe())
