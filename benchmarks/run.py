@@ -19,7 +19,8 @@ process with valgrind (callgrind; slow, but independent of the load).
 
 Goals are ratios to the reference: the 1024-GPU seed ≤ 1.5× (the product goal), its
 ``--per-rank`` run ≤ 10×. The absolute goals on the quiet 2-core machine are converted with
-a reference of 0.1 s: AICB's all-to-all micro-test ≤ 5 s → 50×, ``simrun collective --op
+a reference of 0.1 s: AICB's all-to-all micro-test ≤ 5 s → 50×, one Llama 3 70B run of 128
+microbatches ≤ 5 s → 50×, ``simrun collective --op
 alltoall --gpus 1024`` ≤ 2 s → 20×; GPT-3 on 65,536 GPUs ≤ 1.5× GPT-3 on 1,024.
 They are checked on the CPU-time ratio (on a loaded machine a
 process's CPU time is close to its wall time on a quiet one; wall ratios are printed too).
@@ -49,6 +50,13 @@ MODEL_ARGS = ["--model", "workloads/models/gpt3-175b.yaml", "--topo",
               "1", "--sequence-parallel", "--recompute", "selective", "--distributed-optimizer"]
 
 
+# the single run of docs/sweeps.md's question: a pipeline of 128 microbatches × 5 chunks
+# (the periodic shortcut: three short runs, sim/scenario/periodic_run.py)
+LLAMA_128 = ["--model", "llama3-70b", "--topo", "topologies/dgx-h100-1024.yaml", "--gpus", "256",
+             "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--micro-batch", "1",
+             "--global-batch", "1024", "--sequence-parallel", "--distributed-optimizer"]
+
+
 def model_case(gpus: int) -> list[str]:
     """GPT-3 175B, TP 8 × PP 16, 16 microbatches per DP replica: DP grows with the GPUs while
     every stage's work stays the same."""
@@ -67,6 +75,7 @@ CASES: list[tuple[str, list[str], float | None, bool]] = [
                                                 "--fail-nic", "37.3"], None, False),
     ("1024-GPU seed, --per-rank", ["--workload", SEED, "--topo", A100, "--per-rank"], 10.0,
      False),
+    ("Llama 3 70B, 256 H100, TP4 PP4 CP2 VPP5, 128 microbatches", LLAMA_128, 50.0, False),
     ("AICB all_to_all micro-test, 1024 GPUs", ["--workload",
                                                "workloads/aicb-micro-all-to-all.txt",
                                                "--topo", A100], 50.0, False),
