@@ -48,7 +48,7 @@ from sim.models.vocab.dims import (
 from sim.models.vocab.ops import ACT_BYTES as A
 from sim.models.vocab.ops import FPROP, Op, OpKind, as_recompute, bmm, elementwise, gemm, wgrad
 from sim.models.vocab.ops import MASK_BYTES as K
-from sim.models.vocab.rows import Block, Conj, Row, recompute_rows, rows_from_items
+from sim.models.vocab.rows import Block, Conj, Row, recompute_rows, renamed, rows_from_items
 from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig
 
@@ -180,7 +180,7 @@ def transformer_layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims,
                            index: int) -> list[Row]:
     """Rows of transformer layer ``index`` (global layer number) for one microbatch."""
     moe_layer = model.moe is not None and index >= model.moe.dense_layers
-    return [replace(r, name=f"layer{index}_{r.name}", tags={**r.tags, "layer": index})
+    return [renamed(r, f"layer{index}_{r.name}", {**r.tags, "layer": index})
             for r in _layer_rows(model, par, dm, moe_layer)]
 
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from sim.models.features import qk_norm
 from sim.models.features.moe import moe_load_factor
@@ -58,7 +59,7 @@ from sim.models.optimizer import PARAM_BYTES, grad_bytes
 from sim.models.plan import ModelPlan, StagePlan, build_model_plan
 from sim.models.vocab.spec import ModelSpec
 from sim.parallel.config import ParallelConfig
-from sim.pipeline.schedules import schedule_table
+from sim.pipeline.schedules import schedule_tuples
 from sim.topology.gpu import GpuSpec
 
 RESERVED_BYTES = 2_000_000_000  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -196,19 +197,40 @@ def inflight_activation_bytes(units: list[int], ops) -> tuple[int, int]:
     every stage of ZB-H1, the same peak as 1F1B's first stage). A whole backward releases
     them (DualPipe mixes both); in an overlapped F&B op (DualPipe) the forward's activations
     are counted before the backward's are released (conservative)."""
-    peak = cur = live = peak_live = 0
+    vectors = _live_vectors(ops)
+    peak = max(sum(u * k for u, k in zip(units, vec, strict=False)) for vec in vectors)
+    return peak, max(sum(vec) for vec in vectors)
+
+
+_LIVE: dict[int, tuple[Any, frozenset[tuple[int, ...]]]] = {}
+
+
+def _live_vectors(ops) -> frozenset[tuple[int, ...]]:
+    """Every distinct vector of live microbatches per chunk over the op order ``ops`` (after
+    each forward, backward or weight-gradient pass; the empty start included): the peaks of
+    :func:`inflight_activation_bytes` are maxima over them. Memoised per op-order object (a
+    sweep's layouts share :func:`~sim.pipeline.schedules.schedule_tuples`' tables)."""
+    got = _LIVE.get(id(ops))
+    if got is not None and got[0] is ops:
+        return got[1]
+    chunks = 1 + max((o.chunk for op in ops for o in (op, op.paired) if o is not None),
+                     default=0)
+    live = [0] * chunks
+    seen = {tuple(live)}
     split = any(op.kind == "W" for op in ops)
     for op in ops:
         for o in (op, op.paired) if op.paired is not None else (op,):
             if o.kind == "F":
-                live += 1
-                cur += units[o.chunk]
+                live[o.chunk] += 1
             elif o.kind == "W" or not o.input_grad_only(split):
-                live -= 1
-                cur -= units[o.chunk]
-            peak = max(peak, cur)
-            peak_live = max(peak_live, live)
-    return peak, peak_live
+                live[o.chunk] -= 1
+            seen.add(tuple(live))
+    vectors = frozenset(seen)
+    if isinstance(ops, tuple):  # a shared table: keep it alive with its vectors
+        if len(_LIVE) > 64:
+            _LIVE.clear()
+        _LIVE[id(ops)] = (ops, vectors)
+    return vectors
 
 
 def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
@@ -216,8 +238,8 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
                  ) -> MemoryReport:
     """Per-GPU memory of every stage and feasibility on ``gpu`` (capacity ``hbm_GB·1e9``)."""
     plan = plan or build_model_plan(model, par)
-    table = schedule_table(par.schedule_name, par.pp, par.microbatches, par.vpp,
-                           par.microbatch_group_size, par.overlap_moe_expert_parallel_comm)
+    table = schedule_tuples(par.schedule_name, par.pp, par.microbatches, par.vpp,
+                            par.microbatch_group_size, par.overlap_moe_expert_parallel_comm)
     g = grad_bytes(par.dtype, par.grad_reduce_in_bf16)
     stages = []
     for st in plan.stages:

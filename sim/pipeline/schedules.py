@@ -10,6 +10,8 @@ functions (:mod:`sim.pipeline.orders`, :mod:`sim.pipeline.zero_bubble`,
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sim.errors import UsageError
 from sim.limits import MAX_WORK
 from sim.pipeline.ops import ScheduleOp, check_args
@@ -103,6 +105,14 @@ def schedule_table(
 ) -> list[list[ScheduleOp]]:
     """Per-stage op order for schedule ``name`` (one list per stage, stage 0 first);
     ``ep_a2a_overlap``: Megatron-Core's combined 1F1B (:func:`combined_1f1b`)."""
+    return [list(ops) for ops in schedule_tuples(name, p, m, v, n, ep_a2a_overlap)]
+
+
+def schedule_tuples(
+    name: str, p: int, m: int, v: int = 1, n: int | None = None, ep_a2a_overlap: bool = False
+) -> tuple[tuple[ScheduleOp, ...], ...]:
+    """:func:`schedule_table` as tuples, shared between calls with the same arguments (a
+    sweep's layouts repeat a few schedules: read-only)."""
     typ = schedule_type(name)
     n_ops = typ.op_count(p, m, v)
     if n_ops > MAX_OPS:
@@ -111,9 +121,15 @@ def schedule_table(
                          f"{MAX_OPS:,} (fewer microbatches, or a larger micro-batch)",
                          field="microbatches")
     typ.check(p, m, v, n)
-    if ep_a2a_overlap:
-        return [typ.combined_ops(p, r, m, v, n) for r in range(p)]
-    return [typ.ops(p, r, m, v, n) for r in range(p)]
+    return _tuples(typ, p, m, v, n, ep_a2a_overlap)
+
+
+@lru_cache(maxsize=16)
+def _tuples(typ, p: int, m: int, v: int, n: int | None, combined: bool
+            ) -> tuple[tuple[ScheduleOp, ...], ...]:
+    if combined:
+        return tuple(tuple(typ.combined_ops(p, r, m, v, n)) for r in range(p))
+    return tuple(tuple(typ.ops(p, r, m, v, n)) for r in range(p))
 
 
 def ideal_bubble_formula(name: str) -> str:
