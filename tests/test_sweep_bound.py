@@ -85,12 +85,16 @@ def _program(lay, gb, opts, topo=TOPO):
 def test_bound_below_the_simulation_and_compute_equal_the_engine(lay, gb, opts):
     run = _program(lay, gb, opts)
     end, work = replay(run.program)
+    # with the blocking collectives' bytes over the GPU's link capacity (sim/sweep/comm_bound)
+    bound = lower_bound_ns(run.program, TOPO)
+    assert bound >= end
+    if lay.tp > 1 and lay.schedule != "dualpipe":  # blocking TP collectives: a tighter bound
+        assert bound > end
     for sim in (SimulationOptions(), SimulationOptions(host_dispatch_ns=4000)):
         res = steps.run(steps.prepare(run.program, TOPO, model_run=run, simulation=sim)).result
-        assert end <= res.iteration_ns
+        assert bound <= res.iteration_ns
         for st in res.ranks:  # what the engine counts as this stage's compute
             assert work[st.stage] == st.compute_ns + st.optimizer_ns, st.stage
-    assert lower_bound_ns(run.program, TOPO) == end
 
 
 def test_no_bound_with_faults():
@@ -187,3 +191,58 @@ def test_best_first_resumed_equals_uninterrupted(tmp_path):
     assert main([*SPACE, "--out", str(tmp_path / "u"), "--best", "3"]) == 0
     assert (tmp_path / "r" / "results.csv").read_text() == (
         tmp_path / "u" / "results.csv").read_text()
+
+
+SHIPPED = ["dgx-a100-1024", "dgx-h100-1024", "dgx-b200", "gb200-nvl72", "mi300x",
+           "pcie-a100-8gpu-16", "dgx-h100-rail-only", "dgx-h100-spectrumx-1024"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_comm_bound_below_every_algorithm_and_protocol(name):
+    """The collective part of the bound (sim/sweep/comm_bound.py: bytes a member must move
+    over the sum of a GPU's link capacities) is at most the isolated time of every algorithm
+    and protocol the tuner costs, for groups inside a node, across nodes and on one rail."""
+    from sim.comm import CollKind, Comm, GroupKind
+    from sim.network import build_network
+    from sim.sweep.comm_bound import comm_bound, moved_bytes
+
+    topo = load_topology(str(TOPOLOGIES / f"{name}.yaml"), nodes=2)
+    tuner = build_network(topo).tuner
+    g = topo.gpus_per_node
+    groups = [tuple(range(2)), tuple(range(min(4, g))), tuple(range(g)), tuple(range(2 * g)),
+              (0, g)]
+    kinds = (CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLREDUCE, CollKind.ALLTOALL)
+    checked = 0
+    for ranks in groups:
+        bound = comm_bound(topo, {GroupKind.TP: len(ranks)})
+        assert bound is not None
+        for kind in kinds:
+            for size in (1 << 20, 64 << 20, 1 << 30):
+                lb = bound(Comm(kind, GroupKind.TP, size))
+                assert lb > 0 and lb == int(moved_bytes(kind, size, len(ranks)) //
+                                            gpu_cap(topo))
+                for algo in tuner.candidates(kind, ranks):
+                    plan = tuner.plan(kind, algo, ranks)
+                    if plan is None:
+                        continue
+                    for proto in plan.protocols:
+                        assert tuner.alone_ns(plan, proto, size) >= lb, (kind, algo, proto)
+                        checked += 1
+    assert checked > 100
+
+
+def gpu_cap(topo) -> float:
+    from sim.sweep.comm_bound import gpu_link_capacity
+
+    return gpu_link_capacity(topo)
+
+
+def test_gpu_link_capacity_by_hand():
+    """The shipped files' numbers: DGX H100 18 NVLinks × 25 GB/s × 0.824 (NCCL's 20.6 GB/s per
+    link) = 370.8 GB/s plus PCIe Gen5 64 × 0.75 = 48 → 418.8; MI300X 7 xGMI links × 48 GB/s +
+    48 → 384; DGX A100 12 × 25 × 0.8 = 240 + Gen4 32 × 0.75 = 24 → 264."""
+    from sim.sweep.comm_bound import gpu_link_capacity
+
+    for name, cap in (("dgx-h100-1024", 418.8), ("mi300x", 384.0), ("dgx-a100-1024", 264.0)):
+        topo = load_topology(str(TOPOLOGIES / f"{name}.yaml"))
+        assert gpu_link_capacity(topo) == pytest.approx(cap)

@@ -48,20 +48,28 @@ def _tasks_ns(tasks: tuple[Task, ...]) -> int:
 
 class _Passes:
     """The compute (ns) of one op's pass on one stage, as the engine compiles it
-    (:meth:`sim.engine.core._Engine.compiled`), cached by (chunk, kind, edge)."""
+    (:meth:`sim.engine.core._Engine.compiled`), plus, with ``comm_ns``, a lower bound of each
+    blocking collective the pass waits for (:mod:`sim.sweep.comm_bound`); cached by (chunk,
+    kind, edge, with the collectives)."""
 
-    def __init__(self, stage: StageProgram):
+    def __init__(self, stage: StageProgram, comm_ns=None):
         self.stage = stage
-        self.cache: dict[tuple[int, str, bool], int] = {}
+        self.comm_ns = comm_ns
+        self.cache: dict[tuple[int, str, bool, bool], int] = {}
 
-    def ns(self, chunk: int, kind: str, edge: bool) -> int:
-        key = (chunk, kind, edge)
+    def ns(self, chunk: int, kind: str, edge: bool, comm: bool = False) -> int:
+        key = (chunk, kind, edge, comm)
         got = self.cache.get(key)
         if got is None:
             layers = self.stage.pass_layers(chunk, kind)
             forward = kind == "F"
-            got = sum(ph.compute_ns for _, _, ph in
-                      phases(layers, forward, _PASSES.get(kind, BACKWARD)))
+            got = 0
+            for _, _, ph in phases(layers, forward, _PASSES.get(kind, BACKWARD)):
+                got += ph.compute_ns
+                c = ph.comm
+                if comm and self.comm_ns is not None and c is not None and c.blocking \
+                        and not (c.overlap or c.prefetch) and c.size_bytes > 0:
+                    got += self.comm_ns(c)  # a blocking step after the phase's compute
             if forward and edge:  # the chunk's first forward: once-per-iteration work
                 got += sum(lay.first_forward_ns for lay in layers)
             self.cache[key] = got
@@ -133,15 +141,18 @@ def plan(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: bool
     return tuple(out)
 
 
-def replay(program: PipelineProgram) -> tuple[int, list[int]]:
-    """``(iteration end, per-stage compute)`` (ns) of ``program`` run with its compute only
-    (see the module): the end is a lower bound on the simulated iteration time; the per-stage
-    compute is what the engine counts as that stage's compute plus optimizer time."""
+def replay(program: PipelineProgram, comm_ns=None) -> tuple[int, list[int]]:
+    """``(iteration end, per-stage work)`` (ns) of ``program`` run with its compute only
+    (see the module) and, with ``comm_ns`` (``comm → ns``, :mod:`sim.sweep.comm_bound`), a
+    lower bound of every blocking collective of a single pass (an F&B op's collectives run
+    beside its other pass: not counted): the end is a lower bound on the simulated iteration
+    time; without ``comm_ns`` the per-stage work is what the engine counts as that stage's
+    compute plus optimizer time."""
     prog = program
     ops = plan(prog.schedule, prog.pp, prog.microbatches, prog.vpp,
                prog.microbatch_group_size, prog.ep_a2a_overlap)
     stages = prog.stages
-    passes = [_Passes(st) for st in stages]
+    passes = [_Passes(st, comm_ns) for st in stages]
     syncs = [{i: _tasks_ns(t) for i, t in st.syncs_by_backward().items()} for st in stages]
     deferred = [st.deferred is not None for st in stages]
     clock = [_tasks_ns(st.prologue) for st in stages]  # each stage's time so far
@@ -153,10 +164,11 @@ def replay(program: PipelineProgram) -> tuple[int, list[int]]:
         for r in recv:
             t = max(t, arrived[r])
         start = t
+        single = len(parts) == 1
         for chunk, kind, edge, mb, _ in parts:
             if kind == "B" and deferred[s] and stages[s].defers(chunk, mb):
                 kind = "Bd"  # noqa: PLW2901 - the pass the engine runs
-            t += passes[s].ns(chunk, kind, edge)
+            t += passes[s].ns(chunk, kind, edge, single)
         for _, kind, _, _, dst in parts:
             if kind in ("B", "I"):  # Megatron's grad_sync_func after a backward, then send
                 t += syncs[s].get(backs[s], 0)
@@ -176,4 +188,6 @@ def lower_bound_ns(program: PipelineProgram, topology) -> int | None:
     durations as they are (the topology's faults scale some ranks' compute)."""
     if not topology.faults.empty:
         return None
-    return replay(program)[0]
+    from sim.sweep.comm_bound import comm_bound, group_sizes
+
+    return replay(program, comm_bound(topology, group_sizes(program)))[0]
