@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from sim.errors import InputError, UsageError
 from sim.files import inputs
 from sim.files.catalog import resolve
 from sim.program.workload import Workload
-from sim.workload import aicb, aicb_csv, chakra, optable
+from sim.workload import aicb
 
 
 @dataclass(frozen=True)
@@ -30,22 +31,34 @@ def _needs_model(text: str, file: str, **_) -> Workload:
                      field="model")
 
 
+def _reader(module: str) -> object:
+    """The reader module ``sim.workload.<module>``, imported on first use (a run pays only for
+    the format it reads)."""
+    return importlib.import_module(f"sim.workload.{module}")
+
+
 READERS: dict[str, Reader] = {
     "aicb": Reader("aicb", "SimAI/AICB workload text (ns, bytes)", aicb.sniff,
                    lambda text, file, **_: aicb.read_aicb(text, file)),
-    "optable": Reader("optable", "per-operator table (ms, element counts)", optable.sniff,
-                      lambda text, file, **kw: optable.read_optable(text, file, **kw)),
+    "optable": Reader("optable", "per-operator table (ms, element counts)",
+                      lambda text: _reader("optable").sniff(text),
+                      lambda text, file, **kw: _reader("optable").read_optable(text, file, **kw)),
     "aicb-csv": Reader("aicb-csv", "AICB physical-format collective log (CSV; with --model)",
-                       aicb_csv.sniff, _needs_model),
+                       lambda text: _reader("aicb_csv").sniff(text), _needs_model),
 }
+
+
+def _is_chakra_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a folder: per-rank Chakra traces (:mod:`sim.workload.chakra`)."""
+    return Path(path).is_dir()
 
 
 def is_collective_log(path: str | Path) -> bool:
     """Whether the workload file at ``path`` (or a shipped one's name) is AICB's
     physical-format collective log (read with ``--model``: :mod:`sim.scenario.collective_log`)."""
-    if chakra.is_chakra_dir(path):
+    if _is_chakra_dir(path):
         return False
-    return aicb_csv.sniff(read_text(resolve("workloads", path, "--workload")))
+    return _reader("aicb_csv").sniff(read_text(resolve("workloads", path, "--workload")))
 
 
 def read_text(path: str | Path) -> str:
@@ -58,11 +71,11 @@ def read_workload(path: str | Path, fmt: str | None = None, **options) -> Worklo
     """Parse a workload file with the reader ``fmt`` or, if ``None``, the one whose sniffer
     accepts the content. ``options`` go to readers that take them (e.g. ``bytes_per_element``).
     A folder is read as per-rank Chakra traces (:mod:`sim.workload.chakra`)."""
-    if chakra.is_chakra_dir(path):
+    if _is_chakra_dir(path):
         if fmt not in (None, "chakra"):
             raise UsageError(f"{path} is a folder: per-rank Chakra traces, not {fmt}",
                              field="format")
-        return chakra.read_chakra(path)
+        return _reader("chakra").read_chakra(path)
     path = resolve("workloads", path, "--workload")
     text = read_text(path)
     if fmt is not None:
@@ -71,13 +84,13 @@ def read_workload(path: str | Path, fmt: str | None = None, **options) -> Worklo
                              field="format")
         reader = READERS[fmt]
     else:
-        found = [r for r in READERS.values() if r.sniff(text)]
-        if not found:
+        # the first reader whose sniffer accepts the text (later ones are not imported)
+        reader = next((r for r in READERS.values() if r.sniff(text)), None)
+        if reader is None:
             raise InputError(
                 "unrecognised workload format (expected an AICB header such as "
                 "'HYBRID_TRANSFORMER_FWD_IN_BCKWD ...' or an operator table header with "
                 "'forward_compute_time'); force one with --format",
                 file=str(path), line=1, field="format",
             )
-        reader = found[0]
     return reader.read(text, str(path), **options)
