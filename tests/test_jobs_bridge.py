@@ -98,3 +98,17 @@ def test_the_dump_with_delayed_scaling_equals_the_model_flags_to_the_ns(tmp_path
 def test_bad_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, change, where):
     path = _variant(tmp_path, *MODELLED, change)
     assert f"{path}{where}" in _error(["--job-config", str(path), *TOPO], capsys)
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    # Megatron-Bridge's bf16_with_nvfp4_mixed (mixed_precision.py at 067f987df0): fp8 None,
+    # fp4 "e2m1", fp4_recipe "nvfp4"; refused at the first fp4 key, line 217
+    (("  fp4: null\n  fp4_recipe: nvfp4\n  fp8: e4m3", "  fp4: e2m1\n  fp4_recipe: nvfp4\n"
+      "  fp8: null"), ":217: mixed_precision.fp4: not modelled: 'e2m1': NVFP4 "),
+    # the model section's copy (Megatron-Core TransformerConfig.fp4), line 318
+    (("  fp4: null\n  fp4_param: false", "  fp4: e2m1\n  fp4_param: false"),
+     ":318: model.fp4: not modelled: 'e2m1': NVFP4 "),
+])
+def test_nvfp4_is_refused_naming_file_line_and_key(tmp_path, capsys, change, where):
+    path = _variant(tmp_path, *MODELLED, change)
+    assert f"{path}{where}" in _error(["--job-config", str(path), *TOPO], capsys)

@@ -180,6 +180,13 @@ def _fp8_recipe(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
     return [("--fp8-recipe", [v])]
 
 
+def _fp4(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
+    if v is None:
+        return []
+    raise r.error(key, f"not modelled: {v!r}: NVFP4 (Transformer Engine's NVFP4BlockScaling) "
+                       "is not modelled (docs/hardware.md); null only")
+
+
 def _grad_reduce(r: _Reader, _key: str, v: Any) -> list[tuple[str, list[str]]]:
     bf16 = r.flat.get("mixed_precision.bf16") is True
     return [("--grad-reduce-in-bf16", [])] if v is False and bf16 else []
@@ -202,6 +209,7 @@ def _seq_length(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
 _SPECIAL = {"model.activation_func": _activation, "mixed_precision.fp8": _fp8,
             "mixed_precision.fp8_recipe": _fp8_recipe, "model.num_query_groups": _query_groups,
             "mixed_precision.grad_reduce_in_fp32": _grad_reduce,
+            "mixed_precision.fp4": _fp4, "model.fp4": _fp4,
             "dataset.seq_length": _seq_length, "model.seq_length": _seq_length}
 
 

@@ -88,6 +88,9 @@ KEYS: tuple[NemoKey, ...] = (
             "--fp8-format"),
     NemoKey("mixed_precision.fp8_recipe", "megatron", "with fp8: --fp8-recipe (delayed, "
             "tensorwise, mxfp8 on Blackwell; blockwise refused)", "--fp8-recipe"),
+    *(NemoKey(k, "megatron", "null only: e2m1 (NVFP4, Megatron-Bridge's "
+              "bf16_with_nvfp4_mixed) refused, NVFP4 is not modelled", "--fp4-format")
+      for k in ("mixed_precision.fp4", "model.fp4")),
     arg("mixed_precision.fp8_param", "--fp8-param-gather", switch,
         "FP8 primary weights, gathered in FP8: --fp8-param-gather"),
     NemoKey("mixed_precision.grad_reduce_in_fp32", "megatron", "false with bf16 → "

@@ -195,8 +195,16 @@ IRRELEVANT = (
                  "bucketed overlap) refused"),
 )
 
-#: arguments refused whatever their value (none at present)
-REFUSED: tuple[MegatronArg, ...] = ()
+#: arguments refused whatever their value: NVFP4 (Megatron-Core's fp4 fields,
+#: megatron/core/transformer/transformer_config.py at d98e8a64dd: ``--fp4-format e2m1`` runs TE's
+#: NVFP4BlockScaling recipe) is not modelled (docs/hardware.md, "Blackwell precisions")
+_NVFP4 = ("NVFP4 (Transformer Engine's NVFP4BlockScaling) is not modelled: its GEMM rate, "
+          "quantisation kernels and FP4 parameters are not timed (docs/hardware.md)")
+REFUSED: tuple[MegatronArg, ...] = (
+    MegatronArg("--fp4-format", 1, "refused", "", _NVFP4),
+    MegatronArg("--fp4-recipe", 1, "refused", "", _NVFP4),
+    MegatronArg("--fp4-param-gather", 0, "refused", "", _NVFP4),
+)
 
 #: every argument the reader knows, by name
 ARGS: dict[str, MegatronArg] = {
