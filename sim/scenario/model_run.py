@@ -45,7 +45,8 @@ class ModelRun:
 
     def with_microbatches(self, m: int, topology: Topology, placement: str) -> PipelineProgram:
         """The program of this run with ``m`` microbatches (the global batch ``m`` × micro
-        batch × DP), generated as this run's was; the memory check is not repeated."""
+        batch × DP), generated as this run's was (never refused for memory: the full run's
+        check decides that)."""
         par = self.par
         layout = replace(par.layout, microbatches=m)
         training = replace(par.training, global_batch=m * (par.global_batch // par.microbatches))
