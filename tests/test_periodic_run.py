@@ -4,6 +4,8 @@ the pipeline; the shortcut taken where claimed, and the cases where it is never 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import TOPOLOGIES, WORKLOADS
 
@@ -100,6 +102,18 @@ def test_not_taken(extra, tmp_path, monkeypatch):
     extra = [str(tmp_path / "t.png") if a == "PLOT" else a for a in extra]
     assert main([*args, *extra, "--quiet"]) == 0
     assert seen == []
+
+
+def test_watchdog_sees_the_full_iteration(capsys):
+    """An iteration longer than --max-sim-time-s stops with the watchdog's error, as the full
+    simulation does, although the short runs end before the limit."""
+    args = CASES["1f1b"][0]
+    assert main([*args, "--quiet", "--json", "-"]) == 0
+    it = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    limit = f"{it * 0.7:.6f}"  # past the 10-microbatch short run, before the 48-microbatch end
+    assert main([*args, "--quiet", "--max-sim-time-s", limit]) == 2
+    assert "watchdog" in capsys.readouterr().err
+    assert main([*args, "--quiet", "--max-sim-time-s", limit, "--full-simulation"]) == 2
 
 
 def test_workload_file_not_taken(monkeypatch):

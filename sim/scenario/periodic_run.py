@@ -14,7 +14,8 @@ Never taken (the full run is simulated): ``--full-simulation``; a workload file 
 microbatches are the file's) or an AICB collective log; faults (a slow GPU breaks the
 symmetry); a trace or a timeline (they show every microbatch); options whose effect depends
 on the microbatch count (``--wgrad-deferral-limit``); too few microbatches for three short
-runs to save :data:`sim.engine.periodic.MIN_SAVING`.
+runs to save :data:`sim.engine.periodic.MIN_SAVING`; an extrapolated iteration longer than the
+watchdog's ``--max-sim-time-s`` (the full run then stops with the watchdog's error).
 """
 
 from __future__ import annotations
@@ -65,5 +66,7 @@ def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Ne
     counters = extrapolate_counts([net.counters() for net in nets], n)
     if res is None or counters is None:
         return None
+    if res.iteration_ns > prepared.simulation.max_sim_time_s * 1e9:
+        return None  # past the watchdog's limit: the full run stops there, as without this
     nets[0].set_counters(counters)
     return dataclasses.replace(res, program=prog, network_notes=nets[0].describe())
