@@ -1,5 +1,6 @@
-"""The periodic shortcut of sweep tasks (sim/sweep/periodic.py): rows equal to the full
-simulation's, to the ns and the event, on several schedules; and the cases where it is not taken.
+"""The periodic shortcut of sweep tasks (sim/scenario/periodic_run.py, as every model run): rows
+equal to the full simulation's, to the ns and the event, on several schedules; and the cases
+where it is not taken.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from dataclasses import replace
 import pytest
 from conftest import TOPOLOGIES, WORKLOADS
 
-import sim.sweep.periodic as periodic
+import sim.engine.periodic as periodic
+import sim.scenario.periodic_run as periodic_run
 from sim.models import load_model
 from sim.sweep import SweepContext, Training
 from sim.sweep import SweepPoint as Layout
@@ -34,14 +36,14 @@ CASES = [  # (layout, global batch): M = 48 (PP 2) or 96 (PP 4) microbatches
 def _spy(monkeypatch):
     """Record the microbatch counts of every extrapolation and whether it was taken."""
     seen = []
-    real = periodic.extrapolate
+    real = periodic_run.extrapolate
 
-    def spy(results, n):
-        out = real(results, n)
+    def spy(results, n, full=False):
+        out = real(results, n, full)
         seen.append(([r.program.microbatches for r in results], n, out is not None))
         return out
 
-    monkeypatch.setattr(periodic, "extrapolate", spy)
+    monkeypatch.setattr(periodic_run, "extrapolate", spy)
     return seen
 
 

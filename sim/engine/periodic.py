@@ -11,10 +11,9 @@ microbatches (``M₁ ≡ M`` mod ``k``, past the warm-up: :func:`short_counts`),
 counted integer's two differences to be *equal* and everything else (names, keys, notes) to be
 identical — the run is then periodic in those counts — and extrapolates the integers to ``M``
 exactly (integers, ns). Anything that differs returns ``None``: the caller simulates the full
-run. Used by a sweep's layouts (:mod:`sim.sweep.periodic`, the counted integers a row needs)
-and by a single model run (:mod:`sim.scenario.periodic_run`, everything its report reads:
-per-layer totals, the critical path's totals, interference counts); tests compare both with
-the full simulation to the ns and the byte.
+run. Used by every model run, a sweep's layouts included (:mod:`sim.scenario.periodic_run`,
+``full``: everything its report reads: per-layer totals, the critical path's totals,
+interference counts); tests compare it with the full simulation to the ns and the byte.
 """
 
 from __future__ import annotations

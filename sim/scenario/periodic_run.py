@@ -52,13 +52,13 @@ def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Ne
     run, prog = prepared.model_run, prepared.program
     results, nets = [], []
     for m in counts:
-        try:
+        try:  # a short count the layout refuses, or a short run that fails, proves nothing
             short = run.with_microbatches(m, prepared.topology, prepared.simulation.placement)
-        except Exception:  # noqa: BLE001 - a short count the layout refuses: the full run
+            if short.microbatches != m:
+                return None
+            res, net = simulate(dataclasses.replace(prepared, program=short))
+        except Exception:  # noqa: BLE001 - the full run is simulated instead
             return None
-        if short.microbatches != m:
-            return None
-        res, net = simulate(dataclasses.replace(prepared, program=short))
         results.append(res)
         nets.append(net)
     n = (prog.microbatches - counts[0]) // (counts[1] - counts[0])

@@ -59,7 +59,7 @@ class SweepOptions:
     what to do with earlier results there; ``workers`` local processes, ``scheduler`` a Dask
     address (``scheduler_timeout_s`` to reach it); ``limit`` layouts to run now (``0``: count
     and list the layouts with their memory, simulate none); ``top`` rows in the table;
-    ``periodic`` the periodic shortcut (:mod:`sim.sweep.periodic`; off: every layout's full
+    ``periodic`` the periodic shortcut (:mod:`sim.scenario.periodic_run`; off: every layout's full
     run); ``best`` ``K``: simulate in the order of a lower bound on the iteration time until
     the first ``K`` of the ranking are proven, the others ``pruned`` (:mod:`sim.sweep.best`;
     ``None``: simulate every layout); ``memory_headroom_gb`` the margin below capacity

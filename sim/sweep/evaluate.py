@@ -21,7 +21,6 @@ from sim.options.applicable import check_interference
 from sim.parallel.config import Training
 from sim.scenario import NetworkOptions, SimulationOptions, steps
 from sim.scenario.model_run import fit_model, model_run_of
-from sim.sweep.periodic import evaluate_periodic
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
@@ -35,7 +34,7 @@ class SweepContext:
     default), ``given`` the flags on the command line whose refusals need the simulated
     layout (:func:`sim.options.applicable.check_interference`); ``variants`` the training of
     each combination of swept training options, by label (:mod:`sim.sweep.variants`);
-    ``periodic``: take the periodic shortcut where it applies (:mod:`sim.sweep.periodic`)."""
+    ``periodic``: take the periodic shortcut where it applies (:mod:`sim.scenario.periodic_run`)."""
 
     model: ModelSpec
     topology: Topology
@@ -131,29 +130,15 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
     out, fit = memory_row(ctx, layout)
     if fit is None or memory_only:
         return out
-    # the sweep's own shortcut (sim.sweep.periodic) decides; its fallback is the full run
-    sim = replace(ctx.simulation, placement=ctx.placement, periodic=False)
-
-    def simulate(par):
-        short = fit if par is fit.par else fit_model(ctx.model, par, ctx.topology, ctx.placement)
-        run = model_run_of(short, ctx.topology, compute=ctx.compute)
-        return steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
-                                       simulation=sim, model_run=run))
-
-    got = None
-    if ctx.periodic:
-        try:  # the periodic shortcut (sim.sweep.periodic); None: the full run
-            got = evaluate_periodic(ctx, layout, fit, simulate)
-        except Exception:  # noqa: BLE001 - a short run that fails proves nothing: the full run
-            got = None
-    if got is not None:
-        vals, rep = got
-    else:
-        done = simulate(fit.par)
-        rep = done.report  # a model run's report holds its metrics
-        vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
-                                    "bubble_fraction", "ideal_bubble_fraction", "stages")}
-        vals["events"] = done.result.events
+    # a periodic pipeline: three short runs, the same report (sim.scenario.periodic_run)
+    sim = replace(ctx.simulation, placement=ctx.placement, periodic=ctx.periodic)
+    run = model_run_of(fit, ctx.topology, compute=ctx.compute)
+    done = steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
+                                   simulation=sim, model_run=run))
+    rep = done.report  # a model run's report holds its metrics
+    vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+                                "bubble_fraction", "ideal_bubble_fraction", "stages")}
+    vals["events"] = done.result.events
     try:
         check_interference(ctx.given, rep["assumptions"])
     except UsageError as exc:
