@@ -134,7 +134,8 @@ def efficiency(algorithm: str, protocol: str, nvls: float = NVLS_EFFICIENCY) -> 
 # Hopper 141.0 since v2.21.5, 87.7 in v2.17-v2.20; Blackwell 2 × 141.0), by the GPU
 # catalogue's family (compute capability 8.x, 9.x, 10.x). An empirical ceiling NCCL's
 # developers fitted to the LL protocol's throughput; applied here to the time as well as to
-# the choice. Across nodes NCCL indexes the table by CPU vendor instead (not modelled); RCCL GPUs: none.
+# the choice. Across nodes NCCL indexes the table by CPU vendor instead (not modelled);
+# RCCL GPUs: none.
 LL_MAX_BUSBW_1NODE_GBPS = {"A100": 87.7, "H100": 141.0, "B200": 282.0}
 
 
