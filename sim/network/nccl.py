@@ -30,6 +30,8 @@ Size-dependent mechanisms (each used by :class:`~sim.network.tuner.Tuner`):
 
 from __future__ import annotations
 
+import math
+
 from sim.kernels.gpus import find
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -124,6 +126,26 @@ def efficiency(algorithm: str, protocol: str, nvls: float = NVLS_EFFICIENCY) -> 
     if family(algorithm) == "nvls":
         return nvls
     return EFFICIENCY[family(algorithm)][protocol]
+
+
+# Ring LL bus-bandwidth ceiling of NCCL's tuning model on one node, GB/s of payload:
+# ``llMaxBws[compCapIndex][0]`` (v2.30.7 src/graph/tuning.cc:177-182, applied at 327 as
+# ``busBw = min(llMaxBw, busBw * .5)``; Ampere 87.7 unchanged since v2.10.3 tuning.cc:74,
+# Hopper 141.0 since v2.21.5, 87.7 in v2.17-v2.20; Blackwell 2 × 141.0), by the GPU
+# catalogue's family (compute capability 8.x, 9.x, 10.x). An empirical ceiling NCCL's
+# developers fitted to the LL protocol's throughput; applied here to the time as well as to
+# the choice. Across nodes NCCL indexes the table by CPU vendor instead (not modelled);
+# RCCL GPUs: none.
+LL_MAX_BUSBW_1NODE_GBPS = {"A100": 87.7, "H100": 141.0, "B200": 282.0}
+
+
+def ll_max_busbw(gpu_name: str) -> float:
+    """NCCL's single-node ring LL bus-bandwidth ceiling (GB/s) for the GPU named
+    ``gpu_name`` (:data:`LL_MAX_BUSBW_1NODE_GBPS`); inf where the catalogue's family has none."""
+    entry = find(gpu_name)
+    if entry is None:
+        return math.inf
+    return LL_MAX_BUSBW_1NODE_GBPS.get(entry.family, math.inf)
 
 
 def nvls_efficiency(gpu_name: str) -> float:

@@ -75,6 +75,7 @@ class Tuner:
         self.cluster = cluster
         self.nvls_enable = nvls_enable
         self.nvls_efficiency = nccl.nvls_efficiency(cluster.topo.node.gpu.name)
+        self.ll_max_busbw = nccl.ll_max_busbw(cluster.topo.node.gpu.name)
         self.collnet_enable = False  # NCCL_COLLNET_ENABLE (NCCL's default: 0)
         self.nccl_algo: dict[CollKind, frozenset[str]] | None = None
         self.nccl_proto: dict[CollKind, frozenset[str]] | None = None
@@ -231,6 +232,11 @@ class Tuner:
             share = 2 * ncf if plan.algorithm == "tree" else ncf
             cap = nc / c_max * busbw / share
         eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
+        one_node = len(node_groups(self.cluster, ranks)) == 1
+        if plan.algorithm == "ring" and proto == "LL" and one_node:
+            # NCCL's single-node LL ceiling (:data:`nccl.LL_MAX_BUSBW_1NODE_GBPS`), payload
+            # bus bandwidth → wire bytes/ns per coflow.
+            cap = min(cap, self.ll_max_busbw / eff / ncf)
         rate = busbw / c_max * eff  # one channel's payload bytes/ns
         if plan.algorithm == "tree":
             nodes = node_groups(self.cluster, ranks)
