@@ -243,23 +243,23 @@ def simulate(prepared: Prepared, variant: Variant = DETERMINISTIC) -> SimResult:
     kw: dict[str, Any] = {"placement": p.placement, "fuse": sim.fuse,
                           "interference": p.interference,
                           "host_dispatch_ns": sim.host_dispatch_ns}
-    net = network(p, variant)
     if variant.healthy:
-        return engine.simulate(p.program, net, **kw)
+        return engine.simulate(p.program, network(p, variant), **kw)
     if variant.sample is not None:
         jit = Jitter(sim.jitter_cv, sim.seed, variant.sample)
-        return engine.simulate(p.program, net, classes=RankClasses.per_rank(p.placement),
-                               jitter=jit, compute_scale=p.compute_scale, **kw)
+        return engine.simulate(p.program, network(p, variant),
+                               classes=RankClasses.per_rank(p.placement), jitter=jit,
+                               compute_scale=p.compute_scale, **kw)
     from sim.scenario.periodic_run import simulate_periodic
 
-    def one(q: Prepared, net=None):
-        net = net or network(q, variant)
+    def one(q: Prepared):  # q: ``p`` or one of its short runs; the network it ran on too
+        net = network(q)
         return simulate_watched(engine.simulate, q.program, net,
                                 max_sim_time_s=sim.max_sim_time_s, file=q.workload or None,
                                 classes=q.classes, compute_scale=q.compute_scale,
                                 record_spans=q.record_spans, **kw), net
 
-    return simulate_periodic(p, one) or one(p, net)[0]
+    return simulate_periodic(p, one) or one(p)[0]
 
 
 def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None = None,

@@ -56,20 +56,13 @@ def moved_bytes(kind: CollKind, size_bytes: int, t: int) -> int:
 
 
 def group_sizes(program) -> dict[GroupKind, int]:
-    """Members of each group kind of ``program``'s layout (those of rank 0; every group of a
-    kind has as many, and a smaller size would only weaken the bound: it is the one that
-    matters for the ranks that run the collective)."""
+    """Members of each group kind of ``program``'s layout (those of rank 0's groups: every
+    group of a kind has as many)."""
     from sim.parallel.placement import Placement
 
     p = program
     pl = Placement(p.tp, p.dp, p.pp, p.ep, cp=p.cp, etp=p.etp)
-    out = {}
-    for g in GroupKind:
-        try:
-            out[g] = len(pl.group(g, 0))
-        except Exception:  # noqa: BLE001 - a kind rank 0 has no group of: no bound for it
-            out[g] = 1
-    return out
+    return {g: len(pl.group(g, 0)) for g in GroupKind}
 
 
 def comm_bound(topology, group_sizes: dict[GroupKind, int]
