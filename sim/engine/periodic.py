@@ -7,7 +7,8 @@ the gradient reductions, the optimizer). Adding ``k`` microbatches adds one stea
 every integer the engine counts grows by the same amount.
 
 :func:`extrapolate` takes the results of the same run with ``M₁``, ``M₁ + k`` and ``M₁ + 2k``
-microbatches (``M₁ ≡ M`` mod ``k``, past the warm-up: :func:`short_counts`), requires every
+microbatches (``M₁ ≡ M`` mod ``k``, past the warm-up: :func:`short_counts`, which also gives
+the window one period later, tried when the first does not step evenly), requires every
 counted integer's two differences to be *equal* and everything else (names, keys, notes) to be
 identical — the run is then periodic in those counts — and extrapolates the integers to ``M``
 exactly (integers, ns). Anything that differs returns ``None``: the caller simulates the full
@@ -25,8 +26,8 @@ from sim.engine.critical import CriticalTotals, totals
 from sim.engine.result import LayerStats, RankStats, SimResult
 
 MIN_SAVING = 1.5
-"""The shortcut is taken only when the three short runs simulate at most 1/MIN_SAVING of the
-microbatches of the full run."""
+"""The shortcut is taken only when the three short runs it ends with (the second window, the
+costlier) simulate at most 1/MIN_SAVING of the microbatches of the full run."""
 
 _RANK_INTS = ("rank", "stage", "represents", "compute_ns", "optimizer_ns", "bubble_ns",
               "host_wait_ns", "end_ns", "pipeline_start_ns", "pipeline_end_ns",
@@ -42,15 +43,20 @@ def period_of(pp: int, group: int | None, schedule_type) -> int:
     return 2 * k if schedule_type.bidirectional else k
 
 
-def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int] | None:
-    """``(M₁, M₁ + k, M₁ + 2k)`` with ``M₁ ≡ m`` (mod ``k``) and ``M₁ ≥ 2·pp + k`` (the warm-up
-    and the cool-down of every schedule here span under ``2·pp`` microbatches), or ``None``
-    when the three runs would not save ``MIN_SAVING`` over ``m``."""
-    m1 = m % k
-    while m1 < 2 * pp + k:
-        m1 += k
-    counts = (m1, m1 + k, m1 + 2 * k)
-    if counts[2] > m or sum(counts) * MIN_SAVING > m:
+def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int, int] | None:
+    """``(M₀, M₀ + k, M₀ + 2k, M₀ + 3k)`` with ``M₀ ≡ m`` (mod ``k``) and ``M₀ ≥ 2·pp`` (the
+    warm-up and the cool-down of every schedule here span under ``2·pp`` microbatches), or
+    ``None`` when the last three runs would not save ``MIN_SAVING`` over ``m``.
+
+    The first three runs are tried first; where their integers do not step by equal
+    differences (the pipeline has not settled into its period within ``M₀``), the fourth is
+    simulated and the last three are tried (``M₀ + k ≥ 2·pp + k``: a whole steady period
+    beside the warm-up and the cool-down)."""
+    m0 = m % k
+    while m0 < 2 * pp:
+        m0 += k
+    counts = (m0, m0 + k, m0 + 2 * k, m0 + 3 * k)
+    if counts[3] > m or sum(counts[1:]) * MIN_SAVING > m:
         return None
     return counts
 

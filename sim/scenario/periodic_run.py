@@ -1,7 +1,8 @@
 """A model run simulated as three short runs (:mod:`sim.engine.periodic`), with the same report.
 
-A model run of ``M`` identical microbatches is simulated with ``M₁``, ``M₁ + k`` and
-``M₁ + 2k`` microbatches (:func:`sim.engine.periodic.short_counts`), each program generated as
+A model run of ``M`` identical microbatches is simulated with ``M₀``, ``M₀ + k`` and
+``M₀ + 2k`` microbatches (:func:`sim.engine.periodic.short_counts`; where those do not step
+evenly, also ``M₀ + 3k``, and the last three are used), each program generated as
 the full one is (:meth:`sim.scenario.model_run.ModelRun.with_microbatches`), and extrapolated
 to ``M`` — every integer the report reads: per-rank and per-layer times, the critical path's
 totals, the events and the interference counts. The result then carries the full run's
@@ -28,9 +29,11 @@ from sim.engine.result import SimResult
 from sim.network.base import Network
 
 
-def counts_for(prepared) -> tuple[int, int, int] | None:
+def counts_for(prepared) -> tuple[int, int, int, int] | None:
     """The short runs' microbatch counts for ``prepared`` (a
-    :class:`sim.scenario.steps.Prepared`), or ``None`` where the shortcut is never taken."""
+    :class:`sim.scenario.steps.Prepared`): two windows of three, the second one period after
+    the first (:func:`sim.engine.periodic.short_counts`), or ``None`` where the shortcut is
+    never taken."""
     run, prog = prepared.model_run, prepared.program
     if (not prepared.simulation.periodic or run is None or run.log is not None
             or run.program is not prog or not prepared.faults.empty or prepared.record_spans
@@ -44,27 +47,43 @@ def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Ne
                       ) -> SimResult | None:
     """The full run's result from three short runs, or ``None`` (simulate the full run).
     ``simulate(p)``: the deterministic result of the prepared run ``p`` and the network model
-    it ran on. The network's report lines are those of the first short run's network with
-    its counters extrapolated (:meth:`sim.network.base.Network.counters`)."""
+    it ran on. The first window of :func:`counts_for` is tried, then (its integers not
+    stepping evenly) the second, which reuses two of its runs. The network's report lines
+    are those of the window's first run's network with its counters extrapolated
+    (:meth:`sim.network.base.Network.counters`)."""
     counts = counts_for(prepared)
     if counts is None:
         return None
-    run, prog = prepared.model_run, prepared.program
-    results, nets = [], []
-    for m in counts:
+    run = prepared.model_run
+    runs: list[tuple[SimResult, Network]] = []
+    for i, m in enumerate(counts):
         try:  # a short count the layout refuses, or a short run that fails, proves nothing
             short = run.with_microbatches(m, prepared.topology, prepared.simulation.placement)
             if short.microbatches != m:
                 return None
-            res, net = simulate(dataclasses.replace(prepared, program=short))
+            runs.append(simulate(dataclasses.replace(prepared, program=short)))
         except Exception:  # noqa: BLE001 - the full run is simulated instead
             return None
-        results.append(res)
-        nets.append(net)
+        if i >= 2:
+            got = _extrapolated(prepared, runs[i - 2:], counts[i - 2:i + 1])
+            if got is not None:
+                return dataclasses.replace(got, periodic_runs=tuple(
+                    (r.program.microbatches, r.events) for r, _ in runs))
+    return None
+
+
+def _extrapolated(prepared, window: list[tuple[SimResult, Network]],
+                  counts: tuple[int, ...]) -> SimResult | None:
+    """The full run's result from the three short runs of ``window`` (``counts``
+    microbatches), or ``None`` when they do not step evenly."""
+    prog = prepared.program
+    results, nets = [r for r, _ in window], [net for _, net in window]
     n = (prog.microbatches - counts[0]) // (counts[1] - counts[0])
     res = extrapolate(results, n, full=True)
+    if res is None:
+        return None
     counters = extrapolate_counts([net.counters() for net in nets], n)
-    if res is None or counters is None:
+    if counters is None:
         return None
     if res.iteration_ns > prepared.simulation.max_sim_time_s * 1e9:
         return None  # past the watchdog's limit: the full run stops there, as without this
