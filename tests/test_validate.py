@@ -355,7 +355,7 @@ def test_evaluation_errors_are_also_given_per_source():
     """Each source's evaluation cases get their own statistics (a source with many weak-scaling
     rows would otherwise dominate the mean), calibration cases stay out, file order is kept."""
     from sim.cli.validate import table
-    from sim.validation.cases import summary
+    from sim.validation.summary import summary
     rows = [{"name": n, "role": role, "source": src, "error_pct": e, "gpu": "H100-SXM5-80GB",
              "gpus": 8, "layout": "TP1", "measured_s": 2.0, "predicted_s": 2.0,
              "mfu_at_measured_s": 0.4, "predicted_mfu": 0.4}

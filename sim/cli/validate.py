@@ -11,10 +11,12 @@ from sim.cli.calibration_args import (
     validation_calibration,
 )
 from sim.cli.types import Parser, positive_int
+from sim.engine.periodic import VALIDATE_TOLERANCE
 from sim.errors import InputError
 from sim.files.catalog import resolve
 from sim.files.outputs import check_output_paths, is_stdout, write_json
-from sim.validation.cases import ROLES, Case, default_files, load_cases, run_cases, summary
+from sim.validation.cases import Case, default_files, load_cases, run_cases
+from sim.validation.summary import ROLES, summary
 
 #: MFU_meas_%: simrun's model FLOPs over the measured time (one FLOP count for every case; the
 #: published MFU, where a source gives one, is ``measured_mfu`` in the JSON)
@@ -39,6 +41,11 @@ def build_parser() -> Parser:
     ap.add_argument("--workers", type=positive_int,
                     help="local worker processes (default: all cores)")
     ap.add_argument("--only", metavar="TEXT", help="run only cases whose name contains TEXT")
+    ap.add_argument("--full-simulation", action="store_true",
+                    help="simulate every microbatch of every case (default: a case whose "
+                         "pipeline is periodic is extrapolated from short runs, exactly or "
+                         f"within {VALIDATE_TOLERANCE:g} of a period; each row's 'simulated' "
+                         "in --json says which)")
     add_validate_calibration_arguments(ap)
     return ap
 
@@ -50,6 +57,16 @@ def _row(r: dict[str, Any]) -> list[str]:
             f"{r['error_pct']:+.1f}",
             f"{r['mfu_at_measured_s'] * 100:.1f}",
             f"{r['predicted_mfu'] * 100:.1f}"]
+
+
+def _simulated_line(rows: list[dict[str, Any]]) -> str:
+    """How many cases were simulated in full, extrapolated exactly, or within the tolerance."""
+    n = len(rows)
+    exact = sum(1 for r in rows if r["simulated"].startswith("extrapolated exactly"))
+    within = sum(1 for r in rows if r["simulated"].startswith("extrapolated within"))
+    return (f"simulated: {n - exact - within} of {n} cases in full, {exact} extrapolated "
+            f"exactly from short periodic runs, {within} within {VALIDATE_TOLERANCE:g} of a "
+            "period (--full-simulation: every microbatch; sim/engine/periodic.py)")
 
 
 def _stats_line(s: dict[str, Any]) -> str:
@@ -109,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                        stdout_ok=("--json",))
     if args.only and not cases:
         raise InputError(f"no case name contains {args.only!r}", field="--only")
-    rows = run_cases(cases, args.workers)
+    rows = run_cases(cases, args.workers, None if args.full_simulation else VALIDATE_TOLERANCE)
     cal_text, cal_json = validation_calibration(args, groups, rows)
     stats = summary(rows)
     text = ["predicted vs measured time per training iteration"]
@@ -126,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(over))
     text.append("no per-case tuning: one compute model per GPU family, the network model of "
                 "the topology file; see docs/validation.md")
+    text.append(_simulated_line(rows))
     text += cal_text
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         print("\n".join(text))

@@ -29,6 +29,14 @@ MIN_SAVING = 1.5
 """The shortcut is taken only when the three short runs it ends with (the second window, the
 costlier) simulate at most 1/MIN_SAVING of the microbatches of the full run."""
 
+VALIDATE_TOLERANCE = 1e-4
+"""``simrun validate``'s periodic tolerance (:func:`slack_ns`): where a case's short runs step
+evenly only within 10⁻⁴ of a period's iteration time (asynchronous transfers contending with
+blocking ones shift by a few ns from period to period), each integer is extended by its last
+difference; its error is then about the tolerance × the time extrapolated, i.e. at most about
+0.01% of the iteration (0.01 points of a case's error). ``tests/test_periodic_tolerance.py``
+compares it with the full simulation."""
+
 _RANK_INTS = ("rank", "stage", "represents", "compute_ns", "optimizer_ns", "bubble_ns",
               "host_wait_ns", "end_ns", "pipeline_start_ns", "pipeline_end_ns",
               "pipeline_wait_ns")
@@ -82,29 +90,51 @@ def _flatten(res: SimResult, full: bool) -> tuple[tuple, list[int]]:
     return tuple(shape), ints
 
 
-def extrapolate_counts(counts: list[dict], n: int) -> dict | None:
+def _steps_agree(a: list[int], b: list[int], c: list[int], slack: int) -> bool:
+    """Whether every integer's two differences agree within ``slack`` (0: exactly)."""
+    if slack <= 0:
+        return all(y - x == z - y for x, y, z in zip(a, b, c, strict=True))
+    return all(abs((z - y) - (y - x)) <= slack for x, y, z in zip(a, b, c, strict=True))
+
+
+def extrapolate_counts(counts: list[dict], n: int, slack: int = 0) -> dict | None:
     """``counts[0]`` ``n`` periods on, when the three dicts have the same keys in the same
-    order and every value steps by equal differences; else ``None``."""
+    order and every value steps by equal differences (within ``slack``: the last one is
+    extended); else ``None``."""
     a, b, c = counts
     if not list(a) == list(b) == list(c):
         return None
-    if any(b[k] - a[k] != c[k] - b[k] for k in a):
+    keys = list(a)
+    if not _steps_agree([a[k] for k in keys], [b[k] for k in keys], [c[k] for k in keys],
+                        slack):
         return None
-    return {k: a[k] + n * (b[k] - a[k]) for k in a}
+    return {k: c[k] + (n - 2) * (c[k] - b[k]) for k in keys}
 
 
-def extrapolate(results: list[SimResult], n: int, full: bool = False) -> SimResult | None:
+def slack_ns(results: list[SimResult], tolerance: float) -> int:
+    """The disagreement (ns, or counts) allowed between two periods' differences:
+    ``tolerance`` × the iteration's growth over the last period (0: exact)."""
+    if tolerance <= 0.0:
+        return 0
+    return int(tolerance * abs(results[2].iteration_ns - results[1].iteration_ns))
+
+
+def extrapolate(results: list[SimResult], n: int, full: bool = False,
+                tolerance: float = 0.0) -> SimResult | None:
     """The result ``n`` periods after ``results[0]`` when the counted integers of the three
     results step by equal differences (and, ``full``, everything else but the network's
     lines is identical: they are the caller's, from the network's counters), else ``None``.
+    ``tolerance`` > 0: the two differences of every integer may disagree by up to
+    :func:`slack_ns` (a pipeline periodic but for ns-scale jitter of contended transfers);
+    each integer is then extended by its last difference (exactly: the same result).
     Spans are never kept; the critical path is kept as its totals only."""
     flat = [_flatten(r, full) for r in results]
     (sa, a), (sb, b), (sc, c) = flat
     if not (sa == sb == sc and len(a) == len(b) == len(c)):
         return None
-    if any(y - x != z - y for x, y, z in zip(a, b, c, strict=True)):
+    if not _steps_agree(a, b, c, slack_ns(results, tolerance)):
         return None
-    v = iter([x + n * (y - x) for x, y in zip(a, b, strict=True)])
+    v = iter([z + (n - 2) * (z - y) for y, z in zip(b, c, strict=True)])
     first = results[0]
     iteration, events = next(v), next(v)
     ranks = []

@@ -97,6 +97,9 @@ class SimResult:
     # (microbatches, events) of the short runs this result was extrapolated from (empty:
     # simulated in full; sim.scenario.periodic_run)
     periodic_runs: tuple[tuple[int, int], ...] = ()
+    # > 0: the short runs stepped evenly only within this tolerance (a fraction of one
+    # period's iteration time; sim.engine.periodic.slack_ns), not exactly
+    periodic_tolerance: float = 0.0
 
     def stage_stats(self) -> list[RankStats]:
         """One entry per pipeline stage: the simulated rank of that stage that finished last."""

@@ -104,7 +104,10 @@ class SimulationOptions:
     transfer noise, ``samples`` runs drawn with ``seed``; ``host_dispatch_ns``: the CPU's time
     to issue one kernel (:mod:`sim.engine.host`; 0: off); ``periodic``: a model run whose
     pipeline is periodic is simulated as three short runs with the same report
-    (:mod:`sim.scenario.periodic_run`; off: every microbatch, ``--full-simulation``)."""
+    (:mod:`sim.scenario.periodic_run`; off: every microbatch, ``--full-simulation``);
+    ``periodic_tolerance``: where the short runs step evenly only within this fraction of a
+    period's iteration time (contended transfers jitter by ns), extrapolate anyway (0: only
+    exactly; ``simrun validate`` uses :data:`sim.engine.periodic.VALIDATE_TOLERANCE`)."""
 
     per_rank: bool = False
     fuse: bool = True
@@ -117,6 +120,7 @@ class SimulationOptions:
     seed: int = 0
     host_dispatch_ns: int = 0
     periodic: bool = True
+    periodic_tolerance: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from sim.engine.periodic import extrapolate, extrapolate_counts, period_of, short_counts
+from sim.engine.periodic import (
+    extrapolate,
+    extrapolate_counts,
+    period_of,
+    short_counts,
+    slack_ns,
+)
 from sim.engine.result import SimResult
 from sim.network.base import Network
 
@@ -75,17 +81,35 @@ def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Ne
 def _extrapolated(prepared, window: list[tuple[SimResult, Network]],
                   counts: tuple[int, ...]) -> SimResult | None:
     """The full run's result from the three short runs of ``window`` (``counts``
-    microbatches), or ``None`` when they do not step evenly."""
+    microbatches), or ``None`` when they do not step evenly: exactly, else (a
+    ``periodic_tolerance``) within it."""
     prog = prepared.program
     results, nets = [r for r, _ in window], [net for _, net in window]
     n = (prog.microbatches - counts[0]) // (counts[1] - counts[0])
+    tolerance = 0.0
     res = extrapolate(results, n, full=True)
+    if res is None and prepared.simulation.periodic_tolerance > 0.0:
+        tolerance = prepared.simulation.periodic_tolerance
+        res = extrapolate(results, n, full=True, tolerance=tolerance)
     if res is None:
         return None
-    counters = extrapolate_counts([net.counters() for net in nets], n)
+    counters = extrapolate_counts([net.counters() for net in nets], n,
+                                  slack_ns(results, tolerance))
     if counters is None:
         return None
     if res.iteration_ns > prepared.simulation.max_sim_time_s * 1e9:
         return None  # past the watchdog's limit: the full run stops there, as without this
     nets[0].set_counters(counters)
-    return dataclasses.replace(res, program=prog, network_notes=nets[0].describe())
+    return dataclasses.replace(res, program=prog, network_notes=nets[0].describe(),
+                               periodic_tolerance=tolerance)
+
+
+def simulated_as(result: SimResult) -> str:
+    """How ``result``'s iteration was simulated: in full, or extrapolated from short periodic
+    runs, exactly or within a tolerance (a validation row's ``simulated``)."""
+    runs = result.periodic_runs
+    if not runs:
+        return "in full"
+    how = (f"within {result.periodic_tolerance:g} of a period" if result.periodic_tolerance
+           else "exactly")
+    return f"extrapolated {how} from {', '.join(str(m) for m, _ in runs)} microbatches"

@@ -45,6 +45,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sim.engine.periodic import VALIDATE_TOLERANCE
 from sim.errors import InputError, SimrunError
 from sim.files.catalog import shipped
 from sim.files.inputs import read_text, show
@@ -59,10 +60,11 @@ from sim.runtime.progress import Progress
 from sim.scenario import steps
 from sim.scenario.model_run import fit_model, model_run_of
 from sim.scenario.options import NetworkOptions, SimulationOptions
+from sim.scenario.periodic_run import simulated_as
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
+from sim.validation.summary import ROLES
 
-ROLES = ("calibration", "evaluation")
 #: keys of a case that are not layout/training options (their types; ``list`` = of strings)
 CASE_KEYS: dict[str, type] = {
     "name": str, "model": str, "role": str, "calibrates": str, "source": str, "url": str,
@@ -294,8 +296,10 @@ def _value_problem(key: str, v: Any) -> str | None:
     return f"expected {'a positive ' if want in (int, float) else ''}{want.__name__}, got {show(v)}"
 
 
-def run_case(case: Case) -> dict[str, Any]:
-    """Simulate one case; returns a JSON-ready row (times in s, memory in bytes)."""
+def run_case(case: Case, tolerance: float = VALIDATE_TOLERANCE) -> dict[str, Any]:
+    """Simulate one case; returns a JSON-ready row (times in s, memory in bytes).
+    ``tolerance``: the periodic shortcut's (:data:`sim.engine.periodic.VALIDATE_TOLERANCE`;
+    0: only exact extrapolation; ``None``: every microbatch simulated)."""
     model = load_model(case.model_path)
     par = case.par
     probe = load_topology(case.topology_path)
@@ -305,8 +309,12 @@ def run_case(case: Case) -> dict[str, Any]:
     run = model_run_of(fit_model(model, par, topo), topo, ignore_memory=True)
     prepared = steps.prepare(run.program, topo,
                              network=NetworkOptions(nvls_enable=case.nvls_enable), model_run=run,
-                             simulation=SimulationOptions(host_dispatch_ns=case.host_dispatch_ns))
-    rep = m = steps.run(prepared).report  # a model run's report holds its metrics
+                             simulation=SimulationOptions(
+                                 host_dispatch_ns=case.host_dispatch_ns,
+                                 periodic=tolerance is not None,
+                                 periodic_tolerance=tolerance or 0.0))
+    done = steps.run(prepared)
+    rep = m = done.report  # a model run's report holds its metrics
     mem = run.memory
     pred = rep["iteration_time_s"]
     return {
@@ -330,25 +338,29 @@ def run_case(case: Case) -> dict[str, Any]:
         "url": case.url, "published": case.published, "calibrates": case.calibrates,
         "not_modelled": list(case.not_modelled),
         "host_dispatch_us": case.host_dispatch_ns / 1000,  # the stack's host time per launch
+        "simulated": simulated_as(done.result),  # in full or extrapolated (how)
     }
 
 
-def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, Any]]:
+
+def run_cases(cases: list[Case], workers: int | None = None,
+              tolerance: float | None = VALIDATE_TOLERANCE) -> list[dict[str, Any]]:
     """All cases (in file order), on ``workers`` local processes (default: all cores), with a
-    progress line on a terminal (:mod:`sim.runtime.progress`)."""
+    progress line on a terminal (:mod:`sim.runtime.progress`); ``tolerance``: as
+    :func:`run_case`'s."""
     n = min(workers or default_workers(), len(cases))
     with Progress("validate: cases done", total=len(cases)) as progress:
         if n <= 1:
             rows = []
             for c in cases:
-                rows.append(run_case(c))
+                rows.append(run_case(c, tolerance))
                 progress.advance()
             return rows
         pool = worker_pool(n)
         try:
             # biggest first for load balance; results keep file order
             order = sorted(range(len(cases)), key=lambda i: -cases[i].par.world_size)
-            futs = {i: pool.submit(run_case, cases[i]) for i in order}
+            futs = {i: pool.submit(run_case, cases[i], tolerance) for i in order}
             for _ in as_completed(futs.values()):
                 progress.advance()
             rows = [futs[i].result() for i in range(len(cases))]
@@ -357,39 +369,6 @@ def run_cases(cases: list[Case], workers: int | None = None) -> list[dict[str, A
             raise
         pool.shutdown()
         return rows
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Error statistics of all cases (``all``), of each role (``calibration``,
-    ``evaluation``), and of each role's cases by source (``<role>_by_source``: source line →
-    statistics, in file order) and by GPU family (``<role>_by_gpu_family``: ``A100``,
-    ``H100``, …), in percent of the measured time; each group's ``cases`` is its count."""
-
-    def stats(group: list[dict[str, Any]]) -> dict[str, float]:
-        errs = [r["error_pct"] for r in group]
-        if not errs:
-            return {"cases": 0}
-        return {"cases": len(errs),
-                "mean_abs_error_pct": sum(abs(e) for e in errs) / len(errs),
-                "mean_error_pct": sum(errs) / len(errs),
-                "max_abs_error_pct": max(abs(e) for e in errs)}
-
-    def by(group: list[dict[str, Any]], key) -> dict[str, Any]:
-        return {k: stats([r for r in group if key(r) == k])
-                for k in dict.fromkeys(key(r) for r in group)}
-
-    out = {"all": stats(rows), **{role: stats([r for r in rows if r["role"] == role])
-                                  for role in ROLES}}
-    for role in ROLES:
-        group = [r for r in rows if r["role"] == role]
-        out[f"{role}_by_source"] = by(group, lambda r: r["source"])
-        out[f"{role}_by_gpu_family"] = by(group, gpu_family)
-    return out
-
-
-def gpu_family(row: dict[str, Any]) -> str:
-    """A row's GPU family (the GPU catalogue's, e.g. ``H100``; else the name's first part)."""
-    return row.get("gpu_family") or row["gpu"].split("-")[0]
 
 
 def default_files() -> list[Path]:
