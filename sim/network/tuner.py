@@ -24,7 +24,7 @@ import math
 
 from sim.comm import CollKind
 from sim.errors import UsageError
-from sim.network import alltoall, innet, nccl
+from sim.network import alltoall, innet, nccl, ncclgraph
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
@@ -156,9 +156,13 @@ class Tuner:
         cl = self.cluster
         maxrate = math.inf
         if plan.algorithm == "tree":
-            # NCCL's tree kernels deliver at most algbw = 0.5 × busBw (tuning model): with C
-            # channels × 2 trees, each edge carrying S/(2C), that is busBw / (4C) per coflow.
-            maxrate = self.ring_busbw_GBps(plan.ranks) / (2 * len(plan.phases[0].coflows))
+            # NCCL's tree kernels deliver at most algbw = 0.5 × busBw (tuning model), busBw
+            # NCCL's tree bus bandwidth (:meth:`tree_busbw_GBps`) at the Simple protocol's
+            # factor 0.92, the other protocols' efficiencies applied to the wire bytes: with C
+            # channels × 2 trees, each edge carrying S/(2C), that is busBw / 0.92 / (4C) per
+            # coflow.
+            simple = self.tree_busbw_GBps(plan.ranks)[0]
+            maxrate = simple / nccl.TREE_BUSBW_FACTOR / (2 * len(plan.phases[0].coflows))
         phases = []
         for ph in plan.phases:
             items = []
@@ -233,6 +237,10 @@ class Tuner:
             cap = nc / c_max * busbw / share
         eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         one_node = len(node_groups(self.cluster, ranks)) == 1
+        if plan.algorithm == "tree" and proto == "LL128":
+            # NCCL's per-channel tree LL128 ceiling (:func:`nccl.tree_busbw_caps`): algbw at
+            # most 0.5 × nChannels × perChMaxTreeLL128Bw of payload.
+            cap = min(cap, 0.5 * self.tree_busbw_GBps(ranks)[1] / eff / ncf)
         if plan.algorithm == "ring" and proto == "LL" and one_node:
             # NCCL's single-node LL ceiling (:data:`nccl.LL_MAX_BUSBW_1NODE_GBPS`), payload
             # bus bandwidth → wire bytes/ns per coflow.
@@ -263,6 +271,41 @@ class Tuner:
         rate = nv.gpu_bandwidth_GBps * self.nvls_efficiency / nccl.NVLS_CHANNELS
         chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * n))
         return (math.inf, (nccl.ramp_ns(2, chunk, rate),))
+
+    def tree_busbw_GBps(self, ranks: tuple[int, ...]) -> tuple[float, float]:
+        """NCCL's tree all-reduce bus bandwidth over ``ranks`` before the protocol factor and its
+        LL128 ceiling, GB/s (:func:`nccl.tree_busbw_caps`, v2.30.7 tuning.cc:306, 330-336).
+        Across nodes from NCCL's tree graph (:func:`ncclgraph.tree_graph`: one channel per NIC
+        the node's ranks reach, duplicated as NCCL does; bwIntra on ≤ 2 nodes, bwInter on more;
+        NCCL's TREE pattern, × 0.85, with one rank per node, search.cc:1133). On one node the
+        ring's C channels of busBw / C each (NCCL's single-node tree graph is not derived).
+        GPUs without NCCL's tables (RCCL): 0.92 × the ring's busBw, no per-channel ceiling."""
+        key = ("tree", ranks, self._pinned)
+        got = self._memo.get(key)
+        if got is not None:
+            return got["caps"]
+        ring = self.ring_busbw_GBps(ranks)
+        fam = nccl.nvidia_family(self.cluster.topo.node.gpu.name)
+        nodes = node_groups(self.cluster, ranks)
+        ch_bw = self.channel_GBps(ranks)
+        if fam is None:
+            caps = (nccl.TREE_BUSBW_FACTOR * ring, math.inf)
+        elif len(nodes) == 1:
+            channels = max(1, round(ring / ch_bw))
+            caps = nccl.tree_busbw_caps(fam, 1, channels, ring / channels)
+        else:
+            node = self.cluster.topo.node
+            ppn = max(len(g) for g in nodes)
+            intra = (math.inf if ppn == 1 else node.nvlink.gpu_bandwidth_GBps
+                     if node.nvlink is not None else node.pcie.bandwidth_GBps
+                     * node.pcie.efficiency)
+            rails = len({self.cluster.nic_of(g) for g in nodes[0]})
+            channels, bw_intra, bw_inter = ncclgraph.tree_graph(
+                nccl.COMPUTE_CAPABILITY[fam], rails, ch_bw, intra)
+            caps = nccl.tree_busbw_caps(fam, len(nodes), channels,
+                                        bw_intra if len(nodes) <= 2 else bw_inter, ppn == 1)
+        self._memo[key] = {"caps": caps}
+        return caps
 
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
