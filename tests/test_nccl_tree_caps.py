@@ -1,7 +1,8 @@
 """NCCL's tree bandwidth in its tuning model (NVIDIA/nccl v2.30.7): the tree graph's channels and
 per-channel rates (src/graph/search.cc ``ncclTopoCompute``, ``ncclTopoDupChannels``), bwIntra on
 <= 2 nodes and bwInter on more (src/graph/tuning.cc:306), bounded by ``perChMaxTreeBws`` and
-``perChMaxTreeLL128Bws`` times the channel count (tuning.cc:191-204, 330-336).
+``perChMaxTreeLL128Bws`` times the channel count (tuning.cc:191-204, 330-336). simrun lets
+them steer NCCL's choice, not the time (they are tuning heuristics: sim/network/nccl.py).
 
 Hand derivations (GB/s = bytes/ns):
 
@@ -92,20 +93,36 @@ def test_one_node_caps_do_not_bind():
     assert tuner.tree_busbw_GBps(tuple(range(8))) == pytest.approx((220.8, 240.0), rel=1e-6)
 
 
+def predicted_ns(net, gpus: int, proto: str, size: int) -> int:
+    tuner = net.tuner
+    plan = tuner.rep_plan(CollKind.ALLREDUCE, "tree", tuple(range(gpus)))
+    return tuner.alone_ns(plan, proto, size, ceiling=tuner.nccl_tree_ceiling(plan, proto))
+
+
 @pytest.mark.parametrize("name, gpus, proto, algbw", [
     ("dgx-b200", 16, "Simple", 342.4 / 2),
     ("dgx-b200", 16, "LL128", 253.36 / 2),
-    ("dgx-a100-1024", 16, "Simple", 188.8 / 2),
+    # 2 DGX A100 nodes: NCCL's 188.8 / 2 = 94.4 is above the model's own tree rate,
+    # 0.5 × 0.92 × the ring's 192 = 88.32; the prediction never runs faster than the model
+    ("dgx-a100-1024", 16, "Simple", 0.5 * 0.92 * 192),
     ("dgx-a100-1024", 64, "Simple", 142.4 / 2),
     ("dgx-a100-1024", 64, "LL128", 142.4 / 2),
 ])
-def test_tree_time_runs_at_nccls_tree_algbw(name, gpus, proto, algbw):
+def test_nccls_prediction_runs_the_tree_at_its_algbw(name, gpus, proto, algbw):
     # At 4 and 8 GiB every channel runs and chunks are full, so latency and ramp are equal:
     # the 4 GiB more take 4 GiB / algbw (payload algbw = 0.5 × NCCL's tree busBw).
-    net = build_network(topo(name), algorithm="tree", protocol=proto)
-    t4 = net.isolated(allreduce(gpus, 4 * GiB)).duration_ns
-    t8 = net.isolated(allreduce(gpus, 8 * GiB)).duration_ns
+    net = build_network(topo(name))
+    t4, t8 = (predicted_ns(net, gpus, proto, s) for s in (4 * GiB, 8 * GiB))
     assert t8 - t4 == pytest.approx(4 * GiB / algbw, abs=2)
+
+
+def test_the_tree_runs_at_the_models_rate_not_nccls_ceiling():
+    # The ceilings steer NCCL's choice only: a tree forced on 2 DGX B200 nodes still runs at
+    # 0.5 × 0.92 × the ring's 8 × 48 = 176.64 GB/s (Simple), not at NCCL's 171.2.
+    net = build_network(topo("dgx-b200"), algorithm="tree", protocol="Simple")
+    t4 = net.isolated(allreduce(16, 4 * GiB)).duration_ns
+    t8 = net.isolated(allreduce(16, 8 * GiB)).duration_ns
+    assert t8 - t4 == pytest.approx(4 * GiB / (0.5 * 0.92 * 384), abs=2)
 
 
 def test_two_nodes_keep_the_ring_at_large_sizes():
@@ -113,22 +130,25 @@ def test_two_nodes_keep_the_ring_at_large_sizes():
     for t, gpus in ((hgx_4nic(), 16), (topo("dgx-b200"), 16), (topo("dgx-a100-1024"), 16)):
         res = build_network(t).isolated(allreduce(gpus, 8 * GiB))
         assert res.algorithm == "ring/Simple"
-    tree = build_network(hgx_4nic(), algorithm="tree", protocol="Simple")
-    t4 = tree.isolated(allreduce(16, 4 * GiB)).duration_ns
-    t8 = tree.isolated(allreduce(16, 8 * GiB)).duration_ns
-    assert t8 - t4 == pytest.approx(4 * GiB / 47.2, abs=2)
+    net = build_network(hgx_4nic())
+    assert net.tuner.tree_busbw_GBps(tuple(range(16)))[0] / 2 == pytest.approx(47.2)
+    # the prediction takes the slower of NCCL's 47.2 and the model's 0.5 × 0.92 × 96 = 44.16
+    t4, t8 = (predicted_ns(net, 16, "Simple", s) for s in (4 * GiB, 8 * GiB))
+    assert t8 - t4 == pytest.approx(4 * GiB / 44.16, abs=2)
 
 
-def test_more_than_two_nodes_cap_moves_the_choice(monkeypatch):
-    # 64 DGX A100 GPUs, 64 MiB: with NCCL's N4 ceiling (8 × 17.8 = 142.4, algbw 71.2) the tree
+def test_more_than_two_nodes_ceiling_moves_the_choice(monkeypatch):
+    # 64 DGX A100 GPUs, 64 MiB: under NCCL's N4 ceiling (8 × 17.8 = 142.4, algbw 71.2) the tree
     # loses to ring/LL128 (0.92 × 192 × 64/126 = 89.7 algbw less latency); without it the tree
-    # runs at 0.5 × 0.92 × 192 = 88.3 and wins by its latency.
+    # (0.5 × 0.92 × 192 = 88.3) wins by its latency. The time is the chosen plan's own.
     size = 64 << 20
     capped = build_network(topo("dgx-a100-1024")).isolated(allreduce(64, size))
+    ring = build_network(topo("dgx-a100-1024"), algorithm="ring", protocol="LL128")
     monkeypatch.setitem(nccl.PER_CH_MAX_TREE_GBPS, "A100", (math.inf,) * 3)
     monkeypatch.setitem(nccl.PER_CH_MAX_TREE_LL128_GBPS, "A100", (math.inf,) * 3)
     free = build_network(topo("dgx-a100-1024")).isolated(allreduce(64, size))
     assert free.algorithm == "tree/LL128" and capped.algorithm == "ring/LL128"
+    assert capped.duration_ns == ring.isolated(allreduce(64, size)).duration_ns
     assert capped.duration_ns > free.duration_ns
 
 

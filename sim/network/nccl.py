@@ -147,7 +147,10 @@ LL_MAX_BUSBW_1NODE_GBPS = {"A100": 87.7, "H100": 141.0, "B200": 282.0}
 # then for LL128 ``min(busBw·120/128, nChannels·perChMaxTreeLL128Bw)``, then ×.85 when the tree
 # graph's pattern is NCCL_TOPO_PATTERN_TREE; algbw = 0.5 × busBw (:380). ``busBw`` there is
 # nChannels × the tree graph's bwIntra on ≤ 2 nodes, × its bwInter on more (:306;
-# :func:`sim.network.ncclgraph.tree_graph`). RCCL GPUs: none.
+# :func:`sim.network.ncclgraph.tree_graph`). RCCL GPUs: none. simrun applies them to NCCL's
+# choice only, not to the time (``Tuner.choose``): they are tuning heuristics, retuned with no
+# hardware change (Blackwell's row was 2 × Hopper's, N4 72.0, until v2.28.3 made it 24.0,
+# commit f1308997), not the kernels' rate.
 PER_CH_MAX_TREE_GBPS = {"A100": (24.0, 23.6, 17.8), "H100": (38.7, 41.4, 36.0),
                         "B200": (70.0, 42.8, 24.0)}
 PER_CH_MAX_TREE_LL128_GBPS = {"A100": (20.0, 20.0, 20.0), "H100": (36.7, 36.7, 29.0),

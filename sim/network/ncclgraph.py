@@ -96,8 +96,8 @@ def tree_graph(cc: int, rails: int, speed: float, intra_GBps: float
     per GPU, as NCCL v2.30.7 derives it:
 
     - the ring search finds one channel per NIC at ``speed`` (a NIC carries one channel of
-      that rate, search.cc ``ncclTopoSearchRecNet`` subtracting ``bw`` from the NIC), then
-      :func:`dup_channels`;
+      that rate, search.cc ``ncclTopoSearchRecNet`` subtracting ``bw`` from the NIC), at most
+      :data:`MAX_RING_CHANNELS`, then :func:`dup_channels`;
     - the tree search runs with exactly the ring's channel count (init.cc:1184-1185) and the
       ring's per-channel rate across nodes (bwInter);
     - its second pass raises bwIntra through the speed table while bwIntra < 2·bwInter and
@@ -106,7 +106,7 @@ def tree_graph(cc: int, rails: int, speed: float, intra_GBps: float
       channel's chain crossing every GPU's links once; NCCL's search may fit one step more by
       ending chains on different GPUs).
     """
-    channels, bw = dup_channels(cc, rails, speed)
+    channels, bw = dup_channels(cc, min(rails, MAX_RING_CHANNELS), speed)
     speeds = SPEEDS_INTER[cc]
     idx = next((i for i, s in enumerate(speeds) if s <= bw), len(speeds) - 1)
     intra = bw

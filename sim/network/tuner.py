@@ -156,13 +156,9 @@ class Tuner:
         cl = self.cluster
         maxrate = math.inf
         if plan.algorithm == "tree":
-            # NCCL's tree kernels deliver at most algbw = 0.5 × busBw (tuning model), busBw
-            # NCCL's tree bus bandwidth (:meth:`tree_busbw_GBps`) at the Simple protocol's
-            # factor 0.92, the other protocols' efficiencies applied to the wire bytes: with C
-            # channels × 2 trees, each edge carrying S/(2C), that is busBw / 0.92 / (4C) per
-            # coflow.
-            simple = self.tree_busbw_GBps(plan.ranks)[0]
-            maxrate = simple / nccl.TREE_BUSBW_FACTOR / (2 * len(plan.phases[0].coflows))
+            # NCCL's tree kernels deliver at most algbw = 0.5 × busBw (tuning model): with C
+            # channels × 2 trees, each edge carrying S/(2C), that is busBw / (4C) per coflow.
+            maxrate = self.ring_busbw_GBps(plan.ranks) / (2 * len(plan.phases[0].coflows))
         phases = []
         for ph in plan.phases:
             items = []
@@ -179,12 +175,14 @@ class Tuner:
 
     # ---- costs ---------------------------------------------------------------------------
     def alone_ns(self, plan: Plan, proto: str, size_bytes: int,
-                 flags: list[int] | None = None) -> int:
+                 flags: list[int] | None = None, ceiling: float = math.inf) -> int:
         """Duration (ns) of ``plan`` with protocol ``proto`` moving ``size_bytes`` alone,
         latencies, pipeline ramp and launch overhead included. ``flags``: see
-        :func:`~sim.network.fluid.run_alone` (class flows limited inexactly)."""
+        :func:`~sim.network.fluid.run_alone` (class flows limited inexactly); ``ceiling``: a
+        further rate cap per coflow, bytes/ns (:meth:`nccl_tree_ceiling`)."""
         eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         cap, ramp = self.size_terms(plan, proto, size_bytes)
+        cap = min(cap, ceiling)
         total = self.launch_ns
         for p_idx, ph in enumerate(self.single_flows(plan)):
             flows = [Flow(it[0], it[1], it[2] * size_bytes / eff, None, min(it[3], cap),
@@ -237,10 +235,6 @@ class Tuner:
             cap = nc / c_max * busbw / share
         eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         one_node = len(node_groups(self.cluster, ranks)) == 1
-        if plan.algorithm == "tree" and proto == "LL128":
-            # NCCL's per-channel tree LL128 ceiling (:func:`nccl.tree_busbw_caps`): algbw at
-            # most 0.5 × nChannels × perChMaxTreeLL128Bw of payload.
-            cap = min(cap, 0.5 * self.tree_busbw_GBps(ranks)[1] / eff / ncf)
         if plan.algorithm == "ring" and proto == "LL" and one_node:
             # NCCL's single-node LL ceiling (:data:`nccl.LL_MAX_BUSBW_1NODE_GBPS`), payload
             # bus bandwidth → wire bytes/ns per coflow.
@@ -271,6 +265,22 @@ class Tuner:
         rate = nv.gpu_bandwidth_GBps * self.nvls_efficiency / nccl.NVLS_CHANNELS
         chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * n))
         return (math.inf, (nccl.ramp_ns(2, chunk, rate),))
+
+    def nccl_tree_ceiling(self, plan: Plan, proto: str) -> float:
+        """Rate cap per coflow (wire bytes/ns) of NCCL's predicted tree bandwidth
+        (:meth:`tree_busbw_GBps`): payload algbw 0.5 × busBw at the Simple protocol's factor,
+        the protocol's efficiency relative to it as in :data:`nccl.EFFICIENCY`, for LL128 at
+        most 0.5 × its per-channel ceiling; inf for other algorithms. Used for NCCL's choice
+        only (:meth:`choose`)."""
+        if plan.algorithm != "tree":
+            return math.inf
+        simple, ll128 = self.tree_busbw_GBps(plan.ranks)
+        ncf = len(plan.phases[0].coflows)
+        rate = 0.5 * simple / nccl.TREE_BUSBW_FACTOR / ncf
+        if proto == "LL128":
+            eff = nccl.efficiency("tree", proto)
+            rate = min(rate, 0.5 * ll128 / eff / ncf)
+        return rate
 
     def tree_busbw_GBps(self, ranks: tuple[int, ...]) -> tuple[float, float]:
         """NCCL's tree all-reduce bus bandwidth over ``ranks`` before the protocol factor and its
@@ -337,12 +347,15 @@ class Tuner:
 
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
                ) -> tuple[Plan, str, int]:
-        """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice."""
+        """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice.
+        The prediction is the model's time, the tree's under NCCL's tree ceilings as well
+        (:meth:`nccl_tree_ceiling`); the returned time is the model's."""
         key = (kind, ranks, size_bytes, self._pinned)
         got = self._choice.get(key)
         if got is not None:
             return got
         best: tuple[Plan, str, int] | None = None
+        best_rank = 0
         for a in self.candidates(kind, ranks):
             plan = self.rep_plan(kind, a, ranks)
             if plan is None:
@@ -359,8 +372,13 @@ class Tuner:
                     plan = self.plan(kind, a, ranks)
                     assert plan is not None
                     t = self.alone_ns(plan, p, size_bytes)
-                if best is None or t < best[2]:
-                    best = (plan, p, t)
+                # NCCL's choice sees its own tree ceilings (tuning heuristics, not the
+                # kernels' rate: :meth:`tree_busbw_GBps`); the time stays the model's
+                ceiling = self.nccl_tree_ceiling(plan, p)
+                rank = t if ceiling == math.inf else \
+                    self.alone_ns(plan, p, size_bytes, ceiling=ceiling)
+                if best is None or rank < best_rank:
+                    best, best_rank = (plan, p, t), rank
         if best is None:  # NCCL: "No algorithm/protocol available"
             raise UsageError(f"no enabled algorithm and protocol runs {kind.value.lower()} over "
                              f"{len(ranks)} ranks", field="--nccl-algo/--nccl-proto")
