@@ -139,6 +139,47 @@ def efficiency(algorithm: str, protocol: str, nvls: float = NVLS_EFFICIENCY) -> 
 LL_MAX_BUSBW_1NODE_GBPS = {"A100": 87.7, "H100": 141.0, "B200": 282.0}
 
 
+# NCCL's per-channel tree ceilings, GB/s of bus bandwidth per channel, by the GPU catalogue's
+# family (compute capability 8.x / 9.x / 10.x) and node count (N1: one node, N2: two, N4: more):
+# ``perChMaxTreeBws`` and ``perChMaxTreeLL128Bws`` (v2.30.7 src/graph/tuning.cc:191-204, the
+# column ``index2 = nNodes <= 2 ? nNodes - 1 : 2`` at :267). Applied to the tree all-reduce
+# (tuning.cc:330-336): ``busBw = min(busBw·.92, nChannels·perChMaxTreeBw)`` for every protocol,
+# then for LL128 ``min(busBw·120/128, nChannels·perChMaxTreeLL128Bw)``, then ×.85 when the tree
+# graph's pattern is NCCL_TOPO_PATTERN_TREE; algbw = 0.5 × busBw (:380). ``busBw`` there is
+# nChannels × the tree graph's bwIntra on ≤ 2 nodes, × its bwInter on more (:306;
+# :func:`sim.network.ncclgraph.tree_graph`). RCCL GPUs: none. simrun applies them to NCCL's
+# choice only, not to the time (``Tuner.choose``): they are tuning heuristics, retuned with no
+# hardware change (Blackwell's row was 2 × Hopper's, N4 72.0, until v2.28.3 made it 24.0,
+# commit f1308997), not the kernels' rate.
+PER_CH_MAX_TREE_GBPS = {"A100": (24.0, 23.6, 17.8), "H100": (38.7, 41.4, 36.0),
+                        "B200": (70.0, 42.8, 24.0)}
+PER_CH_MAX_TREE_LL128_GBPS = {"A100": (20.0, 20.0, 20.0), "H100": (36.7, 36.7, 29.0),
+                              "B200": (55.6, 31.67, 20.0)}
+TREE_BUSBW_FACTOR = 0.92  # tuning.cc:331, ``busBw * .92`` (also simrun's tree Simple efficiency)
+TREE_PATTERN_FACTOR = 0.85  # tuning.cc:336, maxTreePattern == NCCL_TOPO_PATTERN_TREE
+# Compute capability (×10) of the catalogue's NVIDIA families, for NCCL's per-generation tables.
+COMPUTE_CAPABILITY = {"A100": 80, "H100": 90, "B200": 100}
+
+
+def nvidia_family(gpu_name: str) -> str | None:
+    """The GPU catalogue's family of ``gpu_name`` where NCCL's per-generation tables have a row
+    (:data:`COMPUTE_CAPABILITY`); None for other GPUs (RCCL's, unknown)."""
+    entry = find(gpu_name)
+    return entry.family if entry is not None and entry.family in COMPUTE_CAPABILITY else None
+
+
+def tree_busbw_caps(family: str, nodes: int, channels: int, bw: float,
+                    pattern_tree: bool = False) -> tuple[float, float]:
+    """NCCL's tree all-reduce bus bandwidth (GB/s) before the protocol factor, and its LL128
+    ceiling, for ``channels`` tree channels of ``bw`` GB/s each over ``nodes`` nodes
+    (tuning.cc:330-336; :data:`PER_CH_MAX_TREE_GBPS`): ``(min(0.92·nCh·bw, nCh·perChMaxTreeBw),
+    nCh·perChMaxTreeLL128Bw)``, both × 0.85 for NCCL's TREE pattern."""
+    col = min(max(nodes, 1), 3) - 1
+    f = TREE_PATTERN_FACTOR if pattern_tree else 1.0
+    simple = min(TREE_BUSBW_FACTOR * channels * bw, channels * PER_CH_MAX_TREE_GBPS[family][col])
+    return simple * f, channels * PER_CH_MAX_TREE_LL128_GBPS[family][col] * f
+
+
 def ll_max_busbw(gpu_name: str) -> float:
     """NCCL's single-node ring LL bus-bandwidth ceiling (GB/s) for the GPU named
     ``gpu_name`` (:data:`LL_MAX_BUSBW_1NODE_GBPS`); inf where the catalogue's family has none."""

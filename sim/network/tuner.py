@@ -24,7 +24,7 @@ import math
 
 from sim.comm import CollKind
 from sim.errors import UsageError
-from sim.network import alltoall, innet, nccl
+from sim.network import alltoall, innet, nccl, ncclgraph
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
@@ -175,12 +175,14 @@ class Tuner:
 
     # ---- costs ---------------------------------------------------------------------------
     def alone_ns(self, plan: Plan, proto: str, size_bytes: int,
-                 flags: list[int] | None = None) -> int:
+                 flags: list[int] | None = None, ceiling: float = math.inf) -> int:
         """Duration (ns) of ``plan`` with protocol ``proto`` moving ``size_bytes`` alone,
         latencies, pipeline ramp and launch overhead included. ``flags``: see
-        :func:`~sim.network.fluid.run_alone` (class flows limited inexactly)."""
+        :func:`~sim.network.fluid.run_alone` (class flows limited inexactly); ``ceiling``: a
+        further rate cap per coflow, bytes/ns (:meth:`nccl_tree_ceiling`)."""
         eff = nccl.efficiency(plan.algorithm, proto, self.nvls_efficiency)
         cap, ramp = self.size_terms(plan, proto, size_bytes)
+        cap = min(cap, ceiling)
         total = self.launch_ns
         for p_idx, ph in enumerate(self.single_flows(plan)):
             flows = [Flow(it[0], it[1], it[2] * size_bytes / eff, None, min(it[3], cap),
@@ -264,6 +266,57 @@ class Tuner:
         chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * n))
         return (math.inf, (nccl.ramp_ns(2, chunk, rate),))
 
+    def nccl_tree_ceiling(self, plan: Plan, proto: str) -> float:
+        """Rate cap per coflow (wire bytes/ns) of NCCL's predicted tree bandwidth
+        (:meth:`tree_busbw_GBps`): payload algbw 0.5 × busBw at the Simple protocol's factor,
+        the protocol's efficiency relative to it as in :data:`nccl.EFFICIENCY`, for LL128 at
+        most 0.5 × its per-channel ceiling; inf for other algorithms. Used for NCCL's choice
+        only (:meth:`choose`)."""
+        if plan.algorithm != "tree":
+            return math.inf
+        simple, ll128 = self.tree_busbw_GBps(plan.ranks)
+        ncf = len(plan.phases[0].coflows)
+        rate = 0.5 * simple / nccl.TREE_BUSBW_FACTOR / ncf
+        if proto == "LL128":
+            eff = nccl.efficiency("tree", proto)
+            rate = min(rate, 0.5 * ll128 / eff / ncf)
+        return rate
+
+    def tree_busbw_GBps(self, ranks: tuple[int, ...]) -> tuple[float, float]:
+        """NCCL's tree all-reduce bus bandwidth over ``ranks`` before the protocol factor and its
+        LL128 ceiling, GB/s (:func:`nccl.tree_busbw_caps`, v2.30.7 tuning.cc:306, 330-336).
+        Across nodes from NCCL's tree graph (:func:`ncclgraph.tree_graph`: one channel per NIC
+        the node's ranks reach, duplicated as NCCL does; bwIntra on ≤ 2 nodes, bwInter on more;
+        NCCL's TREE pattern, × 0.85, with one rank per node, search.cc:1133). On one node the
+        ring's C channels of busBw / C each (NCCL's single-node tree graph is not derived).
+        GPUs without NCCL's tables (RCCL): 0.92 × the ring's busBw, no per-channel ceiling."""
+        key = ("tree", ranks, self._pinned)
+        got = self._memo.get(key)
+        if got is not None:
+            return got["caps"]
+        ring = self.ring_busbw_GBps(ranks)
+        fam = nccl.nvidia_family(self.cluster.topo.node.gpu.name)
+        nodes = node_groups(self.cluster, ranks)
+        ch_bw = self.channel_GBps(ranks)
+        if fam is None:
+            caps = (nccl.TREE_BUSBW_FACTOR * ring, math.inf)
+        elif len(nodes) == 1:
+            channels = max(1, round(ring / ch_bw))
+            caps = nccl.tree_busbw_caps(fam, 1, channels, ring / channels)
+        else:
+            node = self.cluster.topo.node
+            ppn = max(len(g) for g in nodes)
+            intra = (math.inf if ppn == 1 else node.nvlink.gpu_bandwidth_GBps
+                     if node.nvlink is not None else node.pcie.bandwidth_GBps
+                     * node.pcie.efficiency)
+            rails = len({self.cluster.nic_of(g) for g in nodes[0]})
+            channels, bw_intra, bw_inter = ncclgraph.tree_graph(
+                nccl.COMPUTE_CAPABILITY[fam], rails, ch_bw, intra)
+            caps = nccl.tree_busbw_caps(fam, len(nodes), channels,
+                                        bw_intra if len(nodes) <= 2 else bw_inter, ppn == 1)
+        self._memo[key] = {"caps": caps}
+        return caps
+
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
         key = ("busbw", ranks, self._pinned)
@@ -294,12 +347,15 @@ class Tuner:
 
     def choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
                ) -> tuple[Plan, str, int]:
-        """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice."""
+        """(plan, protocol, isolated ns): NCCL-like least predicted time, or the fixed choice.
+        The prediction is the model's time, the tree's under NCCL's tree ceilings as well
+        (:meth:`nccl_tree_ceiling`); the returned time is the model's."""
         key = (kind, ranks, size_bytes, self._pinned)
         got = self._choice.get(key)
         if got is not None:
             return got
         best: tuple[Plan, str, int] | None = None
+        best_rank = 0
         for a in self.candidates(kind, ranks):
             plan = self.rep_plan(kind, a, ranks)
             if plan is None:
@@ -316,8 +372,13 @@ class Tuner:
                     plan = self.plan(kind, a, ranks)
                     assert plan is not None
                     t = self.alone_ns(plan, p, size_bytes)
-                if best is None or t < best[2]:
-                    best = (plan, p, t)
+                # NCCL's choice sees its own tree ceilings (tuning heuristics, not the
+                # kernels' rate: :meth:`tree_busbw_GBps`); the time stays the model's
+                ceiling = self.nccl_tree_ceiling(plan, p)
+                rank = t if ceiling == math.inf else \
+                    self.alone_ns(plan, p, size_bytes, ceiling=ceiling)
+                if best is None or rank < best_rank:
+                    best, best_rank = (plan, p, t), rank
         if best is None:  # NCCL: "No algorithm/protocol available"
             raise UsageError(f"no enabled algorithm and protocol runs {kind.value.lower()} over "
                              f"{len(ranks)} ranks", field="--nccl-algo/--nccl-proto")
