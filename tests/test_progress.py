@@ -104,7 +104,7 @@ def test_unreachable_dask_scheduler_error_is_not_drawn_inside_a_bar(terminal, tm
 def test_validate_counts_the_cases_done(terminal, monkeypatch):
     import sim.validation.cases
 
-    def slow_case(case):
+    def slow_case(case, tolerance=None):
         time.sleep(1.0)  # twice the redraw interval (0.5 s)
         return {"case": case}
 

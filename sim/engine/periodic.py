@@ -29,13 +29,15 @@ MIN_SAVING = 1.5
 """The shortcut is taken only when the three short runs it ends with (the second window, the
 costlier) simulate at most 1/MIN_SAVING of the microbatches of the full run."""
 
-VALIDATE_TOLERANCE = 1e-4
-"""``simrun validate``'s periodic tolerance (:func:`slack_ns`): where a case's short runs step
-evenly only within 10⁻⁴ of a period's iteration time (asynchronous transfers contending with
-blocking ones shift by a few ns from period to period), each integer is extended by its last
-difference; its error is then about the tolerance × the time extrapolated, i.e. at most about
-0.01% of the iteration (0.01 points of a case's error). ``tests/test_periodic_tolerance.py``
-compares it with the full simulation."""
+VALIDATE_TOLERANCE = 3e-3
+"""``simrun validate``'s periodic tolerance (:func:`slack_ns`). Where blocking collectives
+share links with asynchronous transfers (an NVL72 rack's NVLink domain: TP beside PP and DP),
+a pipeline repeats itself only up to a few ns per transfer, and the short runs' differences
+disagree by up to about 10⁻³ of a period's iteration time (most in the network's contention
+totals). Each integer is then extended by the mean of its two differences. Measured against
+the full simulation (``tests/test_periodic_tolerance.py``, a 30-layer Llama 3.1 405B on 128
+GB300 GPUs, TP 2 PP 4 CP 2 VPP 4): iteration 0.10% short, i.e. a tenth of a point of a case's
+error; each validation row says how it was simulated."""
 
 _RANK_INTS = ("rank", "stage", "represents", "compute_ns", "optimizer_ns", "bubble_ns",
               "host_wait_ns", "end_ns", "pipeline_start_ns", "pipeline_end_ns",
@@ -99,8 +101,8 @@ def _steps_agree(a: list[int], b: list[int], c: list[int], slack: int) -> bool:
 
 def extrapolate_counts(counts: list[dict], n: int, slack: int = 0) -> dict | None:
     """``counts[0]`` ``n`` periods on, when the three dicts have the same keys in the same
-    order and every value steps by equal differences (within ``slack``: the last one is
-    extended); else ``None``."""
+    order and every value steps by equal differences (within ``slack``: extended by their
+    mean, rounded down); else ``None``."""
     a, b, c = counts
     if not list(a) == list(b) == list(c):
         return None
@@ -108,7 +110,7 @@ def extrapolate_counts(counts: list[dict], n: int, slack: int = 0) -> dict | Non
     if not _steps_agree([a[k] for k in keys], [b[k] for k in keys], [c[k] for k in keys],
                         slack):
         return None
-    return {k: c[k] + (n - 2) * (c[k] - b[k]) for k in keys}
+    return {k: c[k] + (n - 2) * (c[k] - a[k]) // 2 for k in keys}
 
 
 def slack_ns(results: list[SimResult], tolerance: float) -> int:
@@ -126,7 +128,8 @@ def extrapolate(results: list[SimResult], n: int, full: bool = False,
     lines is identical: they are the caller's, from the network's counters), else ``None``.
     ``tolerance`` > 0: the two differences of every integer may disagree by up to
     :func:`slack_ns` (a pipeline periodic but for ns-scale jitter of contended transfers);
-    each integer is then extended by its last difference (exactly: the same result).
+    each integer is then extended by the mean of its two differences, rounded down (with
+    equal differences: exactly).
     Spans are never kept; the critical path is kept as its totals only."""
     flat = [_flatten(r, full) for r in results]
     (sa, a), (sb, b), (sc, c) = flat
@@ -134,7 +137,7 @@ def extrapolate(results: list[SimResult], n: int, full: bool = False,
         return None
     if not _steps_agree(a, b, c, slack_ns(results, tolerance)):
         return None
-    v = iter([z + (n - 2) * (z - y) for y, z in zip(b, c, strict=True)])
+    v = iter([z + (n - 2) * (z - x) // 2 for x, z in zip(a, c, strict=True)])
     first = results[0]
     iteration, events = next(v), next(v)
     ranks = []
