@@ -129,12 +129,14 @@ def test_workload_file_not_taken(monkeypatch):
 
 
 def test_short_counts_and_counter_steps():
-    # M = 128, k = PP = 4: M0 = 128 mod 4 = 0 → 8 (the first ≥ 2·4); the second window
-    # 12 + 16 + 20 = 48 microbatches, 48 · 1.5 ≤ 128
+    # M = 128, k = PP = 4: M0 = 128 mod 4 = 0 → 8 (the first ≥ 2·4); the first window
+    # 8 + 12 + 16 = 36 microbatches, 36 · 1.5 ≤ 128
     assert short_counts(128, 4, 4) == (8, 12, 16, 20)
-    # M = 30: M0 = 10, the second window 14 + 18 + 22 = 54 microbatches > 30 / 1.5
+    # M = 30: M0 = 10, the first window 10 + 14 + 18 = 42 microbatches > 30 / 1.5
     assert short_counts(30, 4, 4) is None
-    assert short_counts(64, 2, 4) == (8, 10, 12, 14)  # (10 + 12 + 14) · 1.5 = 54 ≤ 64
+    assert short_counts(64, 2, 4) == (8, 10, 12, 14)  # (8 + 10 + 12) · 1.5 = 45 ≤ 64
+    assert short_counts(128, 8, 8) == (16, 24, 32, 40)  # 72 · 1.5 = 108 ≤ 128
+    assert short_counts(100, 8, 8) is None  # M0 = 20: (20 + 28 + 36) · 1.5 = 126 > 100
     a, b, c = {"x": 5, "y": 1}, {"x": 8, "y": 1}, {"x": 11, "y": 1}
     assert extrapolate_counts([a, b, c], 10) == {"x": 35, "y": 1}
     assert extrapolate_counts([a, b, {"x": 12, "y": 1}], 10) is None  # unequal steps

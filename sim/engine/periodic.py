@@ -26,8 +26,9 @@ from sim.engine.critical import CriticalTotals, totals
 from sim.engine.result import LayerStats, RankStats, SimResult
 
 MIN_SAVING = 1.5
-"""The shortcut is taken only when the three short runs it ends with (the second window, the
-costlier) simulate at most 1/MIN_SAVING of the microbatches of the full run."""
+"""The shortcut is tried only when the first three short runs simulate at most 1/MIN_SAVING of
+the microbatches of the full run (the fourth, where needed, is always cheaper than the full
+run it saves)."""
 
 VALIDATE_TOLERANCE = 3e-3
 """``simrun validate``'s periodic tolerance (:func:`slack_ns`). Where blocking collectives
@@ -56,7 +57,7 @@ def period_of(pp: int, group: int | None, schedule_type) -> int:
 def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int, int] | None:
     """``(M₀, M₀ + k, M₀ + 2k, M₀ + 3k)`` with ``M₀ ≡ m`` (mod ``k``) and ``M₀ ≥ 2·pp`` (the
     warm-up and the cool-down of every schedule here span under ``2·pp`` microbatches), or
-    ``None`` when the last three runs would not save ``MIN_SAVING`` over ``m``.
+    ``None`` when the first three runs would not save ``MIN_SAVING`` over ``m``.
 
     The first three runs are tried first; where their integers do not step by equal
     differences (the pipeline has not settled into its period within ``M₀``), the fourth is
@@ -66,7 +67,7 @@ def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int, int] | None:
     while m0 < 2 * pp:
         m0 += k
     counts = (m0, m0 + k, m0 + 2 * k, m0 + 3 * k)
-    if counts[3] > m or sum(counts[1:]) * MIN_SAVING > m:
+    if counts[3] > m or sum(counts[:3]) * MIN_SAVING > m:
         return None
     return counts
 
