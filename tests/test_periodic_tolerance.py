@@ -28,7 +28,7 @@ def test_a_quasi_periodic_case_within_its_tolerance(tmp_path):
     PP 4 × VPP 4 chunks, as the shipped 405B cases split 126 + 2), TP 2 PP 4 CP 2 DP 8 (128 GPUs) on
     GB300 NVL72 racks, FP8, TP communication overlap: its TP collectives share NVLink with the
     pipeline and data-parallel transfers, and no two short runs step exactly alike. The full
-    simulation (96 microbatches) against the extrapolation from 8, 12, 16, 20 microbatches."""
+    simulation (96 microbatches) against the extrapolation from 8, 12 and 16 microbatches."""
     spec = (WORKLOADS / "models" / "llama3-405b.yaml").read_text()
     assert "\nlayers: 126\n" in spec
     model = tmp_path / "llama3-405b-30.yaml"
@@ -49,9 +49,9 @@ def test_a_quasi_periodic_case_within_its_tolerance(tmp_path):
     assert full["predicted_s"] == exact["predicted_s"]
     row = run_case(case)  # validate's default
     assert row["simulated"] == (f"extrapolated within {VALIDATE_TOLERANCE:g} of a period from "
-                                "8, 12, 16, 20 microbatches")
+                                "8, 12, 16 microbatches")
     rel = (row["predicted_s"] - full["predicted_s"]) / full["predicted_s"]
-    assert abs(rel) < 2.5e-3, rel  # measured: −0.10% (the docstring of VALIDATE_TOLERANCE)
+    assert abs(rel) < 2.5e-3, rel  # measured: −0.11% (VALIDATE_TOLERANCE)
     assert rel != 0.0  # an approximation, not the full run in disguise
     for g in ("TP", "PP", "DP"):
         assert abs(row["exposed_comm_s"][g] - full["exposed_comm_s"][g]) < \

@@ -33,12 +33,13 @@ run it saves)."""
 VALIDATE_TOLERANCE = 3e-3
 """``simrun validate``'s periodic tolerance (:func:`slack_ns`). Where blocking collectives
 share links with asynchronous transfers (an NVL72 rack's NVLink domain: TP beside PP and DP),
-a pipeline repeats itself only up to a few ns per transfer, and the short runs' differences
-disagree by up to about 10⁻³ of a period's iteration time (most in the network's contention
-totals). Each integer is then extended by the mean of its two differences. Measured against
-the full simulation (``tests/test_periodic_tolerance.py``, a 30-layer Llama 3.1 405B on 128
-GB300 GPUs, TP 2 PP 4 CP 2 VPP 4): iteration 0.10% short, i.e. a tenth of a point of a case's
-error; each validation row says how it was simulated."""
+a pipeline repeats itself only up to a few ns per transfer, and the short runs' per-rank
+integers disagree by up to about 10⁻³ of a period's iteration time. Each is then extended by
+the mean of its two differences (:mod:`sim.scenario.periodic_run` keeps only the iteration
+and the per-rank integers, what a validation row reads). Measured against the full
+simulation (``tests/test_periodic_tolerance.py``, a 30-layer Llama 3.1 405B on 128 GB300
+GPUs, TP 2 PP 4 CP 2 VPP 4): iteration 0.11% short, a tenth of a point of a case's error;
+each validation row says how it was simulated."""
 
 _RANK_INTS = ("rank", "stage", "represents", "compute_ns", "optimizer_ns", "bubble_ns",
               "host_wait_ns", "end_ns", "pipeline_start_ns", "pipeline_end_ns",

@@ -29,7 +29,6 @@ from sim.engine.periodic import (
     extrapolate_counts,
     period_of,
     short_counts,
-    slack_ns,
 )
 from sim.engine.result import SimResult
 from sim.network.base import Network
@@ -82,26 +81,40 @@ def _extrapolated(prepared, window: list[tuple[SimResult, Network]],
                   counts: tuple[int, ...]) -> SimResult | None:
     """The full run's result from the three short runs of ``window`` (``counts``
     microbatches), or ``None`` when they do not step evenly: exactly, else (a
-    ``periodic_tolerance``) within it."""
+    ``periodic_tolerance``) within it, for what a validation row reads (:func:`_within`)."""
     prog = prepared.program
     results, nets = [r for r, _ in window], [net for _, net in window]
     n = (prog.microbatches - counts[0]) // (counts[1] - counts[0])
-    tolerance = 0.0
     res = extrapolate(results, n, full=True)
-    if res is None and prepared.simulation.periodic_tolerance > 0.0:
-        tolerance = prepared.simulation.periodic_tolerance
-        res = extrapolate(results, n, full=True, tolerance=tolerance)
     if res is None:
-        return None
-    counters = extrapolate_counts([net.counters() for net in nets], n,
-                                  slack_ns(results, tolerance))
+        return _within(prepared, results, n)
+    counters = extrapolate_counts([net.counters() for net in nets], n)
     if counters is None:
-        return None
+        return _within(prepared, results, n)
     if res.iteration_ns > prepared.simulation.max_sim_time_s * 1e9:
         return None  # past the watchdog's limit: the full run stops there, as without this
     nets[0].set_counters(counters)
-    return dataclasses.replace(res, program=prog, network_notes=nets[0].describe(),
-                               periodic_tolerance=tolerance)
+    return dataclasses.replace(res, program=prog, network_notes=nets[0].describe())
+
+
+def _within(prepared, results: list[SimResult], n: int) -> SimResult | None:
+    """With a ``periodic_tolerance``: the iteration and the per-rank integers (times, exposed
+    communication by group: what a validation row reads) extrapolated within it; the
+    per-layer totals, the critical path and the network's counters are not (near-tied ranks
+    and links trade places from one short run to the next) and are left out of the result."""
+    tolerance = prepared.simulation.periodic_tolerance
+    if tolerance <= 0.0:
+        return None
+    res = extrapolate(results, n, full=False, tolerance=tolerance)
+    if res is None or res.iteration_ns > prepared.simulation.max_sim_time_s * 1e9:
+        return None
+    return dataclasses.replace(res, program=prepared.program, periodic_tolerance=tolerance,
+                               network_notes=[WITHIN_NOTE], beside_compute_ns=0, nccl_ctas={})
+
+
+WITHIN_NOTE = ("network: extrapolated from short runs within a tolerance; the network's "
+               "counters, the critical path and per-layer totals are not extrapolated "
+               "(--full-simulation simulates every microbatch)")
 
 
 def simulated_as(result: SimResult) -> str:
