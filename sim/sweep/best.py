@@ -22,7 +22,7 @@ sweep.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.report.build import NS
@@ -157,6 +157,30 @@ class BestFirst:
                     out[key] = pruned_row(layouts[key], self.fits[key], kth, self.k, after)
                 return out, len(self.order) - upto
         return rows, 0
+
+
+def twin_groups(todo: list[SweepPoint], fits: dict[str, dict[str, Any]] | None = None
+                ) -> tuple[list[SweepPoint], tuple[tuple[str, tuple[SweepPoint, ...]], ...]]:
+    """``todo`` (in order) without the layouts that may simulate as an earlier one, and those
+    by the earlier one's key (:attr:`SweepContext.twins`): the same layout but for its swept
+    training options and, best-first (``fits``: the prepass rows), with the same lower bound
+    (a twin's program is the same work, so its bound is too; another bound could only mean
+    another simulation, and it would run out of its order). Only a hint:
+    :func:`~sim.sweep.evaluate.evaluate_twins` reuses a simulation only where every input of
+    it is equal."""
+    heads: list[SweepPoint] = []
+    groups: dict[str, list[SweepPoint]] = {}
+    first: dict[tuple, str] = {}
+    for lay in todo:
+        bound = fits[lay.key].get("bound_ns") if fits is not None else None
+        key = (replace(lay, variant=()), bound)
+        if key in first:
+            groups[first[key]].append(lay)
+        else:
+            first[key] = lay.key
+            groups[lay.key] = []
+            heads.append(lay)
+    return heads, tuple((k, tuple(v)) for k, v in groups.items() if v)
 
 
 def memory_pass(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
