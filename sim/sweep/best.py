@@ -22,7 +22,7 @@ sweep.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.report.build import NS
@@ -41,11 +41,14 @@ from sim.sweep.space import SweepPoint
 from sim.words import plural
 
 
-def prepass(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
+def prepass(ctx: SweepContext, layout: SweepPoint, shared: list | None = None
+            ) -> dict[str, Any]:
     """The memory check of ``layout`` (its row when it decides it: ``infeasible`` or
     ``error``, as :func:`~sim.sweep.evaluate.infeasible_row`), else the row with ``status =
     "fits"`` and ``bound_ns``: the lower bound on its iteration time (``None``: no bound, it
-    has to be simulated). Never raises."""
+    has to be simulated). ``shared``: the ``(program, bound)`` of the layouts before it in one
+    task (:func:`prepass_twins`): the bound of an equal program (but for its assumption lines,
+    which the bound does not read) is not computed again. Never raises."""
     t0 = time.perf_counter()
     row = base_row(layout)
     try:
@@ -57,11 +60,30 @@ def prepass(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
         row["status"] = "fits"
         try:
             run = model_run_of(fit, ctx.topology, compute=ctx.compute)
-            row["bound_ns"] = lower_bound_ns(run.program, ctx.topology)
+            row["bound_ns"] = _bound_ns(run.program, ctx.topology, shared)
         except Exception:  # noqa: BLE001 - no bound: simulated like any layout (its row says)
             row["bound_ns"] = None
     row["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return row
+
+
+def _bound_ns(program, topology, shared: list | None) -> int | None:
+    if shared is None:
+        return lower_bound_ns(program, topology)
+    key = replace(program, assumptions=[])
+    got = next((b for p, b in shared if p == key), False)
+    if got is False:
+        got = lower_bound_ns(program, topology)
+        shared.append((key, got))
+    return got
+
+
+def prepass_twins(ctx: SweepContext, layout: SweepPoint) -> list[dict[str, Any]]:
+    """The :func:`prepass` rows of ``layout`` and of its twins (``ctx.twins``: the same
+    layout but for its swept training options, :func:`twin_groups`), in that order."""
+    group = next((t for k, t in ctx.twins if k == layout.key), ())
+    shared: list = []
+    return [prepass(ctx, lay, shared) for lay in (layout, *group)]
 
 
 def pruned_row(layout: SweepPoint, fits: dict[str, Any], kth: dict[str, Any], k: int,
@@ -159,6 +181,30 @@ class BestFirst:
         return rows, 0
 
 
+def twin_groups(todo: list[SweepPoint], fits: dict[str, dict[str, Any]] | None = None
+                ) -> tuple[list[SweepPoint], tuple[tuple[str, tuple[SweepPoint, ...]], ...]]:
+    """``todo`` (in order) without the layouts that may simulate as an earlier one, and those
+    by the earlier one's key (:attr:`SweepContext.twins`): the same layout but for its swept
+    training options and, best-first (``fits``: the prepass rows), with the same lower bound
+    (a twin's program is the same work, so its bound is too; another bound could only mean
+    another simulation, and it would run out of its order). Only a hint:
+    :func:`~sim.sweep.evaluate.evaluate_twins` reuses a simulation only where every input of
+    it is equal."""
+    heads: list[SweepPoint] = []
+    groups: dict[str, list[SweepPoint]] = {}
+    first: dict[tuple, str] = {}
+    for lay in todo:
+        bound = fits[lay.key].get("bound_ns") if fits is not None else None
+        key = (replace(lay, variant=()), bound)
+        if key in first:
+            groups[first[key]].append(lay)
+        else:
+            first[key] = lay.key
+            groups[lay.key] = []
+            heads.append(lay)
+    return heads, tuple((k, tuple(v)) for k, v in groups.items() if v)
+
+
 def memory_pass(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     """The early feasibility pass of one layout without a bound (the row of
     :func:`~sim.sweep.evaluate.infeasible_row`, ``status = "fits"`` when it has to be
@@ -179,8 +225,12 @@ def early_pass(ctx: SweepContext, layouts, bounds: bool, **backend) -> dict[str,
     ``connect_timeout_s``): :func:`prepass` rows (``bounds``) or :func:`memory_pass` rows, by
     key."""
     rows: dict[str, dict[str, Any]] = {}
+    if bounds:  # twins in one task: an equal program's bound is computed once
+        layouts, twins = twin_groups(list(layouts))
+        ctx = replace(ctx, twins=twins)
     run_tasks(ctx, layouts, lambda r: rows.__setitem__(r["layout"], r),
-              task=prepass if bounds else memory_pass, **backend)
+              task=(prepass_twins if ctx.twins else prepass) if bounds else memory_pass,
+              **backend)
     return rows
 
 

@@ -32,8 +32,8 @@ from sim.runtime import progress
 from sim.runtime.process import Terminated
 from sim.scenario import NetworkOptions, SimulationOptions
 from sim.scenario.model_run import with_ep_nodes, with_training_overrides
-from sim.sweep.best import BestFirst, backend_of, early_pass, list_layouts
-from sim.sweep.evaluate import SweepContext
+from sim.sweep.best import BestFirst, backend_of, early_pass, list_layouts, twin_groups
+from sim.sweep.evaluate import SweepContext, evaluate_twins
 from sim.sweep.output import (
     DEFAULT_HEADROOM_GB,
     headroom_summary,
@@ -335,7 +335,11 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
         at = {k: i for i, k in enumerate(order.order)}
         todo = sorted((lay for lay in layouts if lay.key in at and lay.key not in done),
                       key=lambda lay: at[lay.key])[:opts.limit or None]
-
+    # layouts that may simulate the same (e.g. recompute none / selective with a fused
+    # attention kernel) go to one task, which simulates each distinct one once
+    todo, twins = twin_groups(todo, pre if best else None)
+    ctx = replace(ctx, twins=twins)
+    if order is not None:
         def stop(n: int) -> bool:  # the next candidate to start is todo[n]
             return n >= len(todo) or order.stop_before(done, at[todo[n].key])
     # a bar only on a terminal (never in pipes, files or CI logs), after 2 s like the run's and
@@ -362,7 +366,8 @@ def _run_pending(opts: SweepOptions, ctx: SweepContext, gpus: int, layouts,
               f"bound until the first {opts.best} of the ranking are proven (--best)", file=err)
     previous = _raise_on_sigterm()
     try:
-        backend = run_tasks(ctx, todo, on_result, stop=stop, **backend_of(opts))
+        backend = run_tasks(ctx, todo, on_result, stop=stop, **backend_of(opts),
+                            **({"task": evaluate_twins} if twins else {}))
     except KeyboardInterrupt:
         bar.close()
         store.close()

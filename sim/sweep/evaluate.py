@@ -46,6 +46,9 @@ class SweepContext:
     given: frozenset[str] = frozenset()
     variants: tuple[tuple[tuple[tuple[str, str], ...], Training], ...] = ()
     periodic: bool = True
+    twins: tuple[tuple[str, tuple[SweepPoint, ...]], ...] = ()
+    """Layouts evaluated with another by :func:`evaluate_twins` (by that one's key): those
+    whose simulation may be the same (:func:`sim.sweep.best.twin_groups`)."""
 
     def training_for(self, layout: SweepPoint) -> Training:
         """The training of ``layout``: its variant's (swept training options), else the
@@ -67,8 +70,8 @@ def base_row(layout: SweepPoint) -> dict[str, Any]:
     return row
 
 
-def evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
-             ) -> dict[str, Any]:
+def evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False,
+             shared: list | None = None) -> dict[str, Any]:
     """Memory check + simulation of ``layout``; returns a JSON-ready row (units in the keys):
 
     ``status`` (``ok`` | ``infeasible`` | ``inapplicable`` (a given flag changes nothing in
@@ -78,12 +81,14 @@ def evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
     ``iteration_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu``,
     ``bubble_fraction``, ``ideal_bubble_fraction``, ``exposed_<GROUP>_s`` (mean over stages),
     ``events`` and ``elapsed_s`` (wall time of the task; not part of the final outputs).
-    ``memory_only``: stop after the memory check (:func:`infeasible_row`).
+    ``memory_only``: stop after the memory check (:func:`infeasible_row`); ``shared``: the
+    simulations of the layouts evaluated before this one in the same task
+    (:func:`evaluate_twins`).
     """
     t0 = time.perf_counter()
     row = base_row(layout)
     try:
-        row.update(_evaluate(ctx, layout, memory_only))
+        row.update(_evaluate(ctx, layout, memory_only, shared))
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         row.update(status="error", reason=error_text(exc))
     row["elapsed_s"] = round(time.perf_counter() - t0, 3)
@@ -125,16 +130,52 @@ def infeasible_row(ctx: SweepContext, layout: SweepPoint, keep: bool = False
     return {**row, "status": "fits"} if keep else None
 
 
-def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False
-              ) -> dict[str, Any]:
+def evaluate_twins(ctx: SweepContext, layout: SweepPoint) -> list[dict[str, Any]]:
+    """The rows of ``layout`` and of its twins (``ctx.twins``), in that order, each as
+    :func:`evaluate` makes it; a twin whose simulation would be that of a layout before it is
+    not simulated again (:func:`_simulated`)."""
+    group = next((t for k, t in ctx.twins if k == layout.key), ())
+    shared: list = []
+    return [evaluate(ctx, lay, shared=shared) for lay in (layout, *group)]
+
+
+def _simulated(prepared, shared: list | None):
+    """``steps.run(prepared)``, or, when ``shared`` (the simulations of the layouts before it
+    in one task) holds a run whose every simulation input equals ``prepared``'s — the program
+    but for its assumption lines (text for the report only), the topology, its faults, the
+    network, interference and engine options (the placement and rank classes follow from
+    them) — that run's result with
+    ``prepared``'s program, and ``prepared``'s own report of it. The engine and the network
+    model are deterministic functions of those inputs (the periodic shortcut's result is the
+    full simulation's, tests/test_periodic_run.py), so the result is the one
+    ``steps.run(prepared)`` would give; e.g. ``--recompute none`` and ``selective`` with a
+    fused attention kernel generate the same work. Never reused with faults or jitter (a
+    healthy run or samples to add)."""
+    if shared is None or not prepared.faults.empty or prepared.simulation.jitter_cv > 0:
+        return steps.run(prepared)
+    # placement and rank classes: functions of the program's sizes, the topology, its faults
+    # and the engine options, all compared (objects without equality of their own)
+    key = replace(prepared, program=replace(prepared.program, assumptions=[]), model_run=None,
+                  placement=None, classes=None)
+    for seen, result in shared:
+        if seen == key:
+            result = replace(result, program=prepared.program)
+            return steps.Outcome(result, steps.report(prepared, result), 0.0)
+    done = steps.run(prepared)
+    shared.append((key, done.result))
+    return done
+
+
+def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False,
+              shared: list | None = None) -> dict[str, Any]:
     out, fit = memory_row(ctx, layout)
     if fit is None or memory_only:
         return out
     # a periodic pipeline: three short runs, the same report (sim.scenario.periodic_run)
     sim = replace(ctx.simulation, placement=ctx.placement, periodic=ctx.periodic)
     run = model_run_of(fit, ctx.topology, compute=ctx.compute)
-    done = steps.run(steps.prepare(run.program, ctx.topology, network=ctx.network,
-                                   simulation=sim, model_run=run))
+    done = _simulated(steps.prepare(run.program, ctx.topology, network=ctx.network,
+                                    simulation=sim, model_run=run), shared)
     rep = done.report  # a model run's report holds its metrics
     vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
                                 "bubble_fraction", "ideal_bubble_fraction", "stages")}

@@ -44,14 +44,26 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _lost(layout: SweepPoint, exc: BaseException) -> Row:
-    row = base_row(layout)
-    row.update(status="error", reason=f"task lost: {type(exc).__name__}: "
-                                      f"{' '.join(str(exc).split())}")
-    return row
+def _lost(layout: SweepPoint, exc: BaseException, ctx: SweepContext | None = None) -> list[Row]:
+    """The error rows of a lost task: ``layout``'s and its twins' (``ctx.twins``)."""
+    group = next((t for k, t in ctx.twins if k == layout.key), ()) if ctx else ()
+    rows = []
+    for lay in (layout, *group):
+        row = base_row(lay)
+        row.update(status="error", reason=f"task lost: {type(exc).__name__}: "
+                                          f"{' '.join(str(exc).split())}")
+        rows.append(row)
+    return rows
 
 
-Task = Callable[[SweepContext, SweepPoint], Row]
+def _deliver(got: Row | list[Row], on_result: Callable[[Row], None]) -> None:
+    """Hand a task's row, or each of its rows (:func:`~sim.sweep.evaluate.evaluate_twins`),
+    to ``on_result``."""
+    for row in got if isinstance(got, list) else (got,):
+        on_result(row)
+
+
+Task = Callable[[SweepContext, SweepPoint], Row | list[Row]]
 Stop = Callable[[int], bool]
 
 
@@ -59,7 +71,8 @@ def run_tasks(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
               *, workers: int | None = None, scheduler: str | None = None,
               connect_timeout_s: float = 10.0, task: Task = evaluate,
               stop: Stop | None = None) -> str:
-    """Run ``task`` (a module-level function; default :func:`evaluate`) on ``layouts``;
+    """Run ``task`` (a module-level function; default :func:`evaluate`; a task may return a
+    list of rows, :func:`~sim.sweep.evaluate.evaluate_twins`) on ``layouts``;
     returns a description of the back end used (for the output). ``connect_timeout_s``: how
     long to try to reach the Dask scheduler. ``stop``: layouts are started in order, at most
     one per worker at a time, only while ``stop(n)`` is false, ``n`` the layouts started so
@@ -74,7 +87,7 @@ def run_tasks(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
         for i, lay in enumerate(layouts):
             if stop is not None and stop(i):
                 break
-            on_result(task(ctx, lay))
+            _deliver(task(ctx, lay), on_result)
         return "in-process (1 worker)"
     return _run_pool(ctx, layouts, on_result, n, task, stop)
 
@@ -121,8 +134,8 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
                 try:
                     row = fut.result()
                 except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool
-                    row = _lost(futures[fut], exc)
-                on_result(row)
+                    row = _lost(futures[fut], exc, ctx)
+                _deliver(row, on_result)
             if stop is not None:
                 before = set(futures)
                 for _ in done:
@@ -228,8 +241,8 @@ def _run_dask(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
             try:
                 row = fut.result()
             except Exception as exc:  # noqa: BLE001 - worker died, task lost
-                row = _lost(lay, exc)
-            on_result(row)
+                row = _lost(lay, exc, ctx)
+            _deliver(row, on_result)
             fut.release()
             if stop is not None and not stop(len(futures)):
                 for more in submit(1):
