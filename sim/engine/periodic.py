@@ -116,8 +116,10 @@ def extrapolate_counts(counts: list[dict], n: int, slack: int = 0) -> dict | Non
 
 
 def slack_ns(results: list[SimResult], tolerance: float) -> int:
-    """The disagreement (ns, or counts) allowed between two periods' differences:
-    ``tolerance`` × the iteration's growth over the last period (0: exact)."""
+    """The disagreement allowed between two periods' differences of any counted integer:
+    ``tolerance`` × the iteration's growth over the last period, in ns (0: exact). The
+    event count is held to the same number (it only bounds it loosely: events per period
+    are far fewer than its ns)."""
     if tolerance <= 0.0:
         return 0
     return int(tolerance * abs(results[2].iteration_ns - results[1].iteration_ns))

@@ -24,12 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from sim.engine.periodic import (
-    extrapolate,
-    extrapolate_counts,
-    period_of,
-    short_counts,
-)
+from sim.engine.periodic import extrapolate, extrapolate_counts, period_of, short_counts
 from sim.engine.result import SimResult
 from sim.network.base import Network
 

@@ -296,7 +296,7 @@ def _value_problem(key: str, v: Any) -> str | None:
     return f"expected {'a positive ' if want in (int, float) else ''}{want.__name__}, got {show(v)}"
 
 
-def run_case(case: Case, tolerance: float = VALIDATE_TOLERANCE) -> dict[str, Any]:
+def run_case(case: Case, tolerance: float | None = VALIDATE_TOLERANCE) -> dict[str, Any]:
     """Simulate one case; returns a JSON-ready row (times in s, memory in bytes).
     ``tolerance``: the periodic shortcut's (:data:`sim.engine.periodic.VALIDATE_TOLERANCE`;
     0: only exact extrapolation; ``None``: every microbatch simulated)."""
@@ -340,7 +340,6 @@ def run_case(case: Case, tolerance: float = VALIDATE_TOLERANCE) -> dict[str, Any
         "host_dispatch_us": case.host_dispatch_ns / 1000,  # the stack's host time per launch
         "simulated": simulated_as(done.result),  # in full or extrapolated (how)
     }
-
 
 
 def run_cases(cases: list[Case], workers: int | None = None,
