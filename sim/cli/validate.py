@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,11 @@ def _row(r: dict[str, Any]) -> list[str]:
 
 def _simulated_line(rows: list[dict[str, Any]]) -> str:
     """How many cases were simulated in full, extrapolated exactly, or within the tolerance."""
-    n = len(rows)
-    exact = sum(1 for r in rows if r["simulated"].startswith("extrapolated exactly"))
-    within = sum(1 for r in rows if r["simulated"].startswith("extrapolated within"))
-    return (f"simulated: {n - exact - within} of {n} cases in full, {exact} extrapolated "
-            f"exactly from short periodic runs, {within} within {VALIDATE_TOLERANCE:g} of a "
-            "period (--full-simulation: every microbatch; sim/engine/periodic.py)")
+    modes = Counter(r["periodic_mode"] for r in rows)
+    return (f"simulated: {modes['full']} of {len(rows)} cases in full, {modes['exact']} "
+            f"extrapolated exactly from short periodic runs, {modes['within']} within "
+            f"{VALIDATE_TOLERANCE:g} of a period (--full-simulation: every microbatch; "
+            "sim/engine/periodic.py)")
 
 
 def _stats_line(s: dict[str, Any]) -> str:

@@ -112,12 +112,20 @@ WITHIN_NOTE = ("network: extrapolated from short runs within a tolerance; the ne
                "(--full-simulation simulates every microbatch)")
 
 
+def periodic_mode(result: SimResult) -> str:
+    """How ``result``'s iteration was simulated: ``"full"`` (every microbatch), ``"exact"``
+    (extrapolated exactly from short periodic runs) or ``"within"`` (within a tolerance)."""
+    if not result.periodic_runs:
+        return "full"
+    return "within" if result.periodic_tolerance else "exact"
+
+
 def simulated_as(result: SimResult) -> str:
-    """How ``result``'s iteration was simulated: in full, or extrapolated from short periodic
-    runs, exactly or within a tolerance (a validation row's ``simulated``)."""
-    runs = result.periodic_runs
-    if not runs:
+    """:func:`periodic_mode` in words, with the tolerance and the short runs (a validation
+    row's ``simulated``)."""
+    mode = periodic_mode(result)
+    if mode == "full":
         return "in full"
-    how = (f"within {result.periodic_tolerance:g} of a period" if result.periodic_tolerance
-           else "exactly")
-    return f"extrapolated {how} from {', '.join(str(m) for m, _ in runs)} microbatches"
+    how = f"within {result.periodic_tolerance:g} of a period" if mode == "within" else "exactly"
+    runs = ", ".join(str(m) for m, _ in result.periodic_runs)
+    return f"extrapolated {how} from {runs} microbatches"

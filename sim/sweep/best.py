@@ -81,9 +81,8 @@ def _bound_ns(program, topology, shared: list | None) -> int | None:
 def prepass_twins(ctx: SweepContext, layout: SweepPoint) -> list[dict[str, Any]]:
     """The :func:`prepass` rows of ``layout`` and of its twins (``ctx.twins``: the same
     layout but for its swept training options, :func:`twin_groups`), in that order."""
-    group = next((t for k, t in ctx.twins if k == layout.key), ())
     shared: list = []
-    return [prepass(ctx, lay, shared) for lay in (layout, *group)]
+    return [prepass(ctx, lay, shared) for lay in ctx.with_twins(layout)]
 
 
 def pruned_row(layout: SweepPoint, fits: dict[str, Any], kth: dict[str, Any], k: int,

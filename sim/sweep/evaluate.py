@@ -56,6 +56,10 @@ class SweepContext:
         return next((t for label, t in self.variants if label == layout.variant),
                     self.training)
 
+    def with_twins(self, layout: SweepPoint) -> tuple[SweepPoint, ...]:
+        """``layout`` and the layouts evaluated with it (:attr:`twins`), in that order."""
+        return (layout, *next((t for k, t in self.twins if k == layout.key), ()))
+
 
 def base_row(layout: SweepPoint) -> dict[str, Any]:
     row = {"layout": layout.key, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
@@ -134,9 +138,8 @@ def evaluate_twins(ctx: SweepContext, layout: SweepPoint) -> list[dict[str, Any]
     """The rows of ``layout`` and of its twins (``ctx.twins``), in that order, each as
     :func:`evaluate` makes it; a twin whose simulation would be that of a layout before it is
     not simulated again (:func:`_simulated`)."""
-    group = next((t for k, t in ctx.twins if k == layout.key), ())
     shared: list = []
-    return [evaluate(ctx, lay, shared=shared) for lay in (layout, *group)]
+    return [evaluate(ctx, lay, shared=shared) for lay in ctx.with_twins(layout)]
 
 
 def _simulated(prepared, shared: list | None):

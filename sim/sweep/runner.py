@@ -46,9 +46,8 @@ def default_workers() -> int:
 
 def _lost(layout: SweepPoint, exc: BaseException, ctx: SweepContext | None = None) -> list[Row]:
     """The error rows of a lost task: ``layout``'s and its twins' (``ctx.twins``)."""
-    group = next((t for k, t in ctx.twins if k == layout.key), ()) if ctx else ()
     rows = []
-    for lay in (layout, *group):
+    for lay in ctx.with_twins(layout) if ctx else (layout,):
         row = base_row(lay)
         row.update(status="error", reason=f"task lost: {type(exc).__name__}: "
                                           f"{' '.join(str(exc).split())}")

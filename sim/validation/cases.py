@@ -60,7 +60,7 @@ from sim.runtime.progress import Progress
 from sim.scenario import steps
 from sim.scenario.model_run import fit_model, model_run_of
 from sim.scenario.options import NetworkOptions, SimulationOptions
-from sim.scenario.periodic_run import simulated_as
+from sim.scenario.periodic_run import periodic_mode, simulated_as
 from sim.sweep.runner import default_workers, stop_pool, worker_pool
 from sim.topology import load_topology
 from sim.validation.summary import ROLES
@@ -339,6 +339,7 @@ def run_case(case: Case, tolerance: float | None = VALIDATE_TOLERANCE) -> dict[s
         "not_modelled": list(case.not_modelled),
         "host_dispatch_us": case.host_dispatch_ns / 1000,  # the stack's host time per launch
         "simulated": simulated_as(done.result),  # in full or extrapolated (how)
+        "periodic_mode": periodic_mode(done.result),  # full | exact | within
     }
 
 
