@@ -74,12 +74,19 @@ def test_rail_aligned_shift_on_the_h100_superpod_is_collision_free_under_dmodk()
 
 def test_allreduce_over_1024_h100s_reaches_the_per_nic_ceiling():
     # 128 nodes × 8 NDR NICs at 48 GB/s (NCCL's ~46-48 GB/s per NIC, nccl-tests#290): the bus
-    # bandwidth of an all-reduce across nodes is at most 8 × 48 = 384 GB/s, and NCCL's tree
-    # and ring LL128 carry 0.92 of it as payload (tuning.cc), so at most 353 GB/s; with routing
-    # that gives every flow its own link, 1 GiB reaches ≥ 300 GB/s.
+    # bandwidth of an all-reduce across more than 2 nodes is at most 8 × 48 = 384 GB/s (NVLSTree,
+    # chosen here: in its tree over nodes every node's NICs carry 2S each way, so algbw ≤ 8 ×
+    # 48 / 2 and busbw ≤ 2 · 1023/1024 · 192); NCCL's tree and ring LL128 carry 0.92 of it as
+    # payload (tuning.cc), at most 353 GB/s. With routing that gives every flow its own link,
+    # 1 GiB reaches ≥ 300 GB/s.
     t = topo("dgx-h100-1024.yaml")
     for routing in (None, "adaptive"):
         row = predict_rows("allreduce", 1024, [GiB], build_network(t, routing=routing))[0]
+        assert row["algorithm"] == "nvlstree/Simple", row
+        assert 300 <= row["busbw_GBps"] <= 2 * 1023 / 1024 * 8 * 48 / 2, (routing, row)
+    for routing in (None, "adaptive"):  # without NVLS (NCCL_NVLS_ENABLE=0): NCCL's tree
+        row = predict_rows("allreduce", 1024, [GiB],
+                           build_network(t, routing=routing, nvls_enable=False))[0]
         assert 300 <= row["busbw_GBps"] <= 0.92 * 8 * 48, (routing, row)
 
 

@@ -20,11 +20,12 @@ AR, AG, RS, BC = (CollKind.ALLREDUCE, CollKind.ALLGATHER, CollKind.REDUCESCATTER
 def test_nccl_list_syntax():
     # a list for every function; '^' enables all but the names; prefixes per function
     assert parse_nccl_algo("ring,tree")[AR] == {"ring", "tree"}
-    assert parse_nccl_algo("^nvls")[AR] == {"ring", "tree", "collnet"}
+    assert parse_nccl_algo("^nvls")[AR] == {"ring", "tree", "nvlstree", "collnet"}
     got = parse_nccl_algo("Ring;allreduce:Tree,NVLS")
     assert (got[AR], got[AG], got[BC]) == ({"tree", "nvls"}, {"ring"}, {"ring"})
     got = parse_nccl_algo("allreduce:tree")
-    assert got[AR] == {"tree"} and got[AG] == {"ring", "tree", "nvls", "collnet"}  # untouched
+    assert got[AR] == {"tree"} and \
+        got[AG] == {"ring", "tree", "nvls", "nvlstree", "collnet"}  # untouched
     assert parse_nccl_proto("^LL128;allreduce:LL128")[AR] == {"LL128"}
     assert parse_nccl_proto("^LL128;allreduce:LL128")[RS] == {"LL", "Simple"}
     assert parse_nccl_algo(None) is None and parse_nccl_proto(None) is None

@@ -126,10 +126,14 @@ def test_the_tree_runs_at_the_models_rate_not_nccls_ceiling():
 
 
 def test_two_nodes_keep_the_ring_at_large_sizes():
-    # 2 HGX A100 (4 HDR): tree 47.2 < ring 51.2 algbw; 2 DGX B200: tree 171.2 < ring 204.8
-    for t, gpus in ((hgx_4nic(), 16), (topo("dgx-b200"), 16), (topo("dgx-a100-1024"), 16)):
-        res = build_network(t).isolated(allreduce(gpus, 8 * GiB))
-        assert res.algorithm == "ring/Simple"
+    # 2 HGX A100 (4 HDR): tree 47.2 < ring 51.2 algbw; 2 DGX B200 without NVLS
+    # (NCCL_NVLS_ENABLE=0): tree 171.2 < ring 204.8. With NVLS, NVLSTree runs on the B200s
+    # (tests/test_nccl_nvlstree.py).
+    for net in (build_network(hgx_4nic()), build_network(topo("dgx-b200"), nvls_enable=False),
+                build_network(topo("dgx-a100-1024"))):
+        assert net.isolated(allreduce(16, 8 * GiB)).algorithm == "ring/Simple"
+    assert build_network(topo("dgx-b200")).isolated(
+        allreduce(16, 8 * GiB)).algorithm == "nvlstree/Simple"
     net = build_network(hgx_4nic())
     assert net.tuner.tree_busbw_GBps(tuple(range(16)))[0] / 2 == pytest.approx(47.2)
     # the prediction takes the slower of NCCL's 47.2 and the model's 0.5 × 0.92 × 96 = 44.16

@@ -47,8 +47,11 @@ def _model_lines(tuner: Tuner) -> list[str]:
                        detail=True) for line in topo.describe()]
     algos = sorted(set(tuner.algorithm.values()))
     if algos == ["auto"]:
+        nv = topo.node.nvlink
+        nvls = " / NVLS in one node, NVLSTree across nodes" if nv is not None and nv.nvls \
+            and tuner.nvls_enable else ""
         out.append("collective algorithm: auto — least predicted time over NCCL's algorithms "
-                   "(all-reduce: ring / double binary tree; all-gather, reduce-scatter, "
+                   f"(all-reduce: ring / double binary tree{nvls}; all-gather, reduce-scatter, "
                    "broadcast: ring; all-to-all, send/recv: direct) × protocols LL / LL128 / "
                    "Simple, as NCCL's tuner does (hierarchical only when asked for)")
     else:

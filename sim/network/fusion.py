@@ -64,7 +64,7 @@ def _collective_kinds(pl) -> tuple[GroupKind, ...]:
     if pl.etp != pl.tp:
         return _COLLECTIVE_KINDS
     return _COLLECTIVE_KINDS[:-1]
-_RING_FAMILY = ("ring", "tree", "hierarchical", "nvls")
+_RING_FAMILY = ("ring", "tree", "hierarchical", "nvls", "nvlstree")
 _A2A = (CollKind.ALLTOALL, "direct")
 
 

@@ -20,13 +20,39 @@ by default: NCCL_COLLNET_ENABLE=0).
   its edges stand for the aggregation tree's up-links), then all-gather inside each node.
   Latency NCCL's (tuning.cc:418-421): 2 · (min(1, g−1) · 3.7 + (g−1) · 0.4) + 31 µs (14 with one
   GPU per node) + the physical latency of the paths.
+- ``nvlstree`` (NCCL's NVLSTree: AllReduce over N ≥ 2 nodes whose NVSwitches declare ``nvls``,
+  g ≥ 2 ranks on each and h ≥ 2 heads, h = the NICs the node's ranks use, at most 32; NCCL's
+  NVLS graph has one head GPU per NIC, search.cc ``ncclTopoSearchRecNet``, at most
+  NCCL_MAX_NVLS_ARITY = 32, search.cc:1126-1127, and needs ≥ 2 channels, tuning.cc:308-309):
+  inside each node NVLS reduces the buffer to the heads (head j gets the
+  node's sum of slice j, S/h) and multicasts the final sum from them; across nodes head j of
+  every node runs NCCL's double binary tree on its slice through its own NIC. The two run as
+  one pipeline (NCCL's NVLS-tree kernels), so the plan is one phase: per node an NVLS coflow
+  (a cycle over the node's ranks, every GPU's up- and down-link loaded once with
+  (1 + 1/h) · S — a head's load: S of its own contribution and its slice — divided by NCCL's
+  nvlsEfficiency, which NCCL applies to the NVLink part only, tuning.cc:311-312) and per head
+  and tree the tree's edges between the heads, each carrying S/(2h) up and S/(2h) down (on two
+  nodes every NIC sends and receives S/h: the bus bandwidth twice the ring's, the doubling
+  NCCL's tuning model makes for nNodes ≤ 2, tuning.cc:319-320). Latency NCCL's (tuning.cc:427):
+  25 µs + 2·log2i(N) × 20.9 µs, plus a step overhead per NVLS step (2) and tree level
+  (2·log2i(N)) and the physical paths (the switch twice, each tree level's path twice).
 """
 
 from __future__ import annotations
 
 from sim.comm import CollKind
 from sim.network import nccl
-from sim.network.plans import Coflow, Plan, PlanPhase, _Lat, build_plan, node_groups
+from sim.network.ncclgraph import dtree_edges, flows_per_rail
+from sim.network.plans import (
+    Coflow,
+    Plan,
+    PlanPhase,
+    _Lat,
+    _rails,
+    _rotate,
+    build_plan,
+    node_groups,
+)
 from sim.topology.cluster import Cluster
 
 
@@ -83,10 +109,93 @@ def collnet_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
     return Plan(CollKind.ALLREDUCE, "collnet", ranks, phases)
 
 
+# NCCL_MAX_NVLS_ARITY (src/include/device.h:213): the NVLS graph has at most this many heads
+# (search.cc:1126-1127).
+NVLS_MAX_HEADS = 32
+
+
+def _heads(cl: Cluster, nodes: list[list[int]]) -> list[int]:
+    """The NICs (rails) of NVLSTree's heads: one per NIC the node's ranks use, at most
+    :data:`NVLS_MAX_HEADS`."""
+    return _rails(cl, nodes)[:NVLS_MAX_HEADS]
+
+
+def nvlstree_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
+    """NVLSTree all-reduce (module docstring); None unless the ranks span N ≥ 2 nodes with the
+    same number g ≥ 2 on each, whose NVSwitches declare ``nvls``, reaching h ≥ 2 NICs."""
+    nv = cl.topo.node.nvlink
+    nodes = node_groups(cl, ranks)
+    n_nodes, g = len(nodes), len(nodes[0])
+    if nv is None or not nv.nvls or n_nodes < 2 or g < 2 or any(len(x) != g for x in nodes):
+        return None
+    rails = _heads(cl, nodes)
+    h = len(rails)
+    if h < 2:
+        return None
+    eff = nccl.nvls_efficiency(cl.topo.node.gpu.name)
+    cfs = [Coflow(tuple((s[j], s[(j + 1) % g], -1) for j in range(g)), (1 + 1 / h) / eff, 0)
+           for s in nodes]
+    m = flows_per_rail(cl)
+    for c, k in enumerate(rails):
+        heads = [_rotate(cl, x, k, c)[0] for x in nodes]
+        for t in (0, 1):
+            edges = []
+            for child, parent in dtree_edges(n_nodes, t):
+                edges += [(heads[child], heads[parent], k), (heads[parent], heads[child], k)]
+            cfs += [Coflow(tuple(edges), 1.0 / (2 * h * m), (2 * c + t) * m + q)
+                    for q in range(m)]
+    levels = n_nodes.bit_length() - 1
+
+    def latency(cfs) -> dict[str, int]:
+        lat = _Lat(cl, "nvlink")
+        for cf in cfs:
+            lat.add(cf.edges, cf.channel)
+        us = (nccl.NVLS_LAT_US + 2 * levels * nccl.NVLSTREE_NET_LAT_US
+              + (2 + 2 * levels) * nccl.STEP_OVERHEAD_US)
+        return {"Simple": round(us * 1000) + 2 * lat.intra_ns + 2 * levels * lat.inter_ns}
+
+    return Plan(CollKind.ALLREDUCE, "nvlstree", ranks, (PlanPhase(tuple(cfs), latency),))
+
+
+def nvls_ramp_ns(cl: Cluster, plan: Plan, size_bytes: int, nvls_efficiency: float) -> int:
+    """Pipeline ramp (ns) of NVLS and NVLSTree: NCCL's 16 channels at every size (enqueue.cc),
+    chunks of at most 128 KiB (NCCL_NVLS_CHUNKSIZE), one channel's payload rate a GPU's NVLink
+    rate × NCCL's NVLS factor / 16; the pipeline has two hops (load-reduce, multicast store),
+    and NVLSTree 2·log2i(N) more (up and down the tree over N nodes)."""
+    nv = cl.topo.node.nvlink
+    assert nv is not None
+    rate = nv.gpu_bandwidth_GBps * nvls_efficiency / nccl.NVLS_CHANNELS
+    chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * len(plan.ranks)))
+    depth = 2
+    if plan.algorithm == "nvlstree":
+        depth += 2 * (len(node_groups(cl, plan.ranks)).bit_length() - 1)
+    return nccl.ramp_ns(depth, chunk, rate)
+
+
+def nvlstree_nccl_algbw(cl: Cluster, plan: Plan, nic_GBps: float) -> float:
+    """NCCL's predicted NVLSTree algorithm bandwidth (GB/s = bytes/ns) over the plan's ranks,
+    which bounds NCCL's choice (tuning.cc:307-322, 379): busBw = h × min(bwInter × (2 on ≤ 2
+    nodes), perChMaxNVLSTreeBw) with h channels (the heads) of ``nic_GBps`` (one NIC's rate
+    through NCCL) each; the NVLink part (bwIntra × nvlsEfficiency × (h−1)/h × 2) is assumed
+    not to bind (NCCL's NVLS graph bwIntra is not derived); algbw = busBw · n / (2(n−1)).
+    inf for GPUs without NCCL's table (no NVLS)."""
+    fam = nccl.nvidia_family(cl.topo.node.gpu.name)
+    if fam not in nccl.PER_CH_MAX_NVLSTREE_GBPS:
+        return float("inf")
+    nodes = node_groups(cl, plan.ranks)
+    two = len(nodes) <= 2
+    per_ch = min(nic_GBps * (2 if two else 1),
+                 nccl.PER_CH_MAX_NVLSTREE_GBPS[fam][1 if two else 2])
+    n = len(plan.ranks)
+    return len(_heads(cl, nodes)) * per_ch * n / (2 * (n - 1))
+
+
 def build(cl: Cluster, kind: CollKind, algorithm: str, ranks: tuple[int, ...]) -> Plan | None:
     """:func:`~sim.network.plans.build_plan`, with the in-network algorithms."""
     if algorithm == "nvls":
         return nvls_plan(cl, ranks) if kind is CollKind.ALLREDUCE else None
     if algorithm == "collnet":
         return collnet_plan(cl, ranks) if kind is CollKind.ALLREDUCE else None
+    if algorithm == "nvlstree":
+        return nvlstree_plan(cl, ranks) if kind is CollKind.ALLREDUCE else None
     return build_plan(cl, kind, algorithm, ranks)

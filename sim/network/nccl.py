@@ -79,6 +79,17 @@ EFFICIENCY["nvls"] = {"Simple": NVLS_EFFICIENCY}
 COLLNET_HW_LAT_US = {"nvlink": 3.7, "pci": 3.7, "net": 31.0}
 COLLNET_ARITY_US = 0.4
 EFFICIENCY["collnet"] = {"Simple": 1.0}
+# NVLSTree (NVLS inside each node, a tree across nodes; NCCL's NCCL_ALGO_NVLS_TREE, all-reduce
+# on ≥ 2 nodes, Simple only): latency = NVLink hwLat 25 µs + 2·log2i(nNodes) × the network's
+# 20.9 µs (base 0; v2.30.7 tuning.cc:153, 161, 173, 427-428). Its payload factors: NCCL's
+# nvlsEfficiency on the NVLink part only (tuning.cc:311-312; applied by the plan to its NVLS
+# coflows, sim/network/innet.py), none on the network part (no ``.92`` as for the tree), so the
+# plan as a whole has efficiency 1. Per-channel ceiling of NCCL's tuning model,
+# ``perChMaxNVLSTreeBws`` (tuning.cc:205-211; N1 0: never on one node, :501-502), GB/s, by
+# family and node count (N2: 2 nodes, N4: more); used for NCCL's choice only, like the tree's.
+NVLSTREE_NET_LAT_US = 20.9
+EFFICIENCY["nvlstree"] = {"Simple": 1.0}
+PER_CH_MAX_NVLSTREE_GBPS = {"H100": (0.0, 57.7, 45.5), "B200": (0.0, 96.0, 80.0)}
 
 # Multi-node ring AllReduce with the Simple protocol: latency × 1.4 on Ampere and newer
 # (tuning.cc:647-649).
@@ -116,8 +127,9 @@ RING_RAMP_DEPTH = 1
 
 def family(algorithm: str) -> str:
     """NCCL table row used for an algorithm: tree for the double binary tree, nvls for NVLink
-    SHARP, collnet for SHARP in the fabric, ring otherwise."""
-    return algorithm if algorithm in ("tree", "nvls", "collnet") else "ring"
+    SHARP, nvlstree for NVLS with a tree across nodes, collnet for SHARP in the fabric, ring
+    otherwise."""
+    return algorithm if algorithm in ("tree", "nvls", "nvlstree", "collnet") else "ring"
 
 
 def efficiency(algorithm: str, protocol: str, nvls: float = NVLS_EFFICIENCY) -> float:
@@ -259,12 +271,13 @@ def kernel_channels(size_bytes: int, max_channels: int, algorithm: str, protocol
     kernel NCCL launches for a collective of ``size_bytes`` when its communicator has
     ``max_channels`` (``NCCL_MAX_NCHANNELS``-like cap; 0: none). Ring and tree: the same
     size rule as the bandwidth model (:func:`channels_for`, enqueue.cc ``topoGetAlgoInfo``);
-    NVLS: its ``NVLS_CHANNELS`` at every size; all-to-all, send/receive and the other
+    NVLS and NVLSTree: ``NVLS_CHANNELS`` at every size (SM90's 16; NCCL runs 24 or 32 on
+    Blackwell, nvls.cc:155-213, not modelled); all-to-all, send/receive and the other
     algorithms: the ring Simple rule at their size (NCCL's per-peer p2p channel logic is not
     modelled)."""
     if max_channels <= 0:
         return 0
-    if algorithm == "nvls":
+    if algorithm in ("nvls", "nvlstree"):
         return min(NVLS_CHANNELS, max_channels)
     if algorithm not in ("ring", "tree") or protocol not in MAX_THREADS:
         algorithm, protocol = "ring", "Simple"

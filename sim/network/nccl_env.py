@@ -6,7 +6,7 @@ enable everything else; only the first entry may omit the function (it then appl
 Names compare without case. Examples: ``ring,tree``; ``^nvls``; ``allreduce:tree;allgather:ring``.
 
 The result restricts what ``auto`` chooses among, per collective. NCCL's algorithms that the
-model does not have (CollNetChain, NVLSTree, PAT) may be named; enabling only
+model does not have (CollNetChain, PAT) may be named; enabling only
 those for a collective is refused, since nothing modelled would be left to run it.
 """
 
@@ -21,7 +21,7 @@ FUNCS = {"broadcast": CollKind.BROADCAST, "allgather": CollKind.ALLGATHER,
 _NCCL_FUNCS = (*FUNCS, "reduce", "sendrecv")
 # ncclAlgoStr → the model's name (None: an NCCL algorithm the model does not have)
 ALGOS = {"tree": "tree", "ring": "ring", "collnetdirect": "collnet", "collnetchain": None,
-         "nvls": "nvls", "nvlstree": None, "pat": None}
+         "nvls": "nvls", "nvlstree": "nvlstree", "pat": None}
 PROTOS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 
 
@@ -61,7 +61,7 @@ def parse_nccl_algo(text: str | None) -> dict[CollKind, frozenset[str]] | None:
         modelled = frozenset(ALGOS[x] for x in names if ALGOS[x] is not None)
         if not modelled:
             raise UsageError(f"{text!r} leaves {f} no algorithm the model has (ring, tree, nvls, "
-                             "collnetdirect)",
+                             "nvlstree, collnetdirect)",
                              field="nccl_algo")
         out[FUNCS[f]] = modelled
     return out

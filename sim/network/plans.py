@@ -19,7 +19,8 @@ Algorithms (n ranks on N nodes, g ranks per node, C channels = distinct NICs of 
   NIC), then intra-node AllGather; the phases run one after another.
 - ``ring`` for Broadcast: the ring as a chain from the root, every edge carries ``S/C``.
 - ``nvls`` (AllReduce inside one node whose NVSwitches declare ``nvls: true``; built in
-  :mod:`sim.network.innet`): NVLink SHARP.
+  :mod:`sim.network.innet`, as are ``nvlstree``, NVLS in each node with a tree across nodes,
+  and ``collnet``): NVLink SHARP.
   Each GPU reduces its 1/n of the buffer with a multimem load-reduce (the switch reads the
   n GPUs' S/n and adds them) and multicasts the result with a multimem store: every GPU sends
   S + S/n and receives S/n + S. As flows: one coflow over the ranks in a cycle whose edges carry
@@ -49,7 +50,7 @@ from sim.topology.cluster import Cluster
 Edge = tuple[int, int, int]  # (src GPU, dst GPU, rail: NIC index for inter-node, -1 = dst's)
 
 ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
-    CollKind.ALLREDUCE: ("ring", "tree", "hierarchical", "nvls", "collnet"),
+    CollKind.ALLREDUCE: ("ring", "tree", "hierarchical", "nvls", "nvlstree", "collnet"),
     CollKind.ALLGATHER: ("ring", "hierarchical"),
     CollKind.REDUCESCATTER: ("ring", "hierarchical"),
     CollKind.BROADCAST: ("ring",),
@@ -59,7 +60,7 @@ ALGORITHMS_FOR: dict[CollKind, tuple[str, ...]] = {
 PROTOCOLS_FOR_DIRECT = ("LL", "Simple")
 # What ``auto`` chooses among: the algorithms NCCL itself runs (hierarchical is not one of
 # them; it is used only when asked for).
-AUTO_ALGORITHMS = ("ring", "tree", "direct", "nvls", "collnet")
+AUTO_ALGORITHMS = ("ring", "tree", "direct", "nvls", "nvlstree", "collnet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,8 @@ class Plan:
     @property
     def protocols(self) -> tuple[str, ...]:
         direct = self.algorithm == "direct" or self.kind is CollKind.ALLTOALL
-        if self.algorithm in ("nvls", "collnet"):
-            return ("Simple",)  # NVLS and CollNet run Simple only (tuning.cc:301, 338-339)
+        if self.algorithm in ("nvls", "nvlstree", "collnet"):
+            return ("Simple",)  # NVLS(Tree), CollNet run Simple only (tuning.cc:301, 338-339)
         return PROTOCOLS_FOR_DIRECT if direct else nccl.PROTOCOLS
 
 

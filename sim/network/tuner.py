@@ -65,7 +65,7 @@ class Tuner:
 
     ``algorithm``: per kind, a fixed algorithm or ``"auto"``; ``protocol``: a fixed NCCL
     protocol or ``"auto"``; ``launch_ns``: overhead added once per collective;
-    ``nvls_enable``: NCCL_NVLS_ENABLE (False: NVLS is never chosen by ``auto``);
+    ``nvls_enable``: NCCL_NVLS_ENABLE (False: NVLS and NVLSTree are never chosen by ``auto``);
     ``nccl_algo`` / ``nccl_proto``: NCCL_ALGO / NCCL_PROTO, per collective what ``auto`` may
     choose (:mod:`sim.network.nccl_env`; None: everything).
     """
@@ -213,8 +213,9 @@ class Tuner:
         so the coflows together move at most nc/C of the ring's bus bandwidth. The ramp:
         :func:`nccl.ramp_ns` with chunks of at most NCCL's chunk size, for the tree and the
         broadcast chain; none for ring all-reduce / all-gather / reduce-scatter."""
-        if plan.algorithm == "nvls":
-            return self._nvls_terms(plan, size_bytes)
+        if plan.algorithm in ("nvls", "nvlstree"):  # 16 channels at every size: no cap
+            return (math.inf, (innet.nvls_ramp_ns(self.cluster, plan, size_bytes,
+                                                   self.nvls_efficiency),))
         if plan.algorithm not in ("ring", "tree"):
             return _NO_TERMS
         ncf = len(plan.phases[0].coflows)
@@ -254,17 +255,6 @@ class Tuner:
         chunk = min(nccl.max_chunk_bytes(plan.algorithm, proto, bcast), per_channel)
         got = self._terms[key] = (cap, (nccl.ramp_ns(depth, chunk, rate),))
         return got
-
-    def _nvls_terms(self, plan: Plan, size_bytes: int) -> SizeTerms:
-        """NVLS: NCCL's 16 channels at every size (enqueue.cc), so no cap; the ramp of a
-        two-hop pipeline (load-reduce, multicast store) with chunks of at most 128 KiB, one
-        channel's payload rate being a GPU's NVLink rate × NCCL's NVLS factor / 16."""
-        nv = self.cluster.topo.node.nvlink
-        assert nv is not None
-        n = len(plan.ranks)
-        rate = nv.gpu_bandwidth_GBps * self.nvls_efficiency / nccl.NVLS_CHANNELS
-        chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * n))
-        return (math.inf, (nccl.ramp_ns(2, chunk, rate),))
 
     def nccl_tree_ceiling(self, plan: Plan, proto: str) -> float:
         """Rate cap per coflow (wire bytes/ns) of NCCL's predicted tree bandwidth
@@ -341,7 +331,7 @@ class Tuner:
             return (fixed,)
         allowed = self.nccl_algo.get(kind) if self.nccl_algo is not None else None
         return tuple(a for a in ALGORITHMS_FOR[kind] if a in AUTO_ALGORITHMS
-                     and (a != "nvls" or self.nvls_enable)
+                     and (a not in ("nvls", "nvlstree") or self.nvls_enable)
                      and (a != "collnet" or self.collnet_enable)
                      and (allowed is None or a in allowed))
 
@@ -377,6 +367,12 @@ class Tuner:
                 ceiling = self.nccl_tree_ceiling(plan, p)
                 rank = t if ceiling == math.inf else \
                     self.alone_ns(plan, p, size_bytes, ceiling=ceiling)
+                if plan.algorithm == "nvlstree":  # and its NVLSTree ceiling, likewise
+                    algbw = innet.nvlstree_nccl_algbw(self.cluster, plan,
+                                                      self.channel_GBps(ranks))
+                    fixed = self.launch_ns + plan.phases[0].latency_ns[p] + \
+                        self.size_terms(plan, p, size_bytes)[1][0]
+                    rank = max(rank, fixed + math.ceil(size_bytes / algbw))
                 if best is None or rank < best_rank:
                     best, best_rank = (plan, p, t), rank
         if best is None:  # NCCL: "No algorithm/protocol available"

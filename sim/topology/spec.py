@@ -178,7 +178,7 @@ class FabricSpec:
 ROUTINGS_FOR = {"infiniband": ("dmodk", "adaptive", "ecmp"), "roce": ("ecmp", "spray")}
 
 
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct", "nvls", "collnet")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "direct", "nvls", "nvlstree", "collnet")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 
 
