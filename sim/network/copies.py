@@ -13,8 +13,6 @@ routing (:meth:`~sim.topology.cluster.Cluster.count_fabric_links`).
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.comm import CollKind, GroupKind
 from sim.network import alltoall
 from sim.network.plans import Plan
@@ -135,11 +133,9 @@ class CopyLoads:
     def _count_away(self, pairs: list[tuple[int, ...]], path: tuple[int, ...]
                     ) -> dict[int, int] | None:
         """Send/recv copies with no endpoint near the representative: how many cross each
-        fabric link of its ``path`` (vectorised routing; None if not available)."""
+        fabric link of its ``path`` (bulk routing; None if not available)."""
         cl = self.cluster
         wanted = {cl.names[i]: i for i in path if cl.names[i][0][0] in ("sw", "up", "down")}
         if not wanted:
             return {}
-        src = np.fromiter((g[0] for g in pairs), dtype=np.int64, count=len(pairs))
-        dst = np.fromiter((g[1] for g in pairs), dtype=np.int64, count=len(pairs))
-        return cl.count_fabric_links(src, dst, 0, wanted)
+        return cl.count_fabric_links([g[0] for g in pairs], [g[1] for g in pairs], 0, wanted)
