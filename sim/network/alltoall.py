@@ -41,15 +41,14 @@ per pair (N nodes of g ranks).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from sim.comm import CollKind
 from sim.network import nccl
+from sim.network.ecmp_hash import route_hashes
 from sim.network.plans import PROTOCOLS_FOR_DIRECT, Plan, PlanPhase, node_groups
 from sim.topology.cluster import Cluster
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 def supported(cl: Cluster) -> bool:
@@ -70,8 +69,6 @@ class ClassFlows:
 
 def _pairs(groups: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
     """Every ordered pair (a, b), a ≠ b, of every group (all-to-all transfers)."""
-    import numpy as np
-
     srcs, dsts = [], []
     for g in groups:
         r = np.asarray(g, dtype=np.int64)
@@ -93,8 +90,6 @@ _DENSE_MAX = 1 << 23  # key spaces up to this size are counted with bincount, el
 
 def _dense(keys: np.ndarray, space: int) -> tuple[np.ndarray, int]:
     """Dense ids 0..k-1 of ``keys`` (in increasing key order) and k."""
-    import numpy as np
-
     if space <= _DENSE_MAX:
         present = np.bincount(keys, minlength=space) > 0
         remap = np.cumsum(present) - 1
@@ -106,8 +101,6 @@ def _dense(keys: np.ndarray, space: int) -> tuple[np.ndarray, int]:
 def _tops(cl: Cluster, src: np.ndarray, dst: np.ndarray):
     """Per transfer: leaves of its rail (the destination GPU's NIC) and the level at which its
     route turns (0 = same node, 1 = same leaf, L = through level L)."""
-    import numpy as np
-
     gpn = cl.gpn
     ns, nd = src // gpn, dst // gpn
     f = cl.topo.fabric
@@ -130,8 +123,6 @@ def _tops(cl: Cluster, src: np.ndarray, dst: np.ndarray):
 
 def _classes(cl: Cluster, src, dst, top, pinned: frozenset[int]):
     """Class id per transfer and the representative node per node type (see module doc)."""
-    import numpy as np
-
     gpn = cl.gpn
     ns, nd = src // gpn, dst // gpn
     shape = ((src % gpn) * gpn + dst % gpn) * 8 + top
@@ -166,8 +157,6 @@ def _fabric_codes(cl: Cluster, la, lb, top, hashes):
     """Per cross-leaf transfer, the dense codes of its switch-to-switch links (one array per
     hop, ``-1`` where the route has fewer hops), the number of codes, and a decoder code →
     (u, v) link names."""
-    import numpy as np
-
     assert cl.tree is not None
     span, up = cl.tree.spans, cl.tree.up
     levels = len(span) - 1
@@ -229,13 +218,9 @@ def _route_values(cl: Cluster, src, dst):
     """Per transfer (arrays of GPUs, channel 0, the destination GPU's NIC), what picks its
     equal-cost path (:meth:`Cluster._route_value`): the ECMP hash or the D-mod-K destination
     port index; None for a spreading routing."""
-    import numpy as np
-
     if cl.spreading:
         return None
     if cl.routing == "ecmp":
-        from sim.network.ecmp_hash import route_hashes
-
         return route_hashes(src, dst, 0)
     f = cl.topo.fabric
     assert f is not None
@@ -245,8 +230,6 @@ def _route_values(cl: Cluster, src, dst):
 
 def _fabric_loads(cl: Cluster, src, dst, cls, n_cls, tops) -> dict[int, dict[int, int]]:
     """Class → {fabric link id: transfers of the class routed over it}."""
-    import numpy as np
-
     top, la, lb = tops
     if la is None:
         return {}
@@ -295,8 +278,6 @@ def class_flows(cl: Cluster, groups: list[tuple[int, ...]], steps: int,
                 pinned: frozenset[int] = frozenset()) -> ClassFlows:
     """The class flows of simultaneous all-to-alls among each of ``groups`` (their latency:
     NCCL's ring base latency plus ``steps`` hops, as :func:`~sim.network.plans.direct_plan`)."""
-    import numpy as np
-
     src, dst = _pairs(groups)
     gpn = cl.gpn
     tops = _tops(cl, src, dst)
@@ -350,6 +331,8 @@ class ClassPlan(Plan):
     """An all-to-all plan costed by classes (:func:`class_plan`). ``stages``: per phase, the
     groups that exchange and the bytes of each transfer as a fraction of ``S``. Its phases
     carry no coflows; :meth:`flows` gives the class flows and the latencies."""
+
+    by_class = True
 
     def __init__(self, cl: Cluster, algorithm: str, ranks: tuple[int, ...],
                  stages: tuple[tuple[tuple[tuple[int, ...], ...], float], ...]):

@@ -14,7 +14,6 @@ routing (:meth:`~sim.topology.cluster.Cluster.count_fabric_links`).
 from __future__ import annotations
 
 from sim.comm import CollKind, GroupKind
-from sim.network import alltoall
 from sim.network.plans import Plan
 from sim.network.symmetry import copies, link_scopes, local_copies
 from sim.network.tuner import PhaseLoads, Tuner
@@ -53,7 +52,7 @@ class CopyLoads:
         longer, e.g. it crosses a leaf boundary the representative does not, only per-rank
         simulation sees the difference). All-to-alls costed by classes: the classes of the
         request's transfers and, in symmetric mode, those of all its copies."""
-        if isinstance(plan, alltoall.ClassPlan):
+        if plan.by_class:  # an alltoall.ClassPlan
             others = copies(self.placement, kind, group, ranks)[1:] if self.symmetric else []
             return plan.flows(tuple(others), self.tuner.pinned)
         akey = (id(plan), group)

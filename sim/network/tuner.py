@@ -24,7 +24,7 @@ import math
 
 from sim.comm import CollKind
 from sim.errors import UsageError
-from sim.network import alltoall, innet, nccl, ncclgraph
+from sim.network import innet, nccl, ncclgraph
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
@@ -92,7 +92,7 @@ class Tuner:
         # all-to-alls costed as classes of transfers (sim/network/alltoall.py) where exact;
         # False: flow by flow (the reference the tests compare with)
         self.a2a_classes = True
-        self._cplans: dict[tuple, alltoall.ClassPlan | None] = {}
+        self._cplans: dict[tuple, Plan | None] = {}  # alltoall.ClassPlan (imported on use)
         self._classes_ok = True  # unbound (isolated costs) or symmetric simulation
         self._terms: dict[tuple, SizeTerms] = {}
 
@@ -117,6 +117,8 @@ class Tuner:
     def _by_class(self) -> bool:
         """All-to-alls by class: isolated costs and symmetric simulation of alike nodes
         (per-rank simulation keeps every transfer: its other traffic need not be symmetric)."""
+        from sim.network import alltoall
+
         return self.a2a_classes and alltoall.supported(self.cluster) and self._classes_ok
 
     # ---- plans ---------------------------------------------------------------------------
@@ -134,6 +136,8 @@ class Tuner:
         if kind is CollKind.ALLTOALL and self._by_class():
             ckey = (algorithm, ranks)
             if ckey not in self._cplans:
+                from sim.network import alltoall
+
                 self._cplans[ckey] = alltoall.class_plan(self.cluster, algorithm, ranks)
             return self._cplans[ckey]
         plan = self.plan(kind, algorithm, ranks)
@@ -151,8 +155,8 @@ class Tuner:
         got = self._single.get(id(plan))
         if got is not None:
             return got
-        if isinstance(plan, alltoall.ClassPlan):
-            return plan.flows((), self.pinned)[0]
+        if plan.by_class:  # an alltoall.ClassPlan
+            return plan.flows((), self.pinned)[0]  # type: ignore[attr-defined]
         cl = self.cluster
         maxrate = math.inf
         if plan.algorithm == "tree":

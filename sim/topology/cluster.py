@@ -31,8 +31,7 @@ from sim.topology.spec import Topology
 ROUTINGS = ("dmodk", "adaptive", "ecmp", "spray")
 # routings that spread a flow over every parallel up-link (trunk links)
 SPREADING = ("adaptive", "spray")
-# routes up to which :meth:`Cluster.count_fabric_links` routes one by one: below it numpy's
-# import (~0.2 s) and per-call cost exceed the routing
+# routes up to which :meth:`Cluster.count_fabric_links` routes one by one (no numpy)
 BULK_ROUTES = 512
 
 
@@ -332,17 +331,14 @@ class Cluster:
         if f is None or self._nic_sub or not self.nics or not len(src):
             return None if self._nic_sub else {}
         assert self.tree is not None
-        # the links the tree's bulk count reports: trunks of a spreading routing, else switches
-        def keep(name: tuple) -> bool:
-            return name[0][0] in ("up", "down") if self.spreading else \
-                name[0][0] == name[1][0] == "sw"
-
         if len(src) <= BULK_ROUTES:
             seen: dict[tuple, int] = {}
             for s, d in zip(src, dst, strict=True):
                 for name in self.fabric_names(int(s), int(d), -1, channel):
                     seen[name] = seen.get(name, 0) + 1
-            return {i: seen.get(name, 0) for name, i in wanted.items() if keep(name)}
+            # the links the bulk count reports: trunks of a spreading routing, else switches
+            return {i: seen.get(n, 0) for n, i in wanted.items() if (n[0][0] in ("up", "down")
+                    if self.spreading else n[0][0] == n[1][0] == "sw")}
         import numpy as np
 
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
