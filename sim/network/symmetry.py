@@ -276,7 +276,9 @@ def local_copies(placement: Placement | None, kind: CollKind, group: GroupKind,
 def _local_rows(rows: list[tuple[int, ...]], ranks: tuple[int, ...], cluster, scopes,
                 classes) -> list[tuple[int, ...]]:
     """The rows :func:`local_copies` keeps, in plain Python: the same tests row by row."""
-    if classes is not None:  # copies: same classes member by member (hybrid simulation)
+    # copies: same classes member by member (hybrid simulation); with one class per stage
+    # every row's members lie in the stages of the request's, position by position
+    if classes is not None and (len(classes.tp_parts) > 1 or len(classes.dp_parts) > 1):
         cls = classes.class_of
         want = [cls(r) for r in ranks]
         rows = [row for row in rows if [cls(m) for m in row] == want]
@@ -289,13 +291,26 @@ def _local_rows(rows: list[tuple[int, ...]], ranks: tuple[int, ...], cluster, sc
         levels = sorted({lv for lv, _ in blocks})
         spans, nic = cluster.tree.spans, cluster.gpu_nics
         n_nodes, nics = cluster.topo.num_nodes, cluster.nics
+    hit: dict[tuple[int, int], bool] = {}  # (node, rail) -> its leaf lies in a scope sub-tree
     kept = []
     for row in rows:
-        if nodes_scope and any(m // gpn in nodes_scope for m in row) and \
+        nodes = {m // gpn for m in row}
+        if nodes_scope and not nodes_scope.keys().isdisjoint(nodes) and \
                 _touches_templates(cluster, list(row), nodes_scope):
             kept.append(row)
-        elif blocks and any((lv, fabric.leaf_index(m // gpn, k, n_nodes, nics) // spans[lv])
-                            in blocks for k in {nic[m % gpn] for m in row} for m in row
-                            for lv in levels):
+            continue
+        if not blocks:
+            continue
+        for k in {nic[m % gpn] for m in row}:
+            for n in nodes:
+                h = hit.get((n, k))
+                if h is None:
+                    leaf = fabric.leaf_index(n, k, n_nodes, nics)
+                    h = hit[(n, k)] = any((lv, leaf // spans[lv]) in blocks for lv in levels)
+                if h:
+                    break
+            else:
+                continue
             kept.append(row)
+            break
     return kept
