@@ -28,6 +28,7 @@ from sim.network import innet, nccl, ncclgraph
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
+from sim.network.shapes import choose_alike
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 
@@ -86,6 +87,7 @@ class Tuner:
         self._single: dict[int, PhaseLoads] = {}
         self._memo: dict[tuple, dict] = {}
         self._choice: dict[tuple, tuple[Plan, str, int]] = {}
+        self.alike: dict[tuple, tuple[str, str, int]] = {}  # (shape, size) -> choice
         self._pinned: frozenset[int] | None = None
         self._rplans: dict[tuple, Plan | None] = {}
         self._rep_edges: dict[tuple, tuple] = {}  # representative_plan's memo
@@ -358,6 +360,12 @@ class Tuner:
         got = self._choice.get(key)
         if got is not None:
             return got
+        # requests costed alike share one choice (sim/network/shapes.py)
+        got = self._choice[key] = choose_alike(self, kind, ranks, size_bytes, self._choose)
+        return got
+
+    def _choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
+                ) -> tuple[Plan, str, int]:
         best: tuple[Plan, str, int] | None = None
         best_rank = 0
         for a in self.candidates(kind, ranks):
@@ -386,5 +394,4 @@ class Tuner:
         if best is None:  # NCCL: "No algorithm/protocol available"
             raise UsageError(f"no enabled algorithm and protocol runs {kind.value.lower()} over "
                              f"{len(ranks)} ranks", field="--nccl-algo/--nccl-proto")
-        self._choice[key] = best
         return best
