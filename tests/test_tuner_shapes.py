@@ -72,3 +72,19 @@ def test_no_sharing_on_a_perturbed_cluster(faults):
     assert tuner.alike == {}
     if faults.degraded:
         assert times[1] > times[0] == times[2]
+
+
+@pytest.mark.parametrize("name,nodes,routing", CASES)
+def test_bandwidths_keyed_by_node_shape_equal_own(monkeypatch, name, nodes, routing):
+    """The ring and tree bandwidths the tuner keys by a group's local indices (one entry for
+    the same group in every node) equal those worked out for each group."""
+    topo = load_topology(str(TOPOLOGIES / name), nodes=nodes)
+    groups = sorted({r for k, r, _ in requests(topo.gpus_per_node, topo.num_gpus)
+                     if k is not CollKind.SENDRECV})
+    shared = build_network(topo, routing=routing).tuner
+    got = [(shared.ring_busbw_GBps(g), shared.tree_busbw_GBps(g)) for g in groups]
+    monkeypatch.setattr(tuner_mod, "node_shape", lambda _t, _r: None)
+    own = build_network(topo, routing=routing).tuner
+    assert got == [(own.ring_busbw_GBps(g), own.tree_busbw_GBps(g)) for g in groups]
+    if topo.num_gpus > topo.gpus_per_node:  # several nodes: some groups shared an entry
+        assert len(shared._memo) < len(own._memo)  # noqa: SLF001

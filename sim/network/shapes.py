@@ -37,16 +37,29 @@ def choose_alike(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int,
     return got
 
 
-def shape_key(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
-    """The key of requests costed alike (see the module docstring), or None."""
+def node_shape(tuner, ranks: tuple[int, ...]) -> tuple | None:
+    """``("node", local GPU indices)`` of ranks inside one node of a uniform cluster with
+    every rank simulated (their plans and costs are the same in every node; the tuner also
+    keys its ring and tree bandwidths by it), else None."""
     cl = tuner.cluster
-    if tuner.pinned or cl.perturbed or kind is CollKind.ALLTOALL or len(ranks) < 2:
+    if tuner.pinned or cl.perturbed or len(ranks) < 2:
         return None
     gpn = cl.gpn
     node = ranks[0] // gpn
-    if all(r // gpn == node for r in ranks):
-        return ("node", kind, tuple(r % gpn for r in ranks))
-    if kind is not CollKind.SENDRECV or len(ranks) != 2 or \
+    if any(r // gpn != node for r in ranks):
+        return None
+    return ("node", tuple(r % gpn for r in ranks))
+
+
+def shape_key(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
+    """The key of requests costed alike (see the module docstring), or None."""
+    if kind is CollKind.ALLTOALL:
+        return None
+    inside = node_shape(tuner, ranks)
+    if inside is not None:
+        return (kind, inside)
+    cl = tuner.cluster
+    if tuner.pinned or cl.perturbed or kind is not CollKind.SENDRECV or len(ranks) != 2 or \
             tuner.candidates(kind, ranks) != ("direct",):
         return None
     plan = tuner.rep_plan(kind, "direct", ranks)

@@ -28,7 +28,7 @@ from sim.network import innet, nccl, ncclgraph
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
-from sim.network.shapes import choose_alike
+from sim.network.shapes import choose_alike, node_shape
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 
@@ -296,7 +296,7 @@ class Tuner:
         NCCL's TREE pattern, × 0.85, with one rank per node, search.cc:1133). On one node the
         ring's C channels of busBw / C each (NCCL's single-node tree graph is not derived).
         GPUs without NCCL's tables (RCCL): 0.92 × the ring's busBw, no per-channel ceiling."""
-        key = ("tree", ranks, self._pinned)
+        key = ("tree", node_shape(self, ranks) or ranks, self._pinned)
         got = self._memo.get(key)
         if got is not None:
             return got["caps"]
@@ -325,7 +325,7 @@ class Tuner:
 
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
-        key = ("busbw", ranks, self._pinned)
+        key = ("busbw", node_shape(self, ranks) or ranks, self._pinned)
         got = self._memo.get(key)
         if got is None:
             plan = self.rep_plan(CollKind.ALLREDUCE, "ring", ranks)
