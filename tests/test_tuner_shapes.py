@@ -44,15 +44,20 @@ def requests(gpn: int, gpus: int) -> list[tuple[CollKind, tuple[int, ...], int]]
     return out
 
 
+@pytest.mark.parametrize("pinned", [None, frozenset({0, 1})], ids=["per-rank", "symmetric"])
 @pytest.mark.parametrize("name,nodes,routing", CASES)
-def test_shared_choices_equal_own_choices(monkeypatch, name, nodes, routing):
+def test_shared_choices_equal_own_choices(monkeypatch, name, nodes, routing, pinned):
+    """Every rank simulated, or symmetric simulation with nodes 0 and 1 simulated (plans
+    reduced to a representative's links)."""
     topo = load_topology(str(TOPOLOGIES / name), nodes=nodes)
     reqs = requests(topo.gpus_per_node, topo.num_gpus)
     shared = build_network(topo, routing=routing).tuner
+    shared.pin(pinned, pinned is not None)
     got = [shared.choose(k, r, s) for k, r, s in reqs]
     assert len(shared.alike) < len(reqs)  # some requests did share a choice
     monkeypatch.setattr(tuner_mod, "choose_alike", lambda _t, k, r, s, choose: choose(k, r, s))
     own = build_network(topo, routing=routing).tuner
+    own.pin(pinned, pinned is not None)
     for (kind, ranks, size), (plan, proto, ns) in zip(reqs, got, strict=True):
         p2, proto2, ns2 = own.choose(kind, ranks, size)
         assert (plan.algorithm, plan.ranks, proto, ns) == (p2.algorithm, p2.ranks, proto2, ns2)

@@ -1,19 +1,21 @@
 """Requests the tuner provably costs alike: the key of :meth:`Tuner.choose`'s second cache.
 
-With every rank simulated (plans not reduced to a representative's links) on a uniform cluster
-(no degraded link, no failed NIC: every node's links have the same capacities and latencies),
-two requests of one kind and size get the same algorithm, protocol and isolated time when
+On a uniform cluster (no degraded link, no failed NIC: every node's links have the same
+capacities and latencies), two requests of one kind and size get the same algorithm, protocol
+and isolated time when
 
 - all their ranks lie in one node each, at the same local GPU indices (``"node"``): every part
   of the choice — plans, routes, link capacities and latencies, NCCL's channels and tree
-  bandwidth — is the same inside every node; or
+  bandwidth — is the same inside every node (a ring inside one node keeps all its edges in
+  symmetric simulation too, :func:`~sim.network.representative.representative_plan`); or
 - they are send/recv pairs whose routes are alike (``"route"``): the choice of a point-to-point
   transfer depends only on its route's links (capacities, how often the transfer crosses
   each, in order) and its latency per protocol, which the key lists (the route is worked out
   anyway: the transfer runs on it).
 
-Only the plan differs (its ranks); :meth:`Tuner.choose` builds it for the request.
-tests/test_tuner_shapes.py compares every cached choice with the uncached one.
+Only the plan differs (its ranks); :meth:`Tuner.choose` builds it for the request. Choices are
+shared within one set of simulated nodes (``tuner.pinned``, part of the key).
+tests/test_tuner_shapes.py compares every shared choice with the request's own.
 """
 
 from __future__ import annotations
@@ -28,21 +30,22 @@ def choose_alike(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int,
     """``choose(kind, ranks, size_bytes)``, or the choice of an alike request of the same size
     (``tuner.alike``: (shape, size) -> algorithm, protocol, ns) on this request's plan."""
     shape = shape_key(tuner, kind, ranks)
-    alike = tuner.alike.get((shape, size_bytes)) if shape is not None else None
+    key = (shape, size_bytes, tuner.pinned)
+    alike = tuner.alike.get(key) if shape is not None else None
     if alike is not None:
         return (tuner.rep_plan(kind, alike[0], ranks), alike[1], alike[2])
     got = choose(kind, ranks, size_bytes)
     if shape is not None:
-        tuner.alike[(shape, size_bytes)] = (got[0].algorithm, got[1], got[2])
+        tuner.alike[key] = (got[0].algorithm, got[1], got[2])
     return got
 
 
 def node_shape(tuner, ranks: tuple[int, ...]) -> tuple | None:
-    """``("node", local GPU indices)`` of ranks inside one node of a uniform cluster with
-    every rank simulated (their plans and costs are the same in every node; the tuner also
-    keys its ring and tree bandwidths by it), else None."""
+    """``("node", local GPU indices)`` of ranks inside one node of a uniform cluster (their
+    plans and costs are the same in every node; the tuner also keys its ring and tree
+    bandwidths by it), else None."""
     cl = tuner.cluster
-    if tuner.pinned or cl.perturbed or len(ranks) < 2:
+    if cl.perturbed or len(ranks) < 2:
         return None
     gpn = cl.gpn
     node = ranks[0] // gpn
@@ -59,7 +62,7 @@ def shape_key(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
     if inside is not None:
         return (kind, inside)
     cl = tuner.cluster
-    if tuner.pinned or cl.perturbed or kind is not CollKind.SENDRECV or len(ranks) != 2 or \
+    if cl.perturbed or kind is not CollKind.SENDRECV or len(ranks) != 2 or \
             tuner.candidates(kind, ranks) != ("direct",):
         return None
     plan = tuner.rep_plan(kind, "direct", ranks)
