@@ -50,6 +50,8 @@ FORBIDDEN = {
     "sim.pipeline.dualpipe": "DualPipe's orders",
     "sim.report.text": "the terminal table (the probe's run is --quiet)",
     "sim.report.summary": "the terminal table's summary lines",
+    "sim.network.alltoall": "all-to-all classes of transfers (runs with all-to-alls)",
+    "sim.network.ecmp_hash": "the vectorised ECMP hash of the all-to-all classes",
     "numpy": "vectorised copies and routes of large stages only (sim/network/symmetry.py "
              "SMALL_STAGE, sim/topology/cluster.py BULK_ROUTES), all-to-all classes, "
              "--jitter percentiles",
