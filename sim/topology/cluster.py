@@ -32,7 +32,7 @@ ROUTINGS = ("dmodk", "adaptive", "ecmp", "spray")
 # routings that spread a flow over every parallel up-link (trunk links)
 SPREADING = ("adaptive", "spray")
 # routes up to which :meth:`Cluster.count_fabric_links` routes one by one (no numpy)
-BULK_ROUTES = 512
+BULK_ROUTES = 128
 
 
 def default_routing(topo: Topology) -> str:
