@@ -2,7 +2,8 @@
 
 Each case runs as a whole ``simrun`` process (``python -m sim.cli``: the command line, then the
 scenario pipeline :func:`sim.scenario.run_scenario`; start-up included). In every round the
-reference process ``python -c "import simpy, numpy, yaml"`` (the libraries any simrun run loads)
+reference process ``python -c "import simpy, numpy, yaml"`` (the libraries simrun builds on;
+a workload-file run with stages of at most 256 ranks no longer imports numpy, docs/scale.md)
 runs first, then each case once; after ``--repeat`` rounds (default 5) a case's ratio is the
 **median over the rounds of its time divided by the reference's of the same round** (paired
 runs). A case is reported as absolute wall and CPU (user + system) seconds (medians) and as

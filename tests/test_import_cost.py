@@ -50,10 +50,15 @@ FORBIDDEN = {
     "sim.pipeline.dualpipe": "DualPipe's orders",
     "sim.report.text": "the terminal table (the probe's run is --quiet)",
     "sim.report.summary": "the terminal table's summary lines",
+    "sim.network.alltoall": "all-to-all classes of transfers (runs with all-to-alls)",
+    "sim.network.ecmp_hash": "the vectorised ECMP hash of the all-to-all classes",
+    "numpy": "vectorised copies and routes of large stages only (sim/network/symmetry.py "
+             "SMALL_STAGE, sim/topology/cluster.py BULK_ROUTES), all-to-all classes, "
+             "--jitter percentiles",
 }
 
-# standard-library modules a run loads only when it needs them (unless simpy, numpy or yaml,
-# which every run loads, already do): difflib for a mistyped flag, traceback with
+# standard-library modules a run loads only when it needs them (unless simpy or yaml, which
+# every run loads, already do): difflib for a mistyped flag, traceback with
 # SIMRUN_DEBUG, hashlib and statistics for --jitter or a very long output name, fractions for
 # TP-overlap steps
 STDLIB_ON_USE = ("difflib", "traceback", "hashlib", "secrets", "statistics", "fractions",
@@ -86,7 +91,7 @@ def test_workload_file_run_imports_only_what_it_uses():
     loaded = {p: why for p, why in FORBIDDEN.items() if _loaded(mods, p)}
     assert not loaded, f"a workload-file run imported {loaded}"
     libraries = set(json.loads(subprocess.run(
-        [sys.executable, "-c", "import json, sys, simpy, numpy, yaml; "
+        [sys.executable, "-c", "import json, sys, simpy, yaml; "
          "print(json.dumps(sorted(sys.modules)))"], capture_output=True, text=True,
         check=True).stdout))
     extra = [m for m in STDLIB_ON_USE if m in mods and m not in libraries]

@@ -339,6 +339,9 @@ class PipeTransfers:
                 self.ledger.span(rank, "PP", t0, env.now, "comm", f"{key[1]}{mb} → rank {dst}",
                                  mb, chunk, (("bytes", size), ("peer", dst)))
 
+        if self.jitter is None:
+            ev.callbacks.append(arrived)
+            return
         def jittered(_ev: simpy.Event, t0: int = now) -> None:
             extra = self.jitter.transfer_extra_ns(env.now - t0, "pp", rank, *key)
             if extra:
@@ -346,7 +349,7 @@ class PipeTransfers:
             else:
                 arrived(_ev)
 
-        ev.callbacks.append(jittered if self.jitter is not None else arrived)
+        ev.callbacks.append(jittered)
 
     def recv(self, rank: int, key: tuple):
         """Wait for message ``key``: time before its send started is pipeline bubble, the rest

@@ -332,6 +332,8 @@ class ClassPlan(Plan):
     groups that exchange and the bytes of each transfer as a fraction of ``S``. Its phases
     carry no coflows; :meth:`flows` gives the class flows and the latencies."""
 
+    by_class = True
+
     def __init__(self, cl: Cluster, algorithm: str, ranks: tuple[int, ...],
                  stages: tuple[tuple[tuple[tuple[int, ...], ...], float], ...]):
         set_ = object.__setattr__

@@ -13,10 +13,7 @@ routing (:meth:`~sim.topology.cluster.Cluster.count_fabric_links`).
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.comm import CollKind, GroupKind
-from sim.network import alltoall
 from sim.network.plans import Plan
 from sim.network.symmetry import copies, link_scopes, local_copies
 from sim.network.tuner import PhaseLoads, Tuner
@@ -55,7 +52,7 @@ class CopyLoads:
         longer, e.g. it crosses a leaf boundary the representative does not, only per-rank
         simulation sees the difference). All-to-alls costed by classes: the classes of the
         request's transfers and, in symmetric mode, those of all its copies."""
-        if isinstance(plan, alltoall.ClassPlan):
+        if plan.by_class:  # an alltoall.ClassPlan
             others = copies(self.placement, kind, group, ranks)[1:] if self.symmetric else []
             return plan.flows(tuple(others), self.tuner.pinned)
         akey = (id(plan), group)
@@ -135,11 +132,9 @@ class CopyLoads:
     def _count_away(self, pairs: list[tuple[int, ...]], path: tuple[int, ...]
                     ) -> dict[int, int] | None:
         """Send/recv copies with no endpoint near the representative: how many cross each
-        fabric link of its ``path`` (vectorised routing; None if not available)."""
+        fabric link of its ``path`` (bulk routing; None if not available)."""
         cl = self.cluster
         wanted = {cl.names[i]: i for i in path if cl.names[i][0][0] in ("sw", "up", "down")}
         if not wanted:
             return {}
-        src = np.fromiter((g[0] for g in pairs), dtype=np.int64, count=len(pairs))
-        dst = np.fromiter((g[1] for g in pairs), dtype=np.int64, count=len(pairs))
-        return cl.count_fabric_links(src, dst, 0, wanted)
+        return cl.count_fabric_links([g[0] for g in pairs], [g[1] for g in pairs], 0, wanted)

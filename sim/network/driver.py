@@ -22,7 +22,7 @@ import simpy
 from simpy.events import NORMAL
 
 from sim.comm import GroupKind
-from sim.network import alltoall, nccl
+from sim.network import nccl
 from sim.network.base import CommRequest, CommResult
 from sim.network.fluid import Flow, FluidSolver
 from sim.network.plans import Plan
@@ -76,7 +76,7 @@ class Prepared:
         self.phases, self.lats, self.ramp = phases, lats, ramp
         self.algorithm = f"{plan.algorithm}/{proto}"
         self.chosen = chosen
-        self.is_class = isinstance(plan, alltoall.ClassPlan)
+        self.is_class = plan.by_class
         self.nphases = len(plan.phases)
         self.results: dict[int, CommResult] = {}  # duration ns -> the result
 

@@ -200,8 +200,12 @@ class FluidSolver:
         sets the tie-break of equal finish times, so it is kept as it is for ordinary flows;
         with class flows each link is expanded once)."""
         users = self.users
-        if len(seeds) == 1 and all(len(users[link]) == 1 for link, _ in seeds[0].loads):
-            return list(seeds)  # a flow alone on its links (what the search below finds)
+        if len(seeds) == 1:  # a flow alone on its links: what the search below finds
+            for link, _ in seeds[0].loads:
+                if len(users[link]) != 1:
+                    break
+            else:
+                return list(seeds)
         seen: dict[Flow, None] = {}
         stack = list(seeds)
         links: set[int] | None = set() if self.strict_flows else None

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sim.comm import CollKind
 from sim.network import nccl
@@ -100,6 +101,8 @@ class Plan:
     algorithm: str
     ranks: tuple[int, ...]
     phases: tuple[PlanPhase, ...]
+    # an all-to-all costed by classes of transfers (sim.network.alltoall.ClassPlan)
+    by_class: ClassVar[bool] = False
 
     @property
     def protocols(self) -> tuple[str, ...]:

@@ -24,10 +24,11 @@ import math
 
 from sim.comm import CollKind
 from sim.errors import UsageError
-from sim.network import alltoall, innet, nccl, ncclgraph
+from sim.network import innet, nccl, ncclgraph
 from sim.network.fluid import Flow, run_alone
 from sim.network.plans import ALGORITHMS_FOR, AUTO_ALGORITHMS, Plan, node_groups
 from sim.network.representative import representative_plan
+from sim.network.shapes import choose_alike, node_shape
 from sim.topology.cluster import Cluster
 from sim.topology.spec import Topology
 
@@ -86,13 +87,14 @@ class Tuner:
         self._single: dict[int, PhaseLoads] = {}
         self._memo: dict[tuple, dict] = {}
         self._choice: dict[tuple, tuple[Plan, str, int]] = {}
+        self.alike: dict[tuple, tuple[str, str, int]] = {}  # (shape, size) -> choice
         self._pinned: frozenset[int] | None = None
         self._rplans: dict[tuple, Plan | None] = {}
         self._rep_edges: dict[tuple, tuple] = {}  # representative_plan's memo
         # all-to-alls costed as classes of transfers (sim/network/alltoall.py) where exact;
         # False: flow by flow (the reference the tests compare with)
         self.a2a_classes = True
-        self._cplans: dict[tuple, alltoall.ClassPlan | None] = {}
+        self._cplans: dict[tuple, Plan | None] = {}  # alltoall.ClassPlan (imported on use)
         self._classes_ok = True  # unbound (isolated costs) or symmetric simulation
         self._terms: dict[tuple, SizeTerms] = {}
 
@@ -117,6 +119,8 @@ class Tuner:
     def _by_class(self) -> bool:
         """All-to-alls by class: isolated costs and symmetric simulation of alike nodes
         (per-rank simulation keeps every transfer: its other traffic need not be symmetric)."""
+        from sim.network import alltoall
+
         return self.a2a_classes and alltoall.supported(self.cluster) and self._classes_ok
 
     # ---- plans ---------------------------------------------------------------------------
@@ -134,6 +138,8 @@ class Tuner:
         if kind is CollKind.ALLTOALL and self._by_class():
             ckey = (algorithm, ranks)
             if ckey not in self._cplans:
+                from sim.network import alltoall
+
                 self._cplans[ckey] = alltoall.class_plan(self.cluster, algorithm, ranks)
             return self._cplans[ckey]
         plan = self.plan(kind, algorithm, ranks)
@@ -151,8 +157,8 @@ class Tuner:
         got = self._single.get(id(plan))
         if got is not None:
             return got
-        if isinstance(plan, alltoall.ClassPlan):
-            return plan.flows((), self.pinned)[0]
+        if plan.by_class:  # an alltoall.ClassPlan
+            return plan.flows((), self.pinned)[0]  # type: ignore[attr-defined]
         cl = self.cluster
         maxrate = math.inf
         if plan.algorithm == "tree":
@@ -280,7 +286,7 @@ class Tuner:
         NCCL's TREE pattern, × 0.85, with one rank per node, search.cc:1133). On one node the
         ring's C channels of busBw / C each (NCCL's single-node tree graph is not derived).
         GPUs without NCCL's tables (RCCL): 0.92 × the ring's busBw, no per-channel ceiling."""
-        key = ("tree", ranks, self._pinned)
+        key = ("tree", node_shape(self, ranks) or ranks, self._pinned)
         got = self._memo.get(key)
         if got is not None:
             return got["caps"]
@@ -309,7 +315,7 @@ class Tuner:
 
     def ring_busbw_GBps(self, ranks: tuple[int, ...]) -> float:
         """Bus bandwidth (GB/s) of a large ring all-reduce over ``ranks`` alone: NCCL's busBw."""
-        key = ("busbw", ranks, self._pinned)
+        key = ("busbw", node_shape(self, ranks) or ranks, self._pinned)
         got = self._memo.get(key)
         if got is None:
             plan = self.rep_plan(CollKind.ALLREDUCE, "ring", ranks)
@@ -344,6 +350,12 @@ class Tuner:
         got = self._choice.get(key)
         if got is not None:
             return got
+        # requests costed alike share one choice (sim/network/shapes.py)
+        got = self._choice[key] = choose_alike(self, kind, ranks, size_bytes, self._choose)
+        return got
+
+    def _choose(self, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
+                ) -> tuple[Plan, str, int]:
         best: tuple[Plan, str, int] | None = None
         best_rank = 0
         for a in self.candidates(kind, ranks):
@@ -378,5 +390,4 @@ class Tuner:
         if best is None:  # NCCL: "No algorithm/protocol available"
             raise UsageError(f"no enabled algorithm and protocol runs {kind.value.lower()} over "
                              f"{len(ranks)} ranks", field="--nccl-algo/--nccl-proto")
-        self._choice[key] = best
         return best

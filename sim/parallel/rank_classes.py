@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cached_property
 
-import numpy as np
-
 from sim.parallel.placement import Placement
 
 
@@ -88,9 +86,17 @@ class RankClasses:
         c = self.placement.coord(rank)
         return len(self.tp_parts[self._t_of[c.tp]]) * len(self.dp_parts[self._d_of[c.dp]])
 
+    def class_of(self, rank: int) -> int:
+        """Class id of ``rank`` (:attr:`class_array`'s entry, without numpy)."""
+        c = self.placement.coord(rank)
+        return (c.pp * len(self.tp_parts) + self._t_of[c.tp]) * len(self.dp_parts) + \
+            self._d_of[c.dp]
+
     @cached_property
     def class_array(self):
         """Class id of every rank (numpy int64 array indexed by rank)."""
+        import numpy as np
+
         pl = self.placement
         r = np.arange(pl.world_size)
         t = (r // pl.stride("tp")) % pl.tp

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from sim.engine.jitter import Jitter
 
 
@@ -23,6 +21,8 @@ def summary(times_ns: list[int], deterministic_ns: int, jitter: Jitter) -> dict[
     """The report's ``variability`` block: the samples, their 50th/90th/99th percentiles
     (linear interpolation between order statistics, numpy's default) and the mean of
     sample / deterministic iteration time."""
+    import numpy as np
+
     t = np.array(times_ns, dtype=float) * 1e-9
     p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
     return {"jitter_cv": jitter.cv, "seed": jitter.seed, "samples": len(times_ns),

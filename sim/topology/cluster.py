@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import zlib
 
-import numpy as np
-
 from sim.topology.fattree import FatTree
 from sim.topology.spec import Topology
 
 ROUTINGS = ("dmodk", "adaptive", "ecmp", "spray")
 # routings that spread a flow over every parallel up-link (trunk links)
 SPREADING = ("adaptive", "spray")
+# routes up to which :meth:`Cluster.count_fabric_links` routes one by one (no numpy)
+BULK_ROUTES = 128
 
 
 def default_routing(topo: Topology) -> str:
@@ -323,13 +323,25 @@ class Cluster:
 
     def count_fabric_links(self, src, dst, channel: int, wanted: dict[tuple, int]
                            ) -> dict[int, int] | None:
-        """For many point-to-point routes at once (numpy arrays of GPUs, destination NIC's
-        rail): how many use each of the ``wanted`` fabric links (name → id). The same routes
-        as :meth:`fabric_names`, vectorised; ``None`` where that is not done (failed NICs)."""
+        """For many point-to-point routes at once (sequences of GPUs, destination NIC's rail):
+        how many use each of the ``wanted`` fabric links (name → id). The same routes as
+        :meth:`fabric_names`: route by route up to :data:`BULK_ROUTES` routes, vectorised with
+        numpy above; ``None`` where that is not done (failed NICs)."""
         f = self.topo.fabric
         if f is None or self._nic_sub or not self.nics or not len(src):
             return None if self._nic_sub else {}
         assert self.tree is not None
+        if len(src) <= BULK_ROUTES:
+            seen: dict[tuple, int] = {}
+            for s, d in zip(src, dst, strict=True):
+                for name in self.fabric_names(int(s), int(d), -1, channel):
+                    seen[name] = seen.get(name, 0) + 1
+            # the links the bulk count reports: trunks of a spreading routing, else switches
+            return {i: seen.get(n, 0) for n, i in wanted.items() if (n[0][0] in ("up", "down")
+                    if self.spreading else n[0][0] == n[1][0] == "sw")}
+        import numpy as np
+
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         gpn, nn = self.gpn, self.topo.num_nodes
         k = np.asarray(self._gpu_nic)[dst % gpn]
         la = f.leaf_index(src // gpn, k, nn, self.nics)

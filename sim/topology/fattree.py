@@ -13,8 +13,6 @@ applies them.
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.topology.spec import FabricSpec
 
 
@@ -97,6 +95,8 @@ class FatTree:
         value of each route as an int64 array, or None for a spreading routing): how many use
         each of the ``wanted`` switch links (name → id). The same choices as
         :meth:`link_names`, vectorised."""
+        import numpy as np
+
         spans, up = self.spans, self.up
         levels = len(spans) - 1
         top = np.zeros(len(la), dtype=np.int64)
@@ -125,6 +125,8 @@ class FatTree:
 
     def _count_switch_link(self, u: tuple, v: tuple, la, lb, top, jup, jtop, p) -> int:
         """Routes (arrays of :meth:`count_links`) that use the switch link ``u → v``."""
+        import numpy as np
+
         spans = self.spans
         lv = min(u[1], v[1])
         if u[1] < v[1]:  # up-link level lv -> lv+1, on the source side

@@ -1,0 +1,76 @@
+"""Requests the tuner provably costs alike: the key of :meth:`Tuner.choose`'s second cache.
+
+On a uniform cluster (no degraded link, no failed NIC: every node's links have the same
+capacities and latencies), two requests of one kind and size get the same algorithm, protocol
+and isolated time when
+
+- all their ranks lie in one node each, at the same local GPU indices (``"node"``): every part
+  of the choice — plans, routes, link capacities and latencies, NCCL's channels and tree
+  bandwidth — is the same inside every node (a ring inside one node keeps all its edges in
+  symmetric simulation too, :func:`~sim.network.representative.representative_plan`); or
+- they are send/recv pairs whose routes are alike (``"route"``): the choice of a point-to-point
+  transfer depends only on its route's links (capacities, how often the transfer crosses
+  each, in order) and its latency per protocol, which the key lists (the route is worked out
+  anyway: the transfer runs on it).
+
+Only the plan differs (its ranks); :meth:`Tuner.choose` builds it for the request. Choices are
+shared within one set of simulated nodes (``tuner.pinned``, part of the key).
+tests/test_tuner_shapes.py compares every shared choice with the request's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sim.comm import CollKind
+
+
+def choose_alike(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int,
+                 choose: Callable[[CollKind, tuple[int, ...], int], tuple]) -> tuple:
+    """``choose(kind, ranks, size_bytes)``, or the choice of an alike request of the same size
+    (``tuner.alike``: (shape, size) -> algorithm, protocol, ns) on this request's plan."""
+    shape = shape_key(tuner, kind, ranks)
+    key = (shape, size_bytes, tuner.pinned)
+    alike = tuner.alike.get(key) if shape is not None else None
+    if alike is not None:
+        return (tuner.rep_plan(kind, alike[0], ranks), alike[1], alike[2])
+    got = choose(kind, ranks, size_bytes)
+    if shape is not None:
+        tuner.alike[key] = (got[0].algorithm, got[1], got[2])
+    return got
+
+
+def node_shape(tuner, ranks: tuple[int, ...]) -> tuple | None:
+    """``("node", local GPU indices)`` of ranks inside one node of a uniform cluster (their
+    plans and costs are the same in every node; the tuner also keys its ring and tree
+    bandwidths by it), else None."""
+    cl = tuner.cluster
+    if cl.perturbed or len(ranks) < 2:
+        return None
+    gpn = cl.gpn
+    node = ranks[0] // gpn
+    if any(r // gpn != node for r in ranks):
+        return None
+    return ("node", tuple(r % gpn for r in ranks))
+
+
+def shape_key(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
+    """The key of requests costed alike (see the module docstring), or None."""
+    if kind is CollKind.ALLTOALL:
+        return None
+    inside = node_shape(tuner, ranks)
+    if inside is not None:
+        return (kind, inside)
+    cl = tuner.cluster
+    if cl.perturbed or kind is not CollKind.SENDRECV or len(ranks) != 2 or \
+            tuner.candidates(kind, ranks) != ("direct",):
+        return None
+    plan = tuner.rep_plan(kind, "direct", ranks)
+    if plan is None:
+        return None
+    labels: dict[int, int] = {}  # link id -> order of first use (the routes' shape)
+    phases = tuple(tuple((tuple(labels.setdefault(link, len(labels)) for link in it[0]),
+                          tuple((labels.setdefault(link, len(labels)), m) for link, m in it[1]),
+                          *it[2:]) for it in ph) for ph in tuner.single_flows(plan))
+    lats = tuple(tuple(sorted(ph.latency_ns.items())) for ph in plan.phases)
+    return ("route", phases, tuple(cl.cap[link] for link in labels), lats)
