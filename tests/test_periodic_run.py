@@ -11,7 +11,7 @@ from conftest import TOPOLOGIES, WORKLOADS
 
 import sim.scenario.periodic_run as periodic_run
 from sim.cli import main
-from sim.engine.periodic import extrapolate_counts, short_counts
+from sim.engine.periodic import extrapolate_counts, later_windows, short_counts
 
 GPT2 = ["--model", str(WORKLOADS / "models" / "gpt2-medium.yaml"),
         "--topo", str(TOPOLOGIES / "tiny-fattree-8.yaml")]
@@ -137,6 +137,12 @@ def test_short_counts_and_counter_steps():
     assert short_counts(64, 2, 4) == (8, 10, 12, 14)  # (8 + 10 + 12) · 1.5 = 45 ≤ 64
     assert short_counts(128, 8, 8) == (16, 24, 32, 40)  # 72 · 1.5 = 108 ≤ 128
     assert short_counts(100, 8, 8) is None  # M0 = 20: (20 + 28 + 36) · 1.5 = 126 > 100
+    # with a tolerance, later windows while all short runs stay within the full run's M:
+    # M = 192, k = 8: 16 + 24 + 32 + 40 = 112, + 48 = 160 ≤ 192, + 56 = 216 > 192
+    assert later_windows((16, 24, 32, 40), 192) == (16, 24, 32, 40, 48)
+    # M = 128, k = 4: 56, + 24 = 80, + 28 = 108 ≤ 128, + 32 = 140 > 128
+    assert later_windows((8, 12, 16, 20), 128) == (8, 12, 16, 20, 24, 28)
+    assert later_windows((16, 24, 32, 40), 150) == (16, 24, 32, 40)  # 160 > 150
     a, b, c = {"x": 5, "y": 1}, {"x": 8, "y": 1}, {"x": 11, "y": 1}
     assert extrapolate_counts([a, b, c], 10) == {"x": 35, "y": 1}
     assert extrapolate_counts([a, b, {"x": 12, "y": 1}], 10) is None  # unequal steps

@@ -73,6 +73,20 @@ def short_counts(m: int, k: int, pp: int) -> tuple[int, int, int, int] | None:
     return counts
 
 
+def later_windows(counts: tuple[int, ...], m: int) -> tuple[int, ...]:
+    """With a tolerance (``simrun validate``): ``counts`` followed by further runs one period
+    apart while all the short runs together simulate no more microbatches than the full run
+    of ``m``, each giving one more window to try. A pipeline whose transfers share links with
+    blocking collectives settles into its period gradually (the windows' disagreement shrinks
+    with ``M₀``); a later window costs one short run, and if none steps within the tolerance
+    the microbatches simulated are at most twice the full run's."""
+    out = list(counts)
+    k = counts[1] - counts[0]
+    while sum(out) + out[-1] + k <= m:
+        out.append(out[-1] + k)
+    return tuple(out)
+
+
 def _flatten(res: SimResult, full: bool) -> tuple[tuple, list[int]]:
     """``(shape, integers)`` of ``res``: the integers are extrapolated, the shape (keys,
     names, notes) must be identical. ``full``: also per-layer totals, the critical path's

@@ -24,15 +24,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from sim.engine.periodic import extrapolate, extrapolate_counts, period_of, short_counts
+from sim.engine.periodic import (
+    extrapolate,
+    extrapolate_counts,
+    later_windows,
+    period_of,
+    short_counts,
+)
 from sim.engine.result import SimResult
 from sim.network.base import Network
 
 
-def counts_for(prepared) -> tuple[int, int, int, int] | None:
+def counts_for(prepared) -> tuple[int, ...] | None:
     """The short runs' microbatch counts for ``prepared`` (a
     :class:`sim.scenario.steps.Prepared`): two windows of three, the second one period after
-    the first (:func:`sim.engine.periodic.short_counts`), or ``None`` where the shortcut is
+    the first (:func:`sim.engine.periodic.short_counts`), with a tolerance also the later
+    windows of :func:`sim.engine.periodic.later_windows`; or ``None`` where the shortcut is
     never taken."""
     run, prog = prepared.model_run, prepared.program
     if (not prepared.simulation.periodic or run is None or run.log is not None
@@ -40,7 +47,10 @@ def counts_for(prepared) -> tuple[int, int, int, int] | None:
             or run.par.training.wgrad_deferral_limit):
         return None
     k = period_of(prog.pp, prog.microbatch_group_size, prog.schedule_type)
-    return short_counts(prog.microbatches, k, prog.pp)
+    counts = short_counts(prog.microbatches, k, prog.pp)
+    if counts is not None and prepared.simulation.periodic_tolerance > 0.0:
+        counts = later_windows(counts, prog.microbatches)
+    return counts
 
 
 def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Network]]
@@ -48,7 +58,7 @@ def simulate_periodic(prepared, simulate: Callable[[object], tuple[SimResult, Ne
     """The full run's result from three short runs, or ``None`` (simulate the full run).
     ``simulate(p)``: the deterministic result of the prepared run ``p`` and the network model
     it ran on. The first window of :func:`counts_for` is tried, then (its integers not
-    stepping evenly) the second, which reuses two of its runs. The network's report lines
+    stepping evenly) the next, which reuses two of its runs, and so on. The network's report lines
     are those of the window's first run's network with its counters extrapolated
     (:meth:`sim.network.base.Network.counters`)."""
     counts = counts_for(prepared)
