@@ -296,9 +296,9 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
 
 def _launches(timer: Timer, ops, dtype: str) -> dict:
     """The ``kernels_ns`` / ``sync_kernels`` fields of a phase running ``ops``."""
-    cached = getattr(timer, "cached", None)  # Timer memoises them; a stand-in may not
-    kernels, sync = (cached(("launches", ops, dtype), lambda: phase_launches(timer, ops, dtype))
-                     if cached else phase_launches(timer, ops, dtype))
+    cached = getattr(timer, "cached_for", None)  # Timer memoises them; a stand-in may not
+    kernels, sync = (cached(ops, "launches", dtype, lambda: phase_launches(timer, ops, dtype))
+                     if cached and isinstance(ops, tuple) else phase_launches(timer, ops, dtype))
     return {"kernels_ns": kernels, "sync_kernels": sync}
 
 
