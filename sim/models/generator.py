@@ -275,6 +275,20 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
             return ()
         return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, gpu_sms(timer.gpu)[0])
 
+    made: dict[tuple[int, int], tuple] = {}  # (ops, comm) by identity → their Phase
+
+    def phase(ops, comm, pairs) -> Phase:
+        compute = timer.ops_ns(ops, dtype, m)  # tallied on every call, in the rows' order
+        if pairs or not isinstance(ops, tuple):
+            return Phase(compute, comm, overlaps=ovl(pairs, ops), **_launches(timer, ops, dtype))
+        got = made.get((id(ops), id(comm)))
+        if got is None or got[0] is not ops or got[1] is not comm:
+            # a frozen Phase, shared by the layers whose rows share these objects (a model's
+            # layers are copies of one layer's rows); held with them, so no id is reused
+            got = made[id(ops), id(comm)] = (ops, comm, Phase(
+                compute, comm, overlaps=(), **_launches(timer, ops, dtype)))
+        return got[2]
+
     for i, r in enumerate(rows):
         comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
         for extra in comms[1:]:
@@ -282,13 +296,9 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
         index.append(len(layers))
         layers.append(Layer(
             name=r.name,
-            forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm,
-                          overlaps=ovl(r.fwd_ovl, r.fwd),
-                          **_launches(timer, r.fwd, dtype)),
-            input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm,
-                             overlaps=ovl(r.ig_ovl, r.ig), **_launches(timer, r.ig, dtype)),
-            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None,
-                              overlaps=ovl(r.wg_ovl, r.wg), **_launches(timer, r.wg, dtype)),
+            forward=phase(r.fwd, r.fwd_comm, r.fwd_ovl),
+            input_grad=phase(r.ig, r.ig_comm, r.ig_ovl),
+            weight_grad=phase(r.wg, comms[0] if comms else None, r.wg_ovl),
             first_forward_ns=timer.ops_ns(r.first_fwd, dtype),
         ))
     return layers, index
