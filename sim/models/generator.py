@@ -9,6 +9,7 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -289,18 +290,31 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
                 compute, comm, overlaps=(), **_launches(timer, ops, dtype)))
         return got[2]
 
+    timed: dict[tuple[int, ...], tuple] = {}  # a row's operators and comms → its timing
+
     for i, r in enumerate(rows):
         comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
         for extra in comms[1:]:
             layers.append(Layer(name=f"{r.name}_grad_bucket", weight_grad=Phase(0, extra)))
         index.append(len(layers))
-        layers.append(Layer(
-            name=r.name,
-            forward=phase(r.fwd, r.fwd_comm, r.fwd_ovl),
-            input_grad=phase(r.ig, r.ig_comm, r.ig_ovl),
-            weight_grad=phase(r.wg, comms[0] if comms else None, r.wg_ovl),
-            first_forward_ns=timer.ops_ns(r.first_fwd, dtype),
-        ))
+        objs = (r.fwd, r.ig, r.wg, r.first_fwd, r.fwd_comm, r.ig_comm, comms[0] if comms else None)
+        key = tuple(map(id, objs))
+        got = timed.get(key)
+        if got is not None and all(map(operator.is_, got[0], objs)):
+            # a row with the same objects as an earlier one (a model's layers are copies of
+            # one layer's rows): its phases, and the same tallies in the same order
+            timer.tally(got[1])
+            layers.append(Layer(r.name, *got[2]))
+            continue
+        made_row = (phase(r.fwd, r.fwd_comm, r.fwd_ovl), phase(r.ig, r.ig_comm, r.ig_ovl),
+                    phase(r.wg, objs[6], r.wg_ovl))
+        first = timer.ops_ns(r.first_fwd, dtype)
+        layers.append(Layer(r.name, *made_row, first_forward_ns=first))
+        if not (r.fwd_ovl or r.ig_ovl or r.wg_ovl) and all(
+                isinstance(o, tuple) for o in objs[:4]):
+            # held with the objects, so no id is reused while they are keys
+            timed[key] = (objs, sum((timer.tallies(o, dtype, m) for o in objs[:3]), ())
+                          + timer.tallies(r.first_fwd, dtype), (*made_row, 0, (), first))
     return layers, index
 
 

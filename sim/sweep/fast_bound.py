@@ -121,7 +121,11 @@ def compiled(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: b
         ops, i = per[s], nxt[s]
         while i < len(ops):
             op = ops[i]
-            miss = next((r for r in op[1] if not sent[r]), -1)
+            miss = -1
+            for r in op[1]:
+                if not sent[r]:
+                    miss = r
+                    break
             if miss >= 0:
                 waiting[miss] = s
                 break

@@ -50,12 +50,13 @@ class Passes:
         if got is None:
             layers = self.stage.pass_layers(chunk, kind)
             compute = blocking = 0
+            comm_ns = self.comm_ns
             for _, _, ph in phases(layers, kind == "F", _PASSES.get(kind, BACKWARD)):
                 compute += ph.compute_ns
                 c = ph.comm
-                if self.comm_ns is not None and c is not None and c.blocking \
+                if comm_ns is not None and c is not None and c.blocking \
                         and not (c.overlap or c.prefetch) and c.size_bytes > 0:
-                    blocking += self.comm_ns(c)
+                    blocking += comm_ns(c)
             got = self.parts[key] = (compute, blocking,
                                      sum(lay.first_forward_ns for lay in layers))
         return got
