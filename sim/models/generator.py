@@ -291,6 +291,7 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
         return got[2]
 
     timed: dict[tuple[int, ...], tuple] = {}  # a row's operators and comms → its timing
+    memo_rows = hasattr(timer, "tallies")  # a Timer; a stand-in times every row
 
     for i, r in enumerate(rows):
         comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
@@ -310,7 +311,7 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
                     phase(r.wg, objs[6], r.wg_ovl))
         first = timer.ops_ns(r.first_fwd, dtype)
         layers.append(Layer(r.name, *made_row, first_forward_ns=first))
-        if not (r.fwd_ovl or r.ig_ovl or r.wg_ovl) and all(
+        if memo_rows and not (r.fwd_ovl or r.ig_ovl or r.wg_ovl) and all(
                 isinstance(o, tuple) for o in objs[:4]):
             # held with the objects, so no id is reused while they are keys
             timed[key] = (objs, sum((timer.tallies(o, dtype, m) for o in objs[:3]), ())
