@@ -229,18 +229,58 @@ class Timer:
         return _table_hit(self.lookup, op, self.backend)
 
     def ops_ns(self, ops, dtype: str, weight: int = 1) -> int:
-        """Total time of ``ops`` back to back (whole ns, as :func:`ops_time_ns`)."""
-        parts = []
-        for op in ops:
-            t, how = self.op_ns(op, dtype)
-            parts.append(t)
+        """Total time of ``ops`` back to back (whole ns, as :func:`ops_time_ns`); tallies
+        each op's time × ``weight`` by source, op by op."""
+        got = self._ops_times(ops, dtype)
+        roofline, table, hows = self.roofline_ns, self.table_ns, self.hows
+        for t, how in got[1]:
             if how == "roofline":
-                self.roofline_ns += t * weight
+                roofline += t * weight
             else:
-                self.table_ns += t * weight
-                self.hows[how] = self.hows.get(how, 0.0) + t * weight
-        total = math.fsum(parts)
-        return math.ceil(total - 1e-6) if total > 0 else 0
+                table += t * weight
+                hows[how] = hows.get(how, 0.0) + t * weight
+        self.roofline_ns, self.table_ns = roofline, table
+        return got[2]
+
+    def tallies(self, ops: tuple, dtype: str, weight: int = 1) -> tuple[tuple[float, str], ...]:
+        """What :meth:`ops_ns` ``(ops, dtype, weight)`` adds to the tallies, op by op:
+        ``(time × weight, source)``, for :meth:`tally`."""
+        return tuple((t * weight, how) for t, how in self._ops_times(ops, dtype)[1])
+
+    def tally(self, parts: tuple[tuple[float, str], ...]) -> None:
+        """Add ``parts`` (:meth:`tallies`) to the tallies, in order: the same additions as the
+        :meth:`ops_ns` calls they came from."""
+        roofline, table, hows = self.roofline_ns, self.table_ns, self.hows
+        for t, how in parts:
+            if how == "roofline":
+                roofline += t
+            else:
+                table += t
+                hows[how] = hows.get(how, 0.0) + t
+        self.roofline_ns, self.table_ns = roofline, table
+
+    def _ops_times(self, ops, dtype: str) -> tuple[Any, tuple[tuple[float, str], ...], int]:
+        """``(ops, each op's (time, source), the whole-ns total)``; kept per tuple object (a
+        model's layers share their rows' operator tuples: found by identity, not by hashing
+        every operator; the tuple is held, so its id is not reused), a list computed anew."""
+        key = ("ops", id(ops), dtype)
+        got = self._memo.get(key)
+        if got is None or got[0] is not ops:  # the tuple, or another tuple with its old id
+            parts = tuple(self.op_ns(op, dtype) for op in ops)
+            total = math.fsum(t for t, _ in parts)
+            got = (ops, parts, math.ceil(total - 1e-6) if total > 0 else 0)
+            if isinstance(ops, tuple):
+                self._memo[key] = got
+        return got
+
+    def cached_for(self, ops: tuple, tag: str, dtype: str, make):
+        """``make()`` for the operator tuple ``ops`` (:meth:`cached` by the tuple's identity,
+        which it holds: what depends only on the operators and this timer)."""
+        key = (tag, id(ops), dtype)
+        got = self._memo.get(key)
+        if got is None or got[0] is not ops:
+            got = self._memo[key] = (ops, make())
+        return got[1]
 
     def summary(self) -> str:
         """One line: compute time per iteration (summed over stages) by source, the larger

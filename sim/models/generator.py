@@ -9,6 +9,7 @@ A sweep calls ``generate()`` then the engine's ``simulate()`` once per layout.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -275,30 +276,54 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
             return ()
         return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, gpu_sms(timer.gpu)[0])
 
+    made: dict[tuple[int, int], tuple] = {}  # (ops, comm) by identity → their Phase
+
+    def phase(ops, comm, pairs) -> Phase:
+        compute = timer.ops_ns(ops, dtype, m)  # tallied on every call, in the rows' order
+        if pairs or not isinstance(ops, tuple):
+            return Phase(compute, comm, overlaps=ovl(pairs, ops), **_launches(timer, ops, dtype))
+        got = made.get((id(ops), id(comm)))
+        if got is None or got[0] is not ops or got[1] is not comm:
+            # a frozen Phase, shared by the layers whose rows share these objects (a model's
+            # layers are copies of one layer's rows); held with them, so no id is reused
+            got = made[id(ops), id(comm)] = (ops, comm, Phase(
+                compute, comm, overlaps=(), **_launches(timer, ops, dtype)))
+        return got[2]
+
+    timed: dict[tuple[int, ...], tuple] = {}  # a row's operators and comms → its timing
+    memo_rows = hasattr(timer, "tallies")  # a Timer; a stand-in times every row
+
     for i, r in enumerate(rows):
         comms = dp_comms.get(i, [r.wg_comm] if r.wg_comm is not None else [])
         for extra in comms[1:]:
             layers.append(Layer(name=f"{r.name}_grad_bucket", weight_grad=Phase(0, extra)))
         index.append(len(layers))
-        layers.append(Layer(
-            name=r.name,
-            forward=Phase(timer.ops_ns(r.fwd, dtype, m), r.fwd_comm,
-                          overlaps=ovl(r.fwd_ovl, r.fwd),
-                          **_launches(timer, r.fwd, dtype)),
-            input_grad=Phase(timer.ops_ns(r.ig, dtype, m), r.ig_comm,
-                             overlaps=ovl(r.ig_ovl, r.ig), **_launches(timer, r.ig, dtype)),
-            weight_grad=Phase(timer.ops_ns(r.wg, dtype, m), comms[0] if comms else None,
-                              overlaps=ovl(r.wg_ovl, r.wg), **_launches(timer, r.wg, dtype)),
-            first_forward_ns=timer.ops_ns(r.first_fwd, dtype),
-        ))
+        objs = (r.fwd, r.ig, r.wg, r.first_fwd, r.fwd_comm, r.ig_comm, comms[0] if comms else None)
+        key = tuple(map(id, objs))
+        got = timed.get(key)
+        if got is not None and all(map(operator.is_, got[0], objs)):
+            # a row with the same objects as an earlier one (a model's layers are copies of
+            # one layer's rows): its phases, and the same tallies in the same order
+            timer.tally(got[1])
+            layers.append(Layer(r.name, *got[2]))
+            continue
+        made_row = (phase(r.fwd, r.fwd_comm, r.fwd_ovl), phase(r.ig, r.ig_comm, r.ig_ovl),
+                    phase(r.wg, objs[6], r.wg_ovl))
+        first = timer.ops_ns(r.first_fwd, dtype)
+        layers.append(Layer(r.name, *made_row, first_forward_ns=first))
+        if memo_rows and not (r.fwd_ovl or r.ig_ovl or r.wg_ovl) and all(
+                isinstance(o, tuple) for o in objs[:4]):
+            # held with the objects, so no id is reused while they are keys
+            timed[key] = (objs, sum((timer.tallies(o, dtype, m) for o in objs[:3]), ())
+                          + timer.tallies(r.first_fwd, dtype), (*made_row, 0, (), first))
     return layers, index
 
 
 def _launches(timer: Timer, ops, dtype: str) -> dict:
     """The ``kernels_ns`` / ``sync_kernels`` fields of a phase running ``ops``."""
-    cached = getattr(timer, "cached", None)  # Timer memoises them; a stand-in may not
-    kernels, sync = (cached(("launches", ops, dtype), lambda: phase_launches(timer, ops, dtype))
-                     if cached else phase_launches(timer, ops, dtype))
+    cached = getattr(timer, "cached_for", None)  # Timer memoises them; a stand-in may not
+    kernels, sync = (cached(ops, "launches", dtype, lambda: phase_launches(timer, ops, dtype))
+                     if cached and isinstance(ops, tuple) else phase_launches(timer, ops, dtype))
     return {"kernels_ns": kernels, "sync_kernels": sync}
 
 

@@ -35,6 +35,7 @@ from sim.sweep.evaluate import (
     infeasible_row,
     memory_row,
 )
+from sim.sweep.groups import shape_groups
 from sim.sweep.output import within_headroom
 from sim.sweep.runner import run_tasks
 from sim.sweep.space import SweepPoint
@@ -79,8 +80,9 @@ def _bound_ns(program, topology, shared: list | None) -> int | None:
 
 
 def prepass_twins(ctx: SweepContext, layout: SweepPoint) -> list[dict[str, Any]]:
-    """The :func:`prepass` rows of ``layout`` and of its twins (``ctx.twins``: the same
-    layout but for its swept training options, :func:`twin_groups`), in that order."""
+    """The :func:`prepass` rows of ``layout`` and of the layouts of its task (``ctx.twins``:
+    those of its pipeline shape, :func:`~sim.sweep.groups.shape_groups`), in that order; the
+    bound of a program equal to an earlier one's is computed once."""
     shared: list = []
     return [prepass(ctx, lay, shared) for lay in ctx.with_twins(layout)]
 
@@ -211,6 +213,12 @@ def memory_pass(ctx: SweepContext, layout: SweepPoint) -> dict[str, Any]:
     return infeasible_row(ctx, layout, keep=True)
 
 
+def memory_pass_group(ctx: SweepContext, layout: SweepPoint) -> list[dict[str, Any]]:
+    """The :func:`memory_pass` rows of ``layout`` and of the layouts of its task
+    (``ctx.twins``), in that order."""
+    return [memory_pass(ctx, lay) for lay in ctx.with_twins(layout)]
+
+
 def backend_of(opts) -> dict[str, Any]:
     """The back-end arguments of :func:`~sim.sweep.runner.run_tasks` of the sweep ``opts``
     (a :class:`~sim.sweep.driver.SweepOptions`)."""
@@ -224,12 +232,11 @@ def early_pass(ctx: SweepContext, layouts, bounds: bool, **backend) -> dict[str,
     ``connect_timeout_s``): :func:`prepass` rows (``bounds``) or :func:`memory_pass` rows, by
     key."""
     rows: dict[str, dict[str, Any]] = {}
-    if bounds:  # twins in one task: an equal program's bound is computed once
-        layouts, twins = twin_groups(list(layouts))
-        ctx = replace(ctx, twins=twins)
-    run_tasks(ctx, layouts, lambda r: rows.__setitem__(r["layout"], r),
-              task=(prepass_twins if ctx.twins else prepass) if bounds else memory_pass,
-              **backend)
+    # the layouts of one pipeline shape in one task, the largest first (sim.sweep.groups):
+    # their op orders are computed once; an equal program's bound too
+    heads, groups = shape_groups(ctx, layouts)
+    run_tasks(replace(ctx, twins=groups), heads, lambda r: rows.__setitem__(r["layout"], r),
+              task=prepass_twins if bounds else memory_pass_group, **backend)
     return rows
 
 

@@ -32,49 +32,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from sim.engine.segments import BACKWARD, phases
 from sim.pipeline.ops import op_edges
 from sim.pipeline.registry import schedule_type
 from sim.pipeline.schedules import schedule_table
-from sim.program.pipeline import PipelineProgram, StageProgram, Task
-from sim.program.workload import PhaseKind
-
-_PASSES = {"W": (PhaseKind.WEIGHT_GRAD,), "I": (PhaseKind.INPUT_GRAD,)}
-
-
-def _tasks_ns(tasks: tuple[Task, ...]) -> int:
-    return sum(t.compute_ns for t in tasks)
-
-
-class _Passes:
-    """The compute (ns) of one op's pass on one stage, as the engine compiles it
-    (:meth:`sim.engine.core._Engine.compiled`), plus, with ``comm_ns``, a lower bound of each
-    blocking collective the pass waits for (:mod:`sim.sweep.comm_bound`); cached by (chunk,
-    kind, edge, with the collectives)."""
-
-    def __init__(self, stage: StageProgram, comm_ns=None):
-        self.stage = stage
-        self.comm_ns = comm_ns
-        self.cache: dict[tuple[int, str, bool, bool], int] = {}
-
-    def ns(self, chunk: int, kind: str, edge: bool, comm: bool = False) -> int:
-        key = (chunk, kind, edge, comm)
-        got = self.cache.get(key)
-        if got is None:
-            layers = self.stage.pass_layers(chunk, kind)
-            forward = kind == "F"
-            got = 0
-            for _, _, ph in phases(layers, forward, _PASSES.get(kind, BACKWARD)):
-                got += ph.compute_ns
-                c = ph.comm
-                if comm and self.comm_ns is not None and c is not None and c.blocking \
-                        and not (c.overlap or c.prefetch) and c.size_bytes > 0:
-                    got += self.comm_ns(c)  # a blocking step after the phase's compute
-            if forward and edge:  # the chunk's first forward: once-per-iteration work
-                got += sum(lay.first_forward_ns for lay in layers)
-            self.cache[key] = got
-        return got
-
+from sim.program.pipeline import PipelineProgram
+from sim.sweep.passes import Passes, tasks_ns
 
 Part = tuple[int, str, bool, int, int]
 """One pass of a planned op: ``(chunk, kind, edge, microbatch, send)``: ``kind`` ``F``, ``B``
@@ -82,7 +44,7 @@ Part = tuple[int, str, bool, int, int]
 :func:`~sim.pipeline.ops.op_edges`; ``send``: the slot its output goes to (−1: none)."""
 
 
-@lru_cache(maxsize=128)
+@lru_cache(maxsize=16)
 def plan(schedule: str, p: int, m: int, v: int, n: int | None, ep_overlap: bool
          ) -> tuple[tuple[int, tuple[int, ...], tuple[Part, ...]], ...]:
     """The ops of a pipeline in an order where every op comes after the op that sends its
@@ -152,10 +114,10 @@ def replay(program: PipelineProgram, comm_ns=None) -> tuple[int, list[int]]:
     ops = plan(prog.schedule, prog.pp, prog.microbatches, prog.vpp,
                prog.microbatch_group_size, prog.ep_a2a_overlap)
     stages = prog.stages
-    passes = [_Passes(st, comm_ns) for st in stages]
-    syncs = [{i: _tasks_ns(t) for i, t in st.syncs_by_backward().items()} for st in stages]
+    passes = [Passes(st, comm_ns) for st in stages]
+    syncs = [{i: tasks_ns(t) for i, t in st.syncs_by_backward().items()} for st in stages]
     deferred = [st.deferred is not None for st in stages]
-    clock = [_tasks_ns(st.prologue) for st in stages]  # each stage's time so far
+    clock = [tasks_ns(st.prologue) for st in stages]  # each stage's time so far
     work = list(clock)
     backs = [0] * len(stages)
     arrived: dict[int, int] = {}  # slot → ns its data is sent
@@ -177,7 +139,7 @@ def replay(program: PipelineProgram, comm_ns=None) -> tuple[int, list[int]]:
                 arrived[dst] = t
         work[s] += t - start
         clock[s] = t
-    tails = [_tasks_ns(st.tail) for st in stages]
+    tails = [tasks_ns(st.tail) for st in stages]
     ends = [c + t for c, t in zip(clock, tails, strict=True)]
     return max(ends), [w + t for w, t in zip(work, tails, strict=True)]
 
@@ -189,5 +151,6 @@ def lower_bound_ns(program: PipelineProgram, topology) -> int | None:
     if not topology.faults.empty:
         return None
     from sim.sweep.comm_bound import comm_bound, group_sizes
+    from sim.sweep.fast_bound import fast_replay
 
-    return replay(program, comm_bound(topology, group_sizes(program)))[0]
+    return fast_replay(program, comm_bound(topology, group_sizes(program)))[0]

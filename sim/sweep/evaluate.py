@@ -21,6 +21,7 @@ from sim.options.applicable import check_interference
 from sim.parallel.config import Training
 from sim.scenario import NetworkOptions, SimulationOptions, steps
 from sim.scenario.model_run import fit_model, model_run_of
+from sim.scenario.periodic_run import counts_for
 from sim.sweep.space import SweepPoint
 from sim.topology.spec import Topology
 
@@ -169,16 +170,32 @@ def _simulated(prepared, shared: list | None):
     return done
 
 
+_APERIODIC: set[str] = set()
+"""The schedules whose periodic shortcut was tried in this process and failed (the short runs'
+integers did not step evenly: the full run was simulated), e.g. the zero-bubble schedules,
+whose deferred weight-gradient passes keep shifting the pipeline over the short runs' few
+periods. A later layout of such a schedule is simulated in full at once, without the short
+runs (up to ~90% of a full run's work when they fail). The row is the same either way: the
+shortcut's result is the full simulation's (tests/test_periodic_run.py, the sweep benchmark's
+check of its top layouts); only the work differs."""
+
+
 def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False,
               shared: list | None = None) -> dict[str, Any]:
     out, fit = memory_row(ctx, layout)
     if fit is None or memory_only:
         return out
-    # a periodic pipeline: three short runs, the same report (sim.scenario.periodic_run)
-    sim = replace(ctx.simulation, placement=ctx.placement, periodic=ctx.periodic)
+    # a periodic pipeline: three short runs, the same report (sim.scenario.periodic_run);
+    # not tried again for a schedule whose short runs did not step evenly in this process
+    schedule = fit.par.schedule_name
+    sim = replace(ctx.simulation, placement=ctx.placement,
+                  periodic=ctx.periodic and schedule not in _APERIODIC)
     run = model_run_of(fit, ctx.topology, compute=ctx.compute)
-    done = _simulated(steps.prepare(run.program, ctx.topology, network=ctx.network,
-                                    simulation=sim, model_run=run), shared)
+    prepared = steps.prepare(run.program, ctx.topology, network=ctx.network, simulation=sim,
+                             model_run=run)
+    done = _simulated(prepared, shared)
+    if counts_for(prepared) is not None and not done.result.periodic_runs:
+        _APERIODIC.add(schedule)  # tried and the full run simulated: see _APERIODIC
     rep = done.report  # a model run's report holds its metrics
     vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
                                 "bubble_fraction", "ideal_bubble_fraction", "stages")}
