@@ -83,24 +83,40 @@ def link_scopes(cluster, links) -> tuple[dict[int, set], set[tuple[int, int]]]:
     return {n: interned.setdefault(frozenset(s), frozenset(s)) for n, s in nodes.items()}, blocks
 
 
+def _stage_base(pl: Placement, group: GroupKind, ranks: tuple[int, ...]
+                ) -> tuple[int, int, int] | None:
+    """``(first rank of the stage, TP stride, DP stride)`` of a collective over the whole group
+    ``ranks`` (its copies are the stage's other groups of that kind), or None: pipeline and
+    embedding groups, or ranks that are not one whole group, have no copies."""
+    if group in (GroupKind.PP, GroupKind.EMB) or tuple(pl.group(group, ranks[0])) != tuple(ranks):
+        return None
+    return pl.coord(ranks[0]).pp * pl.stride("pp"), pl.stride("tp"), pl.stride("dp")
+
+
+def _pair_rows(pl: Placement, ranks: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """Every copy of a send/recv whose two ranks share their TP and DP coordinates: the same
+    pair of pipeline stages at every TP × DP position (TP-major), else None."""
+    if len(ranks) != 2:
+        return None
+    c0, c1 = pl.coord(ranks[0]), pl.coord(ranks[1])
+    if (c0.tp, c0.dp) != (c1.tp, c1.dp):
+        return None
+    st, sd, ss = (pl.stride(d) for d in ("tp", "dp", "pp"))
+    a, b = c0.pp * ss, c1.pp * ss
+    return [(t * st + d * sd + a, t * st + d * sd + b) for t in range(pl.tp)
+            for d in range(pl.dp)]
+
+
 def _copy_rows(pl: Placement, kind: CollKind, group: GroupKind, ranks: tuple[int, ...]
                ) -> list[tuple[int, ...]] | None:
     """Every copy of a request as a list of rank tuples (None: the request has no copies):
     :func:`_copy_array` in plain Python, row for row."""
-    c0 = pl.coord(ranks[0])
-    st, sd, ss = (pl.stride(d) for d in ("tp", "dp", "pp"))
     if kind is CollKind.SENDRECV:
-        if len(ranks) != 2:
-            return None
-        c1 = pl.coord(ranks[1])
-        if (c0.tp, c0.dp) != (c1.tp, c1.dp):
-            return None
-        a, b = c0.pp * ss, c1.pp * ss
-        return [(t * st + d * sd + a, t * st + d * sd + b) for t in range(pl.tp)
-                for d in range(pl.dp)]
-    if group in (GroupKind.PP, GroupKind.EMB) or tuple(pl.group(group, ranks[0])) != tuple(ranks):
+        return _pair_rows(pl, ranks)
+    base = _stage_base(pl, group, ranks)
+    if base is None:
         return None
-    s0 = c0.pp * ss
+    s0, st, sd = base
     if group in EXPERT_KINDS and pl.etp != pl.tp:
         return [tuple(s0 + (i % pl.tp) * st + (i // pl.tp) * sd for i in row)
                 for row in _expert_rows(pl, group)]
@@ -136,19 +152,13 @@ def _copy_array(placement: Placement, kind: CollKind, group: GroupKind,
     import numpy as np
 
     pl = placement
-    c0 = pl.coord(ranks[0])
-    st, sd, ss = (pl.stride(d) for d in ("tp", "dp", "pp"))
     if kind is CollKind.SENDRECV:
-        if len(ranks) != 2:
-            return None
-        c1 = pl.coord(ranks[1])
-        if (c0.tp, c0.dp) != (c1.tp, c1.dp):
-            return None
-        base = (np.arange(pl.tp)[:, None] * st + np.arange(pl.dp)[None, :] * sd).reshape(-1)
-        return np.stack([base + c0.pp * ss, base + c1.pp * ss], axis=1)
-    if group in (GroupKind.PP, GroupKind.EMB) or tuple(pl.group(group, ranks[0])) != tuple(ranks):
+        rows = _pair_rows(pl, ranks)
+        return None if rows is None else np.array(rows, dtype=np.int64).reshape(-1, 2)
+    base = _stage_base(pl, group, ranks)
+    if base is None:
         return None
-    s0 = c0.pp * ss
+    s0, st, sd = base
     if group in EXPERT_KINDS and pl.etp != pl.tp:
         return s0 + _expert_copies(pl, group)
     t, d, ep = np.arange(pl.tp), np.arange(pl.dp), pl.ep

@@ -36,7 +36,7 @@ from sim.pipeline.ops import op_edges
 from sim.pipeline.registry import schedule_type
 from sim.pipeline.schedules import schedule_table
 from sim.program.pipeline import PipelineProgram
-from sim.sweep.passes import Passes, tasks_ns
+from sim.sweep.passes import Passes, tasks_ns, with_tails
 
 Part = tuple[int, str, bool, int, int]
 """One pass of a planned op: ``(chunk, kind, edge, microbatch, send)``: ``kind`` ``F``, ``B``
@@ -139,9 +139,7 @@ def replay(program: PipelineProgram, comm_ns=None) -> tuple[int, list[int]]:
                 arrived[dst] = t
         work[s] += t - start
         clock[s] = t
-    tails = [tasks_ns(st.tail) for st in stages]
-    ends = [c + t for c, t in zip(clock, tails, strict=True)]
-    return max(ends), [w + t for w, t in zip(work, tails, strict=True)]
+    return with_tails(stages, clock, work)
 
 
 def lower_bound_ns(program: PipelineProgram, topology) -> int | None:

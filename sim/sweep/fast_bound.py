@@ -28,7 +28,7 @@ from sim.pipeline.ops import op_edges
 from sim.pipeline.registry import schedule_type
 from sim.pipeline.schedules import schedule_tuples
 from sim.program.pipeline import PipelineProgram
-from sim.sweep.passes import Passes, tasks_ns
+from sim.sweep.passes import Passes, tasks_ns, with_tails
 
 Op = tuple[int, tuple[int, ...], tuple[tuple[int, int, int, int], ...], tuple[tuple[int, int], ...]]
 """One compiled op: ``(stage, slots it receives, parts, sends)``; a part ``(pass, its deferred
@@ -189,6 +189,4 @@ def fast_replay(program: PipelineProgram, comm_ns=None) -> tuple[int, list[int]]
                 arrived[dst] = t
         work[s] += t - start
         clock[s] = t
-    tails = [tasks_ns(st.tail) for st in stages]
-    ends = [c + t for c, t in zip(clock, tails, strict=True)]
-    return max(ends), [w + t for w, t in zip(work, tails, strict=True)]
+    return with_tails(stages, clock, work)

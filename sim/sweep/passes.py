@@ -15,6 +15,14 @@ def tasks_ns(tasks: tuple[Task, ...]) -> int:
     return sum(t.compute_ns for t in tasks)
 
 
+def with_tails(stages, clock: list[int], work: list[int]) -> tuple[int, list[int]]:
+    """``(iteration ns, per-stage work ns)`` once every stage has run its tail tasks after its
+    pipeline (``clock``: each stage's time at the end of its ops; ``work``: its busy time)."""
+    tails = [tasks_ns(st.tail) for st in stages]
+    ends = [c + t for c, t in zip(clock, tails, strict=True)]
+    return max(ends), [w + t for w, t in zip(work, tails, strict=True)]
+
+
 class Passes:
     """The compute (ns) of one op's pass on one stage, as the engine compiles it
     (:meth:`sim.engine.core._Engine.compiled`), plus, with ``comm_ns``, a lower bound of each
