@@ -47,7 +47,8 @@ class Flow:
         # a list shared by flows of equal path, loads and cap on one solver's capacities: its
         # rate and bottleneck alone ([] until the first :func:`_alone_rate`); None: not shared
         self.solo: list | None = None
-        # what a fill reads of it (path, loads, cap) as a small integer, set by the solver
+        # what a fill reads of it (path, loads, cap) as a small integer, set by the solver on
+        # its first fill with other flows (-1: not yet)
         self.sig = -1
 
 
@@ -175,14 +176,8 @@ class FluidSolver:
 
     def add(self, flows: list[Flow], now: int) -> None:
         users = self.users
-        sigs = self._sigs
         for f in flows:
             f.t = now
-            key = (f.path, f.loads, f.maxrate)
-            sig = sigs.get(key)
-            if sig is None:
-                sig = sigs[key] = len(sigs)
-            f.sig = sig
             for link, m in f.loads:
                 u = users.get(link)
                 if u is None:
@@ -230,7 +225,14 @@ class FluidSolver:
         """:func:`waterfill` of ``comp``, remembered (with the bottlenecks it sets)."""
         if len(comp) == 1:
             return [_alone_rate(comp[0], self.cap)]
-        key = tuple([f.sig for f in comp])
+        sigs = self._sigs
+        ids = []
+        for f in comp:
+            sig = f.sig
+            if sig < 0:  # first fill with other flows
+                sig = f.sig = sigs.setdefault((f.path, f.loads, f.maxrate), len(sigs))
+            ids.append(sig)
+        key = tuple(ids)
         got = self._fills.get(key)
         if got is not None:
             for f, b in zip(comp, got[1], strict=True):
