@@ -41,6 +41,40 @@ def test_overlap_formulas_hand_derived():
             assert max(g, c) <= t <= g + c
 
 
+def _overlap_in_fractions(method, g, c, splits, sms, comm_sms):
+    """The module doc's steps in exact rationals: a step of GEMM work x beside a transfer y
+    takes max(y, y + x − y·speed)."""
+    import math
+    from fractions import Fraction
+
+    g, c, speed = Fraction(g), Fraction(c), Fraction(sms - comm_sms, sms)
+
+    def step(x, y):
+        return max(y, y + x - y * speed)
+    if c == 0 or g == 0:
+        t = g + c
+    elif method in ("bulk", "nccl") or splits <= 1:
+        t = step(g, c)
+    elif method == "ring_exchange":
+        t = (splits - 1) * step(g / splits, c / (splits - 1)) + g / splits
+    else:
+        t = g / splits + (splits - 1) * step(g / splits, c / splits) + c / splits
+    return math.ceil(t)
+
+
+def test_overlap_rounds_up_exactly():
+    # odd sizes, SM counts and splits, so that most results are not whole nanoseconds
+    import random
+
+    rng = random.Random(11)
+    for _ in range(20000):
+        method = rng.choice(("ring_exchange", "pipeline", "bulk", "nccl"))
+        sms = rng.choice((7, 108, 132, 148))
+        args = (method, rng.randint(0, 10**7), rng.randint(0, 10**7), rng.randint(0, 9), sms,
+                rng.randint(0, sms - 1))
+        assert overlapped_ns(*args) == _overlap_in_fractions(*args), args
+
+
 def tp_comm(kind: CollKind, size: int) -> Comm:
     return Comm(kind, GroupKind.TP, size)
 

@@ -33,44 +33,37 @@ All times in integer nanoseconds; results are rounded up to whole ns.
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # fractions (and decimal) load on the first overlapped step
-    from fractions import Fraction
-
 METHODS = ("ring_exchange", "pipeline", "bulk", "nccl")
-
-
-def beside(gemm_ns: Fraction, comm_ns: Fraction, speed: Fraction) -> Fraction:
-    """Time of GEMM work ``gemm_ns`` (alone) and a transfer ``comm_ns`` started together, the
-    GEMM at ``speed`` (fraction of its own) while the transfer runs."""
-    return max(comm_ns, comm_ns + gemm_ns - comm_ns * speed)
 
 
 def overlapped_ns(method: str, gemm_ns: int, comm_ns: int, splits: int, sms: int,
                   comm_sms: int) -> int:
     """Time (ns) of the GEMM of ``gemm_ns`` and the collective of ``comm_ns`` overlapped by
     ``method`` in ``splits`` chunks, the communication kernel holding ``comm_sms`` of ``sms``
-    SMs. Never less than ``max(gemm_ns, comm_ns)``; with nothing to overlap it is their sum."""
+    SMs. Never less than ``max(gemm_ns, comm_ns)``; with nothing to overlap it is their sum.
+
+    A step of GEMM work ``g`` beside a transfer ``c`` takes ``max(c, g + c·comm_sms/sms)``
+    (the GEMM at ``(sms − comm_sms)/sms`` of its speed while the transfer runs). The sums below
+    are those steps scaled by a common denominator ``den``, in integers, so the rounding up is
+    exact."""
     if method not in METHODS:
         raise ValueError(f"unknown overlap method {method!r}")
     if sms <= 0 or not 0 <= comm_sms < sms:
         raise ValueError(f"need 0 <= comm_sms < sms, got {comm_sms} of {sms}")
-    from fractions import Fraction
-
-    g, c = Fraction(gemm_ns), Fraction(comm_ns)
-    speed = Fraction(sms - comm_sms, sms)
-    if comm_ns == 0:
-        t = g
-    elif gemm_ns == 0:
-        t = c
-    elif method in ("bulk", "nccl") or splits <= 1:
-        t = beside(g, c, speed)
+    g, c, h = gemm_ns, comm_ns, comm_sms
+    if c == 0 or g == 0:
+        return g + c
+    if method in ("bulk", "nccl") or splits <= 1:
+        # max(c, g + c·h/sms)
+        den = sms
+        num = max(c * sms, g * sms + c * h)
     elif method == "ring_exchange":
+        # (n − 1) steps of g/n beside c/(n − 1), then the last g/n alone
         n = splits
-        t = (n - 1) * beside(g / n, c / (n - 1), speed) + g / n
-    else:  # pipeline
+        den = n * sms
+        num = max(c * den, (n - 1) * g * sms + c * h * n) + g * sms
+    else:  # pipeline: g/k alone, (k − 1) steps of g/k beside c/k, then c/k alone
         k = splits
-        t = g / k + (k - 1) * beside(g / k, c / k, speed) + c / k
-    return math.ceil(t)
+        den = k * sms
+        num = g * sms + (k - 1) * max(c * sms, g * sms + c * h) + c * sms
+    return -(-num // den)

@@ -164,9 +164,7 @@ class FlowNetwork(Network):
         key = (req.ranks, req.size_bytes, req.kind, req.group)
         prep = self._started.get(key, _UNSEEN)
         if prep is _UNSEEN:
-            prep = self._prepare(req)
-            if prep is None or not prep.is_class:  # class plans: flows rebuilt per start
-                self._started[key] = prep
+            prep = self._started[key] = self._prepare(req)
         if prep is None:
             env = self.env
             assert env is not None, "bind() first"

@@ -26,7 +26,7 @@ import math
 
 class Flow:
     __slots__ = ("path", "loads", "rem", "maxrate", "rate", "t", "fin", "ver", "owner", "bneck",
-                 "strict", "solo")
+                 "strict", "solo", "sig")
 
     def __init__(self, path: tuple[int, ...], loads: tuple[tuple[int, int], ...], rem: float,
                  owner: object = None, maxrate: float = math.inf,
@@ -47,6 +47,9 @@ class Flow:
         # a list shared by flows of equal path, loads and cap on one solver's capacities: its
         # rate and bottleneck alone ([] until the first :func:`_alone_rate`); None: not shared
         self.solo: list | None = None
+        # what a fill reads of it (path, loads, cap) as a small integer, set by the solver on
+        # its first fill with other flows (-1: not yet)
+        self.sig = -1
 
 
 def inexact(flows: list[Flow]) -> int:
@@ -151,6 +154,9 @@ def _alone_rate(f: Flow, cap: list[float]) -> float:
     return best
 
 
+_FILL_MEMO_FLOWS = 1_000_000  # at most this many flows over the remembered fills (~50 MB)
+
+
 class FluidSolver:
     """Active flows, their rates, and the heap of their completion times."""
 
@@ -161,6 +167,12 @@ class FluidSolver:
         self._seq = 0
         self.strict_flows = False  # set when class flows are added
         self.inexact = 0  # fills that limited a class flow by a link not all its transfers use
+        # fills remembered by the signatures of their flows in order: a fill reads only the
+        # flows' paths, loads and caps and the fixed capacities, so a repeated set of flows
+        # (every microbatch of a steady pipeline) gets the same rates and bottlenecks
+        self._sigs: dict[tuple, int] = {}
+        self._fills: dict[tuple[int, ...], tuple[list[float], list[int]]] = {}
+        self._filled = 0  # flows over all remembered fills (bounds the memory)
 
     def add(self, flows: list[Flow], now: int) -> None:
         users = self.users
@@ -206,27 +218,37 @@ class FluidSolver:
                     break
             else:
                 return list(seeds)
-        seen: dict[Flow, None] = {}
-        stack = list(seeds)
-        links: set[int] | None = set() if self.strict_flows else None
-        while stack:
-            f = stack.pop()
-            if f in seen:
-                continue
-            seen[f] = None
-            for link, _ in f.loads:
-                if links is not None:
-                    if link in links:
-                        continue
-                    links.add(link)
-                for g in users[link]:
-                    if g not in seen:
-                        stack.append(g)
-        return list(seen)
+        search = _search_claiming_links if self.strict_flows else _search
+        return search(users, list(seeds))
+
+    def _rates(self, comp: list[Flow]) -> list[float]:
+        """:func:`waterfill` of ``comp``, remembered (with the bottlenecks it sets)."""
+        if len(comp) == 1:
+            return [_alone_rate(comp[0], self.cap)]
+        sigs = self._sigs
+        ids = []
+        for f in comp:
+            sig = f.sig
+            if sig < 0:  # first fill with other flows
+                sig = f.sig = sigs.setdefault((f.path, f.loads, f.maxrate), len(sigs))
+            ids.append(sig)
+        key = tuple(ids)
+        got = self._fills.get(key)
+        if got is not None:
+            for f, b in zip(comp, got[1], strict=True):
+                f.bneck = b
+            return got[0]
+        rates = _fill(comp, self.cap)
+        if self._filled > _FILL_MEMO_FLOWS:
+            self._fills.clear()
+            self._filled = 0
+        self._fills[key] = (rates, [f.bneck for f in comp])
+        self._filled += len(comp)
+        return rates
 
     def _refill(self, seeds: list[Flow], now: int) -> None:
         comp = self._component(seeds)
-        rates = [_alone_rate(comp[0], self.cap)] if len(comp) == 1 else _fill(comp, self.cap)
+        rates = self._rates(comp)
         if self.strict_flows:
             self.inexact += inexact(comp)
         heap = self.heap
@@ -253,6 +275,44 @@ class FluidSolver:
             if ver == f.ver and f.fin == fin:
                 out.append(f)
         return out
+
+
+def _search(users: dict[int, dict[Flow, int]], stack: list[Flow]) -> list[Flow]:
+    """Depth-first search from ``stack`` (popped last first) over shared links: the flows in
+    the order they are reached."""
+    seen: dict[Flow, None] = {}
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        f = pop()
+        if f in seen:
+            continue
+        seen[f] = None
+        for link, _ in f.loads:
+            for g in users[link]:
+                if g not in seen:
+                    push(g)
+    return list(seen)
+
+
+def _search_claiming_links(users: dict[int, dict[Flow, int]], stack: list[Flow]) -> list[Flow]:
+    """:func:`_search` expanding each link once (class flows share many links)."""
+    seen: dict[Flow, None] = {}
+    links: set[int] = set()
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        f = pop()
+        if f in seen:
+            continue
+        seen[f] = None
+        for link, _ in f.loads:
+            if link not in links:
+                links.add(link)
+                for g in users[link]:
+                    if g not in seen:
+                        push(g)
+    return list(seen)
 
 
 def set_rate(f: Flow, rate: float, now: int) -> None:
