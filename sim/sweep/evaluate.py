@@ -153,14 +153,17 @@ def _simulated(prepared, shared: list | None):
     model are deterministic functions of those inputs (the periodic shortcut's result is the
     full simulation's, tests/test_periodic_run.py), so the result is the one
     ``steps.run(prepared)`` would give; e.g. ``--recompute none`` and ``selective`` with a
-    fused attention kernel generate the same work. Never reused with faults or jitter (a
-    healthy run or samples to add)."""
+    fused attention kernel generate the same work. Whether the periodic shortcut may be tried
+    is not compared, for the same reason: the twin of a layout whose short runs did not step
+    evenly (then simulated with the shortcut off, :data:`_APERIODIC`) reuses that layout's
+    full simulation. Never reused with faults or jitter (a healthy run or samples to add)."""
     if shared is None or not prepared.faults.empty or prepared.simulation.jitter_cv > 0:
         return steps.run(prepared)
     # placement and rank classes: functions of the program's sizes, the topology, its faults
     # and the engine options, all compared (objects without equality of their own)
     key = replace(prepared, program=replace(prepared.program, assumptions=[]), model_run=None,
-                  placement=None, classes=None)
+                  placement=None, classes=None,
+                  simulation=replace(prepared.simulation, periodic=True))
     for seen, result in shared:
         if seen == key:
             result = replace(result, program=prepared.program)
