@@ -36,12 +36,7 @@ from sim.topology.gpu import GpuSpec
 
 # ZeRO-3's collectives among one chunk's timed layers (one per row): (layers, rows, config)
 Zero3Units = Callable[[list[Layer], list[Row], ParallelConfig], list[Layer]]
-
-Memo = tuple[dict[tuple[int, int], tuple], dict[tuple[int, ...], tuple]]
-"""What :func:`_layers` has timed, keyed by the identity of the objects (which each entry
-holds, so no id is reused while it is kept): a frozen phase by its ``(ops, comm)``, a row's
-phases and tallies by its operators and comms. Valid for one timer and one layout only (the
-phases' times are that timer's, the tallies that layout's microbatches)."""
+Memo = tuple[dict, dict]  # _layers' timings for one timer and layout, by object identity
 
 
 def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
@@ -79,7 +74,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     cm = timer.cm
     if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="dtype")
-    memo: Memo = ({}, {})  # rows' phases, shared by every stage and chunk (see _layers)
+    memo: Memo = ({}, {})  # every stage and chunk's rows: copies of one layer's (_layers)
     stages = [_stage_program(st, plan, timer, optimizer, zero3, memo) for st in plan.stages]
     dm = plan.dims
     pp_bytes = dm.n * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
@@ -122,9 +117,8 @@ _KIND_MEANS = {"fastacc": "FP8 forward GEMMs at the split-accumulator rate, wher
                         "fp32 main grads"}
 
 
-def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
-                   optimizer: str | ShampooPlan, zero3: Zero3Units | None,
-                   memo: Memo | None = None) -> StageProgram:
+def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer, optimizer: str | ShampooPlan,
+                   zero3: Zero3Units | None, memo: Memo | None = None) -> StageProgram:
     par = plan.par
     chunks, prologue, step_gathers = [], [], []
     delayed, deferred = delays(par, st.stage), None
@@ -273,9 +267,8 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
             single: bool = False, memo: Memo | None = None) -> tuple[list[Layer], list[int]]:
     """The timed layers of ``rows`` and, per row, the index of its layer. A row that completes
     two gradient buckets carries the first; the second goes on a comm-only layer placed just
-    before it (``<row>_grad_bucket``: walked right after the row in backward). ``memo``: the
-    phases of rows already timed with ``timer`` and ``par`` (:data:`Memo`; one program's
-    stages and chunks share it: their rows are copies of one layer's), else none."""
+    before it (``<row>_grad_bucket``: walked right after the row in backward). ``memo``: what
+    this program's other chunks timed (:data:`Memo`: their rows are copies of one layer's)."""
     dp_comms = _bucket_comms(rows, par, delayed, single)
     dtype, m = par.dtype, par.microbatches
     layers: list[Layer] = []
@@ -286,8 +279,7 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
             return ()
         return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, gpu_sms(timer.gpu)[0])
 
-    made, timed = memo if memo is not None else ({}, {})
-    # made: (ops, comm) by identity → their Phase
+    made, timed = memo if memo is not None else ({}, {})  # Phases by (ops, comm); row timings
 
     def phase(ops, comm, pairs) -> Phase:
         compute = timer.ops_ns(ops, dtype, m)  # tallied on every call, in the rows' order
@@ -301,7 +293,6 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
                 compute, comm, overlaps=(), **_launches(timer, ops, dtype)))
         return got[2]
 
-    # timed: a row's operators and comms by identity → its timing
     memo_rows = hasattr(timer, "tallies")  # a Timer; a stand-in times every row
 
     for i, r in enumerate(rows):
