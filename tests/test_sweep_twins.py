@@ -24,8 +24,8 @@ TOPO = load_topology(str(TOPOLOGIES / "tiny-nvlink-4.yaml"))
 LABELS = [(("recompute", r),) for r in ("none", "selective", "full")]
 
 
-def _ctx(**kw) -> SweepContext:
-    base = Training(global_batch=8, sequence_parallel=True)
+def _ctx(global_batch: int = 8, **kw) -> SweepContext:
+    base = Training(global_batch=global_batch, sequence_parallel=True)
     variants = tuple((lab, replace(base, recompute=lab[0][1])) for lab in LABELS)
     return SweepContext(MODEL, TOPO, base, variants=variants, **kw)
 
@@ -80,3 +80,22 @@ def test_no_reuse_with_faults(monkeypatch):
     calls = _counting(monkeypatch)
     rows = ev.evaluate_twins(ctx, lays[0])
     assert [r["status"] for r in rows] == ["ok", "ok"] and len(calls) == 2
+
+
+def test_twin_of_a_layout_whose_shortcut_failed_reuses_its_full_run(monkeypatch):
+    """The first twin tries the periodic shortcut; where its short runs do not step evenly
+    (here: made to fail) the schedule joins ``_APERIODIC`` and the full run is simulated.
+    Its twin, evaluated with the shortcut off, reuses that full run: one full simulation
+    for both, each row equal to its own full simulation."""
+    import sim.scenario.periodic_run as periodic_run
+
+    lays = [SweepPoint(2, 2, 1, 1, 1, variant=lab) for lab in LABELS[:2]]
+    ctx = _ctx(48, twins=((lays[0].key, (lays[1],)),))  # 48 microbatches: short runs apply
+    full = [_strip(ev.evaluate(replace(ctx, periodic=False), lay)) for lay in lays]
+    monkeypatch.setattr(ev, "_APERIODIC", set())
+    monkeypatch.setattr(periodic_run, "simulate_periodic", lambda prepared, simulate: None)
+    calls = _counting(monkeypatch)
+    rows = [_strip(r) for r in ev.evaluate_twins(ctx, lays[0])]
+    assert ev._APERIODIC == {"1f1b"}  # noqa: SLF001 - the first tried the shortcut
+    assert rows == full and [r["status"] for r in rows] == ["ok", "ok"]
+    assert calls == [lays[0].config(ctx.training).microbatches]  # one simulation for both

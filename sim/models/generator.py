@@ -36,6 +36,7 @@ from sim.topology.gpu import GpuSpec
 
 # ZeRO-3's collectives among one chunk's timed layers (one per row): (layers, rows, config)
 Zero3Units = Callable[[list[Layer], list[Row], ParallelConfig], list[Layer]]
+Memo = tuple[dict, dict]  # _layers' timings for one timer and layout, by object identity
 
 
 def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
@@ -73,7 +74,8 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     cm = timer.cm
     if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="dtype")
-    stages = [_stage_program(st, plan, timer, optimizer, zero3) for st in plan.stages]
+    memo: Memo = ({}, {})  # every stage and chunk's rows: copies of one layer's (_layers)
+    stages = [_stage_program(st, plan, timer, optimizer, zero3, memo) for st in plan.stages]
     dm = plan.dims
     pp_bytes = dm.n * dm.h * ACT_BYTES // (dm.t if dm.sp else 1)
     program = PipelineProgram(
@@ -115,14 +117,14 @@ _KIND_MEANS = {"fastacc": "FP8 forward GEMMs at the split-accumulator rate, wher
                         "fp32 main grads"}
 
 
-def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer,
-                   optimizer: str | ShampooPlan, zero3: Zero3Units | None) -> StageProgram:
+def _stage_program(st: StagePlan, plan: ModelPlan, timer: Timer, optimizer: str | ShampooPlan,
+                   zero3: Zero3Units | None, memo: Memo | None = None) -> StageProgram:
     par = plan.par
     chunks, prologue, step_gathers = [], [], []
     delayed, deferred = delays(par, st.stage), None
     for c, rows in enumerate(st.chunks):
         single = _single_bucket(st.stage, c, par)
-        layers, index = _layers(rows, par, timer, delayed, single)
+        layers, index = _layers(rows, par, timer, delayed, single, memo)
         if par.zero >= 3:  # no DP buckets with ZeRO-3: one layer per row
             if zero3 is not None:
                 layers = list(zero3(layers, rows, par))
@@ -262,10 +264,11 @@ def _bucket_spans(rows: list[Row], par: ParallelConfig,
 
 
 def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = False,
-            single: bool = False) -> tuple[list[Layer], list[int]]:
+            single: bool = False, memo: Memo | None = None) -> tuple[list[Layer], list[int]]:
     """The timed layers of ``rows`` and, per row, the index of its layer. A row that completes
     two gradient buckets carries the first; the second goes on a comm-only layer placed just
-    before it (``<row>_grad_bucket``: walked right after the row in backward)."""
+    before it (``<row>_grad_bucket``: walked right after the row in backward). ``memo``: what
+    this program's other chunks timed (:data:`Memo`: their rows are copies of one layer's)."""
     dp_comms = _bucket_comms(rows, par, delayed, single)
     dtype, m = par.dtype, par.microbatches
     layers: list[Layer] = []
@@ -276,7 +279,7 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
             return ()
         return tp_overlap.gemm_overlaps(pairs, ops, par.tp, timer, dtype, gpu_sms(timer.gpu)[0])
 
-    made: dict[tuple[int, int], tuple] = {}  # (ops, comm) by identity → their Phase
+    made, timed = memo if memo is not None else ({}, {})  # Phases by (ops, comm); row timings
 
     def phase(ops, comm, pairs) -> Phase:
         compute = timer.ops_ns(ops, dtype, m)  # tallied on every call, in the rows' order
@@ -290,7 +293,6 @@ def _layers(rows: list[Row], par: ParallelConfig, timer: Timer, delayed: bool = 
                 compute, comm, overlaps=(), **_launches(timer, ops, dtype)))
         return got[2]
 
-    timed: dict[tuple[int, ...], tuple] = {}  # a row's operators and comms → its timing
     memo_rows = hasattr(timer, "tallies")  # a Timer; a stand-in times every row
 
     for i, r in enumerate(rows):

@@ -19,6 +19,7 @@ from sim.models.compute_setup import ComputeSetup
 from sim.models.vocab.spec import ModelSpec
 from sim.options.applicable import check_interference
 from sim.parallel.config import Training
+from sim.pipeline.registry import SCHEDULES
 from sim.scenario import NetworkOptions, SimulationOptions, steps
 from sim.scenario.model_run import fit_model, model_run_of
 from sim.scenario.periodic_run import counts_for
@@ -153,14 +154,17 @@ def _simulated(prepared, shared: list | None):
     model are deterministic functions of those inputs (the periodic shortcut's result is the
     full simulation's, tests/test_periodic_run.py), so the result is the one
     ``steps.run(prepared)`` would give; e.g. ``--recompute none`` and ``selective`` with a
-    fused attention kernel generate the same work. Never reused with faults or jitter (a
-    healthy run or samples to add)."""
+    fused attention kernel generate the same work. Whether the periodic shortcut may be tried
+    is not compared, for the same reason: the twin of a layout whose short runs did not step
+    evenly (then simulated with the shortcut off, :data:`_APERIODIC`) reuses that layout's
+    full simulation. Never reused with faults or jitter (a healthy run or samples to add)."""
     if shared is None or not prepared.faults.empty or prepared.simulation.jitter_cv > 0:
         return steps.run(prepared)
     # placement and rank classes: functions of the program's sizes, the topology, its faults
     # and the engine options, all compared (objects without equality of their own)
     key = replace(prepared, program=replace(prepared.program, assumptions=[]), model_run=None,
-                  placement=None, classes=None)
+                  placement=None, classes=None,
+                  simulation=replace(prepared.simulation, periodic=True))
     for seen, result in shared:
         if seen == key:
             result = replace(result, program=prepared.program)
@@ -177,7 +181,40 @@ whose deferred weight-gradient passes keep shifting the pipeline over the short 
 periods. A later layout of such a schedule is simulated in full at once, without the short
 runs (up to ~90% of a full run's work when they fail). The row is the same either way: the
 shortcut's result is the full simulation's (tests/test_periodic_run.py, the sweep benchmark's
-check of its top layouts); only the work differs."""
+check of its top layouts); only the work differs. On local workers, also those another worker
+of the sweep found (:data:`_SHARED_FLAGS`)."""
+
+_SHARED_FLAGS: list = []
+"""A local worker's view of the flags its sweep's workers share (:func:`share_aperiodic`):
+one byte per registered schedule (:data:`~sim.pipeline.registry.SCHEDULES` order), set by the
+worker that found the schedule's shortcut failing, so that no other worker tries it again."""
+
+
+def share_aperiodic(flags) -> None:
+    """Share :data:`_APERIODIC` through ``flags`` (a shared byte array, one per registered
+    schedule: :func:`aperiodic_flags`) with the other workers that received it."""
+    _SHARED_FLAGS[:] = [flags]
+
+
+def aperiodic_flags(mp_context):
+    """A new shared byte array for :func:`share_aperiodic` (all clear), from ``mp_context``
+    (a :mod:`multiprocessing` context; passed to each worker when it starts)."""
+    return mp_context.RawArray("b", len(SCHEDULES))
+
+
+def _aperiodic(schedule: str) -> bool:
+    """Whether the shortcut of ``schedule`` is known to fail here or, where the flags are
+    shared, in another worker of the sweep."""
+    if schedule not in _APERIODIC and _SHARED_FLAGS and schedule in SCHEDULES \
+            and _SHARED_FLAGS[0][SCHEDULES.index(schedule)]:
+        _APERIODIC.add(schedule)
+    return schedule in _APERIODIC
+
+
+def _mark_aperiodic(schedule: str) -> None:
+    _APERIODIC.add(schedule)
+    if _SHARED_FLAGS and schedule in SCHEDULES:
+        _SHARED_FLAGS[0][SCHEDULES.index(schedule)] = 1
 
 
 def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False,
@@ -186,16 +223,16 @@ def _evaluate(ctx: SweepContext, layout: SweepPoint, memory_only: bool = False,
     if fit is None or memory_only:
         return out
     # a periodic pipeline: three short runs, the same report (sim.scenario.periodic_run);
-    # not tried again for a schedule whose short runs did not step evenly in this process
+    # not tried again for a schedule whose short runs did not step evenly in this sweep's worker
     schedule = fit.par.schedule_name
     sim = replace(ctx.simulation, placement=ctx.placement,
-                  periodic=ctx.periodic and schedule not in _APERIODIC)
+                  periodic=ctx.periodic and not _aperiodic(schedule))
     run = model_run_of(fit, ctx.topology, compute=ctx.compute)
     prepared = steps.prepare(run.program, ctx.topology, network=ctx.network, simulation=sim,
                              model_run=run)
     done = _simulated(prepared, shared)
     if counts_for(prepared) is not None and not done.result.periodic_runs:
-        _APERIODIC.add(schedule)  # tried and the full run simulated: see _APERIODIC
+        _mark_aperiodic(schedule)  # tried and the full run simulated: see _APERIODIC
     rep = done.report  # a model run's report holds its metrics
     vals = {k: rep[k] for k in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
                                 "bubble_fraction", "ideal_bubble_fraction", "stages")}

@@ -30,7 +30,13 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 from sim.errors import UsageError
-from sim.sweep.evaluate import SweepContext, base_row, evaluate
+from sim.sweep.evaluate import (
+    SweepContext,
+    aperiodic_flags,
+    base_row,
+    evaluate,
+    share_aperiodic,
+)
 from sim.sweep.space import SweepPoint
 
 Row = dict[str, Any]
@@ -109,9 +115,13 @@ def _mp_context():
 def worker_pool(n: int, ctx: SweepContext | None = None):
     """A pool of ``n`` local worker processes that ignore Ctrl-C and end with this process
     (:func:`_worker_init`); on an interrupt, end it with :func:`stop_pool`. ``ctx``: the
-    context each worker keeps for :func:`_shared_task`."""
-    return ProcessPoolExecutor(max_workers=n, mp_context=_mp_context(),
-                               initializer=_worker_init, initargs=(os.getpid(), ctx))
+    context each worker keeps for :func:`_shared_task`, with the flags by which a sweep's
+    workers tell each other which schedules' periodic shortcut fails
+    (:func:`~sim.sweep.evaluate.share_aperiodic`)."""
+    mp = _mp_context()
+    flags = aperiodic_flags(mp) if ctx is not None else None
+    return ProcessPoolExecutor(max_workers=n, mp_context=mp, initializer=_worker_init,
+                               initargs=(os.getpid(), ctx, flags))
 
 
 def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Callable[[Row], None],
@@ -149,15 +159,19 @@ def _run_pool(ctx: SweepContext, layouts: Sequence[SweepPoint], on_result: Calla
     return f"local process pool ({n} workers)"
 
 
-def _worker_init(parent_pid: int, ctx: SweepContext | None = None) -> None:
+def _worker_init(parent_pid: int, ctx: SweepContext | None = None, flags=None) -> None:
     """Worker initializer. Ctrl-C reaches the whole process group; only the parent handles it
     (and then ends the workers), so the workers ignore it and print no tracebacks. And a worker
     ends as soon as the sweep's main process does, however it ended (even ``kill -9``): else
     the workers, the forkserver (kept alive by the workers) and the resource tracker would
-    outlive it, holding the caller's stdout and stderr open."""
+    outlive it, holding the caller's stdout and stderr open. ``ctx``: the sweep's context
+    (:func:`_shared_task`); ``flags``: the flags its workers share
+    (:func:`~sim.sweep.evaluate.share_aperiodic`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if ctx is not None:
         _SHARED[:] = [ctx]
+    if flags is not None:
+        share_aperiodic(flags)
     threading.Thread(target=_exit_with, args=(parent_pid,), name="simrun-parent-watch",
                      daemon=True).start()
 
