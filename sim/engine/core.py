@@ -45,7 +45,7 @@ from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.parallel.placement import Placement
 from sim.parallel.rank_classes import RankClasses
-from sim.pipeline.ops import ScheduleOp, op_edges
+from sim.pipeline.ops import ScheduleOp, op_passes
 from sim.pipeline.schedules import schedule_table
 from sim.program.pipeline import PipelineProgram, Task, TaskKind
 from sim.program.workload import PhaseKind
@@ -141,6 +141,7 @@ class _Engine:
         self._blocking: dict[tuple, tuple[Comm, ...]] = {}
         self._all_compiled: list[tuple[int, Compiled]] = []
         self._xfers: dict[tuple, tuple[int, int] | None] = {}  # see transfer()
+        self._ops: dict[int, list] = {}  # stage -> op_passes of its schedule
 
     # ---- helpers -------------------------------------------------------------------------
     def fused_cost(self, rank: int, comm: Comm) -> tuple[int, str] | None:
@@ -255,19 +256,23 @@ class _Engine:
         prog = self.prog.stages[stage]
         yield from self.tasks(rank, prog.prologue)
         st.pipeline_start_ns = env.now
-        ops, syncs, backwards = self.sched[stage], prog.syncs_by_backward(), 0
-        for op, edges in zip(ops, op_edges(ops, self.split), strict=True):
-            # an F&B op (DualPipe, combined 1F1B): both inputs, both passes, comms beside
-            parts = (op,) if op.paired is None else (op, op.paired)
-            waits: tuple[GroupKind, ...] = ()
+        syncs, backwards = prog.syncs_by_backward(), 0
+        ops = self._ops.get(stage)  # the same for every rank of the stage: worked out once
+        if ops is None:
+            ops = self._ops[stage] = op_passes(self.sched[stage], self.split, prog.defers)
+        for parts, edges, kinds in ops:
             for o in parts:  # wait for the inputs from other stages
                 got = self.transfer(rank, stage, o, False)
                 if got is not None:
                     yield from self.pipe.recv(rank, (rank, o.kind, o.microbatch, got[1]))
-            for o, edge in zip(parts, edges, strict=False):
-                comp = self.op_pass(rank, stage, o, edge, len(parts) > 1)
-                comp, more = detach_blocking(comp, len(parts) > 1, self.prog.ep_a2a_overlap)
-                waits += more
+            # an F&B op (DualPipe, combined 1F1B): both inputs, both passes, comms beside
+            paired = len(parts) > 1
+            waits: tuple[GroupKind, ...] = ()
+            for o, edge, kind in zip(parts, edges, kinds, strict=False):
+                comp = self.compiled(rank, stage, o.chunk, kind, edge, paired)
+                if paired:
+                    comp, more = detach_blocking(comp, True, self.prog.ep_a2a_overlap)
+                    waits += more
                 yield from self.run_steps(rank, comp, o.microbatch, o.chunk, o.kind)
             for group in waits:
                 yield from self.streams.await_overlap(rank, group)
@@ -283,13 +288,6 @@ class _Engine:
         yield from self.tasks(rank, prog.tail)  # deferred output-layer wgrad, then epilogue
         yield from self.streams.drain(rank)
         st.end_ns = env.now
-
-    def op_pass(self, rank: int, stage: int, op: ScheduleOp, edge: bool, ov: bool) -> Compiled:
-        """The pass of ``op`` (``edge``: see ``op_edges``; ``ov``: in a DualPipe F&B op)."""
-        kind = "I" if op.kind == "B" and op.input_grad_only(self.split) else op.kind
-        if kind == "B" and self.prog.stages[stage].defers(op.chunk, op.microbatch):
-            kind = "Bd"  # Megatron-Core's defer_embedding_wgrad_compute (features.defer_wgrad)
-        return self.compiled(rank, stage, op.chunk, kind, edge, ov)
 
     def transfer(self, rank: int, stage: int, op: ScheduleOp, out: bool) -> tuple | None:
         """``(peer rank, receiver's virtual stage)`` of the transfer into ``op`` or out of it

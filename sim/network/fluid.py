@@ -156,6 +156,8 @@ class FluidSolver:
 
     def __init__(self, cap: list[float]):
         self.cap = cap
+        # link -> its active flows (in the order they were added); a link's dict is kept
+        # when its last flow ends (most flows end alone: no dict made and freed per flow)
         self.users: dict[int, dict[Flow, int]] = {}
         self.heap: list[tuple[int, int, int, Flow]] = []
         self._seq = 0
@@ -185,9 +187,9 @@ class FluidSolver:
             for link, _ in f.loads:
                 u = users[link]
                 del u[f]
-                if not u:
-                    del users[link]
-                elif links is None:
+                if not u:  # kept, empty, for the next flow on the link
+                    continue
+                if links is None:
                     touched.extend(g for g in u if g not in gone)
                 elif link not in links:
                     links.add(link)

@@ -25,19 +25,37 @@ from collections.abc import Callable
 from sim.comm import CollKind
 
 
+def alike_key(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int) -> tuple | None:
+    """The key of ``tuner.alike`` under which a request's choice is shared, or None."""
+    shape = shape_key(tuner, kind, ranks)
+    return None if shape is None else (shape, size_bytes, tuner.pinned)
+
+
 def choose_alike(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int,
                  choose: Callable[[CollKind, tuple[int, ...], int], tuple]) -> tuple:
     """``choose(kind, ranks, size_bytes)``, or the choice of an alike request of the same size
     (``tuner.alike``: (shape, size) -> algorithm, protocol, ns) on this request's plan."""
-    shape = shape_key(tuner, kind, ranks)
-    key = (shape, size_bytes, tuner.pinned)
-    alike = tuner.alike.get(key) if shape is not None else None
+    key = alike_key(tuner, kind, ranks, size_bytes)
+    alike = tuner.alike.get(key) if key is not None else None
     if alike is not None:
         return (tuner.rep_plan(kind, alike[0], ranks), alike[1], alike[2])
     got = choose(kind, ranks, size_bytes)
-    if shape is not None:
+    if key is not None:
         tuner.alike[key] = (got[0].algorithm, got[1], got[2])
     return got
+
+
+def choice_of(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int
+              ) -> tuple[str, str, int]:
+    """(algorithm, protocol, isolated ns) of ``tuner.choose``, without building the request's
+    plan when an alike request's choice is known (isolated costs and kernel channels need
+    no plan)."""
+    key = alike_key(tuner, kind, ranks, size_bytes)
+    alike = tuner.alike.get(key) if key is not None else None
+    if alike is not None:
+        return alike
+    plan, proto, ns = tuner.choose(kind, ranks, size_bytes)
+    return (plan.algorithm, proto, ns)
 
 
 def node_shape(tuner, ranks: tuple[int, ...]) -> tuple | None:
