@@ -36,8 +36,8 @@ from sim.engine.segments import (
     Compiled,
     Fused,
     OverlapBlocking,
+    blocking_comms,
     compile_pass,
-    phases,
     scaled,
 )
 from sim.engine.steps import add_layer_comm, blocking, fused_shared, fused_spans, overlap_blocking
@@ -139,6 +139,7 @@ class _Engine:
         self._compiled: dict[tuple, Compiled] = {}
         self._passes: dict[tuple, Compiled] = {}  # shared by ranks whose passes compile alike
         self._blocking: dict[tuple, tuple[Comm, ...]] = {}
+        self._costs: dict[tuple, tuple] = {}  # a pass's fused costs and CTAs, by its groups
         self._all_compiled: list[tuple[int, Compiled]] = []
         self._xfers: dict[tuple, tuple[int, int] | None] = {}  # see transfer()
         self._ops: dict[int, list] = {}  # stage -> op_passes of its schedule
@@ -180,10 +181,17 @@ class _Engine:
                 return overlap_ctas(self.sharing, self.net, self.groups.of(c.group, rank), c,
                                     record)
             # a pass depends on the rank only through its compute scale and the fused costs
-            # (and kernel CTAs) of its blocking comms: ranks that agree share the compiled steps
-            comms = self.blocking_comms(stage, chunk, forward, passes, kind)
-            sig = (stage, chunk, kind, passes, last, scale, overlapped,
-                   tuple((cost(c), ctas(c, False)) for c in comms))
+            # (and kernel CTAs) of its blocking comms: ranks that agree share the compiled steps;
+            # those depend on the rank only through its groups' members (worked out once each)
+            comms = self._blocking.get(bkey := (stage, chunk, kind))
+            if comms is None:
+                comms = self._blocking[bkey] = blocking_comms(layers, forward, passes)
+            sig = (stage, chunk, kind, passes, last, scale, overlapped, tuple(
+                self.groups.of(g, rank) for g in dict.fromkeys(c.group for c in comms)))
+            costs = self._costs.get(sig)
+            if costs is None:
+                costs = self._costs[sig] = tuple((cost(c), ctas(c, False)) for c in comms)
+            sig = sig[:-1] + (costs,)
             shared = self._passes.get(sig)
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
@@ -199,23 +207,6 @@ class _Engine:
             self._compiled[key] = comp
             self._all_compiled.append((rank, comp))
         return comp
-
-    def blocking_comms(self, stage: int, chunk: int, forward: bool,
-                       passes: tuple[PhaseKind, ...] = BACKWARD,
-                       kind: str = "") -> tuple[Comm, ...]:
-        """The distinct blocking comms of a pass, in the order the pass issues them."""
-        key = (stage, chunk, forward, passes, kind)
-        got = self._blocking.get(key)
-        if got is None:
-            seen: dict[Comm, None] = {}
-            for _lay, _kind, ph in phases(self.prog.stages[stage].pass_layers(chunk, kind),
-                                          forward, passes):
-                if ph.comm is not None and ph.comm.blocking:
-                    seen.setdefault(ph.comm, None)
-                for o in ph.overlaps:
-                    seen.setdefault(o.comm, None)
-            got = self._blocking[key] = tuple(seen)
-        return got
 
     # ---- processes -----------------------------------------------------------------------
     def run(self, until_ns: int | None) -> SimResult:
@@ -370,8 +361,8 @@ class _Engine:
                     st.optimizer_ns += compute_ns
                 else:
                     st.compute_ns += compute_ns
-                ledger.span(rank, "compute", t0, t0 + compute_ns,
-                            t.kind.span, t.label)
+                if ledger.spans is not None:
+                    ledger.span(rank, "compute", t0, t0 + compute_ns, t.kind.span, t.label)
             if t.comm is None:
                 continue
             if t.comm.blocking:

@@ -166,6 +166,7 @@ class FluidSolver:
 
     def add(self, flows: list[Flow], now: int) -> None:
         users = self.users
+        alone = len(flows) == 1  # one flow, and (see below) no other on its links
         for f in flows:
             f.t = now
             for link, m in f.loads:
@@ -174,7 +175,9 @@ class FluidSolver:
                     users[link] = {f: m}
                 else:
                     u[f] = m
-        self._refill(flows, now)
+                    if len(u) > 1:
+                        alone = False
+        self._refill(flows if alone else self._component(flows), now)
 
     def remove(self, flows: list[Flow], now: int) -> None:
         users = self.users
@@ -195,7 +198,7 @@ class FluidSolver:
                     links.add(link)
                     touched.extend(g for g in u if g not in gone)
         if touched:
-            self._refill(touched, now)
+            self._refill(self._component(touched), now)
 
     def _component(self, seeds: list[Flow]) -> list[Flow]:
         """The flows connected to ``seeds`` by shared links, in depth-first order (the order
@@ -226,8 +229,8 @@ class FluidSolver:
                         stack.append(g)
         return list(seen)
 
-    def _refill(self, seeds: list[Flow], now: int) -> None:
-        comp = self._component(seeds)
+    def _refill(self, comp: list[Flow], now: int) -> None:
+        """New rates for the connected flows ``comp`` (:meth:`_component`)."""
         rates = [_alone_rate(comp[0], self.cap)] if len(comp) == 1 else _fill(comp, self.cap)
         if self.strict_flows:
             self.inexact += inexact(comp)
