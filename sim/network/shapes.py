@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.comm import CollKind
+from sim.network.plans import node_groups
 
 
 def alike_key(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int) -> tuple | None:
@@ -80,15 +81,58 @@ def shape_key(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
     if inside is not None:
         return (kind, inside)
     cl = tuner.cluster
-    if cl.perturbed or kind is not CollKind.SENDRECV or len(ranks) != 2 or \
-            tuner.candidates(kind, ranks) != ("direct",):
+    if cl.perturbed:
+        return None
+    if kind is not CollKind.SENDRECV:
+        return group_shape(tuner, kind, ranks)
+    if len(ranks) != 2 or tuner.candidates(kind, ranks) != ("direct",):
         return None
     plan = tuner.rep_plan(kind, "direct", ranks)
     if plan is None:
         return None
     labels: dict[int, int] = {}  # link id -> order of first use (the routes' shape)
-    phases = tuple(tuple((tuple(labels.setdefault(link, len(labels)) for link in it[0]),
-                          tuple((labels.setdefault(link, len(labels)), m) for link, m in it[1]),
-                          *it[2:]) for it in ph) for ph in tuner.single_flows(plan))
-    lats = tuple(tuple(sorted(ph.latency_ns.items())) for ph in plan.phases)
-    return ("route", phases, tuple(cl.cap[link] for link in labels), lats)
+    return ("route", _routes(tuner, plan, labels), tuple(cl.cap[link] for link in labels),
+            _latencies(plan))
+
+
+def group_shape(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
+    """``("group", ...)``: a collective across nodes, by everything its choice reads (None
+    where an in-network algorithm applies: their costs read more of the plan): the
+    candidates; per candidate its plan's routes (labelled links, coefficients, rate caps) and
+    latencies; the group's size, ranks per node, ring and tree bus bandwidths and channel
+    bandwidth (NCCL's channels and ceilings); the labelled links' capacities. Worked out in
+    the order the choice itself reads them (so links are registered in the same order)."""
+    if len(ranks) < 2:
+        return None
+    cands = tuner.candidates(kind, ranks)
+    labels: dict[int, int] = {}
+    algos: list[tuple] = []
+    busbw = tree = None
+    for a in cands:
+        plan = tuner.rep_plan(kind, a, ranks)
+        if plan is None:
+            algos.append((a,))
+            continue
+        if a in ("nvls", "nvlstree", "collnet"):
+            return None
+        if a in ("ring", "tree") and busbw is None:
+            busbw = tuner.ring_busbw_GBps(ranks), tuner.channel_GBps(ranks)
+        algos.append((a, len(plan.phases[0].coflows), _routes(tuner, plan, labels),
+                      _latencies(plan)))
+        if a == "tree":
+            tree = tuner.tree_busbw_GBps(ranks)
+    sizes = tuple(len(g) for g in node_groups(tuner.cluster, ranks))
+    return ("group", kind, len(ranks), sizes, busbw, tree, tuple(algos),
+            tuple(tuner.cluster.cap[link] for link in labels))
+
+
+def _routes(tuner, plan, labels: dict[int, int]) -> tuple:
+    """Per phase, per coflow of ``plan`` alone: its path and link loads with every link
+    replaced by its order of first use (``labels``, filled), and the rest of its terms."""
+    return tuple(tuple((tuple(labels.setdefault(link, len(labels)) for link in it[0]),
+                        tuple((labels.setdefault(link, len(labels)), m) for link, m in it[1]),
+                        *it[2:]) for it in ph) for ph in tuner.single_flows(plan))
+
+
+def _latencies(plan) -> tuple:
+    return tuple(tuple(sorted(ph.latency_ns.items())) for ph in plan.phases)
