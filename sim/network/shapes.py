@@ -11,9 +11,15 @@ and isolated time when
 - they are send/recv pairs whose routes are alike (``"route"``): the choice of a point-to-point
   transfer depends only on its route's links (capacities, how often the transfer crosses
   each, in order) and its latency per protocol, which the key lists (the route is worked out
-  anyway: the transfer runs on it).
+  anyway: the transfer runs on it); or
+- they are other collectives across nodes whose candidates' routes are alike (``"group"``,
+  :func:`group_shape`): per candidate algorithm its plan's routes, rate caps and latencies,
+  and the group's size, ranks per node, ring and tree bus bandwidths and channel bandwidth
+  (NCCL's channels, ramp and tree ceilings) — everything the choice reads; not where an
+  in-network algorithm (NVLS, NVLSTree, CollNet) applies (their costs read more of the plan).
 
-Only the plan differs (its ranks); :meth:`Tuner.choose` builds it for the request. Choices are
+Only the plan differs (its ranks); :meth:`Tuner.choose` builds it for the request
+(:func:`choice_of`: not at all where the plan is not needed). Choices are
 shared within one set of simulated nodes (``tuner.pinned``, part of the key).
 tests/test_tuner_shapes.py compares every shared choice with the request's own.
 """
