@@ -270,7 +270,8 @@ class _Engine:
             for o in parts:
                 if o.kind == "B":  # Megatron's grad_sync_func (features.grad_sync), then send
                     backwards += 1
-                    yield from self.tasks(rank, syncs.get(backwards - 1, ()))
+                    if backwards - 1 in syncs:
+                        yield from self.tasks(rank, syncs[backwards - 1])
                 got = self.transfer(rank, stage, o, True)  # send the output on
                 if got is not None:
                     self.pipe.send(rank, got[0], (got[0], o.kind, o.microbatch, got[1]),
