@@ -174,28 +174,29 @@ class FluidSolver:
                 if u is None:
                     users[link] = {f: m}
                 else:
-                    u[f] = m
-                    if len(u) > 1:
+                    if u:
                         alone = False
+                    u[f] = m
         self._refill(flows if alone else self._component(flows), now)
 
     def remove(self, flows: list[Flow], now: int) -> None:
         users = self.users
+        touched: list[Flow] = []
+        gone = set(flows)
+        # with class flows (many shared links), each link's users are visited once
+        links: set[int] | None = set() if self.strict_flows else None
         for f in flows:
             f.ver += 1
             for link, _ in f.loads:
-                del users[link][f]  # a link's dict is kept, empty, for its next flow
-        # the flows left on the removed flows' links seed the search for new rates: a link's
-        # users once, at its last visit in (flow, link) order (the search pops seeds from the
-        # end: an earlier copy of the same users changes nothing), or with class flows (many
-        # shared links) at its first
-        visits: dict[int, None] = {}
-        for f in flows:
-            for link, _ in f.loads:
-                if not self.strict_flows:
-                    visits.pop(link, None)
-                visits.setdefault(link, None)
-        touched = [g for link in visits for g in users[link]]
+                u = users[link]
+                del u[f]
+                if not u:  # kept, empty, for the next flow on the link
+                    continue
+                if links is None:
+                    touched.extend(g for g in u if g not in gone)
+                elif link not in links:
+                    links.add(link)
+                    touched.extend(g for g in u if g not in gone)
         if touched:
             self._refill(self._component(touched), now)
 
