@@ -135,9 +135,9 @@ def group_shape(tuner, kind: CollKind, ranks: tuple[int, ...]) -> tuple | None:
 def _routes(tuner, plan, labels: dict[int, int]) -> tuple:
     """Per phase, per coflow of ``plan`` alone: its path and link loads with every link
     replaced by its order of first use (``labels``, filled), and the rest of its terms."""
-    return tuple(tuple((tuple(labels.setdefault(link, len(labels)) for link in it[0]),
-                        tuple((labels.setdefault(link, len(labels)), m) for link, m in it[1]),
-                        *it[2:]) for it in ph) for ph in tuner.single_flows(plan))
+    return tuple(tuple([(tuple([labels.setdefault(link, len(labels)) for link in it[0]]),
+                         tuple([(labels.setdefault(link, len(labels)), m) for link, m in it[1]]),
+                         *it[2:]) for it in ph]) for ph in tuner.single_flows(plan))
 
 
 def _latencies(plan) -> tuple:
