@@ -33,8 +33,12 @@ from sim.network.plans import node_groups
 
 
 def alike_key(tuner, kind: CollKind, ranks: tuple[int, ...], size_bytes: int) -> tuple | None:
-    """The key of ``tuner.alike`` under which a request's choice is shared, or None."""
-    shape = shape_key(tuner, kind, ranks)
+    """The key of ``tuner.alike`` under which a request's choice is shared, or None (the
+    shape worked out once per group: ``tuner.shapes``)."""
+    memo = (kind, ranks, tuner.pinned)
+    shape = tuner.shapes.get(memo, tuner.shapes)
+    if shape is tuner.shapes:
+        shape = tuner.shapes[memo] = shape_key(tuner, kind, ranks)
     return None if shape is None else (shape, size_bytes, tuner.pinned)
 
 
