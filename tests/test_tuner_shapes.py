@@ -26,8 +26,8 @@ CASES = [("dgx-a100-1024.yaml", 16, None), ("dgx-h100-scalable.yaml", 32, "ecmp"
 
 
 def requests(gpn: int, gpus: int) -> list[tuple[CollKind, tuple[int, ...], int]]:
-    """Groups inside nodes (the same local indices on several nodes) and send/recv pairs
-    within and across nodes, at several sizes."""
+    """Groups inside nodes (the same local indices on several nodes), groups across nodes
+    and send/recv pairs within and across nodes, at several sizes."""
     rng = random.Random(5)
     nodes = gpus // gpn
     out = []
@@ -36,6 +36,14 @@ def requests(gpn: int, gpus: int) -> list[tuple[CollKind, tuple[int, ...], int]]
         for n in rng.sample(range(nodes), min(3, nodes)):
             for kind in KINDS[:4]:
                 out.append((kind, tuple(n * gpn + i for i in local), rng.choice(SIZES)))
+    for _ in range(6):  # across nodes: the same local GPUs on 2-4 nodes, in several places
+        local = tuple(sorted(rng.sample(range(gpn), rng.randint(1, min(gpn, 3)))))
+        span = rng.randint(2, min(4, nodes)) if nodes > 1 else 1
+        for _ in range(3):
+            first = rng.sample(range(nodes), span)
+            for kind in KINDS[:4]:
+                ranks = tuple(n * gpn + i for n in first for i in local)
+                out.append((kind, ranks, rng.choice(SIZES)))
     for _ in range(40):
         a, b = rng.sample(range(gpus), 2)
         out.append((CollKind.SENDRECV, (a, b), rng.choice(SIZES)))

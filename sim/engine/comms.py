@@ -373,9 +373,9 @@ class PipeTransfers:
         st.bubble_ns += bubble
         st.pipeline_wait_ns += bubble
         st.exposed_comm_ns[GroupKind.PP] += t1 - t0 - bubble
-        if bubble:
+        if bubble and ledger.spans is not None:
             ledger.span(rank, "compute", t0, t0 + bubble, "bubble", "wait for other stage")
-        if t1 - t0 - bubble:
+        if t1 - t0 - bubble and ledger.spans is not None:
             ledger.span(rank, "compute", t0 + bubble, t1, "recv_wait", "wait for PP transfer")
 
     def check_delivered(self) -> None:

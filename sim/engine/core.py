@@ -36,8 +36,8 @@ from sim.engine.segments import (
     Compiled,
     Fused,
     OverlapBlocking,
+    blocking_comms,
     compile_pass,
-    phases,
     scaled,
 )
 from sim.engine.steps import add_layer_comm, blocking, fused_shared, fused_spans, overlap_blocking
@@ -45,7 +45,7 @@ from sim.errors import SimulationStalled
 from sim.network.base import CommRequest, Network
 from sim.parallel.placement import Placement
 from sim.parallel.rank_classes import RankClasses
-from sim.pipeline.ops import ScheduleOp, op_edges
+from sim.pipeline.ops import ScheduleOp, op_passes
 from sim.pipeline.schedules import schedule_table
 from sim.program.pipeline import PipelineProgram, Task, TaskKind
 from sim.program.workload import PhaseKind
@@ -139,8 +139,10 @@ class _Engine:
         self._compiled: dict[tuple, Compiled] = {}
         self._passes: dict[tuple, Compiled] = {}  # shared by ranks whose passes compile alike
         self._blocking: dict[tuple, tuple[Comm, ...]] = {}
+        self._costs: dict[tuple, tuple] = {}  # a pass's fused costs and CTAs, by its groups
         self._all_compiled: list[tuple[int, Compiled]] = []
         self._xfers: dict[tuple, tuple[int, int] | None] = {}  # see transfer()
+        self._ops: dict[int, list] = {}  # stage -> op_passes of its schedule
 
     # ---- helpers -------------------------------------------------------------------------
     def fused_cost(self, rank: int, comm: Comm) -> tuple[int, str] | None:
@@ -179,10 +181,17 @@ class _Engine:
                 return overlap_ctas(self.sharing, self.net, self.groups.of(c.group, rank), c,
                                     record)
             # a pass depends on the rank only through its compute scale and the fused costs
-            # (and kernel CTAs) of its blocking comms: ranks that agree share the compiled steps
-            comms = self.blocking_comms(stage, chunk, forward, passes, kind)
-            sig = (stage, chunk, kind, passes, last, scale, overlapped,
-                   tuple((cost(c), ctas(c, False)) for c in comms))
+            # (and kernel CTAs) of its blocking comms: ranks that agree share the compiled steps;
+            # those depend on the rank only through its groups' members (worked out once each)
+            comms = self._blocking.get(bkey := (stage, chunk, kind))
+            if comms is None:
+                comms = self._blocking[bkey] = blocking_comms(layers, forward, passes)
+            sig = (stage, chunk, kind, passes, last, scale, overlapped, tuple(
+                self.groups.of(g, rank) for g in dict.fromkeys(c.group for c in comms)))
+            costs = self._costs.get(sig)
+            if costs is None:
+                costs = self._costs[sig] = tuple((cost(c), ctas(c, False)) for c in comms)
+            sig = sig[:-1] + (costs,)
             shared = self._passes.get(sig)
             if shared is None:
                 shared = self._passes[sig] = compile_pass(
@@ -198,23 +207,6 @@ class _Engine:
             self._compiled[key] = comp
             self._all_compiled.append((rank, comp))
         return comp
-
-    def blocking_comms(self, stage: int, chunk: int, forward: bool,
-                       passes: tuple[PhaseKind, ...] = BACKWARD,
-                       kind: str = "") -> tuple[Comm, ...]:
-        """The distinct blocking comms of a pass, in the order the pass issues them."""
-        key = (stage, chunk, forward, passes, kind)
-        got = self._blocking.get(key)
-        if got is None:
-            seen: dict[Comm, None] = {}
-            for _lay, _kind, ph in phases(self.prog.stages[stage].pass_layers(chunk, kind),
-                                          forward, passes):
-                if ph.comm is not None and ph.comm.blocking:
-                    seen.setdefault(ph.comm, None)
-                for o in ph.overlaps:
-                    seen.setdefault(o.comm, None)
-            got = self._blocking[key] = tuple(seen)
-        return got
 
     # ---- processes -----------------------------------------------------------------------
     def run(self, until_ns: int | None) -> SimResult:
@@ -255,26 +247,31 @@ class _Engine:
         prog = self.prog.stages[stage]
         yield from self.tasks(rank, prog.prologue)
         st.pipeline_start_ns = env.now
-        ops, syncs, backwards = self.sched[stage], prog.syncs_by_backward(), 0
-        for op, edges in zip(ops, op_edges(ops, self.split), strict=True):
-            # an F&B op (DualPipe, combined 1F1B): both inputs, both passes, comms beside
-            parts = (op,) if op.paired is None else (op, op.paired)
-            waits: tuple[GroupKind, ...] = ()
+        syncs, backwards = prog.syncs_by_backward(), 0
+        ops = self._ops.get(stage)  # the same for every rank of the stage: worked out once
+        if ops is None:
+            ops = self._ops[stage] = op_passes(self.sched[stage], self.split, prog.defers)
+        for parts, edges, kinds in ops:
             for o in parts:  # wait for the inputs from other stages
                 got = self.transfer(rank, stage, o, False)
                 if got is not None:
                     yield from self.pipe.recv(rank, (rank, o.kind, o.microbatch, got[1]))
-            for o, edge in zip(parts, edges, strict=False):
-                comp = self.op_pass(rank, stage, o, edge, len(parts) > 1)
-                comp, more = detach_blocking(comp, len(parts) > 1, self.prog.ep_a2a_overlap)
-                waits += more
+            # an F&B op (DualPipe, combined 1F1B): both inputs, both passes, comms beside
+            paired = len(parts) > 1
+            waits: tuple[GroupKind, ...] = ()
+            for o, edge, kind in zip(parts, edges, kinds, strict=False):
+                comp = self.compiled(rank, stage, o.chunk, kind, edge, paired)
+                if paired:
+                    comp, more = detach_blocking(comp, True, self.prog.ep_a2a_overlap)
+                    waits += more
                 yield from self.run_steps(rank, comp, o.microbatch, o.chunk, o.kind)
             for group in waits:
                 yield from self.streams.await_overlap(rank, group)
             for o in parts:
                 if o.kind == "B":  # Megatron's grad_sync_func (features.grad_sync), then send
                     backwards += 1
-                    yield from self.tasks(rank, syncs.get(backwards - 1, ()))
+                    if backwards - 1 in syncs:
+                        yield from self.tasks(rank, syncs[backwards - 1])
                 got = self.transfer(rank, stage, o, True)  # send the output on
                 if got is not None:
                     self.pipe.send(rank, got[0], (got[0], o.kind, o.microbatch, got[1]),
@@ -283,13 +280,6 @@ class _Engine:
         yield from self.tasks(rank, prog.tail)  # deferred output-layer wgrad, then epilogue
         yield from self.streams.drain(rank)
         st.end_ns = env.now
-
-    def op_pass(self, rank: int, stage: int, op: ScheduleOp, edge: bool, ov: bool) -> Compiled:
-        """The pass of ``op`` (``edge``: see ``op_edges``; ``ov``: in a DualPipe F&B op)."""
-        kind = "I" if op.kind == "B" and op.input_grad_only(self.split) else op.kind
-        if kind == "B" and self.prog.stages[stage].defers(op.chunk, op.microbatch):
-            kind = "Bd"  # Megatron-Core's defer_embedding_wgrad_compute (features.defer_wgrad)
-        return self.compiled(rank, stage, op.chunk, kind, edge, ov)
 
     def transfer(self, rank: int, stage: int, op: ScheduleOp, out: bool) -> tuple | None:
         """``(peer rank, receiver's virtual stage)`` of the transfer into ``op`` or out of it
@@ -372,8 +362,8 @@ class _Engine:
                     st.optimizer_ns += compute_ns
                 else:
                     st.compute_ns += compute_ns
-                ledger.span(rank, "compute", t0, t0 + compute_ns,
-                            t.kind.span, t.label)
+                if ledger.spans is not None:
+                    ledger.span(rank, "compute", t0, t0 + compute_ns, t.kind.span, t.label)
             if t.comm is None:
                 continue
             if t.comm.blocking:

@@ -138,6 +138,19 @@ def scaled(ns: int, factor: float) -> int:
     return ns if factor == 1.0 else int(round(ns * factor))
 
 
+def blocking_comms(layers: tuple[Layer, ...], forward: bool,
+                   passes: tuple[PhaseKind, ...] = BACKWARD) -> tuple[Comm, ...]:
+    """The distinct blocking comms of a pass over ``layers`` (and the comms of its GEMM
+    overlaps), in the order the pass issues them."""
+    seen: dict[Comm, None] = {}
+    for _lay, _kind, ph in phases(layers, forward, passes):
+        if ph.comm is not None and ph.comm.blocking:
+            seen.setdefault(ph.comm, None)
+        for o in ph.overlaps:
+            seen.setdefault(o.comm, None)
+    return tuple(seen)
+
+
 def _waits_before(lay: Layer, kind: PhaseKind, ph, await_params: bool) -> list[Step]:
     """The waits a phase starts with: the first use of its parameter all-gather buckets (when
     ``await_params``), then an awaited overlapped group."""

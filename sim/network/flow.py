@@ -36,6 +36,7 @@ from sim.network.driver import CommStats, FlowDriver, Prepared
 from sim.network.fluid import FluidSolver
 from sim.network.fusion import FusionQuery, is_fusable
 from sim.network.plans import Plan
+from sim.network.shapes import choice_of
 from sim.network.tuner import PCI_BW_GBPS, Tuner, algorithm_table
 from sim.parallel.placement import Placement
 from sim.parallel.rank_classes import RankClasses
@@ -154,11 +155,11 @@ class FlowNetwork(Network):
     def isolated(self, req: CommRequest) -> CommResult:
         if self._trivial(req):
             return _NONE
-        plan, proto, t = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
+        algorithm, proto, t = choice_of(self.tuner, req.kind, req.ranks, req.size_bytes)
         k = self._curve_factor(req, count=False)
         if k != 1.0:
             t = self.launch_ns + round((t - self.launch_ns) * k)
-        return CommResult(t, f"{plan.algorithm}/{proto}", req.size_bytes / t)
+        return CommResult(t, f"{algorithm}/{proto}", req.size_bytes / t)
 
     def start(self, req: CommRequest) -> simpy.Event:
         key = (req.ranks, req.size_bytes, req.kind, req.group)
@@ -213,9 +214,9 @@ class FlowNetwork(Network):
     def _kernel_channels(self, req: CommRequest, max_channels: int) -> int:
         if self._trivial(req):
             return 0
-        plan, proto, _ = self.tuner.choose(req.kind, req.ranks, req.size_bytes)
-        pci = plan.algorithm == "ring" and self.tuner.ring_busbw_GBps(req.ranks) <= PCI_BW_GBPS
-        return nccl.kernel_channels(req.size_bytes, max_channels, plan.algorithm, proto,
+        algorithm, proto, _ = choice_of(self.tuner, req.kind, req.ranks, req.size_bytes)
+        pci = algorithm == "ring" and self.tuner.ring_busbw_GBps(req.ranks) <= PCI_BW_GBPS
+        return nccl.kernel_channels(req.size_bytes, max_channels, algorithm, proto,
                                     len(req.ranks), pci)
 
     # ---- event economy -------------------------------------------------------------------

@@ -162,6 +162,8 @@ class FluidSolver:
 
     def __init__(self, cap: list[float]):
         self.cap = cap
+        # link -> its active flows (in the order they were added); a link's dict is kept
+        # when its last flow ends (most flows end alone: no dict made and freed per flow)
         self.users: dict[int, dict[Flow, int]] = {}
         self.heap: list[tuple[int, int, int, Flow]] = []
         self._seq = 0
@@ -176,6 +178,7 @@ class FluidSolver:
 
     def add(self, flows: list[Flow], now: int) -> None:
         users = self.users
+        alone = len(flows) == 1  # one flow, and (see below) no other on its links
         for f in flows:
             f.t = now
             for link, m in f.loads:
@@ -183,8 +186,10 @@ class FluidSolver:
                 if u is None:
                     users[link] = {f: m}
                 else:
+                    if u:
+                        alone = False
                     u[f] = m
-        self._refill(flows, now)
+        self._refill(flows if alone else self._component(flows), now)
 
     def remove(self, flows: list[Flow], now: int) -> None:
         users = self.users
@@ -197,15 +202,15 @@ class FluidSolver:
             for link, _ in f.loads:
                 u = users[link]
                 del u[f]
-                if not u:
-                    del users[link]
-                elif links is None:
+                if not u:  # kept, empty, for the next flow on the link
+                    continue
+                if links is None:
                     touched.extend(g for g in u if g not in gone)
                 elif link not in links:
                     links.add(link)
                     touched.extend(g for g in u if g not in gone)
         if touched:
-            self._refill(touched, now)
+            self._refill(self._component(touched), now)
 
     def _component(self, seeds: list[Flow]) -> list[Flow]:
         """The flows connected to ``seeds`` by shared links, in depth-first order (the order
@@ -246,8 +251,8 @@ class FluidSolver:
         self._filled += len(comp)
         return rates
 
-    def _refill(self, seeds: list[Flow], now: int) -> None:
-        comp = self._component(seeds)
+    def _refill(self, comp: list[Flow], now: int) -> None:
+        """New rates for the connected flows ``comp`` (:meth:`_component`)."""
         rates = self._rates(comp)
         if self.strict_flows:
             self.inexact += inexact(comp)

@@ -88,6 +88,7 @@ class Tuner:
         self._memo: dict[tuple, dict] = {}
         self._choice: dict[tuple, tuple[Plan, str, int]] = {}
         self.alike: dict[tuple, tuple[str, str, int]] = {}  # (shape, size) -> choice
+        self.shapes: dict[tuple, tuple | None] = {}  # (kind, ranks, pinned) -> shape_key
         self._pinned: frozenset[int] | None = None
         self._rplans: dict[tuple, Plan | None] = {}
         self._rep_edges: dict[tuple, tuple] = {}  # representative_plan's memo

@@ -3,6 +3,7 @@ data."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.errors import UsageError
@@ -74,6 +75,25 @@ def op_edges(ops: list[ScheduleOp], split: bool) -> list[tuple[bool, bool]]:
 
     return [(edge(i, op), edge(i, op.paired) if op.paired else False)
             for i, op in enumerate(ops)]
+
+
+def op_passes(ops: list[ScheduleOp], split: bool, defers: Callable[[int, int], bool]
+              ) -> list[tuple[tuple[ScheduleOp, ...], tuple[bool, bool], tuple[str, ...]]]:
+    """Per op: the op and its paired backward, their edges (:func:`op_edges`) and the passes
+    they run: ``F``, ``W``, whole ``B``, input-gradient ``I``, or ``Bd``, a whole backward
+    that defers its output-layer weight gradient (``defers(chunk, microbatch)``:
+    Megatron-Core's defer_embedding_wgrad_compute)."""
+    def kind(o: ScheduleOp) -> str:
+        if o.kind != "B":
+            return o.kind
+        return "I" if o.input_grad_only(split) else "Bd" if defers(o.chunk, o.microbatch) \
+            else "B"
+
+    out = []
+    for op, edges in zip(ops, op_edges(ops, split), strict=True):
+        parts = (op,) if op.paired is None else (op, op.paired)
+        out.append((parts, edges, tuple(kind(o) for o in parts)))
+    return out
 
 
 def pair_steady_state(ops: list[ScheduleOp]) -> list[ScheduleOp]:
