@@ -223,8 +223,7 @@ class FluidSolver:
                     break
             else:
                 return list(seeds)
-        search = _search_claiming_links if self.strict_flows else _search
-        return search(users, list(seeds))
+        return _search(users, list(seeds), set() if self.strict_flows else None)
 
     def _rates(self, comp: list[Flow]) -> list[float]:
         """:func:`waterfill` of ``comp``, remembered (with the bottlenecks it sets)."""
@@ -282,9 +281,11 @@ class FluidSolver:
         return out
 
 
-def _search(users: dict[int, dict[Flow, int]], stack: list[Flow]) -> list[Flow]:
+def _search(users: dict[int, dict[Flow, int]], stack: list[Flow],
+            claimed: set[int] | None = None) -> list[Flow]:
     """Depth-first search from ``stack`` (popped last first) over shared links: the flows in
-    the order they are reached."""
+    the order they are reached. With ``claimed`` (class flows, which share many links) each
+    link is expanded once."""
     seen: dict[Flow, None] = {}
     pop = stack.pop
     push = stack.append
@@ -294,29 +295,13 @@ def _search(users: dict[int, dict[Flow, int]], stack: list[Flow]) -> list[Flow]:
             continue
         seen[f] = None
         for link, _ in f.loads:
+            if claimed is not None:
+                if link in claimed:
+                    continue
+                claimed.add(link)
             for g in users[link]:
                 if g not in seen:
                     push(g)
-    return list(seen)
-
-
-def _search_claiming_links(users: dict[int, dict[Flow, int]], stack: list[Flow]) -> list[Flow]:
-    """:func:`_search` expanding each link once (class flows share many links)."""
-    seen: dict[Flow, None] = {}
-    links: set[int] = set()
-    pop = stack.pop
-    push = stack.append
-    while stack:
-        f = pop()
-        if f in seen:
-            continue
-        seen[f] = None
-        for link, _ in f.loads:
-            if link not in links:
-                links.add(link)
-                for g in users[link]:
-                    if g not in seen:
-                        push(g)
     return list(seen)
 
 
