@@ -52,13 +52,13 @@ def run_sweep(space: list[str], workers: int, out: Path, best: int | None = 5) -
            "--out", str(out), "--no-plot", "--no-progress", "--quiet"]
     if best:
         cmd += ["--best", str(best)]
-    _adopt_orphans()
+    adopt_orphans()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - t0
-    _reap_orphans()
+    reap_orphans()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if proc.returncode:
@@ -67,7 +67,7 @@ def run_sweep(space: list[str], workers: int, out: Path, best: int | None = 5) -
     return {"wall_s": wall, "cpu_s": cpu, "data": data, "stderr": proc.stderr}
 
 
-def _adopt_orphans() -> None:
+def adopt_orphans() -> None:
     """Become the reaper of this process's orphaned descendants (Linux): the sweep's local
     workers are children of its ``forkserver`` process, which outlives the sweep's main
     process; once reaped here, its CPU time and that of the workers it reaped count in
@@ -80,8 +80,8 @@ def _adopt_orphans() -> None:
         pass
 
 
-def _reap_orphans(timeout_s: float = 30.0) -> None:
-    """Wait for the descendants adopted by :func:`_adopt_orphans` (the forkserver ends when
+def reap_orphans(timeout_s: float = 30.0) -> None:
+    """Wait for the descendants adopted by :func:`adopt_orphans` (the forkserver ends when
     the sweep's main process has ended)."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
