@@ -71,6 +71,9 @@ BLACKWELL_FAMILIES = ("B200",)  # catalogue families of compute capability 10.x 
 NVLS_LAT_US = 25.0
 NVLS_CHANNELS = 16
 NVLS_CHUNK_BYTES = 128 * 1024
+# NCCL_MAX_NVLS_ARITY (device.h:213): the NVLS graph has at most this many heads
+# (search.cc:1126-1127, 1137: on one node min(32, GPUs), every GPU a head up to 32).
+NVLS_MAX_HEADS = 32
 EFFICIENCY["nvls"] = {"Simple": NVLS_EFFICIENCY}
 # CollNet Direct (SHARP): hardware latency of its Simple protocol per link type, µs
 # (tuning.cc:160, 166, 172), the 0.4 µs arity serialisation per local rank (tuning.cc:420);
@@ -282,6 +285,18 @@ def kernel_channels(size_bytes: int, max_channels: int, algorithm: str, protocol
     if algorithm not in ("ring", "tree") or protocol not in MAX_THREADS:
         algorithm, protocol = "ring", "Simple"
     return channels_for(size_bytes, max_channels, algorithm, protocol, nranks, pci_only)
+
+
+def nvls_chunk_bytes(channel_bytes: float, heads: int) -> int:
+    """NCCL's NVLS all-reduce chunk (bytes) on one node for a channel moving ``channel_bytes``
+    with ``heads`` heads (v2.30.7 enqueue.cc:2258-2274, called per channel with nChannels 1,
+    :717-735): NCCL_NVLS_CHUNKSIZE (128 KiB), 64 KiB when the channel moves less than
+    64 · heads · 128 KiB, 32 KiB below 8 · heads · 64 KiB, 16 KiB below 2 · heads · 32 KiB."""
+    chunk = NVLS_CHUNK_BYTES
+    for times, smaller in ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10)):
+        if channel_bytes < times * heads * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
 
 
 def ramp_ns(depth: int, chunk_bytes: float, channel_rate: float) -> int:
