@@ -115,7 +115,7 @@ def test_nvls_must_be_true_or_false():
 def test_nvls_chunk_follows_nccls_size_rule():
     # enqueue.cc calcCollChunking (NVLS, one node, per channel): 128 KiB, 64 KiB below
     # 64 · h · 128 KiB per channel, 32 KiB below 8 · h · 64 KiB, 16 KiB below 2 · h · 32 KiB
-    from sim.network.nccl import nvls_chunk_bytes
+    from sim.network.innet import nvls_chunk_bytes
     h = 8  # 8 H100: thresholds 64 MiB, 4 MiB, 512 KiB per channel
     assert nvls_chunk_bytes(64 << 20, h) == 128 << 10
     assert nvls_chunk_bytes((64 << 20) - 1, h) == 64 << 10

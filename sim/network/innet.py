@@ -156,6 +156,18 @@ def nvlstree_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
     return Plan(CollKind.ALLREDUCE, "nvlstree", ranks, (PlanPhase(tuple(cfs), latency),))
 
 
+def nvls_chunk_bytes(channel_bytes: float, heads: int) -> int:
+    """NCCL's NVLS all-reduce chunk (bytes) on one node for a channel moving ``channel_bytes``
+    with ``heads`` heads (v2.30.7 enqueue.cc:2258-2274, called per channel with nChannels 1,
+    :717-735): NCCL_NVLS_CHUNKSIZE (128 KiB), 64 KiB when the channel moves less than
+    64 · heads · 128 KiB, 32 KiB below 8 · heads · 64 KiB, 16 KiB below 2 · heads · 32 KiB."""
+    chunk = nccl.NVLS_CHUNK_BYTES
+    for times, smaller in ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10)):
+        if channel_bytes < times * heads * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def nvls_ramp_ns(cl: Cluster, plan: Plan, size_bytes: int, nvls_efficiency: float) -> int:
     """Pipeline ramp (ns) of NVLS and NVLSTree, NCCL's 16 channels at every size (enqueue.cc).
 
@@ -164,7 +176,7 @@ def nvls_ramp_ns(cl: Cluster, plan: Plan, size_bytes: int, nvls_efficiency: floa
     into the NVLS buffer and post once for all h heads (prims_simple.h:406-468,
     ``ScatterGatherOp``: copy to every peer, then ``postPeer``), the heads' reduce warps
     load-reduce and multicast it, gather warps copy it out. The chunk is NCCL's for the
-    channel's share (:func:`~sim.network.nccl.nvls_chunk_bytes`); the loop at most the share.
+    channel's share (:func:`nvls_chunk_bytes`); the loop at most the share.
     Filling three stages costs two loops at one channel's rate, a GPU's NVLink rate × NCCL's
     NVLS factor × h/(h+1) / 16 (each stage assumed to run at the pipeline's rate, as in
     :func:`~sim.network.nccl.ramp_ns`). NVLSTree: chunks of at most 128 KiB
@@ -175,7 +187,7 @@ def nvls_ramp_ns(cl: Cluster, plan: Plan, size_bytes: int, nvls_efficiency: floa
     if plan.algorithm == "nvls":
         h = min(len(plan.ranks), nccl.NVLS_MAX_HEADS)
         share = size_bytes / nccl.NVLS_CHANNELS
-        loop = min(h * nccl.nvls_chunk_bytes(share, h), share)
+        loop = min(h * nvls_chunk_bytes(share, h), share)
         rate = nv.gpu_bandwidth_GBps * nvls_efficiency * h / (h + 1) / nccl.NVLS_CHANNELS
         return nccl.ramp_ns(3, loop, rate)
     rate = nv.gpu_bandwidth_GBps * nvls_efficiency / nccl.NVLS_CHANNELS

@@ -287,18 +287,6 @@ def kernel_channels(size_bytes: int, max_channels: int, algorithm: str, protocol
     return channels_for(size_bytes, max_channels, algorithm, protocol, nranks, pci_only)
 
 
-def nvls_chunk_bytes(channel_bytes: float, heads: int) -> int:
-    """NCCL's NVLS all-reduce chunk (bytes) on one node for a channel moving ``channel_bytes``
-    with ``heads`` heads (v2.30.7 enqueue.cc:2258-2274, called per channel with nChannels 1,
-    :717-735): NCCL_NVLS_CHUNKSIZE (128 KiB), 64 KiB when the channel moves less than
-    64 · heads · 128 KiB, 32 KiB below 8 · heads · 64 KiB, 16 KiB below 2 · heads · 32 KiB."""
-    chunk = NVLS_CHUNK_BYTES
-    for times, smaller in ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10)):
-        if channel_bytes < times * heads * chunk and chunk > smaller:
-            chunk = smaller
-    return chunk
-
-
 def ramp_ns(depth: int, chunk_bytes: float, channel_rate: float) -> int:
     """Time (ns) to fill a pipeline of ``depth`` hops with chunks of ``chunk_bytes`` payload at
     ``channel_rate`` payload bytes/ns: ``(min(depth, NCCL_STEPS) − 1)`` chunk times."""
