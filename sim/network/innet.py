@@ -7,12 +7,15 @@ they are cheaper; NCCL's switches (``--nccl-nvls-enable``, ``--nccl-collnet-enab
 ``--nccl-algo``) turn them off or on as in NCCL (NVLS on by default where supported, CollNet off
 by default: NCCL_COLLNET_ENABLE=0).
 
-- ``nvls`` (AllReduce inside one node): each GPU reduces its 1/n of the buffer with a multimem
-  load-reduce (the switch reads the n GPUs' S/n and adds them) and multicasts the result with a
-  multimem store: every GPU sends S + S/n and receives S/n + S. As flows: one coflow over the
-  ranks in a cycle whose edges carry ``(n+1)/n · S`` (every GPU's up- and down-link loaded
-  once). Payload efficiency 0.85 (NCCL's nvlsEfficiency, Hopper); latency NCCL's 25 µs + two
-  step overheads + twice the path through the switch.
+- ``nvls`` (AllReduce inside one node): h = min(n, 32) heads (NCCL's NVLS graph: one head per
+  GPU up to NCCL_MAX_NVLS_ARITY, search.cc:1126-1137; a rank that is not a head runs no
+  reduce warps, connect.cc:256-266, all_reduce.h:441); head j reduces slice j (S/h) with a
+  multimem load-reduce (the switch reads the n GPUs' S/h and adds them) and multicasts the
+  result with a multimem store: every GPU sends S and receives S, a head S/h more each way. As
+  flows: one coflow over the ranks in a cycle whose edges carry ``(1 + 1/h) · S`` (the heads'
+  load binds). Payload efficiency NCCL's nvlsEfficiency (Hopper 0.85, Blackwell 0.74);
+  latency NCCL's 25 µs + two step overheads + twice the path through the switch; ramp
+  :func:`nvls_ramp_ns`.
 - ``collnet`` (AllReduce over N ≥ 2 nodes with g ranks each): reduce-scatter inside each node
   (a ring, (g−1)/g · S per GPU), then GPU j of every node sends its S/g up to the fabric, whose
   switches add the N contributions and send the sum back: S/g up and S/g down per NIC (as flows:
@@ -63,7 +66,8 @@ def nvls_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
     if nv is None or not nv.nvls or len(ranks) < 2 or len(node_groups(cl, ranks)) > 1:
         return None
     n = len(ranks)
-    cf = Coflow(tuple((ranks[i], ranks[(i + 1) % n], -1) for i in range(n)), (n + 1) / n, 0)
+    h = min(n, nccl.NVLS_MAX_HEADS)
+    cf = Coflow(tuple((ranks[i], ranks[(i + 1) % n], -1) for i in range(n)), 1 + 1 / h, 0)
 
     def latency(cfs) -> dict[str, int]:
         lat = _Lat(cl, "nvlink")
@@ -109,15 +113,10 @@ def collnet_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
     return Plan(CollKind.ALLREDUCE, "collnet", ranks, phases)
 
 
-# NCCL_MAX_NVLS_ARITY (src/include/device.h:213): the NVLS graph has at most this many heads
-# (search.cc:1126-1127).
-NVLS_MAX_HEADS = 32
-
-
 def _heads(cl: Cluster, nodes: list[list[int]]) -> list[int]:
     """The NICs (rails) of NVLSTree's heads: one per NIC the node's ranks use, at most
-    :data:`NVLS_MAX_HEADS`."""
-    return _rails(cl, nodes)[:NVLS_MAX_HEADS]
+    :data:`~sim.network.nccl.NVLS_MAX_HEADS`."""
+    return _rails(cl, nodes)[:nccl.NVLS_MAX_HEADS]
 
 
 def nvlstree_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
@@ -157,18 +156,43 @@ def nvlstree_plan(cl: Cluster, ranks: tuple[int, ...]) -> Plan | None:
     return Plan(CollKind.ALLREDUCE, "nvlstree", ranks, (PlanPhase(tuple(cfs), latency),))
 
 
+def nvls_chunk_bytes(channel_bytes: float, heads: int) -> int:
+    """NCCL's NVLS all-reduce chunk (bytes) on one node for a channel moving ``channel_bytes``
+    with ``heads`` heads (v2.30.7 enqueue.cc:2258-2274, called per channel with nChannels 1,
+    :717-735): NCCL_NVLS_CHUNKSIZE (128 KiB), 64 KiB when the channel moves less than
+    64 · heads · 128 KiB, 32 KiB below 8 · heads · 64 KiB, 16 KiB below 2 · heads · 32 KiB."""
+    chunk = nccl.NVLS_CHUNK_BYTES
+    for times, smaller in ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10)):
+        if channel_bytes < times * heads * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def nvls_ramp_ns(cl: Cluster, plan: Plan, size_bytes: int, nvls_efficiency: float) -> int:
-    """Pipeline ramp (ns) of NVLS and NVLSTree: NCCL's 16 channels at every size (enqueue.cc),
-    chunks of at most 128 KiB (NCCL_NVLS_CHUNKSIZE), one channel's payload rate a GPU's NVLink
-    rate × NCCL's NVLS factor / 16; the pipeline has two hops (load-reduce, multicast store),
-    and NVLSTree 2·log2i(N) more (up and down the tree over N nodes)."""
+    """Pipeline ramp (ns) of NVLS and NVLSTree, NCCL's 16 channels at every size (enqueue.cc).
+
+    NVLS (one node, h heads): a channel works in loops of h chunks (all_reduce.h:414, loopCount
+    = nHeads · chunk) through three stages: scatter warps copy the loop from the user buffer
+    into the NVLS buffer and post once for all h heads (prims_simple.h:406-468,
+    ``ScatterGatherOp``: copy to every peer, then ``postPeer``), the heads' reduce warps
+    load-reduce and multicast it, gather warps copy it out. The chunk is NCCL's for the
+    channel's share (:func:`nvls_chunk_bytes`); the loop at most the share.
+    Filling three stages costs two loops at one channel's rate, a GPU's NVLink rate × NCCL's
+    NVLS factor × h/(h+1) / 16 (each stage assumed to run at the pipeline's rate, as in
+    :func:`~sim.network.nccl.ramp_ns`). NVLSTree: chunks of at most 128 KiB
+    (NCCL_NVLS_CHUNKSIZE) at a GPU's NVLink rate × the NVLS factor / 16, two hops (load-reduce,
+    multicast store) and 2·log2i(N) more (up and down the tree over N nodes)."""
     nv = cl.topo.node.nvlink
     assert nv is not None
+    if plan.algorithm == "nvls":
+        h = min(len(plan.ranks), nccl.NVLS_MAX_HEADS)
+        share = size_bytes / nccl.NVLS_CHANNELS
+        loop = min(h * nvls_chunk_bytes(share, h), share)
+        rate = nv.gpu_bandwidth_GBps * nvls_efficiency * h / (h + 1) / nccl.NVLS_CHANNELS
+        return nccl.ramp_ns(3, loop, rate)
     rate = nv.gpu_bandwidth_GBps * nvls_efficiency / nccl.NVLS_CHANNELS
     chunk = min(nccl.NVLS_CHUNK_BYTES, size_bytes / (nccl.NVLS_CHANNELS * len(plan.ranks)))
-    depth = 2
-    if plan.algorithm == "nvlstree":
-        depth += 2 * (len(node_groups(cl, plan.ranks)).bit_length() - 1)
+    depth = 2 + 2 * (len(node_groups(cl, plan.ranks)).bit_length() - 1)
     return nccl.ramp_ns(depth, chunk, rate)
 
 

@@ -71,6 +71,9 @@ BLACKWELL_FAMILIES = ("B200",)  # catalogue families of compute capability 10.x 
 NVLS_LAT_US = 25.0
 NVLS_CHANNELS = 16
 NVLS_CHUNK_BYTES = 128 * 1024
+# NCCL_MAX_NVLS_ARITY (device.h:213): the NVLS graph has at most this many heads
+# (search.cc:1126-1127, 1137: on one node min(32, GPUs), every GPU a head up to 32).
+NVLS_MAX_HEADS = 32
 EFFICIENCY["nvls"] = {"Simple": NVLS_EFFICIENCY}
 # CollNet Direct (SHARP): hardware latency of its Simple protocol per link type, µs
 # (tuning.cc:160, 166, 172), the 0.4 µs arity serialisation per local rank (tuning.cc:420);

@@ -21,12 +21,11 @@ Algorithms (n ranks on N nodes, g ranks per node, C channels = distinct NICs of 
 - ``nvls`` (AllReduce inside one node whose NVSwitches declare ``nvls: true``; built in
   :mod:`sim.network.innet`, as are ``nvlstree``, NVLS in each node with a tree across nodes,
   and ``collnet``): NVLink SHARP.
-  Each GPU reduces its 1/n of the buffer with a multimem load-reduce (the switch reads the
-  n GPUs' S/n and adds them) and multicasts the result with a multimem store: every GPU sends
-  S + S/n and receives S/n + S. As flows: one coflow over the ranks in a cycle whose edges carry
-  ``(n+1)/n · S`` (every GPU's up- and down-link loaded once). Payload efficiency 0.85 (NCCL's
-  nvlsEfficiency, Hopper); latency NCCL's 25 µs + two step overheads + twice the path
-  through the switch.
+  Each of h = min(n, 32) head GPUs reduces its 1/h of the buffer with a multimem load-reduce
+  (the switch reads the n GPUs' S/h and adds them) and multicasts the result with a multimem
+  store: a head sends S + S/h and receives S/h + S. As flows: one coflow over the ranks in a
+  cycle whose edges carry ``(1 + 1/h) · S``. Payload efficiency NCCL's nvlsEfficiency;
+  latency NCCL's 25 µs + two step overheads + twice the path through the switch.
 - ``direct``: AllToAll = every ordered pair exchanges ``S/n`` (independent flows); send/recv =
   one flow of ``S``. ``hierarchical`` AllToAll: intra-node, then inter-node among the GPUs of
   the same local index. (Symmetric and isolated costs group the transfers into classes:
