@@ -62,9 +62,8 @@ from sim.models.features import mxfp8
 from sim.models.vocab.ops import Op, OpKind, elementwise
 from sim.models.vocab.rows import Block, Row
 
+#: Megatron-Core's only FP4 format and the recipe simrun models (``custom`` is refused)
 FORMAT, RECIPE = "e2m1", "nvfp4"
-#: Megatron-Core's other ``--fp4-recipe`` (a user-supplied quantizer factory): refused
-NOT_MODELLED = ("custom",)
 #: kernel kinds → bytes per element in sixteenths of a byte
 RHT_AMAX, AMAX = "nvfp4_rht_amax", "nvfp4_amax"  # one bf16 read: 2 B
 QUANTIZE_RHT, QUANTIZE_2D = "nvfp4_quantize_rht", "nvfp4_quantize_2d"  # 2 + 2·(1/2 + 1/16)
@@ -73,7 +72,8 @@ BYTES = {RHT_AMAX: 32, AMAX: 32, QUANTIZE_RHT: 50, QUANTIZE_2D: 50}
 TRANSPOSE_BYTES = 18
 #: the row- and column-wise fp32 amaxes of a gathered tensor, all-reduced together
 AMAX_REDUCTION_BYTES = 8
-#: simrun block → (parallel mode, the operand gathered under sequence parallelism)
+#: simrun block of a TE linear → its parallel mode (under sequence parallelism a column-parallel
+#: linear gathers its input, a row-parallel one its output gradient)
 LINEARS = {"attn_qkv": "column", "attn_proj": "row", "mlp_fc1": "column", "mlp_fc2": "row"}
 
 
@@ -128,12 +128,11 @@ def kernel(name: str, kind: str, rows: int, cols: int) -> Op:
     return elementwise(name, BYTES[kind] * rows * cols // 16, kind, (rows, cols))
 
 
-def operand_ops(name: str, rows: int, cols: int, local: int) -> tuple[Op, Op]:
-    """The RHT amax pass and the fused quantisation of a bf16 GEMM operand, on ``local`` of
-    its ``rows`` (the sequence-parallel shard of a gathered operand, else ``rows``)."""
-    del rows
-    return (kernel(f"{name}_nvfp4_rht_amax", RHT_AMAX, local, cols),
-            kernel(f"{name}_nvfp4_quantize", QUANTIZE_RHT, local, cols))
+def operand_ops(name: str, rows: int, cols: int) -> tuple[Op, Op]:
+    """The RHT amax pass and the fused quantisation of ``rows × cols`` of a bf16 GEMM operand
+    (for a gathered operand: this rank's sequence-parallel rows)."""
+    return (kernel(f"{name}_nvfp4_rht_amax", RHT_AMAX, rows, cols),
+            kernel(f"{name}_nvfp4_quantize", QUANTIZE_RHT, rows, cols))
 
 
 def weight_ops(name: str, k: int, n: int) -> tuple[Op, ...]:
@@ -179,9 +178,9 @@ def add_quantize(items: list, sp: bool, t: int, weights: str = "cast") -> int:
         m, k, n = gemm.shape
         mode = LINEARS[it.name]
         gx, gdy = sp and mode == "column", sp and mode == "row"
-        amax, quant = operand_ops(f"{it.name}_input", m, k, m // t if gx else m)
+        amax, quant = operand_ops(f"{it.name}_input", m // t if gx else m, k)
         it.fwd = _before(_fp4(it.fwd), (quant,) if gx else (amax, quant))
-        amax, quant = operand_ops(f"{it.name}_grad_output", m, n, m // t if gdy else m)
+        amax, quant = operand_ops(f"{it.name}_grad_output", m // t if gdy else m, n)
         it.ig = _before(_fp4(it.ig), (quant,) if gdy else (amax, quant))
         it.wg = _fp4(it.wg)
         if weights == "cast":
