@@ -49,7 +49,8 @@ refused here), never together with ``--fp8-format``. The parameters stay bf16 (`
 simrun's ``--dtype`` stays ``bf16`` and names the parameters' and the untouched layers'
 precision; the TE linears' GEMMs run at the GPU's dense ``fp4`` peak, timed by the transfer
 rule at H100's measured FP8 GEMM efficiency (the lowest precision measured;
-:func:`sim.models.compute.op_time_ns`).
+:func:`sim.models.compute.op_time_ns`); their operand bytes in the roofline's memory bound stay
+the bf16 count (every transformer GEMM here is compute-bound either way).
 """
 
 from __future__ import annotations
