@@ -100,15 +100,46 @@ def test_bad_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, change, wher
     assert f"{path}{where}" in _error(["--job-config", str(path), *TOPO], capsys)
 
 
+# Megatron-Bridge's bf16_with_nvfp4_mixed (mixed_precision.py at 067f987df0): fp8 None, fp4
+# "e2m1", fp4_recipe "nvfp4", fp8 parameters off, fp4 parameters gathered in FP4
+NVFP4 = (("  fp4: null\n  fp4_recipe: nvfp4\n  fp8: e4m3", "  fp4: e2m1\n  fp4_recipe: nvfp4\n"
+          "  fp8: null"), ("  fp8_param: true\n  fp8_param_gather: true",
+                           "  fp8_param: false\n  fp8_param_gather: false\n"
+                           "  fp4_param_gather: true"),
+         ("  fp4: null\n  fp4_param: false", "  fp4: e2m1\n  fp4_param: true"))
+
+
+def test_the_dump_in_nvfp4_equals_the_model_flags_to_the_ns(tmp_path):
+    dump = _run(["--job-config", str(_variant(tmp_path, *NVFP4)), *TOPO], tmp_path, "nvfp4")
+    spec = tmp_path / "llama3-8b-4k.yaml"
+    spec.write_text((ROOT / "workloads" / "models" / "llama3-8b.yaml").read_text()
+                    .replace("seq_len: 8192", "seq_len: 4096"))
+    flags = _run(["--model", str(spec), *TOPO, "--micro-batch", "1", "--global-batch", "8",
+                  "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4", "--fp4-param-gather",
+                  "--distributed-optimizer", "--cross-entropy-loss-fusion",
+                  "--cross-entropy-fusion-impl", "native"], tmp_path, "flags-nvfp4")
+    assert dump["iteration_time_s"] == flags["iteration_time_s"]
+    assert any(a.startswith("--fp4-format e2m1 --fp4-recipe nvfp4") for a in dump["assumptions"])
+
+
 @pytest.mark.parametrize(("change", "where"), [
-    # Megatron-Bridge's bf16_with_nvfp4_mixed (mixed_precision.py at 067f987df0): fp8 None,
-    # fp4 "e2m1", fp4_recipe "nvfp4"; refused at the first fp4 key, line 217
-    (("  fp4: null\n  fp4_recipe: nvfp4\n  fp8: e4m3", "  fp4: e2m1\n  fp4_recipe: nvfp4\n"
-      "  fp8: null"), ":217: mixed_precision.fp4: not modelled: 'e2m1': NVFP4 "),
-    # the model section's copy (Megatron-Core TransformerConfig.fp4), line 318
-    (("  fp4: null\n  fp4_param: false", "  fp4: e2m1\n  fp4_param: false"),
-     ":318: model.fp4: not modelled: 'e2m1': NVFP4 "),
+    # a format Megatron-Core does not have, at the mixed-precision key (line 217)
+    ((NVFP4[0][0], NVFP4[0][1].replace("e2m1", "e3m0")),
+     ":217: mixed_precision.fp4: not modelled: 'e3m0' (e2m1"),
+    # the custom recipe (a user quantizer factory), line 218
+    ((NVFP4[0][0], NVFP4[0][1].replace("recipe: nvfp4", "recipe: custom")),
+     ":218: mixed_precision.fp4_recipe: not modelled: 'custom' (nvfp4"),
 ])
-def test_nvfp4_is_refused_naming_file_line_and_key(tmp_path, capsys, change, where):
-    path = _variant(tmp_path, *MODELLED, change)
+def test_nvfp4_refusals_name_file_line_and_key(tmp_path, capsys, change, where):
+    path = _variant(tmp_path, change, *NVFP4[1:])
     assert f"{path}{where}" in _error(["--job-config", str(path), *TOPO], capsys)
+
+
+def test_nvfp4_with_fp8_is_refused(tmp_path, capsys):
+    """Megatron-LM: --fp4-format and --fp8-format are mutually exclusive."""
+    path = _variant(tmp_path, (NVFP4[0][0], NVFP4[0][1].replace("fp8: null", "fp8: e4m3")),
+                    *NVFP4[1:])
+    err = _error(["--job-config", str(path), *TOPO], capsys)
+    assert "--fp4-format" in err and "mutually exclusive" in err
+
+

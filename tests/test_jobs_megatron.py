@@ -208,18 +208,27 @@ def test_a_value_simrun_refuses_names_its_source(capsys):
         capsys.readouterr().err
 
 
-@pytest.mark.parametrize("nvfp4", [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4"),
-                                   ("--fp4-param-gather",)])
-def test_nvfp4_arguments_are_refused_naming_the_argument_and_line(capsys, nvfp4):
-    """Megatron-Core's NVFP4 fields (--fp4-format e2m1 --fp4-recipe nvfp4, as Megatron-Bridge's
-    bf16_with_nvfp4_mixed sets them) are not modelled: refused, not run as bf16."""
-    with pytest.raises(InputError) as e:
-        translate(_words("--num-layers", "2", "--bf16", *nvfp4), "job.sh", "m")
-    line = 4  # _words numbers the words from 1: the argument's name is the fourth word
-    assert str(e.value).startswith(f"job.sh:{line}: {nvfp4[0]}: NVFP4 ")
+def test_nvfp4_arguments_are_applied():
+    """Megatron-Core's NVFP4 fields (--fp4-format e2m1 --fp4-recipe nvfp4 --fp4-param-gather,
+    as Megatron-Bridge's bf16_with_nvfp4_mixed sets them) are simrun's options of those
+    names."""
+    job = translate(_words("--num-layers", "2", "--hidden-size", "64", "--num-attention-heads",
+                           "4", "--seq-length", "64", "--bf16", "--fp4-format", "e2m1",
+                           "--fp4-recipe", "nvfp4", "--fp4-param-gather"), "job.sh", "m")
+    for flag in ("--fp4-format", "--fp4-recipe", "--fp4-param-gather"):
+        assert flag in job.applied
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (("--fp4-format", "e2m1", "--fp4-recipe", "custom"), "--fp4-recipe: custom (a user-"),
+    (("--fp4-format", "e3m0"), "--fp4-format: expected e2m1"),
+    (("--fp4-format", "e2m1", "--fp8-format", "hybrid"), "mutually exclusive"),
+    (("--fp4-format", "e2m1"), "GPU test-gpu"),  # not a Blackwell GPU: named
+])
+def test_nvfp4_refusals_are_one_line(capsys, extra, says):
     base = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "64"]
-    assert main(["megatron", "--topo", "tiny-2x2", "--", *base, *nvfp4]) == 2
+            "--seq-length", "64", "--global-batch-size", "4"]
+    assert main(["megatron", "--topo", "tiny-2x2", "--", *base, *extra]) == 2
     err = capsys.readouterr().err
-    assert f"{nvfp4[0]}: NVFP4 (Transformer Engine's NVFP4BlockScaling) is not modelled" in err
+    assert says in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -181,10 +181,23 @@ def _fp8_recipe(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
 
 
 def _fp4(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
-    if v is None:
+    """``fp4`` (the mixed-precision section's, or the model's Bridge copies it into)."""
+    if v is None or (key.startswith("model.") and "mixed_precision.fp4" in r.flat):
         return []
-    raise r.error(key, f"not modelled: {v!r}: NVFP4 (Transformer Engine's NVFP4BlockScaling) "
-                       "is not modelled (docs/hardware.md); null only")
+    if v != "e2m1":
+        raise r.error(key, f"not modelled: {v!r} (e2m1, Megatron-Core's only FP4 format)")
+    return [("--fp4-format", [v])]
+
+
+def _fp4_recipe(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
+    section = key.partition(".")[0]
+    if r.flat.get(f"{section}.fp4") is None or (
+            section == "model" and "mixed_precision.fp4_recipe" in r.flat):
+        return []
+    if v != "nvfp4":
+        raise r.error(key, f"not modelled: {v!r} (nvfp4; the custom recipe's quantizer "
+                           "factory is refused)")
+    return [("--fp4-recipe", [v])]
 
 
 def _grad_reduce(r: _Reader, _key: str, v: Any) -> list[tuple[str, list[str]]]:
@@ -210,6 +223,7 @@ _SPECIAL = {"model.activation_func": _activation, "mixed_precision.fp8": _fp8,
             "mixed_precision.fp8_recipe": _fp8_recipe, "model.num_query_groups": _query_groups,
             "mixed_precision.grad_reduce_in_fp32": _grad_reduce,
             "mixed_precision.fp4": _fp4, "model.fp4": _fp4,
+            "mixed_precision.fp4_recipe": _fp4_recipe, "model.fp4_recipe": _fp4_recipe,
             "dataset.seq_length": _seq_length, "model.seq_length": _seq_length}
 
 

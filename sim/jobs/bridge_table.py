@@ -88,9 +88,17 @@ KEYS: tuple[NemoKey, ...] = (
             "--fp8-format"),
     NemoKey("mixed_precision.fp8_recipe", "megatron", "with fp8: --fp8-recipe (delayed, "
             "tensorwise, mxfp8 on Blackwell; blockwise refused)", "--fp8-recipe"),
-    *(NemoKey(k, "megatron", "null only: e2m1 (NVFP4, Megatron-Bridge's "
-              "bf16_with_nvfp4_mixed) refused, NVFP4 is not modelled", "--fp4-format")
+    *(NemoKey(k, "megatron", "e2m1 → --fp4-format e2m1 (NVFP4, Megatron-Bridge's "
+              "bf16_with_nvfp4_mixed); null: no FP4", "--fp4-format")
       for k in ("mixed_precision.fp4", "model.fp4")),
+    *(NemoKey(k, "megatron", "with fp4: --fp4-recipe (nvfp4; custom refused)", "--fp4-recipe")
+      for k in ("mixed_precision.fp4_recipe", "model.fp4_recipe")),
+    arg("mixed_precision.fp4_param", "--fp4-param-gather", switch,
+        "NVFP4 primary weights, gathered in FP4: --fp4-param-gather"),
+    *irrelevant(("model.fp4_param", "ddp.fp4_param_gather"),
+                _SAME_AS.format("mixed_precision.fp4_param_gather")),
+    only("model.fp4_quantizer_factory", (None,), "null only (the custom FP4 recipe's "
+         "quantizer factory is refused)"),
     arg("mixed_precision.fp8_param", "--fp8-param-gather", switch,
         "FP8 primary weights, gathered in FP8: --fp8-param-gather"),
     NemoKey("mixed_precision.grad_reduce_in_fp32", "megatron", "false with bf16 → "

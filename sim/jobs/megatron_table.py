@@ -42,7 +42,8 @@ SAME_NAME: dict[str, int] = {
         "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
         "--pipeline-model-parallel-layout", "--wgrad-deferral-limit",
         "--moe-token-dispatcher-type", "--moe-expert-capacity-factor",
-        "--moe-shared-expert-intermediate-size", "--cross-entropy-fusion-impl"), 1),
+        "--moe-shared-expert-intermediate-size", "--cross-entropy-fusion-impl",
+        "--fp4-format", "--fp4-recipe"), 1),
     **dict.fromkeys((
         "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
         "--overlap-param-gather-with-optimizer-step", "--tp-comm-overlap",
@@ -50,7 +51,8 @@ SAME_NAME: dict[str, int] = {
         "--fp8-param-gather", "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split", "--defer-embedding-wgrad-compute",
         "--overlap-moe-expert-parallel-comm", "--no-rope-fusion", "--use-flash-attn",
-        "--async-tensor-model-parallel-allreduce", "--cross-entropy-loss-fusion"), 0),
+        "--async-tensor-model-parallel-allreduce", "--cross-entropy-loss-fusion",
+        "--fp4-param-gather"), 0),
 }
 
 
@@ -195,16 +197,9 @@ IRRELEVANT = (
                  "bucketed overlap) refused"),
 )
 
-#: arguments refused whatever their value: NVFP4 (Megatron-Core's fp4 fields,
-#: megatron/core/transformer/transformer_config.py at d98e8a64dd: ``--fp4-format e2m1`` runs TE's
-#: NVFP4BlockScaling recipe) is not modelled (docs/hardware.md, "Blackwell precisions")
-_NVFP4 = ("NVFP4 (Transformer Engine's NVFP4BlockScaling) is not modelled: its GEMM rate, "
-          "quantisation kernels and FP4 parameters are not timed (docs/hardware.md)")
-REFUSED: tuple[MegatronArg, ...] = (
-    MegatronArg("--fp4-format", 1, "refused", "", _NVFP4),
-    MegatronArg("--fp4-recipe", 1, "refused", "", _NVFP4),
-    MegatronArg("--fp4-param-gather", 0, "refused", "", _NVFP4),
-)
+#: arguments refused whatever their value (none at present; NVFP4's --fp4-format,
+#: --fp4-recipe and --fp4-param-gather are simrun options of the same names)
+REFUSED: tuple[MegatronArg, ...] = ()
 
 #: every argument the reader knows, by name
 ARGS: dict[str, MegatronArg] = {

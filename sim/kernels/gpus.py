@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
 
 
 @dataclass(frozen=True)

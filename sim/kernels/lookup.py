@@ -20,7 +20,7 @@
   (or parameter count), else the achieved bandwidth piecewise-linear in log-bytes between the
   two nearest measured sizes of that kind (bytes counted per :data:`BYTES_PER_ELEMENT`), held at
   the largest above the range; below the smallest the roofline times it. Kinds no table
-  measures (FP8 casts) take the bandwidth curve of a measured streaming kind
+  measures (FP8 and NVFP4 quantisation) take the bandwidth curve of a measured streaming kind
   (:data:`STREAMING_PROXY`) at their own bytes.
 
 What the table lacks (other kinds, unfused attention's batched matmuls, the cross entropy of
@@ -43,6 +43,10 @@ BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "
                      "dropout_add": 7, "adamw_fused_fp32": 28,
                      "fp8_cast": 3, "fp8_cast_transpose": 4, "fp8_transpose": 2, "fp8_amax": 2,
                      "fp8_mxfp8_quantize": 65 / 16,
+                     # NVFP4 (sim.models.features.nvfp4, nvfp4_params): bytes per element
+                     "nvfp4_rht_amax": 2, "nvfp4_amax": 2, "nvfp4_quantize_rht": 50 / 16,
+                     "nvfp4_quantize_2d": 50 / 16, "nvfp4_transpose": 18 / 16,
+                     "nvfp4_param_amax": 2, "nvfp4_param_cast": 40 / 16,
                      "cp_copy": 4, "cp_out_correction": 6, "cp_lse_correction": 12}
 #: memory-bound kernels no table measures, timed at the achieved bandwidth of a measured
 #: streaming kernel at the same bytes: Transformer Engine's FP8 casts (sim.models.features.fp8)
@@ -52,7 +56,10 @@ BYTES_PER_ELEMENT = {"layernorm_fwd": 4, "layernorm_bwd": 6, "rmsnorm_fwd": 4, "
 #: bf16 copies, the LSE-scaled output merge; the fp32 LSE merge, counted per query row and head)
 STREAMING_PROXY = {"fp8_cast": "add", "fp8_cast_transpose": "add", "fp8_transpose": "add",
                    "fp8_amax": "add", "fp8_mxfp8_quantize": "add", "cp_copy": "add",
-                   "cp_out_correction": "add", "cp_lse_correction": "add"}
+                   "cp_out_correction": "add", "cp_lse_correction": "add",
+                   **dict.fromkeys(("nvfp4_rht_amax", "nvfp4_amax", "nvfp4_quantize_rht",
+                                    "nvfp4_quantize_2d", "nvfp4_transpose", "nvfp4_param_amax",
+                                    "nvfp4_param_cast"), "add")}
 
 EXACT, INTERPOLATED, HELD = "measured shape", "interpolated", "held beyond the measured range"
 OTHER_KV = "measured shape but its KV heads"

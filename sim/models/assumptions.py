@@ -13,6 +13,8 @@ from sim.models.features import (
     fp8,
     fp8_params,
     fsdp2,
+    nvfp4,
+    nvfp4_params,
     param_gather_step,
     qk_norm,
     rope,
@@ -72,7 +74,12 @@ def _attention_text(par: ParallelConfig, family: str) -> str:
 
 
 def _fp8_notes(par: ParallelConfig) -> list[str]:
-    """The FP8 lines: the recipe's casts and, with ``--fp8-param-gather``, the FP8 weights."""
+    """The FP8 lines: the recipe's casts and, with ``--fp8-param-gather``, the FP8 weights;
+    the NVFP4 lines with ``--fp4-format``."""
+    if par.fp4:  # NVFP4 (sim.models.features.nvfp4, nvfp4_params)
+        return [Assumption(nvfp4.describe(par), "fp4")] + (
+            [Assumption(nvfp4_params.describe(par), "fp4-params")] if par.fp4_param_gather
+            else [])
     if par.dtype != "fp8":
         return []
     # mxfp8: --fp8-param-gather runs as the bf16-gather path (sim.models.features.mxfp8)

@@ -142,9 +142,12 @@ def op_time_ns(op: Op, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> float:
         t_s = cm.causal_fraction * op.flops / (peak * eff)
         return t_s * 1e9 + count * cm.gemm_overhead_ns
     if op.kind is OpKind.GEMM:
-        eff = cm.fp8_gemm_efficiency if dtype == "fp8" else cm.gemm_efficiency
+        # NVFP4 GEMMs (sim.models.features.nvfp4): no FP4 GEMM is measured; they keep the
+        # fraction of the (fp4) peak that H100's measured FP8 GEMMs reach, the lowest precision
+        # measured, as every FP8 GEMM on Blackwell keeps it of the fp8 peak (TRANSFER_RULE)
+        eff = cm.fp8_gemm_efficiency if dtype in ("fp8", "fp4") else cm.gemm_efficiency
         if eff <= 0:
-            raise ValueError(f"compute model {cm.family} has no fp8 GEMM efficiency")
+            raise ValueError(f"compute model {cm.family} has no {dtype} GEMM efficiency")
     else:
         eff = cm.bmm_efficiency
     t_s = max(op.flops / (peak * eff), op.bytes / bw)

@@ -20,8 +20,9 @@ from sim.kernels.gpus import describe
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
-from sim.models.features import defer_wgrad, fp8_params, mxfp8, param_gather_step, tp_overlap
+from sim.models.features import defer_wgrad, param_gather_step, tp_overlap
 from sim.models.features.grad_sync import delays, launch_points
+from sim.models.features.nvfp4_params import check_precision, quantized_weights
 from sim.models.features.zero import BYTES_16, zero3_layers
 from sim.models.launches import phase_launches
 from sim.models.optimizer import ShampooPlan, adam_ops, bucket_params, grad_bytes
@@ -61,8 +62,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     if par.dtype not in gpu.peak_tflops:
         raise UsageError(f"GPU {gpu.name} has no {par.dtype} peak (peak_tflops keys: "
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="dtype")
-    if par.dtype == "fp8":
-        mxfp8.check_gpu(par.fp8_recipe, gpu.name, gpu_family(gpu))
+    check_precision(par, gpu.name, gpu_family(gpu), gpu.peak_tflops)  # MXFP8, NVFP4
     setup = compute or resolve_compute(gpu)
     timer = timer_for(gpu, setup, attention_kernel(par.training, gpu_family(gpu)))
     # Megatron's gradient-accumulation fusion adds weight gradients into fp32 main grads;
@@ -72,7 +72,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     if compute_model is not None:
         timer.cm = compute_model
     cm = timer.cm
-    if par.dtype == "fp8" and cm.fp8_gemm_efficiency <= 0:
+    if (par.dtype == "fp8" or par.fp4) and cm.fp8_gemm_efficiency <= 0:  # nor fp4 ones
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="dtype")
     memo: Memo = ({}, {})  # every stage and chunk's rows: copies of one layer's (_layers)
     stages = [_stage_program(st, plan, timer, optimizer, zero3, memo) for st in plan.stages]
@@ -176,7 +176,7 @@ def _param_gathers(rows: list[Row], par: ParallelConfig, layers: list[Layer], in
             continue
         bucket = len(prologue)
         comm = Comm(CollKind.ALLGATHER, GroupKind.DP_EP if expert else GroupKind.DP,
-                    fp8_params.gather_bytes(params, fp8), blocking=False)
+                    quantized_weights(par).gather_bytes(params, fp8), blocking=False)
         prologue.append(Task(f"param_allgather.bucket{bucket}", TaskKind.GRAD_SYNC, comm=comm,
                              param_bucket=bucket))
         lay = layers[index[first]]
@@ -190,8 +190,7 @@ def _dp_comm(par: ParallelConfig, params: int, expert: bool, blocking: bool) -> 
     kind = CollKind.REDUCESCATTER if par.shards_optimizer else CollKind.ALLREDUCE
     group = GroupKind.DP_EP if expert else GroupKind.DP
     per_param = BYTES_16 if par.zero else grad_bytes(par.dtype, par.grad_reduce_in_bf16)
-    return Comm(kind, group, params * per_param, blocking=blocking,
-                per_microbatch=par.zero >= 2)
+    return Comm(kind, group, params * per_param, blocking=blocking, per_microbatch=par.zero >= 2)
 
 
 def _bucket_comms(rows: list[Row], par: ParallelConfig, delayed: bool = False,
@@ -382,7 +381,8 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer, optimizer: str | Sha
         tasks.append(Task("optimizer", TaskKind.OPTIMIZER,
                           compute_ns=timer.ops_ns(ops, par.dtype), wait_async=True))
     rows = list(st.rows())
-    tasks += fp8_params.optimizer_tasks(rows, par, lambda o: timer.ops_ns(o, par.dtype))
+    tasks += (quantized := quantized_weights(par)).optimizer_tasks(  # fp8 or nvfp4 params
+        rows, par, lambda o: timer.ops_ns(o, par.dtype))
     if isinstance(optimizer, ShampooPlan) and par.dp_cp > 1:
         size = optimizer.root_bytes(layers, first)
         tasks.append(Task("shampoo_root_allgather", TaskKind.GRAD_SYNC,
@@ -395,6 +395,6 @@ def _epilogue(st: StagePlan, plan: ModelPlan, timer: Timer, optimizer: str | Sha
                 group = GroupKind.DP_EP if is_expert else GroupKind.DP
                 tasks.append(Task("param_allgather" + ("_experts" if is_expert else ""),
                                   TaskKind.GRAD_SYNC, comm=Comm(
-                                      CollKind.ALLGATHER, group, fp8_params.gather_bytes(n, n8))))
-        tasks += fp8_params.transpose_task(rows, lambda o: timer.ops_ns(o, par.dtype))
+                                      CollKind.ALLGATHER, group, quantized.gather_bytes(n, n8))))
+        tasks += quantized.transpose_task(rows, lambda o: timer.ops_ns(o, par.dtype))
     return tuple(tasks)

@@ -21,6 +21,7 @@ from sim.models.features import (
     eager,
     fp8,
     fp8_current,
+    nvfp4,
     qk_norm,
     rope,
     tp_async,
@@ -242,6 +243,9 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
         weights = ("cast" if not par.fp8_param_gather or par.fp8_recipe == "mxfp8" else
                    "transpose" if par.overlap_param_gather else "none")
         fp8.add_casts(items, par.fp8_recipe, dm.sp, t, weights)
+    if par.fp4:  # Transformer Engine's NVFP4 GEMMs and quantisation (sim.models.features.nvfp4)
+        nvfp4.add_quantize(items, dm.sp, t, "cast" if not par.fp4_param_gather else
+                           "transpose" if par.overlap_param_gather else "none")
     rows = eager.apply(rows_from_items(items), par, dm)
     if dm.cp > 1:
         attach_ring_exchanges(rows, dm)
@@ -251,6 +255,8 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
         tp_async.apply(rows, dm.sp, moe=moe_layer)
     if par.dtype == "fp8":  # current scaling: TP amax all-reduces of the gathered operands
         rows = fp8_current.reduction_rows(rows, par.fp8_recipe, dm.sp, t)
+    if par.fp4:  # the TP amax all-reduces of the gathered operands
+        rows = nvfp4.reduction_rows(rows, items, dm.sp, t)
     if par.recompute == "full":
         rows += recompute_rows(rows)
     return tuple(rows)

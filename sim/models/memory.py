@@ -112,8 +112,10 @@ class MemoryReport:
 def saved_input_bytes(par: ParallelConfig) -> int:
     """Bytes per element of the input a Transformer Engine linear layer keeps for its
     weight-gradient GEMM: 1 with FP8 (the quantized copy it made for the forward GEMM, only its
-    row- or column-wise data kept), else 2 (the bf16/fp16 tensor itself)."""
-    return 1 if par.dtype == "fp8" else 2
+    row- or column-wise data kept), else 2 (the bf16/fp16 tensor itself). NVFP4 keeps its
+    column-wise FP4 copy, 0.5 B plus 1/16 B of scales: counted at 1 B (whole bytes per
+    element here; an overestimate of 7/16 B per element)."""
+    return 1 if par.dtype == "fp8" or par.fp4 else 2
 
 
 def layer_activation_bytes(model: ModelSpec, par: ParallelConfig, recompute: str | None = None
@@ -285,6 +287,7 @@ def check_memory(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         "activations per Korthikanti et al. (34sbh + 5as²b per layer, ÷ t with TP/SP, "
         "recompute-dependent; no dropout masks at p = 0"
         + ("; FP8 linear inputs kept at 1 byte" if par.dtype == "fp8" else "")
+        + ("; NVFP4 linear inputs counted at 1 byte (9/16 B kept)" if par.fp4 else "")
         + ("; fused attention: output and fp32 softmax statistics, no s×s"
            if par.fused_attention and par.recompute == "none" else "")
         + "), microbatches in flight from the exact schedule",

@@ -29,7 +29,7 @@ def metrics(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, iteration_ns: i
     mf = model_flops_per_iteration(model, par.global_batch)
     hf = hardware_flops_per_iteration(model, par.global_batch, par.recompute,
                                       par.fused_attention)
-    peak = gpu.tflops(par.dtype)
+    peak = gpu.tflops("fp4" if par.fp4 else par.dtype)  # NVFP4: the GEMMs' fp4 peak
     tflops, mfu = achieved_throughput(mf, it_s, par.world_size, peak)
     _, hfu = achieved_throughput(hf, it_s, par.world_size, peak)
     out: dict[str, Any] = {

@@ -6,7 +6,7 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
-from sim.models.features import eager, qk_norm, rope
+from sim.models.features import eager, nvfp4, qk_norm, rope
 from sim.models.features.fp8 import check_recipe
 from sim.models.features.moe import check_ep_a2a_overlap
 from sim.models.vocab.spec import ModelSpec
@@ -43,6 +43,8 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     qk_norm.check(model, par)
     _check_tp_comm_overlap(par)
     check_recipe(par.fp8_recipe)
+    if par.fp4:  # NVFP4 in TE's GroupedLinear (routed experts) is not modelled
+        nvfp4.check_model(model.moe is not None)
     for check in dict.fromkeys(o.check for o in registry() if o.check is not None):
         check(par)  # the declared options' framework refusals (sim.options.registry)
 

@@ -31,6 +31,32 @@ def fp8_recipe(text: str) -> str:
     raise ValueError(f"expected {names}, got {text!r}")
 
 
+def fp4_format(text: str) -> str:
+    """Megatron-Core's ``--fp4-format``: ``e2m1`` only (ValueError otherwise)."""
+    if text != "e2m1":
+        raise ValueError(f"expected e2m1 (Megatron-Core's only FP4 format), got {text!r}")
+    return text
+
+
+def fp4_recipe(text: str) -> str:
+    """Megatron-Core's ``--fp4-recipe``: ``nvfp4``; ``custom`` (a user quantizer factory) is
+    refused with its reason (ValueError)."""
+    if text == "custom":
+        raise ValueError("custom (a user-supplied fp4_quantizer_factory) is not modelled; "
+                         "use nvfp4")
+    if text != "nvfp4":
+        raise ValueError(f"expected nvfp4, got {text!r}")
+    return text
+
+
+def _no_fp4(_m, par) -> str | None:
+    return None if par.fp4 else ("applies to --fp4-format e2m1 runs (without it no GEMM runs "
+                                 "in FP4)")
+
+
+_NO_FP4_LOG = ("refused", "the log is DeepSpeed's, without Transformer Engine's NVFP4 recipe; "
+                          "leave it out")
+
 OPTIONS = (
     Option("overlap_grad_reduce", "Megatron-Core DDP overlap_grad_reduce "
                                   "(--overlap-grad-reduce)", "sim.models.features.grad_sync", (
@@ -185,4 +211,41 @@ OPTIONS = (
                                   "with FSDP"),
              log=_MEGATRON_LOG),),
         assumption="fp8-params", check=deferred("sim.models.features.fp8_params")),
+    Option("fp4", "Megatron-Core --fp4-format (TransformerConfig.fp4)",
+           "sim.models.features.nvfp4", (
+               Flag("--fp4-format",
+                    "Megatron-Core, with --dtype bf16 on data-center Blackwell: the TE "
+                    "linears' fprop, dgrad and wgrad GEMMs in NVFP4 (E2M1 values, E4M3 scale "
+                    "per 16, FP32 per tensor) at the GPU's fp4 peak, with Transformer "
+                    "Engine's quantisation kernels (default: off)", kind="parse",
+                    parse=fp4_format, metavar="FORMAT",
+                    model=("refused-if", "NVFP4 GEMMs and quantisation kernels (assumption "
+                                         "'--fp4-format ...'); refused with --dtype other "
+                                         "than bf16, on GPUs other than Blackwell, with MoE "
+                                         "layers"),
+                    log=_NO_FP4_LOG),),
+           assumption="fp4", check=deferred("sim.models.features.nvfp4")),
+    Option("fp4_recipe", "Megatron-Core --fp4-recipe (TransformerConfig.fp4_recipe)",
+           "sim.models.features.nvfp4", (
+               Flag("--fp4-recipe",
+                    "with --fp4-format e2m1: Megatron-Core's FP4 recipe: nvfp4 (Transformer "
+                    "Engine's NVFP4BlockScaling); custom is refused (default: {default})",
+                    kind="parse", parse=fp4_recipe, metavar="RECIPE",
+                    model=("refused-if", "names the recipe of the NVFP4 line; refused "
+                                         "without --fp4-format"),
+                    log=_NO_FP4_LOG, refuse=_no_fp4),),
+           assumption="fp4"),
+    Option("fp4_param_gather", "Megatron-Core --fp4-param-gather (fp4_param)",
+           "sim.models.features.nvfp4_params", (
+               Flag("--fp4-param-gather",
+                    "Megatron-LM, with --fp4-format e2m1 and --distributed-optimizer: the TE "
+                    "linears' weights are NVFP4 parameters, quantised after the optimizer "
+                    "step (tile and global amax all-reduces in DP) and all-gathered at 0.5 "
+                    "byte per parameter",
+                    model=("refused-if", "NVFP4 weights: 0.5-byte parameter all-gathers, "
+                                         "quantised after the optimizer step (assumption "
+                                         "'--fp4-param-gather ...'); refused without "
+                                         "--fp4-format or the distributed optimizer"),
+                    log=_MEGATRON_LOG, refuse=_no_fp4),),
+           assumption="fp4-params"),
 )

@@ -90,6 +90,10 @@ class Training:
     ``overlap_param_gather_with_optimizer_step``: Megatron-Core's (model chunk 0's parameter
     all-gather beside the optimizer step of the other chunks;
     :mod:`sim.models.features.param_gather_step`).
+    ``fp4``: Megatron-Core's ``--fp4-format`` (``e2m1``; empty: no FP4), with ``fp4_recipe``
+    (``--fp4-recipe``, ``nvfp4``: Transformer Engine's NVFP4BlockScaling) and
+    ``fp4_param_gather`` (``--fp4-param-gather``): the TE linears' GEMMs in NVFP4 on
+    data-center Blackwell beside ``dtype`` bf16 (:mod:`sim.models.features.nvfp4`).
     """
 
     global_batch: int | None = None
@@ -126,6 +130,9 @@ class Training:
     cross_entropy_loss_fusion: bool = False
     cross_entropy_fusion_impl: str = "native"
     overlap_param_gather_with_optimizer_step: bool = False
+    fp4: str = ""
+    fp4_recipe: str = "nvfp4"
+    fp4_param_gather: bool = False
 
     @property
     def backend(self) -> str:

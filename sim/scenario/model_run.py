@@ -181,11 +181,11 @@ def model_run_of(fit: ModelFit, topology: Topology, *, path: str = "",
     ZeRO-3 collectives the run takes (:mod:`sim.scenario.collective_log`)."""
     model, par, mem, gpu = fit.model, fit.par, fit.memory, topology.gpu
     notes = []
-    if par.dtype == "fp8":  # a recipe the GPU has no tensor cores for: refused before memory
-        from sim.models.assumptions import gpu_family
-        from sim.models.features.mxfp8 import check_gpu
+    if par.dtype == "fp8" or par.fp4:  # a precision the GPU has no tensor cores for:
+        from sim.models.assumptions import gpu_family  # refused before memory
+        from sim.models.features.nvfp4_params import check_precision
 
-        check_gpu(par.fp8_recipe, gpu.name, gpu_family(gpu))
+        check_precision(par, gpu.name, gpu_family(gpu), gpu.peak_tflops)
     if not mem.feasible:
         if not ignore_memory:
             from sim.models.memory_advice import memory_advice

@@ -10,7 +10,8 @@ class GpuSpec:
     """A GPU model.
 
     ``peak_tflops``: dense peak TFLOP/s (1e12 FLOP/s) per dtype key (``bf16``, ``fp16``,
-    ``fp8``, ``fp32``, ``tf32``); ``hbm_GB``: memory capacity in GB (1e9 bytes);
+    ``fp8``, ``fp4`` — NVFP4, data-center Blackwell —, ``fp32``, ``tf32``); ``hbm_GB``: memory
+    capacity in GB (1e9 bytes);
     ``hbm_GBps``: memory bandwidth in GB/s (1e9 bytes/s); ``compute_efficiency``: the topology
     file's ``compute_efficiency`` (fraction of the dense peak that large GEMMs reach), which a
     GPU the catalogue (``sim/data/gpus.csv``) does not know needs for its compute to be timed

@@ -210,6 +210,9 @@ def _checked_case(i: int, raw: Any, defaults: dict[str, Any], fail, base: Path, 
     if "fp8_recipe" in merged and merged.get("dtype") != "fp8":  # as simrun --fp8-recipe
         fail("applies to dtype fp8 cases only", at + ("fp8_recipe",) if "fp8_recipe" in raw
              else ("defaults", "fp8_recipe"), f"cases[{i}].fp8_recipe")
+    if "fp4_recipe" in merged and not merged.get("fp4"):  # as simrun --fp4-recipe
+        fail("applies to fp4 (e2m1) cases only", at + ("fp4_recipe",) if "fp4_recipe" in raw
+             else ("defaults", "fp4_recipe"), f"cases[{i}].fp4_recipe")
     try:
         split = PipelineSplit(**{SPLIT_KEYS[k][0]: v for k, v in merged.items()
                                  if k in SPLIT_KEYS})
