@@ -381,3 +381,25 @@ def test_evaluation_errors_are_also_given_per_source():
         "cases": 1, "mean_abs_error_pct": 1.0, "mean_error_pct": 1.0, "max_abs_error_pct": 1.0}}
     assert summary(rows)["evaluation_by_gpu_family"]["H100"]["mean_abs_error_pct"] == (
         pytest.approx(16 / 3))
+
+
+def test_summary_by_gpu_within_a_family():
+    """GB200 and GB300 are GPUs of the B200 family: the table gives each GPU its own line
+    (hand-computed means), and no per-GPU block where every family is one GPU (above)."""
+    from sim.cli.validate import table
+    from sim.validation.summary import summary
+    rows = [{"name": n, "role": "evaluation", "source": "S", "gpu": gpu, "gpu_family": "B200",
+             "error_pct": e, "model": "m", "gpus": 8, "layout": "TP1", "measured_s": 1.0,
+             "predicted_s": 1.0 + e / 100, "mfu_at_measured_s": 0.4, "predicted_mfu": 0.4}
+            for n, gpu, e in (("a", "GB200", -10.0), ("b", "GB300", 20.0), ("c", "GB200", 4.0))]
+    s = summary(rows)
+    assert s["evaluation_by_gpu"] == {
+        "GB200": {"cases": 2, "mean_abs_error_pct": 7.0, "mean_error_pct": -3.0,
+                  "max_abs_error_pct": 10.0},
+        "GB300": {"cases": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": 20.0,
+                  "max_abs_error_pct": 20.0}}
+    text = table(rows, s)
+    at = text.index("evaluation cases by GPU:")
+    assert text[at + 1:] == [
+        "  GB200: mean absolute error 7.0% over 2 cases (mean signed error -3.0%, max 10.0%)",
+        "  GB300: mean absolute error 20.0% over 1 case (mean signed error +20.0%, max 20.0%)"]

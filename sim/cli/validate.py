@@ -95,10 +95,13 @@ def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
     out.append(f"all: {_stats_line(stats['all'])}")
     # weak-scaling rows of one source weigh as much as their count: each source (and GPU
     # family) of each role gets its own statistics
-    for what, title in (("source", "source"), ("gpu_family", "GPU family")):
+    # by GPU where a family holds several GPUs (B200, GB200 and GB300 are one family)
+    for what, title in (("source", "source"), ("gpu_family", "GPU family"), ("gpu", "GPU")):
         for role in ROLES:
             groups = stats.get(f"{role}_by_{what}", {})
-            if len(groups) > 1 or (groups and what == "gpu_family"):
+            families = stats.get(f"{role}_by_gpu_family", {})
+            if (len(groups) > 1 and (what != "gpu" or len(groups) > len(families))
+                    or (groups and what == "gpu_family")):
                 out.append(f"{role} cases by {title}:")
                 out += [f"  {k}: {_stats_line(s)}" for k, s in groups.items()]
     return out

@@ -1,5 +1,6 @@
 """Error statistics of validation rows (:func:`sim.validation.cases.run_cases`): all cases,
-each role, and each role's cases by source and by GPU family (percent of the measured time)."""
+each role, and each role's cases by source, by GPU family and by GPU (percent of the measured
+time)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ ROLES = ("calibration", "evaluation")
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Error statistics of all cases (``all``), of each role (``calibration``,
     ``evaluation``), and of each role's cases by source (``<role>_by_source``: source line →
-    statistics, in file order) and by GPU family (``<role>_by_gpu_family``: ``A100``,
-    ``H100``, …), in percent of the measured time; each group's ``cases`` is its count."""
+    statistics, in file order), by GPU family (``<role>_by_gpu_family``: ``A100``,
+    ``H100``, …) and by GPU (``<role>_by_gpu``: the catalogue name, e.g. ``GB200`` and
+    ``GB300`` of the ``B200`` family), in percent of the measured time; each group's
+    ``cases`` is its count."""
 
     def stats(group: list[dict[str, Any]]) -> dict[str, float]:
         errs = [r["error_pct"] for r in group]
@@ -34,6 +37,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         group = [r for r in rows if r["role"] == role]
         out[f"{role}_by_source"] = by(group, lambda r: r["source"])
         out[f"{role}_by_gpu_family"] = by(group, gpu_family)
+        out[f"{role}_by_gpu"] = by(group, lambda r: r["gpu"])
     return out
 
 
