@@ -202,6 +202,18 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--fp8-param-gather": {"model": (["--fp8-param-gather", "--dtype", "bf16"],
                                      ["--fp8-param-gather"]),
                            "*": ["--fp8-param-gather"]},
+    # model: on B200_MODEL (data-center Blackwell, bf16); refused with --dtype fp8
+    "--fp4-format": {"model": (["--fp4-format", "e2m1", "--dtype", "fp8"],
+                               ["--fp4-format", "e2m1"]),
+                     "*": ["--fp4-format", "e2m1"]},
+    # nvfp4 is the only recipe modelled (its default): refused without --fp4-format
+    "--fp4-recipe": {"model": (["--fp4-recipe", "nvfp4"], None),
+                     "*": ["--fp4-recipe", "nvfp4"]},
+    # model: on B200_MODEL with --fp4-format (CONTEXT); refused without the distributed
+    # optimizer, compared with it (BEFORE)
+    "--fp4-param-gather": {"model": (["--fp4-param-gather"],
+                                     ["--fp4-param-gather", "--distributed-optimizer"]),
+                           "*": ["--fp4-param-gather"]},
     "--tp-comm-overlap": {"model": (["--tp-comm-overlap"], ["--tp-comm-overlap",
                                                             "--sequence-parallel"]),
                           "*": ["--tp-comm-overlap"]},
@@ -257,6 +269,9 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
 }
 H100_MODEL = ["--model", "gpt2-medium", "--topo", "dgx-h100-1024", "--gpus", "8", "--tp", "2",
               "--global-batch", "8"]
+# the same on one DGX B200 node (an fp4 peak: NVFP4)
+B200_MODEL = ["--model", "gpt2-medium", "--topo", "dgx-b200", "--gpus", "8", "--tp", "2",
+              "--global-batch", "8"]
 # data parallel over one DGX H100 node: NVLS carries the 8-GPU gradient all-reduces (TP 2's
 # 2-GPU and DP 4's 4-GPU all-reduces are as fast on the ring)
 H100_DP8 = [*H100_MODEL[:7], "1", *H100_MODEL[8:]]
@@ -290,6 +305,7 @@ CONTEXT: dict[tuple[str, str], list[str]] = {
     ("aicb-csv", "--nccl-collnet-enable"): ["--set", "fabric.sharp=true"],
     ("model", "--fp8-recipe"): ["--dtype", "fp8"],
     ("model", "--fp8-param-gather"): ["--dtype", "fp8", "--distributed-optimizer"],
+    ("model", "--fp4-param-gather"): ["--fp4-format", "e2m1"],
     ("model", "--overlap-param-gather-with-optimizer-step"): [
         *PP_MODEL, "--vpp", "2", "--distributed-optimizer", "--overlap-param-gather"],
     ("model", "--vpp"): [*PP_MODEL], ("model", "--schedule"): [*PP_MODEL],
@@ -310,6 +326,7 @@ BEFORE: dict[tuple[str, str], list[str]] = {
         "--account-for-embedding-in-pipeline-split"],
     ("model", "--expert-tensor-parallel-size"): ["--ep", "2"],
     ("model", "--defer-embedding-wgrad-compute"): ["--pp", "2"],
+    ("model", "--fp4-param-gather"): ["--distributed-optimizer"],
     ("model", "--wgrad-deferral-limit"): ["--defer-embedding-wgrad-compute", "--pp", "2"],
 }
 BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
@@ -321,6 +338,7 @@ BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--sustained-slowdown"): H100_MODEL,
     ("model", "--nccl-nvls-enable"): H100_DP8, ("model", "--fp8-recipe"): H100_MODEL,
     ("model", "--fp8-param-gather"): H100_MODEL,
+    **{("model", f): B200_MODEL for f in ("--fp4-format", "--fp4-recipe", "--fp4-param-gather")},
     ("model", "--moe-token-dispatcher-type"): MOE_MODEL,
     ("model", "--moe-shared-expert-intermediate-size"): MOE_MODEL,
     ("model", "--no-compile"): LLAMA_MODEL, ("model", "--norm-type"): LLAMA_MODEL,
