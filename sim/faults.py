@@ -77,8 +77,9 @@ class Faults:
             if not (0 <= n < nodes and 0 <= k < nics):
                 bad(f"NIC {n}.{k} is not in the cluster ({nodes} nodes × {nics} NICs)",
                     "--fail-nic")
+        served = [k for k in range(nics) if topo.node.nics.gpus[k]]  # idle GPUs' NICs: not
         for n in range(nodes):
-            if nics and all((n, k) in self.failed_nics for k in range(nics)):
+            if served and all((n, k) in self.failed_nics for k in served):
                 bad(f"every NIC of node {n} failed: the node is cut off", "--fail-nic")
         levels = len(topo.fabric.levels) if topo.fabric is not None else 0
         for spec in self.degraded:

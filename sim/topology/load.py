@@ -18,6 +18,7 @@ from sim.files.inputs import read_text, show
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.topology.consistency import physical_warnings
 from sim.topology.gpu import GpuSpec
+from sim.topology.nproc import with_nproc_per_node
 from sim.topology.overrides import Override, apply_overrides, parse_override
 from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
@@ -276,9 +277,11 @@ def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, 
 
 
 def parse_topology(text: str, path: str, nodes: int | None = None,
-                   overrides: Sequence[str] = ()) -> Topology:
+                   overrides: Sequence[str] = (), nproc_per_node: int | None = None) -> Topology:
     """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count,
-    ``overrides`` are ``--set KEY=VALUE`` texts (:mod:`sim.topology.overrides`)."""
+    ``overrides`` are ``--set KEY=VALUE`` texts (:mod:`sim.topology.overrides`),
+    ``nproc_per_node`` the processes a job runs per node (:mod:`sim.topology.nproc`; ``None``:
+    one per GPU)."""
     data, lines = load_yaml_with_lines(text, path)
     if data is None:
         raise InputError("empty topology file (no YAML content)", file=path, line=1)
@@ -324,6 +327,7 @@ def parse_topology(text: str, path: str, nodes: int | None = None,
                     override_keys=tuple(f"{ov.text}={show(ov.value)}" for ov in done),
                     override_paths=tuple(ov.path for ov in done))
     topo = dataclasses.replace(topo, warnings=physical_warnings(topo))
+    topo = with_nproc_per_node(topo, nproc_per_node)
     if fsec is not None:
         topo = dataclasses.replace(topo, faults=_faults(fsec, topo))
     return topo
@@ -378,10 +382,12 @@ def _faults(s: Section, topo: Topology) -> Faults:
     return faults
 
 
-def load_topology(path: str, nodes: int | None = None, overrides: Sequence[str] = ()) -> Topology:
+def load_topology(path: str, nodes: int | None = None, overrides: Sequence[str] = (),
+                  nproc_per_node: int | None = None) -> Topology:
     """Read and validate the topology file at ``path`` (or the shipped topology of that name,
     :mod:`sim.files.catalog`); ``nodes`` overrides its node count, ``overrides`` are ``--set
-    KEY=VALUE`` what-ifs (:mod:`sim.topology.overrides`)."""
+    KEY=VALUE`` what-ifs (:mod:`sim.topology.overrides`), ``nproc_per_node`` the processes per
+    node (:mod:`sim.topology.nproc`)."""
     path = resolve("topologies", path, "--topo")
     return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes,
-                          overrides)
+                          overrides, nproc_per_node)
