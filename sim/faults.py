@@ -3,7 +3,9 @@
 Faults come from the command line (``--slow-gpu``, ``--slow-node``, ``--degrade-link``,
 ``--fail-nic``; parsed by :func:`parse_slow`, :func:`parse_link`, :func:`parse_nic`) and from a
 topology file's ``faults`` section (docs/topology.md); both are merged (:func:`faults_with`).
-GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r); NICs are ``NODE.K``.
+GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r; with
+``--nproc-per-node K`` they count the GPUs the job uses, ``node·K + i``, sim/topology/nproc.py);
+NICs are ``NODE.K``.
 Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in [1e-6, 1] multiplies the bandwidth, both
 directions):
 
