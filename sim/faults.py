@@ -3,7 +3,9 @@
 Faults come from the command line (``--slow-gpu``, ``--slow-node``, ``--degrade-link``,
 ``--fail-nic``; parsed by :func:`parse_slow`, :func:`parse_link`, :func:`parse_nic`) and from a
 topology file's ``faults`` section (docs/topology.md); both are merged (:func:`faults_with`).
-GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r); NICs are ``NODE.K``.
+GPUs are global indices (``node·gpus_per_node + i``; rank r runs on GPU r; with
+``--nproc-per-node K`` they count the GPUs the job uses, ``node·K + i``, sim/topology/nproc.py);
+NICs are ``NODE.K``.
 Link specs for ``--degrade-link SPEC:FACTOR`` (FACTOR in [1e-6, 1] multiplies the bandwidth, both
 directions):
 
@@ -77,8 +79,9 @@ class Faults:
             if not (0 <= n < nodes and 0 <= k < nics):
                 bad(f"NIC {n}.{k} is not in the cluster ({nodes} nodes × {nics} NICs)",
                     "--fail-nic")
+        served = [k for k in range(nics) if topo.node.nics.gpus[k]]  # idle GPUs' NICs: not
         for n in range(nodes):
-            if nics and all((n, k) in self.failed_nics for k in range(nics)):
+            if served and all((n, k) in self.failed_nics for k in served):
                 bad(f"every NIC of node {n} failed: the node is cut off", "--fail-nic")
         levels = len(topo.fabric.levels) if topo.fabric is not None else 0
         for spec in self.degraded:

@@ -49,6 +49,9 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
     "--topo": {"aicb": ["--topo", "dgx-h100-1024"], "*": ["--topo", "tiny-nvlink-4"]},
     "--nodes": {"aicb": ["--nodes", "32", "--gpus", "256"], "*": ["--nodes", "1"],
                 "aicb-csv": ["--nodes", "3"]},
+    # one process on each node's first GPU: twice the nodes, and groups cross them
+    "--nproc-per-node": {"aicb": ["--nproc-per-node", "4"],
+                         "*": ["--nproc-per-node", "1", "--nodes", "4"]},
     "--pp": {"*": ["--pp", "2"], "model": ["--pp", "2"]},
     "--vpp": {"*": ["--vpp", "2"]},
     "--microbatches": {"*": ["--microbatches", "2"]},
@@ -331,6 +334,8 @@ BEFORE: dict[tuple[str, str], list[str]] = {
 }
 BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--megatron-args"): ["--topo", "tiny-2x2"],  # the model from the arguments
+    # 128 DGX A100 nodes: the 512-GPU job on all of them at 4 processes per node
+    ("aicb", "--nproc-per-node"): ["--workload", str(SEED_512), "--topo", "dgx-a100-1024"],
     ("model", "--job-config"): ["--topo", "dgx-a100-1024", "--nodes", "8"],  # 64 GPUs
     ("model", "--microbatches"): ["--model", "gpt2-medium", "--topo", "tiny-2x2", "--tp", "2",
                                   "--microbatches", "4"],

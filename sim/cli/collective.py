@@ -24,6 +24,9 @@ def build_parser() -> Parser:
                    help="cluster topology YAML file, or the name of a shipped one "
                         "('simrun list topologies')")
     p.add_argument("--nodes", type=positive_int, help="override the topology's node count")
+    p.add_argument("--nproc-per-node", type=positive_int, metavar="K",
+                   help="processes per node, as torchrun's --nproc-per-node: each node's first "
+                        "K GPUs run ranks (rank r on node r // K); default: every GPU")
     p.add_argument("--op", choices=tuple(OPS), default="allreduce",
                    help="collective (default: %(default)s)")
     p.add_argument("--gpus", type=positive_int, metavar="N",
@@ -51,7 +54,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     check_output_paths({"--json": args.json}, {"--topo": args.topo}, stdout_ok=("--json",))
     sizes = parse_sizes(args.sizes)
-    topo = load_topology(args.topo, nodes=args.nodes)
+    topo = load_topology(args.topo, nodes=args.nodes, nproc_per_node=args.nproc_per_node)
     gpus = args.gpus if args.gpus is not None else topo.gpus_per_node
     if not 2 <= gpus <= topo.num_gpus:
         raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",

@@ -80,6 +80,11 @@ def build_parser(subcommands: dict[str, tuple[str, str]]) -> Parser:
                         "('simrun list topologies')")
     g.add_argument("--nodes", type=positive_int,
                    help="number of nodes (default: the topology file's node count)")
+    g.add_argument("--nproc-per-node", type=positive_int, metavar="K",
+                   help="processes per node, as torchrun's --nproc-per-node (SLURM "
+                        "--ntasks-per-node): each node's first K GPUs run ranks, the rest idle; "
+                        "rank r on node r // K (e.g. 64 of an NVL72 rack's 72 GPUs, so that "
+                        "power-of-two TP/EP groups stay in one rack; default: every GPU)")
     add_set_argument(g)
     add_job_arguments(g)
     add_job_config_argument(g)
@@ -164,7 +169,7 @@ def scenario_of(args: argparse.Namespace, given: set[str] | None = None) -> Scen
                                      host_dispatch_ns=host_dispatch_ns(args),
                                      **_variability(args)),
         outputs=output_options(args), compute=compute_options(args),
-        topology_overrides=tuple(args.set))
+        topology_overrides=tuple(args.set), nproc_per_node=args.nproc_per_node)
 
 
 def _variability(args: argparse.Namespace) -> dict:

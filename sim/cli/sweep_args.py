@@ -55,6 +55,8 @@ EXCLUDED: dict[str, str] = {
                      "--force", "--plot", "--plot-window", "--plot-microbatches",
                      "--breakdown-plot", "--verbose", "--timing"), _OUTPUT),
     "--version": "the program's version: run simrun --version",
+    "--nproc-per-node": "a sweep runs one process on every GPU of its nodes; run the chosen "
+                        "layout with simrun --nproc-per-node",
     **dict.fromkeys(("--megatron-args", "--job-config"),
                     "a job file fixes one layout; sweep its model with --model and the layout "
                     "lists (the job's Megatron flag names are aliases here too)"),

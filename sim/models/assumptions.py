@@ -40,7 +40,7 @@ from sim.models.optimizer import (
 )
 from sim.models.plan import ModelPlan
 from sim.models.vocab.spec import ModelSpec
-from sim.parallel.config import ParallelConfig, attention_kernel
+from sim.parallel.config import ROCM_FAMILIES, ParallelConfig, attention_kernel
 from sim.parallel.split import stage_layer_counts, virtual_stage_layers
 from sim.topology.gpu import GpuSpec
 from sim.words import plural
@@ -60,16 +60,34 @@ def gpu_family(gpu: GpuSpec) -> str:
     return entry.family if entry is not None else ""
 
 
+#: Transformer Engine's fused attention on ROCm: "Currently ROCm TE supports two backends,
+#: AOTriton and CK, for fused attention", CK chosen first when both match the problem
+#: (ROCm/TransformerEngine README.rst, "Fused Attention Backends on ROCm", commit 01b4205e)
+ROCM_FUSED = ("Transformer Engine fused attention kernel on ROCm (its CK backend, Composable "
+              "Kernel, else AOTriton)")
+#: ``auto`` on ROCm: TE's preference for FusedAttention over FlashAttention is skipped there
+#: ("Select FusedAttention for performance" requires ``not IS_HIP_EXTENSION``:
+#: ROCm/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/utils.py,
+#: get_attention_backend, commit 030b7921), so with the flash-attn package installed TE keeps
+#: FlashAttention; simrun times the fused kernel, as a run without flash-attn would
+ROCM_AUTO = ("its fused kernel on ROCm when the flash-attn package is not installed (with it, "
+             "ROCm's TE keeps FlashAttention: no fused-attention preference on ROCm; timed here "
+             "as the fused kernel)")
+
+
 def _attention_text(par: ParallelConfig, family: str) -> str:
-    names = {"flash": "FlashAttention-2 kernel", "fused": "cuDNN fused attention kernel "
-             "(Transformer Engine)", "unfused": "batched matmuls + softmax (unfused, as "
-             "Megatron-LM ran in 2022)"}
+    rocm = family in ROCM_FAMILIES
+    names = {"flash": "FlashAttention-2 kernel",
+             "fused": ROCM_FUSED if rocm else "cuDNN fused attention kernel (Transformer Engine)",
+             "unfused": "batched matmuls + softmax (unfused, as Megatron-LM ran in 2022)"}
     req = par.requested_backend
     how = ("--flash-attention" if not par.attention_backend and par.flash_attention
            else f"--attention-backend {req}")
     if req == "auto":
-        how += (" (Megatron-Core's default: Transformer Engine picks cuDNN's fused kernel on "
-                f"Hopper and newer, FlashAttention-2 before; GPU family {family or 'unknown'})")
+        picks = ROCM_AUTO if rocm else ("cuDNN's fused kernel on Hopper and newer, "
+                                        "FlashAttention-2 before")
+        how += (f" (Megatron-Core's default: Transformer Engine picks {picks}; GPU family "
+                f"{family or 'unknown'})")
     return f"{how}: {names[attention_kernel(par.training, family)]}"
 
 

@@ -101,6 +101,10 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "--nodes": _all("changes", "the cluster's node count (report header); an AICB header's "
                                "all_gpus keeps the job's size (the report says how many GPUs it "
                                "uses)"),
+    "--nproc-per-node": _all("changes", "processes per node: each node's first K GPUs run "
+                                        "ranks, rank r on node r // K (assumption "
+                                        "'--nproc-per-node K: ...'); K of the node's GPUs is "
+                                        "the default"),
     "--tp": _kinds(("refused-if", "refused when it differs from the header's TP "
                                   "(model_parallel_NPU_group): the rows' compute times and sizes "
                                   "are that TP's"),

@@ -20,6 +20,9 @@ LOG_VERDICTS: dict[str, tuple[str, str]] = {
                          "(file: OLD)'); node.gpu.* changes the model-timed compute"),
     "--nodes": ("changes", "the cluster's node count (report header; the layout keeps the "
                            "log's GPUs)"),
+    "--nproc-per-node": ("changes", "processes per node: each node's first K GPUs run ranks, "
+                                    "rank r on node r // K (assumption '--nproc-per-node K: "
+                                    "...')"),
     **dict.fromkeys(("--tp", "--pp", "--ep", "--vpp", "--microbatches", "--gpus", "--dp",
                      "--zero", "--context-parallel-size"), ("refused", _LOG_FIXES)),
     **dict.fromkeys(("--schedule", "--microbatch-group-size", "--pp-comm-bytes"),

@@ -71,9 +71,10 @@ OPTIONS = (
     Option("attention_backend", "Megatron-Core --attention-backend", "sim.kernels.attention", (
         Flag("--attention-backend",
              "Megatron-Core's attention backend: flash (FlashAttention-2), fused (cuDNN through "
-             "Transformer Engine), unfused (batched matmuls + softmax, as Megatron-LM ran in "
-             "2022), auto (Megatron-Core's default: Transformer Engine picks fused on Hopper "
-             "and newer, flash before) (default: {default})",
+             "Transformer Engine; on AMD GPUs its CK or AOTriton backend), unfused (batched "
+             "matmuls + softmax, as Megatron-LM ran in 2022), auto (Megatron-Core's default: "
+             "Transformer Engine picks fused on Hopper and newer, flash before) (default: "
+             "{default})",
              default_text="auto, or flash with --flash-attention",
              kind="choice", choices=ATTENTION_BACKENDS,
              model=("changes", "the attention backend (training options)"),

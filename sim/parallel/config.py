@@ -16,6 +16,10 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION_BACKENDS = ("flash", "fused", "unfused", "auto")
 #: GPU families (``sim/data/gpus.csv``) before Hopper: there ``auto`` runs FlashAttention-2
 PRE_HOPPER_FAMILIES = ("A100",)
+#: GPU families (``sim/data/gpus.csv``) of AMD Instinct GPUs, which run ROCm: Transformer
+#: Engine's fused attention there is its CK (Composable Kernel) or AOTriton backend, not cuDNN
+#: (ROCm/TransformerEngine README.rst, "Fused Attention Backends on ROCm", commit 01b4205e)
+ROCM_FAMILIES = ("MI300X",)
 DTYPES = ("bf16", "fp16", "fp8")
 #: the default pipeline split: layers spread evenly over the stages
 EVEN_SPLIT = PipelineSplit()

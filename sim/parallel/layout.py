@@ -117,5 +117,9 @@ def require_gpus(needed: int, available: int, detail: str, where: str, *,
 
 
 def cluster_size(topology) -> str:
-    """``128 nodes x 8``: how a topology's GPU count is made up."""
-    return f"{topology.num_nodes} nodes x {topology.gpus_per_node}"
+    """``128 nodes x 8``: how a topology's GPU count is made up (``2 nodes x 64 of 72 GPUs
+    (--nproc-per-node 64)`` when processes run on only some of each node's GPUs)."""
+    idle = topology.idle_gpus_per_node
+    k = topology.gpus_per_node
+    used = f" of {k + idle} GPUs (--nproc-per-node {k})" if idle else ""
+    return f"{topology.num_nodes} nodes x {k}{used}"

@@ -3,7 +3,8 @@
 A rank's coordinates are ``(tp, dp, pp)``. The placement order string lists the dimensions from
 fastest- to slowest-varying (Megatron's default is ``tp-dp-pp``: tensor-parallel peers are
 adjacent GPUs, then data-parallel replicas, then pipeline stages). The global rank is the linear
-index in that order, and rank ``r`` runs on GPU ``r`` (node ``r // gpus_per_node``).
+index in that order, and rank ``r`` runs on GPU ``r`` (node ``r // gpus_per_node``; with
+``--nproc-per-node K``, on node ``r // K``, its GPU ``r mod K``: sim/topology/nproc.py).
 
 Expert groups follow Megatron-Core's expert rank generator (megatron/core/parallel_state.py,
 ``initialize_model_parallel``: ``RankGenerator(tp=expert_tensor_parallel_size,

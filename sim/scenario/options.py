@@ -152,7 +152,9 @@ class OutputOptions:
 class Scenario:
     """One run: a workload file or a model, a topology file (``nodes``: override its node
     count; ``topology_overrides``: ``--set KEY=VALUE`` what-ifs of its fields,
-    :mod:`sim.topology.overrides`), the requested layout and the options."""
+    :mod:`sim.topology.overrides`; ``nproc_per_node``: processes per node, torchrun's
+    ``--nproc-per-node``, :mod:`sim.topology.nproc`; ``None``: one per GPU), the requested
+    layout and the options."""
 
     workload: WorkloadInput | ModelInput
     topology: str
@@ -164,3 +166,4 @@ class Scenario:
     outputs: OutputOptions = field(default_factory=OutputOptions)
     compute: ComputeOptions = field(default_factory=ComputeOptions)
     topology_overrides: tuple[str, ...] = ()
+    nproc_per_node: int | None = None

@@ -106,7 +106,8 @@ def input_flag(workload: WorkloadInput | ModelInput) -> str:
 def prepare_scenario(s: Scenario) -> Prepared:
     """Stage 1 of ``s`` (:func:`sim.scenario.steps.prepare`): its topology loaded, its program
     read or generated, its outputs checked."""
-    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides)
+    topo = load_topology(s.topology, nodes=s.nodes, overrides=s.topology_overrides,
+                         nproc_per_node=s.nproc_per_node)
     if s.compute.calibration is not None:  # the profile's code loads only when one is given
         from sim.calibration.profile import apply_to_topology
 

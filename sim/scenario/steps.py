@@ -268,8 +268,10 @@ def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None =
     metrics of a model run, the fault comparison with ``healthy`` and the variability of the
     jitter samples' iteration times ``samples_ns`` (ns)."""
     p, sim, topo = prepared, prepared.simulation, prepared.topology
-    extra = [f"placement: {p.placement.order_string} (rank r on GPU r, node r // "
-             f"{topo.gpus_per_node})",
+    k = topo.gpus_per_node
+    where = (f"rank r on node r // {k}, its GPU r mod {k} of {k + topo.idle_gpus_per_node}"
+             if topo.idle_gpus_per_node else f"rank r on GPU r, node r // {k}")
+    extra = [f"placement: {p.placement.order_string} ({where})",
              p.interference.describe(p.interference_source,
                                      ran_beside(result.beside_compute_ns, result.nccl_ctas),
                                      result.nccl_ctas)] + list(p.notes) + \

@@ -91,7 +91,8 @@ class Cluster:
         self._nic_sub: dict[tuple[int, int], int] = {}
         nics = topo.node.nics
         for n, k in sorted(f.failed_nics):
-            ok = [j for j in range(nics.count) if (n, j) not in f.failed_nics]
+            ok = [j for j in range(nics.count)  # a NIC of idle GPUs only: none to proxy through
+                  if (n, j) not in f.failed_nics and nics.gpus[j]]
             same = [j for j in ok if nics.switch[j] == nics.switch[k]]
             after = [j for j in ok if j > k] + [j for j in ok if j < k]
             self._nic_sub[(n, k)] = (same or after)[0]
@@ -382,7 +383,6 @@ class Cluster:
 
     def path_latency_ns(self, links: tuple[int, ...]) -> int:
         return sum(self.lat[i] for i in links)
-
 
     # ---- read API for the network models (describe, symmetry) -----------------------------
     @property

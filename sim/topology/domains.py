@@ -3,11 +3,13 @@
 A topology node is one NVLink domain: a DGX node's 8 GPUs, or a whole NVL72 rack of 72 GPUs
 (the 18 compute trays joined by the NVLink switches, which NCCL fuses into one node of its
 graph with MNNVL: NCCL v2.30.7 src/graph/topo.cc, ncclTopoGetSystem, "MNNVL clique support").
-simrun places rank r on GPU r (node r // GPUs per node), Megatron's order filling TP, then CP,
+simrun places rank r on GPU r (node r // GPUs per node; with ``--nproc-per-node K`` the nodes
+are the job's view of K GPUs each, sim/topology/nproc.py), Megatron's order filling TP, then CP,
 EP and DP, innermost: a TP, CP or EP group stays inside one domain when its ranks fall in one
 node, which holds for every group exactly when the block of consecutive ranks it lies in
-divides the node's GPU count (e.g. TP·EP = 8 or 72 on NVL72, not 64). A group that crosses a
-domain boundary runs over the NICs, as NCCL would run it; the run says so (never silently).
+divides the node's GPU count (e.g. TP·EP = 8 or 72 on NVL72, not 64; with 64 processes per
+rack, every power of two up to 64). A group that crosses a domain boundary runs over the NICs,
+as NCCL would run it; the run says so (never silently).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def describe(placement: Placement, gpus_per_node: int) -> str:
     what = ", ".join(f"{n} {k} group{'s' if n > 1 else ''}" for k, n in bad.items())
     return (f"NVLink domains: {what} span two nodes (NVLink domains of {gpus_per_node} GPUs): "
             "their collectives cross the NICs, as NCCL would run them; group sizes whose rank "
-            f"blocks divide {gpus_per_node} keep every group inside one domain")
+            f"blocks divide {gpus_per_node} keep every group inside one domain (as does "
+            "--nproc-per-node with a multiple of the group's block)")
 
 
 def images_differ(placement: Placement, gpus_per_node: int) -> bool:

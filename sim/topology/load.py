@@ -11,13 +11,14 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sim.errors import InputError, UsageError
-from sim.faults import Faults, parse_link, parse_nic, parse_slow
+from sim.errors import InputError
 from sim.files.catalog import resolve
 from sim.files.inputs import read_text, show
 from sim.files.yaml_load import load_yaml_with_lines
 from sim.topology.consistency import physical_warnings
+from sim.topology.fault_section import read_faults
 from sim.topology.gpu import GpuSpec
+from sim.topology.nproc import with_nproc_per_node
 from sim.topology.overrides import Override, apply_overrides, parse_override
 from sim.topology.sections import Reader, Section
 from sim.topology.spec import (
@@ -48,6 +49,13 @@ MAX_QPS = 128  # NCCL_IB_QPS_PER_CONNECTION (NCCL v2.30.7 allows up to NCCL_IB_M
 def _blocks(n: int, parts: int) -> tuple[int, ...]:
     """Item i → block i·parts // n (contiguous, balanced)."""
     return tuple(i * parts // n for i in range(n))
+
+
+def _uneven(count: int, what: str, gpus: int, key: str) -> str:
+    """The refusal of a default (equal contiguous blocks) that ``count`` does not divide."""
+    return (f"{count} {what} for {gpus} GPUs (node.gpus): the default gives each the same "
+            f"number of consecutive GPUs, which needs {count} to divide {gpus}; list which GPUs "
+            f"share one in {key}")
 
 
 def _gpu(s: Section) -> GpuSpec:
@@ -90,6 +98,9 @@ def _node(s: Section) -> NodeSpec:
     assert ps is not None
     switches = ps.int("switches", 1, maximum=MAX_PER_NODE)
     sockets = ps.int("sockets", 1, maximum=MAX_PER_NODE)
+    if gpus % switches and not ps.has("gpu_switch"):
+        ps.r.fail(ps.path + ("switches",), _uneven(switches, "PCIe switches", gpus,
+                                                   "node.pcie.gpu_switch"))
     gpu_switch = ps.int_list("gpu_switch", gpus, switches, _blocks(gpus, switches))
     switch_socket = ps.int_list("switch_socket", switches, sockets, _blocks(switches, sockets))
     if sockets > 1:
@@ -157,6 +168,8 @@ def _nic_gpus(ns: Section, gpus: int, count: int) -> tuple[tuple[int, ...], ...]
     """``node.nics.gpus``: one list of GPU indices per NIC, every GPU served exactly once."""
     raw = ns.raw("gpus", False, None)
     if raw is None:
+        if gpus % count:  # unequal blocks: some GPUs would share a NIC, others not
+            ns.r.fail(ns.path + ("count",), _uneven(count, "NICs", gpus, "node.nics.gpus"))
         owner = _blocks(gpus, count)
         return tuple(tuple(i for i in range(gpus) if owner[i] == k) for k in range(count))
     p = ns.path + ("gpus",)
@@ -276,9 +289,11 @@ def fabric_leaf_counts(fabric: FabricSpec, nodes: int, nics: int) -> tuple[int, 
 
 
 def parse_topology(text: str, path: str, nodes: int | None = None,
-                   overrides: Sequence[str] = ()) -> Topology:
+                   overrides: Sequence[str] = (), nproc_per_node: int | None = None) -> Topology:
     """Parse topology YAML ``text`` (read from ``path``); ``nodes`` overrides the node count,
-    ``overrides`` are ``--set KEY=VALUE`` texts (:mod:`sim.topology.overrides`)."""
+    ``overrides`` are ``--set KEY=VALUE`` texts (:mod:`sim.topology.overrides`),
+    ``nproc_per_node`` the processes a job runs per node (:mod:`sim.topology.nproc`; ``None``:
+    one per GPU)."""
     data, lines = load_yaml_with_lines(text, path)
     if data is None:
         raise InputError("empty topology file (no YAML content)", file=path, line=1)
@@ -324,64 +339,18 @@ def parse_topology(text: str, path: str, nodes: int | None = None,
                     override_keys=tuple(f"{ov.text}={show(ov.value)}" for ov in done),
                     override_paths=tuple(ov.path for ov in done))
     topo = dataclasses.replace(topo, warnings=physical_warnings(topo))
+    topo = with_nproc_per_node(topo, nproc_per_node)
     if fsec is not None:
-        topo = dataclasses.replace(topo, faults=_faults(fsec, topo))
+        topo = dataclasses.replace(topo, faults=read_faults(fsec, topo))
     return topo
 
 
-def _faults(s: Section, topo: Topology) -> Faults:
-    """The optional ``faults`` section (docs/topology.md): slow GPUs or nodes, failed NICs,
-    degraded links, in the command-line syntax of :mod:`sim.faults`."""
-    slow: dict[int, float] = {}
-    for key, per_node in (("slow_gpus", False), ("slow_nodes", True)):
-        v = s.raw(key, False, None)
-        if v is None:
-            continue
-        if not isinstance(v, dict):
-            s.r.fail(s.path + (key,), f"expected a mapping INDEX: FACTOR, got {show(v)}")
-        for idx, fac in v.items():
-            try:
-                g, f = parse_slow(f"{idx}:{fac}", key)
-            except UsageError as e:
-                s.r.fail(s.path + (key, idx), e.message)
-            gpus = range(g * topo.gpus_per_node, (g + 1) * topo.gpus_per_node) if per_node \
-                else (g,)
-            slow.update(dict.fromkeys(gpus, f))
-    failed = set()
-    v = s.raw("failed_nics", False, None)
-    if v is not None:
-        if not isinstance(v, list):
-            s.r.fail(s.path + ("failed_nics",), f"expected a list of NODE.K strings, got {show(v)}")
-        for i, item in enumerate(v):
-            try:
-                failed.add(parse_nic(str(item), "failed_nics"))
-            except UsageError as e:
-                s.r.fail(s.path + ("failed_nics", i), e.message)
-    degraded = {}
-    v = s.raw("degraded_links", False, None)
-    if v is not None:
-        if not isinstance(v, dict):
-            s.r.fail(s.path + ("degraded_links",),
-                     f"expected a mapping SPEC: FACTOR, got {show(v)}")
-        for spec, fac in v.items():
-            try:
-                link, f = parse_link(f"{spec}:{fac}", "degraded_links")
-            except UsageError as e:
-                s.r.fail(s.path + ("degraded_links", spec), e.message)
-            degraded[link] = f
-    s.done()
-    faults = Faults(slow, frozenset(failed), degraded)
-    try:
-        faults.check(topo)
-    except InputError as e:
-        s.r.fail(s.path, e.message)
-    return faults
-
-
-def load_topology(path: str, nodes: int | None = None, overrides: Sequence[str] = ()) -> Topology:
+def load_topology(path: str, nodes: int | None = None, overrides: Sequence[str] = (),
+                  nproc_per_node: int | None = None) -> Topology:
     """Read and validate the topology file at ``path`` (or the shipped topology of that name,
     :mod:`sim.files.catalog`); ``nodes`` overrides its node count, ``overrides`` are ``--set
-    KEY=VALUE`` what-ifs (:mod:`sim.topology.overrides`)."""
+    KEY=VALUE`` what-ifs (:mod:`sim.topology.overrides`), ``nproc_per_node`` the processes per
+    node (:mod:`sim.topology.nproc`)."""
     path = resolve("topologies", path, "--topo")
     return parse_topology(read_text(path, what="topology file", flag="--topo"), path, nodes,
-                          overrides)
+                          overrides, nproc_per_node)

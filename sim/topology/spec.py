@@ -212,6 +212,8 @@ class Topology:
     override_keys: tuple[str, ...] = ()  # "KEY=VALUE" as given, one per --set
     override_paths: tuple[tuple, ...] = ()  # their key paths (str keys, int list indices)
     warnings: tuple[str, ...] = ()  # physically doubtful combinations (sim.topology.consistency)
+    # GPUs of each node no process runs on (--nproc-per-node: ``node`` holds the used ones)
+    idle_gpus_per_node: int = 0
 
     @property
     def gpus_per_node(self) -> int:
@@ -230,6 +232,14 @@ class Topology:
         n = self.node
         out = [f"topology: {self.name} ({self.path}): {self.num_nodes} nodes × {n.gpus} "
                f"{n.gpu.name} = {self.num_gpus} GPUs"]
+        if self.idle_gpus_per_node:
+            g = n.gpus + self.idle_gpus_per_node
+            out.append(Assumption(
+                f"--nproc-per-node {n.gpus}: {n.gpus} of each node's {g} GPUs used, "
+                f"{self.idle_gpus_per_node} idle (GPUs {n.gpus}..{g - 1}); rank r runs on node "
+                f"r // {n.gpus}, GPU r mod {n.gpus} (physical GPU (r // {n.gpus})·{g} + "
+                f"r mod {n.gpus}), as torchrun places its local ranks", "nproc-per-node",
+                departs=True))
         if n.xgmi is not None:
             x = n.xgmi
             out.append(f"intra-node: xGMI full mesh, one link per GPU pair ({x.links_per_gpu} "
