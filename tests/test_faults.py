@@ -171,3 +171,21 @@ def test_cli_reports_faults_baseline_and_critical_path(tmp_path):
     # GPU 300 = TP rank 4 of stage 4, DP replica 5: the critical path's most work is there
     top = rep["critical_path"]["ranks"][0]
     assert (top["rank"], top["stage"]) == (300, 4)
+
+
+def test_healthy_comparison_takes_the_fault_free_symmetry(tmp_path):
+    """A TP 16 group that straddles two GB200 racks makes the fault-free run simulate every
+    rank (its copies are not its images); the healthy run beside a --fail-nic run takes the
+    same decision, so it equals the fault-free run to the ns (it had run one representative
+    per stage and failed on a copy with no NVLS plan)."""
+    import json
+
+    from sim.cli import main
+    base = ["--model", "gpt2-medium", "--topo", "gb200-nvl72", "--nodes", "2", "--gpus", "128",
+            "--tp", "16", "--global-batch", "64", "--quiet"]
+    assert main([*base, "--json", str(tmp_path / "a.json")]) == 0
+    assert main([*base, "--fail-nic", "0.1", "--json", str(tmp_path / "b.json")]) == 0
+    plain = json.loads((tmp_path / "a.json").read_text())
+    faulty = json.loads((tmp_path / "b.json").read_text())
+    assert faulty["healthy_iteration_time_s"] == plain["iteration_time_s"]
+    assert faulty["iteration_time_s"] > plain["iteration_time_s"]

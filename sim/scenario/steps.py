@@ -164,20 +164,13 @@ def placement_of(program: PipelineProgram, order: str) -> Placement:
                      etp=program.etp)
 
 
-def prepare(program: PipelineProgram, topology: Topology, *,
-            network: NetworkOptions | None = None, simulation: SimulationOptions | None = None,
-            faults: FaultOptions | None = None, model_run: ModelRun | None = None,
-            outputs: OutputOptions | None = None, workload: str = "",
-            topology_path: str = "") -> Prepared:
-    """Stage 1: ``program`` placed on ``topology`` with its faults (the topology file's plus
-    ``faults``), rank classes, network options and interference; ``model_run``: the model
-    run ``program`` is of (its dispatcher, assumptions and metrics); ``outputs``: the figures
-    and trace to check now (a trace too big to write is refused before simulating)."""
-    sim = simulation or SimulationOptions()
-    fo = faults or FaultOptions()
-    placement = placement_of(program, sim.placement)
-    flt = faults_with(topology, fo.slow_gpus, fo.slow_nodes, fo.degraded_links, fo.failed_nics)
-    classes, scale, notes = simulation_plan(flt, topology, placement, sim.per_rank)
+def rank_classes_of(topology: Topology, placement: Placement, flt: Faults, per_rank: bool
+                    ) -> tuple[RankClasses, Any, list]:
+    """The ranks to simulate (:func:`sim.faults.simulation_plan`: symmetric, hybrid around the
+    faults, or per rank), every rank where a representative's copies would not be its images,
+    one representative per stage and node where stages straddle the nodes; with the compute
+    scale and the report's notes."""
+    classes, scale, notes = simulation_plan(flt, topology, placement, per_rank)
     if classes.reduced and domains.images_differ(placement, topology.gpus_per_node):
         # copies of a representative would not be its images (symmetry needs them to be)
         classes = RankClasses.per_rank(placement)
@@ -199,6 +192,23 @@ def prepare(program: PipelineProgram, topology: Topology, *,
                 "NICs); measured on gpt2-medium, 2 GB200 NVL72 racks, TP2 PP2 DP32: 13.6 ms "
                 "symmetric against 15.7 ms --per-rank; --per-rank simulates every rank",
                 "symmetry-straddle", departs=True))
+    return classes, scale, notes
+
+
+def prepare(program: PipelineProgram, topology: Topology, *,
+            network: NetworkOptions | None = None, simulation: SimulationOptions | None = None,
+            faults: FaultOptions | None = None, model_run: ModelRun | None = None,
+            outputs: OutputOptions | None = None, workload: str = "",
+            topology_path: str = "") -> Prepared:
+    """Stage 1: ``program`` placed on ``topology`` with its faults (the topology file's plus
+    ``faults``), rank classes, network options and interference; ``model_run``: the model
+    run ``program`` is of (its dispatcher, assumptions and metrics); ``outputs``: the figures
+    and trace to check now (a trace too big to write is refused before simulating)."""
+    sim = simulation or SimulationOptions()
+    fo = faults or FaultOptions()
+    placement = placement_of(program, sim.placement)
+    flt = faults_with(topology, fo.slow_gpus, fo.slow_nodes, fo.degraded_links, fo.failed_nics)
+    classes, scale, notes = rank_classes_of(topology, placement, flt, sim.per_rank)
     if outputs is not None:
         _check_outputs(outputs, program, placement, classes)
     net = dispatcher_network(network or NetworkOptions(), model_run.par if model_run else None)
@@ -243,8 +253,9 @@ def simulate(prepared: Prepared, variant: Variant = DETERMINISTIC) -> SimResult:
     kw: dict[str, Any] = {"placement": p.placement, "fuse": sim.fuse,
                           "interference": p.interference,
                           "host_dispatch_ns": sim.host_dispatch_ns}
-    if variant.healthy:
-        return engine.simulate(p.program, network(p, variant), **kw)
+    if variant.healthy:  # the same symmetry decision as a run without the faults
+        classes = rank_classes_of(p.topology, p.placement, Faults(), False)[0]
+        return engine.simulate(p.program, network(p, variant), classes=classes, **kw)
     if variant.sample is not None:
         jit = Jitter(sim.jitter_cv, sim.seed, variant.sample)
         return engine.simulate(p.program, network(p, variant),
