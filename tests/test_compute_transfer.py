@@ -135,3 +135,27 @@ def test_a100_and_h100_are_not_transferred():
     assert resolve_compute(H100_SXM).transfer is None
     a100 = GpuSpec("A100-SXM4-80GB", {"bf16": 312.0}, 80, 2039)
     assert resolve_compute(a100).transfer is None and resolve_compute(a100).lookup is None
+
+
+def test_a_gb200_run_reports_the_transferred_share_and_what_its_peaks_move(tmp_path):
+    """A whole run on gb200-nvl72: the report's sources name the transferred table, the
+    summary says whose table it is, and a peak override is said to rescale the table's GEMMs
+    (not to leave them alone, as on H100)."""
+    import json
+
+    from sim.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["--model", "llama3-8b", "--topo", "gb200-nvl72", "--tp", "2", "--gpus", "8",
+                 "--global-batch", "32", "--distributed-optimizer", "--set",
+                 "node.gpu.peak_tflops.bf16=2000", "--quiet", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    src = rep["compute_time_sources"]
+    assert set(src) == {"transferred_table", "roofline"} and src["transferred_table"] > 0.5
+    lines = rep["assumptions"]
+    assert any("from the kernel table of H100-SXM5-80GB, transferred to GB200" in a
+               for a in lines)
+    assert any(a.startswith("sustained load: not applied") for a in lines)
+    (what,) = [a for a in lines if a.startswith("effect of --set")]
+    assert "rescale the times of its GEMMs and attention" in what
+    assert f"roofline's share ({src['roofline'] * 100:.1f}%)" in what
