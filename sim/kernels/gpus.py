@@ -79,7 +79,9 @@ def describe(g: CatalogGpu) -> str:
         status = f"measured: kernel table sim/data/kernels/{g.kernel_table} measured on it"
     else:
         status = ("datasheet-only: no kernel table measured on it; simrun's compute model "
-                  "for it is a roofline on these peaks")
+                  + ("for it is a roofline on these peaks" if g.family == "A100" else
+                     "for it is H100 SXM's transferred by these peaks and bandwidth (the "
+                     "transfer rule, stated below)"))
     return (f"GPU {g.name} ({status}): dense peaks TFLOP/s {peaks}; HBM {g.hbm_GB:g} GB at "
             f"{g.hbm_GBps:g} GB/s; {g.sms or 'unknown'} SMs; {g.nvlink}; peaks from "
             f"{g.peaks_from}; source: {g.source}")

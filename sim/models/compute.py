@@ -86,17 +86,12 @@ GENERIC = ComputeModel("generic", gemm_efficiency=0.75, bmm_efficiency=0.55,
                        elementwise_overhead_ns=2000.0)
 _FAMILIES = {"A100": A100, "H100": H100}
 TRANSFER_SOURCE = "H100"  # the measured GPU the catalogue's other GPUs are timed from
-TRANSFER_RULE = (
-    "no kernel table measured on this GPU: each kernel keeps the fraction of the datasheet peak "
-    "(GEMMs, attention) or of the HBM bandwidth (element-wise) that H100 SXM reaches in its "
-    "measured table (sim/data/kernels/h100-sxm.csv, efficiencies derived by "
-    "sim/kernels/derive.py), with H100's per-kernel overheads: t = t_H100 x peak_H100 / "
-    "peak_GPU for compute-bound kernels and x HBM_H100 / HBM_GPU for memory-bound ones")
 
 
 def family_model(family: str) -> ComputeModel:
     """The roofline efficiency set of a catalogue family: its own where measured (A100
-    calibrated, H100 from its kernel table), else H100's transferred (``TRANSFER_RULE``)."""
+    calibrated, H100 from its kernel table), else H100's (the roofline part of the transfer
+    rule, :mod:`sim.models.compute_transfer`)."""
     if family in _FAMILIES:
         return _FAMILIES[family]
     return replace(_FAMILIES[TRANSFER_SOURCE],
@@ -144,7 +139,8 @@ def op_time_ns(op: Op, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> float:
     if op.kind is OpKind.GEMM:
         # NVFP4 GEMMs (sim.models.features.nvfp4): no FP4 GEMM is measured; they keep the
         # fraction of the (fp4) peak that H100's measured FP8 GEMMs reach, the lowest precision
-        # measured, as every FP8 GEMM on Blackwell keeps it of the fp8 peak (TRANSFER_RULE)
+        # measured, as every FP8 GEMM on Blackwell keeps it of the fp8 peak
+        # (sim.models.compute_transfer)
         eff = cm.fp8_gemm_efficiency if dtype in ("fp8", "fp4") else cm.gemm_efficiency
         if eff <= 0:
             raise ValueError(f"compute model {cm.family} has no {dtype} GEMM efficiency")
@@ -178,9 +174,10 @@ class Timer:
     gradients accumulate into fp32 main-grad buffers (:func:`gemm_table_kind`);
     ``sustained``: factor on every table time (kernels measured in bursts, run under the
     sustained load of training: :mod:`sim.models.compute_setup`); ``knobs``: a calibration's
-    :class:`~sim.calibration.knobs.Knobs` applied to every time (``None``: uncalibrated).
-    ``missing``: GEMM kinds the
-    table lacked, answered by its ``gemm_<dtype>`` rows.
+    :class:`~sim.calibration.knobs.Knobs` applied to every time (``None``: uncalibrated);
+    ``transfer``: a :class:`~sim.models.compute_transfer.Transfer` when ``lookup`` is another
+    GPU's table (each table time rescaled to this GPU; ``None``: the table is this GPU's).
+    ``missing``: GEMM kinds the table lacked, answered by its ``gemm_<dtype>`` rows.
     """
 
     gpu: GpuSpec
@@ -190,6 +187,7 @@ class Timer:
     main_grad_fp32: bool = True
     sustained: float = 1.0
     knobs: Any = None
+    transfer: Any = None
     table_ns: float = 0.0
     roofline_ns: float = 0.0
     hows: dict[str, float] = field(default_factory=dict)
@@ -215,11 +213,13 @@ class Timer:
 
     def _op_ns(self, op: Op, dtype: str) -> tuple[float, str]:
         dtype = op.dtype or dtype
-        hit = self._hit(op, dtype) if self.lookup else None
+        tr = self.transfer
+        hit = self._hit(op, tr.source_dtype(dtype) if tr else dtype) if self.lookup else None
         if hit is None:
             t, how = op_time_ns(op, self.gpu, self.cm, dtype), "roofline"
         else:
-            t, how = hit.time_ns * op.count * self.sustained, hit.how
+            t1 = hit.time_ns if tr is None else tr.kernel_ns(op, dtype, self.gpu, hit.time_ns)
+            t, how = t1 * op.count * self.sustained, hit.how
         return (t if self.knobs is None else self.knobs.op_ns(op, t)), how
 
     def _hit(self, op: Op, dtype: str):
@@ -293,7 +293,9 @@ class Timer:
         if total <= 0:
             return Assumption("compute time: none", "compute-time")
         ways = ", ".join(f"{how} {t / total:.1%}" for how, t in sorted(self.hows.items()))
-        table = (f"{self.table_ns / total:.1%} from the kernel table "
+        whose = ("" if self.transfer is None else
+                 f" of {self.transfer.source.name}, transferred to {self.gpu.name} (rule above)")
+        table = (f"{self.table_ns / total:.1%} from the kernel table{whose} "
                  f"({self.table_ns / 1e6:.3f} ms: {ways or 'none'})")
         roof = (f"{self.roofline_ns / total:.1%} from the roofline "
                 f"({self.roofline_ns / 1e6:.3f} ms, the compute model's efficiencies)")

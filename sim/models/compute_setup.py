@@ -49,6 +49,7 @@ class ComputeSetup:
     sustained_slowdown: float | None = None
     knobs: Any = None
     calibration: Any = None  # the --calibration profile the knobs come from
+    transfer: Any = None  # lookup is another GPU's table (sim.models.compute_transfer)
 
     def sustained(self, dtype: str) -> tuple[float, str]:
         """Factor on kernel-table times for a run in ``dtype``, and the report line saying
@@ -87,7 +88,10 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     """The compute model for topology GPU ``gpu`` (a :class:`~sim.topology.gpu.GpuSpec`).
 
     Known GPU: its family's roofline efficiencies, plus its shipped kernel table (when it has
-    one) or ``--kernel-table``. A GPU the catalogue does not know needs an explicit large-GEMM
+    one) or ``--kernel-table``; a datasheet-only GPU outside the A100 family without
+    ``--kernel-table`` is timed by H100 SXM's table transferred to it
+    (:mod:`sim.models.compute_transfer`), the rule printed. A GPU the catalogue does not know
+    needs an explicit large-GEMM
     efficiency: ``--compute-efficiency`` (a WARNING in the report) or the topology's
     ``node.gpu.compute_efficiency`` (a GPU declared in its topology file, like the test
     topologies' ``test-gpu``); the generic efficiency set is scaled to it. Neither: a
@@ -96,11 +100,13 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     opts = opts or ComputeOptions()
     from sim.kernels.lookup import TableLookup
     from sim.kernels.table import read_table, shipped_table
-    from sim.models.compute import TRANSFER_RULE, TRANSFER_SOURCE, family_model
+    from sim.models.compute import TRANSFER_SOURCE, family_model
 
     entry = find(gpu.name)
     notes: list[str] = []
     declared = gpu.compute_efficiency
+    transferred = (entry is not None and entry.status != "measured"
+                   and entry.family != "A100")
     if opts.compute_efficiency is not None:
         cm = scaled_generic(opts.compute_efficiency)
         if entry is None:
@@ -112,10 +118,6 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
                          f"{entry.family} roofline efficiencies")
     elif entry is not None:
         cm = family_model(entry.family)
-        if entry.status != "measured" and entry.family != "A100":
-            notes.append(Assumption(f"compute of {entry.name} transferred from "
-                                    f"{TRANSFER_SOURCE} SXM: {TRANSFER_RULE}", "gpu-transfer",
-                                    departs=True))
     elif declared is not None:
         cm = replace(scaled_generic(declared, field="node.gpu.compute_efficiency"),
                      family=f"{gpu.name}: generic scaled to {declared:g}, not measured")
@@ -128,16 +130,30 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
                          f"(known: {known_names()}); name one of them in node.gpu.name, declare "
                          "node.gpu.compute_efficiency in the topology or give "
                          "--compute-efficiency FRACTION", field="compute_efficiency")
-    table = None
+    table, transfer = None, None
     if opts.kernel_table not in (None, "none"):
         table = read_table(opts.kernel_table)
     elif opts.kernel_table is None and entry is not None and entry.kernel_table:
         table = shipped_table(entry.kernel_table)
+    elif opts.kernel_table is None and transferred:
+        from sim.models.compute_transfer import source_transfer
+
+        transfer, name = source_transfer()
+        table = shipped_table(name)
+    if transferred:
+        from sim.models.compute_transfer import ROOFLINE_RULE, rule
+
+        roof = ("at --compute-efficiency's efficiencies" if opts.compute_efficiency is not None
+                else "at H100's efficiencies")
+        notes.append(Assumption(f"compute of {entry.name} transferred from {TRANSFER_SOURCE} "
+                                f"SXM: {rule(roofline=roof) if transfer else ROOFLINE_RULE}",
+                                "gpu-transfer", departs=True))
     lookup = None
     if table is not None:
-        slots, why = _slots(table, entry)
+        slots, why = _slots(table, entry if transfer is None else None)
         lookup = TableLookup(table, slots=slots)
-        notes.append(table.describe() + f"; attention tile model on {slots} SMs ({why})")
+        notes.append(("transferred: " if transfer else "") + table.describe()
+                     + f"; attention tile model on {slots} SMs ({why})")
     elif opts.sustained_slowdown is not None:
         raise UsageError("scales kernel-table times, and this run has no kernel table: its "
                          "compute is timed by the roofline", field="sustained_slowdown")
@@ -150,7 +166,7 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
         notes += opts.calibration.assumptions()
         knobs = opts.calibration.knobs
     return ComputeSetup(cm, lookup, notes, entry, opts.sustained_slowdown, knobs,
-                        opts.calibration)
+                        opts.calibration, transfer)
 
 
 def _slots(table, entry: CatalogGpu | None) -> tuple[int, str]:
@@ -183,7 +199,8 @@ def timer_for(gpu, setup: ComputeSetup, backend: str) -> Timer:
     """A fresh :class:`Timer` (tallies at zero) for ``gpu`` under ``setup``."""
     from sim.models.compute import Timer
 
-    return Timer(gpu, setup.cm, setup.lookup, backend, knobs=setup.knobs)
+    return Timer(gpu, setup.cm, setup.lookup, backend, knobs=setup.knobs,
+                 transfer=setup.transfer)
 
 
 REFERENCE_GEMM = (8192, 8192, 8192)  # the op whose time ratio relates two GPUs' compute
@@ -194,7 +211,7 @@ def _reference_ns(gpu, setup: ComputeSetup) -> float:
     from sim.models.vocab.ops import gemm
 
     op = gemm("reference", *REFERENCE_GEMM)
-    return Timer(gpu, setup.cm, setup.lookup).op_ns(op, "bf16")[0]
+    return Timer(gpu, setup.cm, setup.lookup, transfer=setup.transfer).op_ns(op, "bf16")[0]
 
 
 def source_compute_scale(file_gpu: str | None, topo_gpu, *, source_gpu: str | None = None,

@@ -86,7 +86,8 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         ep_a2a_overlap=par.overlap_moe_expert_parallel_comm,
     )
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
-    program.compute_sources = {"kernel_table": timer.table_ns, "roofline": timer.roofline_ns}
+    table_key = "kernel_table" if timer.transfer is None else "transferred_table"
+    program.compute_sources = {table_key: timer.table_ns, "roofline": timer.roofline_ns}
     program.assumptions += compute_notes(setup, timer, sustained_note)
     program.assumptions += [Assumption(a, "defer-wgrad") for a in defer_wgrad.notes(program, par)]
     return program

@@ -133,7 +133,8 @@ def _timed_by(rep: dict[str, Any]) -> str:
     src = rep.get("compute_time_sources")
     if not src:
         return ""
-    words = {"kernel_table": "the measured kernel table", "roofline": "the roofline"}
+    words = {"kernel_table": "the measured kernel table", "roofline": "the roofline",
+             "transferred_table": "H100's measured kernel table transferred"}
     parts = [f"{v * 100:.1f}% by {words.get(k, k)}"
              for k, v in sorted(src.items(), key=lambda kv: (-kv[1], kv[0])) if v > 0]
     return f" (timed {', '.join(parts)})"

@@ -173,9 +173,15 @@ def _why(path: tuple, topo: Topology, rs, sources) -> str:
             and path[2] in ("peak_tflops", "hbm_GBps") and sources:
         total = sum(sources.values())
         roof = sources.get("roofline", 0.0) / total if total > 0 else 0.0
-        return (f"the GPU's datasheet {'peaks' if path[2] == 'peak_tflops' else 'HBM bandwidth'}"
-                f" time only the roofline's share of compute ({roof * 100:.1f}%); the measured "
-                "kernel table's times do not depend on them")
+        what = "peaks" if path[2] == "peak_tflops" else "HBM bandwidth"
+        if "transferred_table" in sources:  # sim.models.compute_transfer rescales by them
+            kinds = ("GEMMs and attention" if path[2] == "peak_tflops"
+                     else "memory-bound kernels")
+            return (f"the GPU's datasheet {what} rescale the times of its {kinds} taken from "
+                    f"H100's transferred kernel table ({(1 - roof) * 100:.1f}% of compute, all "
+                    f"kinds) and time the roofline's share ({roof * 100:.1f}%)")
+        return (f"the GPU's datasheet {what} time only the roofline's share of compute "
+                f"({roof * 100:.1f}%); the measured kernel table's times do not depend on them")
     return ""
 
 

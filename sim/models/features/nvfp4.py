@@ -48,8 +48,10 @@ Megatron-LM (NVIDIA/Megatron-LM d98e8a64dd, ``megatron/training/arguments.py`` l
 refused here), never together with ``--fp8-format``. The parameters stay bf16 (``--bf16``):
 simrun's ``--dtype`` stays ``bf16`` and names the parameters' and the untouched layers'
 precision; the TE linears' GEMMs run at the GPU's dense ``fp4`` peak, timed by the transfer
-rule at H100's measured FP8 GEMM efficiency (the lowest precision measured;
-:func:`sim.models.compute.op_time_ns`); their operand bytes in the roofline's memory bound stay
+rule as H100's measured FP8 GEMM of the same shape (the lowest precision measured) rescaled by
+H100's fp8 peak over the fp4 peak (:mod:`sim.models.compute_transfer`; the roofline at H100's
+FP8 GEMM efficiency where the table has no answer, :func:`sim.models.compute.op_time_ns`);
+their operand bytes in the roofline's memory bound stay
 the bf16 count (every transformer GEMM here is compute-bound either way).
 """
 
@@ -239,7 +241,8 @@ def describe(par) -> str:
         "--fp4-format e2m1 --fp4-recipe nvfp4 (Transformer Engine NVFP4BlockScaling: E2M1 "
         "values, an E4M3 scale per 16 values, an FP32 scale per tensor): the TE linears' "
         "fprop, dgrad and wgrad GEMMs (qkv, proj, fc1, fc2) at the GPU's dense fp4 peak, "
-        "timed at H100's measured FP8 GEMM efficiency (no FP4 GEMM is measured); per linear "
+        "timed as H100's measured FP8 GEMMs rescaled to the fp4 peak (no FP4 GEMM is "
+        "measured); per linear "
         "and microbatch the input (before the GEMM) and the output gradient (before the dgrad "
         "GEMM) each get an RHT amax pass (2 B/element read) and one quantise kernel writing "
         "the row-wise and the Hadamard-transformed column-wise FP4 copies with their scales "
