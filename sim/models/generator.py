@@ -69,9 +69,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
     # ZeRO/FSDP and --grad-reduce-in-bf16 keep 16-bit ones (sim.models.optimizer.grad_bytes)
     timer.main_grad_fp32 = not par.zero and grad_bytes(par.dtype, par.grad_reduce_in_bf16) == 4
     timer.sustained, sustained_note = setup.sustained(par.dtype)
-    if compute_model is not None:
-        timer.cm = compute_model
-    cm = timer.cm
+    cm = timer.cm = compute_model if compute_model is not None else timer.cm
     if (par.dtype == "fp8" or par.fp4) and cm.fp8_gemm_efficiency <= 0:  # nor fp4 ones
         raise UsageError(f"compute model {cm.family} has no fp8 GEMMs", field="dtype")
     memo: Memo = ({}, {})  # every stage and chunk's rows: copies of one layer's (_layers)
