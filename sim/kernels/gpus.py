@@ -35,6 +35,7 @@ class CatalogGpu:
     kernel_table: str
     peaks_from: str  # "vendor datasheet", or what else they rest on (see sim/data/gpus.csv)
     source: str
+    exp_tera_per_s: float | None = None  # SFU exponentials, 1e12/s (None: no published figure)
 
 
 def _key(name: str) -> str:
@@ -54,7 +55,8 @@ def catalog() -> tuple[CatalogGpu, ...]:
             family=r["family"], status=r["status"], peak_tflops=peaks,
             hbm_GB=float(r["hbm_GB"]), hbm_GBps=float(r["hbm_GBps"]),
             sms=int(r["sms"]) if r["sms"] else None, nvlink=r["nvlink"],
-            kernel_table=r["kernel_table"], peaks_from=r["peaks_from"], source=r["source"]))
+            kernel_table=r["kernel_table"], peaks_from=r["peaks_from"], source=r["source"],
+            exp_tera_per_s=float(r["exp_tera_per_s"]) if r["exp_tera_per_s"] else None))
     return tuple(out)
 
 

@@ -138,15 +138,18 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     elif opts.kernel_table is None and transferred:
         from sim.models.compute_transfer import source_transfer
 
-        transfer, name = source_transfer()
+        transfer, name = source_transfer(entry.exp_tera_per_s)
         table = shipped_table(name)
     if transferred:
         from sim.models.compute_transfer import ROOFLINE_RULE, rule
 
         roof = ("at --compute-efficiency's efficiencies" if opts.compute_efficiency is not None
                 else "at H100's efficiencies")
+        exps = (None if transfer is None or not (transfer.source_exp and transfer.gpu_exp)
+                else (transfer.source_exp, transfer.gpu_exp))
+        said = rule(roofline=roof, exp_rates=exps) if transfer else ROOFLINE_RULE
         notes.append(Assumption(f"compute of {entry.name} transferred from {TRANSFER_SOURCE} "
-                                f"SXM: {rule(roofline=roof) if transfer else ROOFLINE_RULE}",
+                                f"SXM: {said}",
                                 "gpu-transfer", departs=True))
     lookup = None
     if table is not None:

@@ -14,6 +14,18 @@ from the nearest measured GPU, H100 SXM (:data:`~sim.models.compute.TRANSFER_SOU
    H100's fp8 peak over the GPU's fp4 peak; attention and batched matmuls in bf16 — in fp16
    for an fp16 run — as Transformer Engine runs them), ``r = HBM_H100 / HBM_GPU`` for
    memory-bound kernels (element-wise, norms, optimizer, FP8/NVFP4 casts and quantisation);
+   A fused attention kernel (``FLASH_FWD`` / ``FLASH_BWD``) on a GPU whose catalogue entry has
+   an exponential rate (``exp_tera_per_s``: B200, GB200, GB300) is two resources, its ratio
+   ``r = (1 − f) · peak_H100 / peak_GPU + f · exp_H100 / exp_GPU``: the softmax exponentials
+   run on the special-function units (MUFU.EX2), whose throughput did not grow with the
+   tensor cores. ``f`` (:meth:`Transfer.exp_share`) is H100's share of the kernel's time on
+   them, from the rates: per score, ``m·d`` matrix FLOPs (``m = 4`` forward: QKᵀ and PV;
+   ``m = 10`` backward: 2.5× the forward's, P recomputed) against one exponential (forward;
+   backward: P's recomputation), ``f = 1 / (1 + m·d·exp_H100 / peak_H100)`` — 1/3 forward
+   and 1/6 backward at d = 128. Assumed: the kernel's time is the two parts added, each at
+   the same fraction of its peak (no more overlap of MMA and exponential on the GPU than
+   H100's measurement contains). A GPU without a published rate (H200, MI300X, H100 PCIe)
+   keeps the peak ratio alone;
 3. a fixed per-kernel part is kept unscaled (launch gap, prologue, the last partial wave do not
    shrink with the peak): ``o = min(t_H100, o_H100)``, with ``o_H100`` H100's fitted
    per-kernel overhead (:data:`sim.models.compute.H100`: 6 µs for GEMMs and attention, 2 µs for
@@ -41,12 +53,24 @@ from sim.models.vocab.ops import Op, OpKind
 from sim.topology.gpu import GpuSpec
 
 _MEMORY_KINDS = (OpKind.ELEMENTWISE, OpKind.OPTIMIZER)
+#: matrix FLOPs per attention score per unit of head dim: forward QKᵀ and PV (2 + 2); backward
+#: 2.5× that (dV, dP, dQ, dK and the recomputed QKᵀ: 5 × 2), one exponential per score in each
+_MMA_FLOPS_PER_SCORE = {OpKind.FLASH_FWD: 4, OpKind.FLASH_BWD: 10}
 
 
-def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies") -> str:
+def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
+         exp_rates: tuple[float, float] | None = None) -> str:
     """The rule as printed in every report of a transferred run (``cm``: the source's roofline
     set, whose per-kernel overheads are kept; ``roofline``: which efficiencies time what the
-    table does not answer)."""
+    table does not answer; ``exp_rates``: H100's and the GPU's exponential rates, 1e12/s, or
+    ``None`` when the GPU has none in the catalogue)."""
+    exp = ("fused attention is not split by exponential throughput (no published rate for this "
+           "GPU in sim/data/gpus.csv): the bf16 peaks alone" if exp_rates is None else
+           "fused attention as two parts, r = (1 - f) x peak_H100 / peak_GPU + f x exp_H100 / "
+           f"exp_GPU with exp {exp_rates[0]:g} / {exp_rates[1]:g} 1e12 exponentials/s "
+           "(special-function units), f = 1 / (1 + m d exp_H100 / peak_H100) H100's share of "
+           "the kernel on exponentials (m = 4 forward, 10 backward; d the head dim), the parts "
+           "added (no overlap beyond H100's)")
     return (
         "no kernel table measured on this GPU: each operator is timed as on H100 SXM (its "
         "measured kernel table sim/data/kernels/h100-sxm.csv, same lookup and interpolation as "
@@ -56,7 +80,7 @@ def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies") -> s
         "peak, attention by the bf16 peaks) and x HBM_H100 / HBM_GPU for memory-bound kernels "
         "(element-wise, norms, optimizer, casts and quantisation), with o = min(t_H100, H100's "
         f"fitted per-kernel overhead: {cm.gemm_overhead_ns / 1e3:g} µs GEMMs and attention, "
-        f"{cm.elementwise_overhead_ns / 1e3:g} µs memory-bound) kept unscaled; the table's "
+        f"{cm.elementwise_overhead_ns / 1e3:g} µs memory-bound) kept unscaled; {exp}; the table's "
         "sustained-load factors (H100's clocks) are not carried over; where H100's table has "
         f"no answer, the roofline {roofline} on this GPU's peaks and bandwidth")
 
@@ -72,10 +96,14 @@ ROOFLINE_RULE = (
 class Transfer:
     """Rescales the source GPU's kernel-table times to a GPU without its own table (module
     docstring). ``source``: the measured GPU's datasheet peaks and bandwidth; ``cm``: its
-    roofline set, whose per-kernel overheads (ns) are the fixed part kept unscaled."""
+    roofline set, whose per-kernel overheads (ns) are the fixed part kept unscaled;
+    ``source_exp`` / ``gpu_exp``: the two GPUs' exponential rates (1e12 exponentials/s,
+    ``exp_tera_per_s`` of sim/data/gpus.csv) that split fused attention in two."""
 
     source: GpuSpec
     cm: ComputeModel = H100
+    source_exp: float | None = None  # the source's exponential rate, 1e12/s (gpus.csv)
+    gpu_exp: float | None = None  # the target GPU's (None: attention by the peaks alone)
 
     @staticmethod
     def source_dtype(dtype: str) -> str:
@@ -94,7 +122,20 @@ class Transfer:
             mine = dtype
         else:  # attention and its batched matmuls run in 16 bits under fp8 and NVFP4 recipes
             mine = "bf16" if dtype in ("fp8", "fp4") else dtype
-        return peak_flops(self.source, self.source_dtype(mine)) / peak_flops(gpu, mine)
+        r = peak_flops(self.source, self.source_dtype(mine)) / peak_flops(gpu, mine)
+        f = self.exp_share(op, mine)
+        return r if f == 0.0 else (1.0 - f) * r + f * self.source_exp / self.gpu_exp
+
+    def exp_share(self, op: Op, dtype: str) -> float:
+        """H100's share (0..1) of fused attention kernel ``op``'s time spent on exponentials,
+        from the rates: ``1 / (1 + m·d·exp_source / peak_source)`` (module docstring, step 2);
+        0 for other kinds, or when either GPU has no exponential rate. ``dtype``: the
+        attention's 16-bit precision (its tensor-core peak)."""
+        m = _MMA_FLOPS_PER_SCORE.get(op.kind)
+        if m is None or not (self.source_exp and self.gpu_exp) or len(op.shape) < 5:
+            return 0.0
+        mma_per_exp = m * op.shape[4] * self.source_exp * 1e12 / peak_flops(self.source, dtype)
+        return 1.0 / (1.0 + mma_per_exp)
 
     def kernel_ns(self, op: Op, dtype: str, gpu: GpuSpec, t_source_ns: float) -> float:
         """One kernel's time (ns) on ``gpu`` from its time ``t_source_ns`` on the source:
@@ -105,11 +146,12 @@ class Transfer:
         return fixed + (t_source_ns - fixed) * self.ratio(op, dtype, gpu)
 
 
-def source_transfer() -> tuple[Transfer, str]:
-    """The transfer from :data:`~sim.models.compute.TRANSFER_SOURCE`'s catalogue entry and the
-    name of its shipped kernel table."""
+def source_transfer(gpu_exp: float | None = None) -> tuple[Transfer, str]:
+    """The transfer from :data:`~sim.models.compute.TRANSFER_SOURCE`'s catalogue entry to a GPU
+    whose exponential rate is ``gpu_exp`` (1e12/s; ``None``: none published) and the name of
+    the source's shipped kernel table."""
     from sim.kernels.gpus import catalog
 
     src = next(g for g in catalog() if g.family == TRANSFER_SOURCE and g.status == "measured")
     spec = GpuSpec(src.name, dict(src.peak_tflops), src.hbm_GB, src.hbm_GBps)
-    return Transfer(spec), src.kernel_table
+    return Transfer(spec, source_exp=src.exp_tera_per_s, gpu_exp=gpu_exp), src.kernel_table
