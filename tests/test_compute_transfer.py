@@ -65,11 +65,56 @@ def test_fp8_gemms_by_the_fp8_peaks_and_nvfp4_ones_from_h100s_fp8_time_at_the_fp
         6000 + 52430 * 0.1979)
 
 
-def test_attention_in_an_fp8_run_is_rescaled_by_the_bf16_peaks():
-    op = Op("attn", OpKind.FLASH_FWD, 1, 1, kernel="attn_fwd", shape=(1, 32, 8, 4096, 128, 1))
+ATTN_SHAPE = (1, 32, 8, 4096, 128, 1)  # b, hq, hkv, s, d, causal
+ATTN_BWD_NS = 821970.0  # h100-sxm.csv attn_cudnn_bwd, the same shape: 0.82197 ms
+GB300 = GpuSpec("GB300", {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp4": 15000.0,
+                          "tf32": 1250.0, "fp32": 80.0}, 288, 8000)
+
+# Exponential rates (sim/data/gpus.csv exp_tera_per_s, 1e12 exponentials/s): H100 SXM
+# 16 per SM per clock × 132 SMs × 1.83 GHz = 3.865 (FlashAttention-3, section 3.2 footnote 5);
+# GB200 5, GB300 10.7 (the third-party per-GPU table named in the csv rows).
+# H100's share of a fused attention kernel on exponentials at d = 128 (per score m·d matrix
+# FLOPs at 989.4e12/s against one exponential at 3.865e12/s):
+#   forward  (m = 4):  t_mma : t_exp = 512 / 989.4 : 1 / 3.865 = 0.5174853 : 0.2587322,
+#                      f = 0.2587322 / 0.7762175 = 0.3333243
+#   backward (m = 10): 1280 / 989.4 : 1 / 3.865 = 1.2937134 : 0.2587322, f = 0.1666611
+F_FWD, F_BWD = 0.3333243, 0.1666611
+PEAK_R = 989.4 / 2500  # 0.39576, GB200 and GB300 alike
+
+
+def test_attention_in_an_fp8_run_is_rescaled_by_the_bf16_peaks_and_the_exponential_rates():
+    op = Op("attn", OpKind.FLASH_FWD, 1, 1, kernel="attn_fwd", shape=ATTN_SHAPE)
     t, how = _timer(GB200).op_ns(op, "fp8")
-    # 6000 + (259380 − 6000) × 989.4 / 2500 = 6000 + 253380 × 0.39576
-    assert t == pytest.approx(6000 + 100277.6688) and how == "measured shape"
+    # r = (1 − f) × 989.4 / 2500 + f × 3.865 / 5 = 0.6666757 × 0.39576 + 0.3333243 × 0.773
+    #   = 0.2638436 + 0.2576597 = 0.5215033;  6000 + 253380 × 0.5215033
+    assert how == "measured shape"
+    assert t == pytest.approx(6000 + 253380 * 0.5215033, rel=1e-6)
+
+
+def test_gb300s_doubled_exponential_rate_shortens_attention_against_gb200s_at_equal_peaks():
+    fwd = Op("attn", OpKind.FLASH_FWD, 1, 1, kernel="attn_fwd", shape=ATTN_SHAPE)
+    bwd = Op("attn_grad", OpKind.FLASH_BWD, 1, 1, kernel="attn_bwd", shape=ATTN_SHAPE)
+    gb300, gb200 = _timer(GB300), _timer(GB200)
+    # forward: 0.6666757 × 0.39576 + 0.3333243 × 3.865 / 10.7 (0.3612150) = 0.3842453
+    assert gb300.op_ns(fwd, "bf16")[0] == pytest.approx(6000 + 253380 * 0.3842453, rel=1e-6)
+    # backward, H100's 821970 ns: GB200 0.8333389 × 0.39576 + 0.1666611 × 0.773 = 0.4586312;
+    # GB300 0.8333389 × 0.39576 + 0.1666611 × 0.3612150 = 0.3900027
+    assert gb200.op_ns(bwd, "bf16")[0] == pytest.approx(6000 + 815970 * 0.4586312, rel=1e-6)
+    assert gb300.op_ns(bwd, "bf16")[0] == pytest.approx(6000 + 815970 * 0.3900027, rel=1e-6)
+    assert resolve_compute(GB300).transfer.exp_share(fwd, "bf16") == pytest.approx(F_FWD, 1e-6)
+    assert resolve_compute(GB300).transfer.exp_share(bwd, "bf16") == pytest.approx(F_BWD, 1e-6)
+
+
+def test_a_gpu_without_a_published_exponential_rate_keeps_the_peak_ratio_for_attention():
+    """H200 has no exp_tera_per_s in the catalogue: its attention keeps H100's table time
+    (equal bf16 peaks); a GEMM on GB200 is not split."""
+    op = Op("attn", OpKind.FLASH_FWD, 1, 1, kernel="attn_fwd", shape=ATTN_SHAPE)
+    assert _timer(H200).op_ns(op, "bf16")[0] == pytest.approx(ATTN_NS)
+    setup = resolve_compute(H200)
+    assert setup.transfer.exp_share(op, "bf16") == 0.0
+    assert any("no published rate for this GPU" in n for n in setup.notes)
+    g = gemm("g", 512, 4096, 16384)
+    assert resolve_compute(GB200).transfer.ratio(g, "bf16", GB200) == pytest.approx(PEAK_R)
 
 
 def test_a_kernel_shorter_than_the_overhead_keeps_h100s_time():
@@ -117,6 +162,7 @@ def test_the_report_tallies_the_transferred_table_and_states_the_rule():
     assert setup.transfer is not None and setup.lookup.table.gpu == "H100-SXM5-80GB"
     rule = next(n for n in setup.notes if "transferred from H100 SXM" in n)
     assert "t = o + (t_H100 - o) x peak_H100 / peak_GPU" in rule and "6 µs" in rule
+    assert "f x exp_H100 / exp_GPU with exp 3.865 / 5 1e12 exponentials/s" in rule
     timer = timer_for(GB200, setup, "fused")
     timer.ops_ns((gemm("g", 512, 4096, 16384), gemm("tiny", 64, 64, 64)), "bf16")
     line = timer.summary()
