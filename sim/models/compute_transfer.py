@@ -113,7 +113,9 @@ class Transfer:
 
     def ratio(self, op: Op, dtype: str, gpu: GpuSpec) -> float:
         """``peak_source / peak_gpu`` (compute-bound kinds, in ``op``'s precision) or
-        ``HBM_source / HBM_gpu`` (memory-bound kinds) for ``op`` run in ``dtype`` on ``gpu``."""
+        ``HBM_source / HBM_gpu`` (memory-bound kinds) for ``op`` run in ``dtype`` on ``gpu``;
+        fused attention with both exponential rates known: ``(1 − f)`` of the peak ratio plus
+        ``f`` of ``exp_source / exp_gpu`` (``f``: :meth:`exp_share`)."""
         if op.kind in _MEMORY_KINDS:
             if gpu.hbm_GBps <= 0:
                 raise ValueError(f"GPU {gpu.name} has no HBM bandwidth (hbm_GBps)")
