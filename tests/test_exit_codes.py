@@ -56,6 +56,10 @@ def test_success_exits_0_with_the_report_on_stdout_and_nothing_on_stderr():
      "missing.yaml: --topo: cannot read topology file: no such file"),
     (["collective", "--topo", TINY, "--gpus", "99"], "--gpus: must be between 2 and the "
                                                       "topology's 4 GPUs, got 99"),
+    # one operation: an algorithm that never runs it is refused, not replaced by auto's
+    (["collective", "--topo", TINY, "--op", "allreduce", "--algorithm", "direct"],
+     "--algorithm: direct does not run allreduce (for allreduce: ring, tree, hierarchical, "
+     "nvls, nvlstree, collnet or auto)"),
     (["inspect", str(WORKLOADS / "models" / "missing.yaml")], "missing.yaml: cannot read model "
                                                                 "spec: no such file"),
     (["generate", "--model", GPT2M, "--topo", TINY, "--global-batch", "8", "--out",

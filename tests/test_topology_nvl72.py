@@ -169,3 +169,18 @@ def test_straddle_run_equals_per_rank(tmp_path):
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
     assert a["simulation"]["mode"] == "straddle" and a["simulation"]["simulated_ranks"] == 4
     assert a["iteration_time_s"] == b["iteration_time_s"]
+
+
+def test_collective_says_when_the_asked_algorithm_does_not_apply(capsys):
+    """NVLS runs inside one NVLink domain: over two DGX H100 nodes `--algorithm nvls` cannot
+    run, auto's choice runs and a header line says so, naming it; inside one node, no line."""
+    from sim.cli import main
+    assert main(["collective", "--topo", "dgx-h100-1024", "--gpus", "16", "--algorithm", "nvls",
+                 "--sizes", "1G:1G"]) == 0
+    out = capsys.readouterr().out
+    assert ("# --algorithm nvls does not apply to allreduce over these 16 GPUs: auto's choice "
+            "ran instead (nvlstree; column 'algorithm')") in out
+    assert main(["collective", "--topo", "dgx-h100-1024", "--gpus", "8", "--algorithm", "nvls",
+                 "--sizes", "1G:1G"]) == 0
+    out = capsys.readouterr().out
+    assert "# --algorithm nvls does not apply" not in out and "nvls/Simple" in out

@@ -10,6 +10,8 @@ from sim.comm import CollKind
 from sim.errors import InputError, UsageError
 from sim.files.outputs import check_output_paths, is_stdout, write_json
 from sim.limits import MAX_ALLTOALL_PAIRS
+from sim.network.factory import parse_algorithm
+from sim.network.plans import ALGORITHMS_FOR
 from sim.network.predict import OPS, ROW_KEYS, format_rows, header_lines, parse_sizes, predict_rows
 from sim.scenario import network_of
 from sim.topology import load_topology
@@ -49,6 +51,32 @@ def _check_work(op: str, gpus: int) -> None:
                          f"{MAX_ALLTOALL_PAIRS} (2,048 ranks, ~0.8 GB)", field="--gpus")
 
 
+def _asked_algorithm(text: str | None, op: str) -> str | None:
+    """The algorithm ``--algorithm`` fixes for ``op`` (None: auto or not given); refused with
+    one line where it never runs ``op`` (a simulation's single ``--algorithm`` leaves the
+    operations it does not apply to on auto; here there is one operation)."""
+    asked = parse_algorithm(text)
+    if isinstance(asked, dict):
+        asked = asked.get(op)
+    if asked in (None, "auto"):
+        return None
+    allowed = ALGORITHMS_FOR[OPS[op]]
+    if asked not in allowed:
+        raise UsageError(f"{asked} does not run {op} (for {op}: {', '.join(allowed)} or auto)",
+                         field="--algorithm")
+    return asked
+
+
+def _fallback_note(asked: str | None, op: str, gpus: int, rows: list[dict]) -> list[str]:
+    """A ``#`` line where the asked algorithm does not apply to these ranks (e.g. NVLS across
+    nodes) and auto's choice ran instead, naming what ran."""
+    ran = sorted({r["algorithm"].split("/")[0] for r in rows} - {asked})
+    if asked is None or not ran:
+        return []
+    return [f"# --algorithm {asked} does not apply to {op} over these {gpus} GPUs: auto's "
+            f"choice ran instead ({', '.join(ran)}; column 'algorithm')"]
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``simrun collective``; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -60,9 +88,10 @@ def main(argv: list[str]) -> int:
         raise InputError(f"must be between 2 and the topology's {topo.num_gpus} GPUs, got {gpus}",
                          field="--gpus")
     _check_work(args.op, gpus)
+    asked = _asked_algorithm(args.algorithm, args.op)
     net = network_of(topo, network_options(args))
     rows = predict_rows(args.op, gpus, sizes, net)
-    head = header_lines(topo, args.op, gpus, net)
+    head = header_lines(topo, args.op, gpus, net) + _fallback_note(asked, args.op, gpus, rows)
     if not is_stdout(args.json):  # `--json -`: stdout holds the JSON only
         sys.stdout.write("\n".join(head) + "\n" + format_rows(rows))
     if args.json:
