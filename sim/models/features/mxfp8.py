@@ -24,8 +24,9 @@ NVIDIA/Megatron-LM at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
   quantised with column-wise usage too, before the all-gather; ``_linear_backward`` gathers
   the column-wise data for the wgrad GEMM, ``set_quantizer_usage_for_wgrad_all_gather``):
   the gathered operand is quantised once on this rank's ``rows / t`` rows, both ways, and no
-  transpose runs after the gather. simrun keeps the gathers' sizes at 1 B per element (the
-  scales add 1/32 to each gather).
+  transpose runs after the gather. simrun sizes the TP all-gathers as in every other run, at
+  bf16's 2 B per element (:func:`sim.models.vocab.dims.tp_enter`): TE gathers the quantised
+  data, 1 B per element plus 1/32 B of scales, which is not modelled (stated in the report).
 * **weights**: quantised like an activation, both ways, once per iteration (TE's
   ``is_first_microbatch`` caching). Megatron-Bridge's MXFP8 precision
   (``bf16_with_mxfp8_mixed``, ``src/megatron/bridge/training/mixed_precision.py``) sets
@@ -81,5 +82,6 @@ def describe(sp: bool) -> str:
             "weights then this quantisation, the same bytes and place); no amax pass, "
             "history or reduction; GEMMs at the GPU's dense fp8 peak" + (
                 "; with sequence parallelism the gathered operands are quantised both ways on "
-                "the local rows before the gather, no transpose after it (the gathers carry "
-                "1 B per element; the scales' 1/32 is not added)" if sp else ""))
+                "the local rows before the gather, no transpose after it (the all-gathers "
+                "keep bf16's 2 B per element; TE's 1 B plus 1/32 B of scales is not "
+                "modelled)" if sp else ""))
