@@ -23,6 +23,7 @@ from sim.models.features import (
     fp8_current,
     nvfp4,
     qk_norm,
+    quant_gather,
     rope,
     tp_async,
     tp_overlap,
@@ -192,6 +193,7 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
     :func:`transformer_layer_rows` names them after their layer: they depend on nothing else
     (cached: a model's layers repeat; the rows are copied, never shared)."""
     n, h, t, eg = dm.n, dm.h, dm.t, dm.eg
+    gin, gout = quant_gather.gathered_bytes(par)  # the TE linears' SP all-gathers, B/element
     qh = dm.q_width  # heads·kv_channels: h unless the spec sets kv_channels
     qkv_out = qh + 2 * dm.kvh
     core_f, core_b = (attention_core(par, dm, model.attention_dropout > 0) if dm.cp == 1
@@ -204,7 +206,7 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
     res = par.compile
     items: list[Block | Conj] = [
         norm_block("attn_norm", model, dm, residual=res),
-        tp_enter(dm),
+        tp_enter(dm, ag_bytes=gin),
         Block("attn_qkv",
               fwd=(gemm("qkv", n, h, qkv_out // t, eg, role=FPROP),)
               + qk_norm.forward_ops(model, dm) + rope.forward_ops(model, par, dm)
@@ -215,19 +217,19 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
               wg=(wgrad("qkv_wgrad", n, h, qkv_out // t, eg),),
               params=linear_params(model, h, qkv_out, t, True) + qk_norm_params(model)),
         *(ring_attention_blocks(dm) if dm.cp > 1 else ()),
-        sp_regather(dm),
+        sp_regather(dm, ag_bytes=gin),
         Block("attn_proj",
               fwd=(gemm("proj", n, qh // t, h, eg, role=FPROP),),
               ig=(gemm("proj_dgrad", n, h, qh // t, eg),),
               wg=(wgrad("proj_wgrad", n, qh // t, h, eg),),
               params=linear_params(model, qh, h, t, False)),
-        tp_exit(dm),
+        tp_exit(dm, ag_bytes=gout),
     ]
     mlp_norm = norm_block("mlp_norm", model, dm, pre=bda1_f, residual=res)
     mlp_norm.ig = mlp_norm.ig + bda1_b
     items.append(mlp_norm)
     if not moe_layer:
-        items += _dense_mlp(model, dm)
+        items += _dense_mlp(model, dm, gathered=(gin, gout))
     else:
         fs = model.moe.shared_ffn_hidden
         if fs:  # Megatron-Core SharedExpertMLP: a TP-split dense MLP
@@ -262,16 +264,20 @@ def _layer_rows(model: ModelSpec, par: ParallelConfig, dm: Dims, moe_layer: bool
     return tuple(rows)
 
 
-def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "") -> list[Block | Conj]:
+def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "",
+               gathered: tuple = (A, A)) -> list[Block | Conj]:
     """fc1 (column-parallel) → GeLU/SwiGLU → fc2 (row-parallel). Activation kernel: GeLU reads
     and writes n·f/t (2A), its backward reads x and dy, writes dx (3A); SwiGLU reads 2f and
-    writes f (3A), backward reads 2f and df, writes 2f (5A)."""
+    writes f (3A), backward reads 2f and df, writes 2f (5A). ``gathered``: bytes per element
+    of the fc1 input (and re-gather) and the fc2 output-gradient all-gathers (the shared
+    experts keep bf16's: MoE paths are not quantised here)."""
     n, h, t, eg, f, f1 = dm.n, dm.h, dm.t, dm.eg, dm.f, dm.f1
+    gin, gout = gathered
     act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
     act = "swiglu" if model.gated_mlp else "gelu"
     e = n * f // t
     return [
-        tp_enter(dm),
+        tp_enter(dm, ag_bytes=gin),
         Block(prefix + "mlp_fc1",
               fwd=(gemm("fc1", n, h, f1 // t, eg, role=FPROP),
                    elementwise("mlp_act", act_f * A * e, f"{act}_fwd", (n, f // t))),
@@ -279,13 +285,13 @@ def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "") -> list[Block | Con
                   gemm("fc1_dgrad", n, f1 // t, h, eg)),
               wg=(wgrad("fc1_wgrad", n, h, f1 // t, eg),),
               params=linear_params(model, h, f1, t, True)),
-        sp_regather(dm),
+        sp_regather(dm, ag_bytes=gin),
         Block(prefix + "mlp_fc2",
               fwd=(gemm("fc2", n, f // t, h, eg, role=FPROP),),
               ig=(gemm("fc2_dgrad", n, h, f // t, eg),),
               wg=(wgrad("fc2_wgrad", n, f // t, h, eg),),
               params=linear_params(model, f, h, t, False)),
-        tp_exit(dm),
+        tp_exit(dm, ag_bytes=gout),
     ]
 
 

@@ -251,8 +251,8 @@ def describe(recipe: str, sp: bool, fp8_weights: bool = False) -> str:
     if sp:
         common += ("; with sequence parallelism the gathered operands are cast on the local "
                    "shard (3 B/element) and transposed after the gather (2 B/element) before "
-                   "the wgrad GEMM; the all-gathers keep bf16's 2 B/element (TE gathers FP8, "
-                   "1 B: not modelled)")
+                   "the wgrad GEMM; the all-gathers (qkv/fc1 inputs and their backward "
+                   "re-gathers, proj/fc2 output gradients) carry the FP8 data, 1 B/element")
     if recipe == "delayed":
         rec = ("delayed scaling: qkv/fc1 inputs written in FP8 by the fused LayerNorm (only "
                "the FP8 transpose runs; the norm is timed as its bf16-output kernel), amaxes "

@@ -24,9 +24,11 @@ NVIDIA/Megatron-LM at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
   quantised with column-wise usage too, before the all-gather; ``_linear_backward`` gathers
   the column-wise data for the wgrad GEMM, ``set_quantizer_usage_for_wgrad_all_gather``):
   the gathered operand is quantised once on this rank's ``rows / t`` rows, both ways, and no
-  transpose runs after the gather. simrun sizes the TP all-gathers as in every other run, at
-  bf16's 2 B per element (:func:`sim.models.vocab.dims.tp_enter`): TE gathers the quantised
-  data, 1 B per element plus 1/32 B of scales, which is not modelled (stated in the report).
+  transpose runs after the gather. The gathers carry the quantised data
+  (``distributed.py`` ``_all_gather_mxfp8``: the E4M3 data and the E8M0 scales of each usage
+  the quantiser asks for): the forward input and the backward re-gather one usage each
+  (1 + 1/32 B per element), the output gradient of proj/fc2 both (2 · (1 + 1/32) B):
+  :mod:`sim.models.features.quant_gather`.
 * **weights**: quantised like an activation, both ways, once per iteration (TE's
   ``is_first_microbatch`` caching). Megatron-Bridge's MXFP8 precision
   (``bf16_with_mxfp8_mixed``, ``src/megatron/bridge/training/mixed_precision.py``) sets
@@ -54,7 +56,9 @@ RECIPE = "mxfp8"
 #: the quantise kernel's kind and its bytes per element in sixteenths of a byte: read 2 B,
 #: write 1 + 1 B and 2 E8M0 scale bytes per 32 elements (65 / 16 B)
 QUANTIZE = "fp8_mxfp8_quantize"
-BYTES = {QUANTIZE: 65}
+#: one E4M3 value (1 B) per element and one E8M0 scale (1 B) per :data:`BLOCK` values
+VALUE_BYTES, SCALE_BYTES, BLOCK = 1, 1, 32
+BYTES = {QUANTIZE: 16 * (2 + 2 * VALUE_BYTES) + 2 * 16 * SCALE_BYTES // BLOCK}
 #: GPU catalogue families (``sim/data/gpus.csv``) with MXFP8 tensor cores: data-center
 #: Blackwell (B200, GB200, GB300; compute capability 10.x)
 FAMILIES = ("B200",)
@@ -82,6 +86,7 @@ def describe(sp: bool) -> str:
             "weights then this quantisation, the same bytes and place); no amax pass, "
             "history or reduction; GEMMs at the GPU's dense fp8 peak" + (
                 "; with sequence parallelism the gathered operands are quantised both ways on "
-                "the local rows before the gather, no transpose after it (the all-gathers "
-                "keep bf16's 2 B per element; TE's 1 B plus 1/32 B of scales is not "
-                "modelled)" if sp else ""))
+                "the local rows before the gather, no transpose after it; the qkv/fc1 input "
+                "all-gathers and their backward re-gathers carry one MXFP8 copy (1 + 1/32 B "
+                "per element), the proj/fc2 output-gradient all-gathers both (2.0625 B)"
+                if sp else ""))

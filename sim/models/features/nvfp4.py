@@ -37,8 +37,10 @@ Read in NVIDIA/TransformerEngine at d0067d0da6cb01811b8072a7d304f0e00344ce2b:
 * **sequence parallelism** (``module/linear.py``: ``set_quantizer_amax_reduction_group`` with
   the TP group for the input of a column-parallel and the output gradient of a row-parallel
   linear under sequence parallelism): the local ``rows / t`` are quantised (both usages) and
-  gathered in NVFP4. simrun keeps the gathers' sizes as for every other dtype (the bf16
-  bytes of :mod:`sim.models.vocab.dims`; NVFP4 would carry 9/16 B per element): stated.
+  gathered in NVFP4 (``distributed.py`` ``_all_gather_nvfp4``: data and E4M3 scales of each
+  usage the quantiser asks for, the per-tensor amax copied, not gathered): the forward input
+  and the backward re-gather one usage (1/2 + 1/16 = 9/16 B per element), the output gradient
+  of proj/fc2 both (9/8 B): :mod:`sim.models.features.quant_gather`.
 * **hardware**: training on SM 10.0 / 10.3 only (nvfp4.rst "Supported devices"): the same
   data-center Blackwell family as MXFP8 (:data:`sim.models.features.mxfp8.FAMILIES`).
 
@@ -70,7 +72,10 @@ FORMAT, RECIPE = "e2m1", "nvfp4"
 #: kernel kinds → bytes per element in sixteenths of a byte
 RHT_AMAX, AMAX = "nvfp4_rht_amax", "nvfp4_amax"  # one bf16 read: 2 B
 QUANTIZE_RHT, QUANTIZE_2D = "nvfp4_quantize_rht", "nvfp4_quantize_2d"  # 2 + 2·(1/2 + 1/16)
-BYTES = {RHT_AMAX: 32, AMAX: 32, QUANTIZE_RHT: 50, QUANTIZE_2D: 50}
+#: one E2M1 value (1/2 B) per element and one E4M3 scale (1 B) per :data:`BLOCK` values
+VALUE_SIXTEENTHS, SCALE_BYTES, BLOCK = 8, 1, 16
+_QUANTIZE = 32 + 2 * (VALUE_SIXTEENTHS + 16 * SCALE_BYTES // BLOCK)  # 2 + 2·(1/2 + 1/16)
+BYTES = {RHT_AMAX: 32, AMAX: 32, QUANTIZE_RHT: _QUANTIZE, QUANTIZE_2D: _QUANTIZE}
 #: the FP4 weights' transpose after their all-gather, per parameter in sixteenths of a byte
 TRANSPOSE_BYTES = 18
 #: the row- and column-wise fp32 amaxes of a gathered tensor, all-reduced together
@@ -254,7 +259,8 @@ def describe(par) -> str:
             "per iteration in the first microbatch's forward") + (
             "; with sequence parallelism the gathered operands (qkv/fc1 inputs, proj/fc2 "
             "output gradients) are quantised on the local rows after a blocking TP "
-            "all-reduce of their two fp32 amaxes (8 B); the gathers keep the bf16 sizes "
-            "(NVFP4 would carry 9/16 B per element: not modelled)" if sp else "")
+            "all-reduce of their two fp32 amaxes (8 B); the qkv/fc1 input all-gathers and "
+            "their backward re-gathers carry one NVFP4 copy (1/2 + 1/16 B per element), the "
+            "proj/fc2 output-gradient all-gathers both (9/8 B)" if sp else "")
         + "; --dtype bf16: parameters, attention, norms, activations and the output layer "
         "stay bf16; MFU against the fp4 peak")
