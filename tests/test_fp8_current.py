@@ -89,7 +89,8 @@ def test_full_recompute_reruns_the_forward_reductions():
 
 def test_timeline_by_hand():
     """TP 2 with SP, one microbatch, α = 1000 ns per ring step, 1 byte/ns. The forward: the
-    norm's SP all-gather of 64·64·2 B (α + ½·8192 = 5096 ns), the zeroing kernel (4 B:
+    norm's SP all-gather of 64·64 elements in FP8, 1 B each (TE gathers the quantised
+    operand: α + ½·4096 = 3048 ns), the zeroing kernel (4 B:
     2000 + 4/2680 ns → 2001), the blocking 4-byte amax all-reduce (2α + ½·2·4 = 2004 ns)
     while the compute stream waits, then the qkv row. The backward: zeroing + amax pass over
     the local 32 × 64 output gradient of proj (4 + 4096 B: 2·2000 + 4100/2680 → 4002), the
@@ -102,12 +103,12 @@ def test_timeline_by_hand():
     i = next(k for k, s in enumerate(spans) if s[3] == "layer0_attn_norm.forward")
     t = spans[i][0]
     zero = math.ceil(OVH + 4 / BW - 1e-6)
-    expected = [(t, t + 5096, "TP", "layer0_attn_norm.forward"),
-                (t + 5096, t + 5096 + zero, "compute", "layer0_attn_qkv_input_amax_reduction"),
-                (t + 5096 + zero, t + 7100 + zero, "TP",
+    expected = [(t, t + 3048, "TP", "layer0_attn_norm.forward"),
+                (t + 3048, t + 3048 + zero, "compute", "layer0_attn_qkv_input_amax_reduction"),
+                (t + 3048 + zero, t + 5052 + zero, "TP",
                  "layer0_attn_qkv_input_amax_reduction.forward")]
     assert spans[i:i + 3] == expected
-    assert spans[i + 3][0] == t + 7100 + zero
+    assert spans[i + 3][0] == t + 5052 + zero
     assert spans[i + 3][2:] == ("compute", "layer0_attn_qkv")
     j = next(k for k, s in enumerate(spans)
              if s[3] == "layer0_attn_proj_grad_output_amax_reduction")
