@@ -269,8 +269,8 @@ def _dense_mlp(model: ModelSpec, dm: Dims, prefix: str = "",
     """fc1 (column-parallel) → GeLU/SwiGLU → fc2 (row-parallel). Activation kernel: GeLU reads
     and writes n·f/t (2A), its backward reads x and dy, writes dx (3A); SwiGLU reads 2f and
     writes f (3A), backward reads 2f and df, writes 2f (5A). ``gathered``: bytes per element
-    of the fc1 input (and re-gather) and the fc2 output-gradient all-gathers (the shared
-    experts keep bf16's: MoE paths are not quantised here)."""
+    of the fc1 input (and re-gather) and the fc2 output-gradient all-gathers (default bf16's;
+    the shared experts of an MoE layer keep it: the MoE paths' gathers are left at bf16)."""
     n, h, t, eg, f, f1 = dm.n, dm.h, dm.t, dm.eg, dm.f, dm.f1
     gin, gout = gathered
     act_f, act_b = (3, 5) if model.gated_mlp else (2, 3)
