@@ -99,9 +99,9 @@ def table(rows: list[dict[str, Any]], stats: dict[str, Any]) -> list[str]:
     for what, title in (("source", "source"), ("gpu_family", "GPU family"), ("gpu", "GPU")):
         for role in ROLES:
             groups = stats.get(f"{role}_by_{what}", {})
-            families = stats.get(f"{role}_by_gpu_family", {})
-            if (len(groups) > 1 and (what != "gpu" or len(groups) > len(families))
-                    or (groups and what == "gpu_family")):
+            shown = {"source": len(groups) > 1, "gpu_family": bool(groups),
+                     "gpu": len(groups) > len(stats.get(f"{role}_by_gpu_family", {}))}[what]
+            if shown:
                 out.append(f"{role} cases by {title}:")
                 out += [f"  {k}: {_stats_line(s)}" for k, s in groups.items()]
     return out

@@ -145,9 +145,7 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
 
         roof = ("at --compute-efficiency's efficiencies" if opts.compute_efficiency is not None
                 else "at H100's efficiencies")
-        exps = (None if transfer is None or not (transfer.source_exp and transfer.gpu_exp)
-                else (transfer.source_exp, transfer.gpu_exp))
-        said = rule(roofline=roof, exp_rates=exps) if transfer else ROOFLINE_RULE
+        said = rule(roofline=roof, exp_rates=transfer.exp_rates) if transfer else ROOFLINE_RULE
         notes.append(Assumption(f"compute of {entry.name} transferred from {TRANSFER_SOURCE} "
                                 f"SXM: {said}",
                                 "gpu-transfer", departs=True))

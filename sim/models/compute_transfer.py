@@ -105,6 +105,11 @@ class Transfer:
     source_exp: float | None = None  # the source's exponential rate, 1e12/s (gpus.csv)
     gpu_exp: float | None = None  # the target GPU's (None: attention by the peaks alone)
 
+    @property
+    def exp_rates(self) -> tuple[float, float] | None:
+        """(source, GPU) exponential rates, 1e12/s, when both are published, else ``None``."""
+        return (self.source_exp, self.gpu_exp) if self.source_exp and self.gpu_exp else None
+
     @staticmethod
     def source_dtype(dtype: str) -> str:
         """The precision the source's table is looked up in for an operator in ``dtype``: an
@@ -134,7 +139,7 @@ class Transfer:
         0 for other kinds, or when either GPU has no exponential rate. ``dtype``: the
         attention's 16-bit precision (its tensor-core peak)."""
         m = _MMA_FLOPS_PER_SCORE.get(op.kind)
-        if m is None or not (self.source_exp and self.gpu_exp) or len(op.shape) < 5:
+        if m is None or self.exp_rates is None or len(op.shape) < 5:
             return 0.0
         mma_per_exp = m * op.shape[4] * self.source_exp * 1e12 / peak_flops(self.source, dtype)
         return 1.0 / (1.0 + mma_per_exp)

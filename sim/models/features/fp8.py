@@ -51,7 +51,7 @@ from __future__ import annotations
 from sim.comm import CollKind, Comm, GroupKind
 from sim.errors import UsageError
 from sim.models.features import fp8_current, mxfp8
-from sim.models.vocab.ops import Op, OpKind, elementwise
+from sim.models.vocab.ops import Op, elementwise
 from sim.models.vocab.rows import Block, Row
 from sim.parallel.config import Training
 
@@ -158,8 +158,7 @@ def add_casts(items: list, recipe: str, sp: bool, t: int, weights: str = "cast")
     for it in items:
         if not isinstance(it, Block) or it.name not in LINEARS:
             continue
-        gemm = next((op for op in it.fwd if op.kind is OpKind.GEMM and len(op.shape) == 3),
-                    None)
+        gemm = it.fprop_gemm()
         if gemm is None:
             continue
         mode, norm = LINEARS[it.name]

@@ -180,7 +180,7 @@ def add_quantize(items: list, sp: bool, t: int, weights: str = "cast") -> int:
     for it in items:
         if not isinstance(it, Block) or it.name not in LINEARS:
             continue
-        gemm = next((o for o in it.fwd if o.kind is OpKind.GEMM and len(o.shape) == 3), None)
+        gemm = it.fprop_gemm()
         if gemm is None:
             continue
         m, k, n = gemm.shape
@@ -217,8 +217,7 @@ def reduction_rows(rows: list[Row], items: list, sp: bool, t: int) -> list[Row]:
     amax: dict[str, Op] = {}
     for it in items:
         if isinstance(it, Block) and it.name in LINEARS:
-            gemm = next((o for o in it.fwd if o.kind is OpKind.GEMM and len(o.shape) == 3),
-                        None)
+            gemm = it.fprop_gemm()
             if gemm is not None:
                 m, k, n = gemm.shape
                 col = LINEARS[it.name] == "column"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.comm import Comm
-from sim.models.vocab.ops import Op, as_recompute
+from sim.models.vocab.ops import Op, OpKind, as_recompute
 
 
 @dataclass
@@ -40,6 +40,10 @@ class Block:
     first_fwd: tuple[Op, ...] = ()  # once per iteration, in the first microbatch's forward
     fp8_params: int = 0
     fp8_expert_params: int = 0
+
+    def fprop_gemm(self) -> Op | None:
+        """The block's forward GEMM of shape ``(m, k, n)`` (a linear's fprop), if any."""
+        return next((o for o in self.fwd if o.kind is OpKind.GEMM and len(o.shape) == 3), None)
 
 
 @dataclass(frozen=True)
