@@ -12,11 +12,12 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
+MAMF_DTYPES = ("bf16", "fp8")  # precisions of the measured achievable matmul rates (mamf_*)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class CatalogGpu:
     peaks_from: str  # "vendor datasheet", or what else they rest on (see sim/data/gpus.csv)
     source: str
     exp_tera_per_s: float | None = None  # SFU exponentials, 1e12/s (None: no published figure)
+    #: measured maximum achievable matmul rates, TFLOP/s by precision ("bf16", "fp8"; a missing
+    #: key: none measured), and which measurement they are (``mamf_from`` of sim/data/gpus.csv)
+    mamf_tflops: dict = field(default_factory=dict)
+    mamf_from: str = ""
 
 
 def _key(name: str) -> str:
@@ -56,7 +61,9 @@ def catalog() -> tuple[CatalogGpu, ...]:
             hbm_GB=float(r["hbm_GB"]), hbm_GBps=float(r["hbm_GBps"]),
             sms=int(r["sms"]) if r["sms"] else None, nvlink=r["nvlink"],
             kernel_table=r["kernel_table"], peaks_from=r["peaks_from"], source=r["source"],
-            exp_tera_per_s=float(r["exp_tera_per_s"]) if r["exp_tera_per_s"] else None))
+            exp_tera_per_s=float(r["exp_tera_per_s"]) if r["exp_tera_per_s"] else None,
+            mamf_tflops={d: float(r[f"mamf_{d}"]) for d in MAMF_DTYPES if r[f"mamf_{d}"]},
+            mamf_from=r["mamf_from"]))
     return tuple(out)
 
 
@@ -82,8 +89,9 @@ def describe(g: CatalogGpu) -> str:
     else:
         status = ("datasheet-only: no kernel table measured on it; simrun's compute model "
                   + ("for it is a roofline on these peaks" if g.family == "A100" else
-                     "for it is H100 SXM's transferred by these peaks and bandwidth (the "
-                     "transfer rule, stated below)"))
+                     "for it is H100 SXM's transferred by these peaks"
+                     + (" and achievable matmul rates (MAMF)" if g.mamf_tflops else "")
+                     + " and bandwidth (the transfer rule, stated below)"))
     return (f"GPU {g.name} ({status}): dense peaks TFLOP/s {peaks}; HBM {g.hbm_GB:g} GB at "
             f"{g.hbm_GBps:g} GB/s; {g.sms or 'unknown'} SMs; {g.nvlink}; peaks from "
             f"{g.peaks_from}; source: {g.source}")

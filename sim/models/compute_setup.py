@@ -138,14 +138,16 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     elif opts.kernel_table is None and transferred:
         from sim.models.compute_transfer import source_transfer
 
-        transfer, name = source_transfer(entry.exp_tera_per_s)
+        transfer, name = source_transfer(entry)
         table = shipped_table(name)
     if transferred:
         from sim.models.compute_transfer import ROOFLINE_RULE, rule
 
         roof = ("at --compute-efficiency's efficiencies" if opts.compute_efficiency is not None
                 else "at H100's efficiencies")
-        said = rule(roofline=roof, exp_rates=transfer.exp_rates) if transfer else ROOFLINE_RULE
+        mamf = transfer and transfer.mamf and (entry.name, *transfer.mamf)
+        said = (rule(roofline=roof, exp_rates=transfer.exp_rates, mamf=mamf or None)
+                if transfer else ROOFLINE_RULE)
         notes.append(Assumption(f"compute of {entry.name} transferred from {TRANSFER_SOURCE} "
                                 f"SXM: {said}",
                                 "gpu-transfer", departs=True))

@@ -8,24 +8,40 @@ from the nearest measured GPU, H100 SXM (:data:`~sim.models.compute.TRANSFER_SOU
    (``sim/data/kernels/h100-sxm.csv``) through the same :class:`~sim.kernels.lookup.TableLookup`
    path (:meth:`sim.models.compute.Timer.op_ns`: exact shape, interpolation, GEMM kinds);
    an NVFP4 GEMM, which H100 cannot run, is looked up as H100's FP8 GEMM of its shape and role;
-2. the table's time ``t_H100`` of one kernel is rescaled by the ratio of the two GPUs' datasheet
-   rates for what bounds that kernel: ``r = peak_H100 / peak_GPU`` for GEMMs, batched matmuls
-   and attention (in the operator's precision: fp8 GEMMs by the fp8 peaks; NVFP4 GEMMs by
-   H100's fp8 peak over the GPU's fp4 peak; attention and batched matmuls in bf16 — in fp16
-   for an fp16 run — as Transformer Engine runs them), ``r = HBM_H100 / HBM_GPU`` for
-   memory-bound kernels (element-wise, norms, optimizer, FP8/NVFP4 casts and quantisation);
+2. the table's time ``t_H100`` of one kernel is rescaled by the ratio ``r`` of the two GPUs'
+   rates for what bounds that kernel. Compute-bound kernels (GEMMs, batched matmuls,
+   attention's tensor-core part), in the operator's precision: ``r = MAMF_H100 / MAMF_GPU``,
+   the two GPUs' maximum achievable matmul rates (:class:`Mamf`, ``mamf_bf16`` / ``mamf_fp8``
+   of ``sim/data/gpus.csv``: stas00/ml-engineering 744d01e1, compute/accelerator/README.md,
+   "Maximum Achievable Matmul FLOPS comparison table": per GPU the best over a search of GEMM
+   shapes of the mean of 100 iterations), where both GPUs have one in that precision, else
+   ``r = peak_H100 / peak_GPU`` (datasheet peaks: tf32, fp32, fp8 on MI300X, any precision on
+   H100 PCIe). H100's table ran at H100's achieved fraction of its peak; the peak ratio
+   assumed the GPU reaches the same fraction, the measured rates replace that assumption
+   (bf16: H100 80.3% of its peak, B200 77.6%, GB200 72.9%, MI300X 51.4%). Assumed instead: a
+   kernel of the table's shapes reaches the same fraction of its GPU's achievable rate on
+   both GPUs. Which rate: bf16 GEMMs by the bf16 rates, fp16 at the bf16 rate's fraction of
+   the fp16 peak (the same tensor-core path, equal peaks); fp8 GEMMs by the fp8 rates,
+   measured with per-tensor scales (``torch._scaled_mm``), MXFP8 GEMMs too (block scaling
+   assumed to reach the same fraction); NVFP4 GEMMs, no fp4 rate being measured, by H100's fp8
+   rate over the GPU's fp4 peak × its measured fp8 fraction (``MAMF_fp8 / peak_fp8``);
+   attention and batched matmuls by the bf16 rates (fp16 for an fp16 run), as Transformer
+   Engine runs them in 16 bits under fp8 and NVFP4 recipes. A GPU's rate is kept as its
+   fraction of the catalogue's peak, so a run that sets another peak
+   (``--set node.gpu.peak_tflops``) gets that fraction of it. Memory-bound kernels
+   (element-wise, norms, optimizer, FP8/NVFP4 casts and quantisation):
+   ``r = HBM_H100 / HBM_GPU``.
    A fused attention kernel (``FLASH_FWD`` / ``FLASH_BWD``) on a GPU whose catalogue entry has
    an exponential rate (``exp_tera_per_s``: B200, GB200, GB300) is two resources, its ratio
-   ``r = (1 − f) · peak_H100 / peak_GPU + f · exp_H100 / exp_GPU``: the softmax exponentials
-   run on the special-function units (MUFU.EX2), whose throughput did not grow with the
-   tensor cores. ``f`` (:meth:`Transfer.exp_share`) is H100's share of the kernel's time on
-   them, from the rates: per score, ``m·d`` matrix FLOPs (``m = 4`` forward: QKᵀ and PV;
-   ``m = 10`` backward: 2.5× the forward's, P recomputed) against one exponential (forward;
-   backward: P's recomputation), ``f = 1 / (1 + m·d·exp_H100 / peak_H100)`` — 1/3 forward
-   and 1/6 backward at d = 128. Assumed: the kernel's time is the two parts added, each at
-   the same fraction of its peak (no more overlap of MMA and exponential on the GPU than
-   H100's measurement contains). A GPU without a published rate (H200, MI300X, H100 PCIe)
-   keeps the peak ratio alone;
+   ``r = (1 − f) · r_mma + f · exp_H100 / exp_GPU`` (``r_mma``: the bf16 ratio above): the
+   softmax exponentials run on the special-function units (MUFU.EX2), whose throughput did
+   not grow with the tensor cores. ``f`` (:meth:`Transfer.exp_share`) is H100's share of the
+   kernel's time on them, from the rates: per score, ``m·d`` matrix FLOPs (``m = 4`` forward:
+   QKᵀ and PV; ``m = 10`` backward: 2.5× the forward's, P recomputed) against one exponential
+   (forward; backward: P's recomputation), ``f = 1 / (1 + m·d·exp_H100 / peak_H100)`` — 1/3
+   forward and 1/6 backward at d = 128. Assumed: the kernel's time is the two parts added
+   (no more overlap of MMA and exponential on the GPU than H100's measurement contains). A
+   GPU without a published rate (H200, MI300X, H100 PCIe) keeps ``r_mma`` alone;
 3. a fixed per-kernel part is kept unscaled (launch gap, prologue, the last partial wave do not
    shrink with the peak): ``o = min(t_H100, o_H100)``, with ``o_H100`` H100's fitted
    per-kernel overhead (:data:`sim.models.compute.H100`: 6 µs for GEMMs and attention, 2 µs for
@@ -36,12 +52,14 @@ from the nearest measured GPU, H100 SXM (:data:`~sim.models.compute.TRANSFER_SOU
    (:meth:`sim.models.compute_setup.ComputeSetup.sustained`);
 5. where H100's table has no answer, the roofline at H100's efficiencies on the GPU's own
    peaks and bandwidth (:func:`sim.models.compute.family_model`) — H100's roofline time with
-   each of its two terms rescaled by its own ratio, the per-kernel overhead unscaled.
+   each of its two terms rescaled by its own ratio of datasheet figures (not the achievable
+   rates of step 2), the per-kernel overhead unscaled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sim.models.compute import (
     H100,
@@ -52,37 +70,93 @@ from sim.models.compute import (
 from sim.models.vocab.ops import Op, OpKind
 from sim.topology.gpu import GpuSpec
 
+if TYPE_CHECKING:
+    from sim.kernels.gpus import CatalogGpu
+
 _MEMORY_KINDS = (OpKind.ELEMENTWISE, OpKind.OPTIMIZER)
 #: matrix FLOPs per attention score per unit of head dim: forward QKᵀ and PV (2 + 2); backward
 #: 2.5× that (dV, dP, dQ, dK and the recomputed QKᵀ: 5 × 2), one exponential per score in each
 _MMA_FLOPS_PER_SCORE = {OpKind.FLASH_FWD: 4, OpKind.FLASH_BWD: 10}
+#: the measured rate an operator's precision is timed by: fp16 by bf16's (the same tensor-core
+#: path), NVFP4 by fp8's (no fp4 rate measured); others have none (the peak ratio)
+_MEASURED_AS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp8"}
+#: where the achievable rates come from (sim/data/gpus.csv header, docs/hardware.md)
+MAMF_SOURCE = ("stas00/ml-engineering 744d01e1, compute/accelerator/README.md 'Maximum "
+               "Achievable Matmul FLOPS comparison table' (mamf-finder.py: per GPU the best "
+               "over a search of GEMM shapes of the mean of 100 iterations after 50 warm-up)")
+
+
+@dataclass(frozen=True)
+class Mamf:
+    """One GPU's maximum achievable matmul rates (``mamf_bf16`` / ``mamf_fp8`` of
+    sim/data/gpus.csv): ``rates`` ``((precision, rate TFLOP/s, catalogue peak TFLOP/s), ...)``
+    and ``source`` (the row's ``mamf_from``: which measurement, or what stands for it)."""
+
+    rates: tuple[tuple[str, float, float], ...] = ()
+    source: str = ""
+
+    @classmethod
+    def of(cls, g: CatalogGpu) -> Mamf:
+        """The rates of catalogue entry ``g`` (none where its row has none)."""
+        return cls(tuple((d, v, g.peak_tflops[d]) for d, v in g.mamf_tflops.items()
+                         if g.peak_tflops.get(d)), g.mamf_from)
+
+    def fraction(self, dtype: str) -> float | None:
+        """Measured rate over the catalogue peak (0..1) by which an operator in ``dtype`` is
+        timed (fp16 by the bf16 rate, fp4 by the fp8 rate), ``None`` when none is measured."""
+        key = _MEASURED_AS.get(dtype)
+        return next((v / peak for d, v, peak in self.rates if d == key), None)
+
+    def text(self) -> str:
+        """``"bf16 794.5, fp8 1402.6"`` (TFLOP/s)."""
+        return ", ".join(f"{d} {v:g}" for d, v, _ in self.rates)
 
 
 def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
-         exp_rates: tuple[float, float] | None = None) -> str:
+         exp_rates: tuple[float, float] | None = None,
+         mamf: tuple[str, Mamf, Mamf] | None = None) -> str:
     """The rule as printed in every report of a transferred run (``cm``: the source's roofline
     set, whose per-kernel overheads are kept; ``roofline``: which efficiencies time what the
     table does not answer; ``exp_rates``: H100's and the GPU's exponential rates, 1e12/s, or
-    ``None`` when the GPU has none in the catalogue)."""
+    ``None`` when the GPU has none in the catalogue; ``mamf``: the GPU's name, H100's and the
+    GPU's achievable matmul rates, or ``None`` when the GPU has none)."""
     exp = ("fused attention is not split by exponential throughput (no published rate for this "
-           "GPU in sim/data/gpus.csv): the bf16 peaks alone" if exp_rates is None else
-           "fused attention as two parts, r = (1 - f) x peak_H100 / peak_GPU + f x exp_H100 / "
-           f"exp_GPU with exp {exp_rates[0]:g} / {exp_rates[1]:g} 1e12 exponentials/s "
-           "(special-function units), f = 1 / (1 + m d exp_H100 / peak_H100) H100's share of "
-           "the kernel on exponentials (m = 4 forward, 10 backward; d the head dim), the parts "
-           "added (no overlap beyond H100's)")
+           "GPU in sim/data/gpus.csv): its tensor-core ratio alone" if exp_rates is None else
+           "fused attention as two parts, r = (1 - f) x r_mma + f x exp_H100 / exp_GPU (r_mma "
+           f"its tensor-core ratio above) with exp {exp_rates[0]:g} / {exp_rates[1]:g} 1e12 "
+           "exponentials/s (special-function units), f = 1 / (1 + m d exp_H100 / peak_H100) "
+           "H100's share of the kernel on exponentials (m = 4 forward, 10 backward; d the head "
+           "dim), the parts added (no overlap beyond H100's)")
+    if mamf is None:
+        compute = ("x peak_H100 / peak_GPU for GEMMs, batched matmuls and attention (fp8 GEMMs "
+                   "by the fp8 peaks, NVFP4 GEMMs by H100's fp8 peak over the fp4 peak, "
+                   "attention by the bf16 peaks; no achievable matmul rate for this GPU in "
+                   "sim/data/gpus.csv: the datasheet peaks)")
+    else:
+        name, src, gpu = mamf
+        compute = (
+            "x MAMF_H100 / MAMF_GPU for GEMMs, batched matmuls and attention: the maximum "
+            f"achievable matmul rates, TFLOP/s ({MAMF_SOURCE}; sim/data/gpus.csv mamf_bf16, "
+            f"mamf_fp8), H100 SXM {src.text()}, {name} {gpu.text()} ({gpu.source}), in the "
+            "operator's precision: fp16 at the bf16 rate's fraction of the fp16 peak, fp8 GEMMs "
+            "by the fp8 rates (measured with per-tensor scales; MXFP8 block scaling assumed to "
+            "reach the same fraction), NVFP4 GEMMs by H100's fp8 rate over this GPU's fp4 peak "
+            "x its fp8 rate / fp8 peak (no fp4 rate measured), attention and batched matmuls "
+            "by the bf16 rates; a precision without a rate on both GPUs (tf32, fp32"
+            + ("" if gpu.fraction("fp8") else ", fp8 on this GPU")
+            + ") x peak_H100 / peak_GPU; a peak set for the run keeps the GPU's measured "
+            "fraction of its catalogue peak")
     return (
         "no kernel table measured on this GPU: each operator is timed as on H100 SXM (its "
         "measured kernel table sim/data/kernels/h100-sxm.csv, same lookup and interpolation as "
         "an H100 run; an NVFP4 GEMM as H100's FP8 GEMM of that shape), then rescaled per "
-        "kernel: t = o + (t_H100 - o) x peak_H100 / peak_GPU for GEMMs, batched matmuls and "
-        "attention (fp8 GEMMs by the fp8 peaks, NVFP4 GEMMs by H100's fp8 peak over the fp4 "
-        "peak, attention by the bf16 peaks) and x HBM_H100 / HBM_GPU for memory-bound kernels "
-        "(element-wise, norms, optimizer, casts and quantisation), with o = min(t_H100, H100's "
-        f"fitted per-kernel overhead: {cm.gemm_overhead_ns / 1e3:g} µs GEMMs and attention, "
-        f"{cm.elementwise_overhead_ns / 1e3:g} µs memory-bound) kept unscaled; {exp}; the table's "
-        "sustained-load factors (H100's clocks) are not carried over; where H100's table has "
-        f"no answer, the roofline {roofline} on this GPU's peaks and bandwidth")
+        f"kernel: t = o + (t_H100 - o) {compute}, and x HBM_H100 / HBM_GPU for memory-bound "
+        "kernels (element-wise, norms, optimizer, casts and quantisation), with o = min(t_H100, "
+        f"H100's fitted per-kernel overhead: {cm.gemm_overhead_ns / 1e3:g} µs GEMMs and "
+        f"attention, {cm.elementwise_overhead_ns / 1e3:g} µs memory-bound) kept unscaled; {exp}; "
+        "the table's sustained-load factors (H100's clocks) are not carried over; where H100's "
+        f"table has no answer, the roofline {roofline} on this GPU's datasheet peaks and "
+        "bandwidth")
 
 
 ROOFLINE_RULE = (
@@ -98,12 +172,21 @@ class Transfer:
     docstring). ``source``: the measured GPU's datasheet peaks and bandwidth; ``cm``: its
     roofline set, whose per-kernel overheads (ns) are the fixed part kept unscaled;
     ``source_exp`` / ``gpu_exp``: the two GPUs' exponential rates (1e12 exponentials/s,
-    ``exp_tera_per_s`` of sim/data/gpus.csv) that split fused attention in two."""
+    ``exp_tera_per_s`` of sim/data/gpus.csv) that split fused attention in two;
+    ``source_mamf`` / ``gpu_mamf``: their achievable matmul rates (module docstring, step 2;
+    none: the peak ratio)."""
 
     source: GpuSpec
     cm: ComputeModel = H100
     source_exp: float | None = None  # the source's exponential rate, 1e12/s (gpus.csv)
     gpu_exp: float | None = None  # the target GPU's (None: attention by the peaks alone)
+    source_mamf: Mamf = Mamf()
+    gpu_mamf: Mamf = Mamf()
+
+    @property
+    def mamf(self) -> tuple[Mamf, Mamf] | None:
+        """(source, GPU) achievable matmul rates when the GPU has any, else ``None``."""
+        return (self.source_mamf, self.gpu_mamf) if self.gpu_mamf.rates else None
 
     @property
     def exp_rates(self) -> tuple[float, float] | None:
@@ -117,10 +200,12 @@ class Transfer:
         return "fp8" if dtype == "fp4" else dtype
 
     def ratio(self, op: Op, dtype: str, gpu: GpuSpec) -> float:
-        """``peak_source / peak_gpu`` (compute-bound kinds, in ``op``'s precision) or
-        ``HBM_source / HBM_gpu`` (memory-bound kinds) for ``op`` run in ``dtype`` on ``gpu``;
-        fused attention with both exponential rates known: ``(1 − f)`` of the peak ratio plus
-        ``f`` of ``exp_source / exp_gpu`` (``f``: :meth:`exp_share`)."""
+        """``MAMF_source / MAMF_gpu`` (compute-bound kinds, in ``op``'s precision, both rates
+        measured; else ``peak_source / peak_gpu``) or ``HBM_source / HBM_gpu`` (memory-bound
+        kinds) for ``op`` run in ``dtype`` on ``gpu``; fused attention with both exponential
+        rates known: ``(1 − f)`` of that ratio plus ``f`` of ``exp_source / exp_gpu`` (``f``:
+        :meth:`exp_share`). The GPU's rate is its measured fraction of its catalogue peak
+        times ``gpu``'s peak (a peak set for the run keeps that fraction)."""
         if op.kind in _MEMORY_KINDS:
             if gpu.hbm_GBps <= 0:
                 raise ValueError(f"GPU {gpu.name} has no HBM bandwidth (hbm_GBps)")
@@ -129,7 +214,11 @@ class Transfer:
             mine = dtype
         else:  # attention and its batched matmuls run in 16 bits under fp8 and NVFP4 recipes
             mine = "bf16" if dtype in ("fp8", "fp4") else dtype
-        r = peak_flops(self.source, self.source_dtype(mine)) / peak_flops(gpu, mine)
+        src = self.source_dtype(mine)
+        r = peak_flops(self.source, src) / peak_flops(gpu, mine)
+        frac_src, frac_gpu = self.source_mamf.fraction(src), self.gpu_mamf.fraction(mine)
+        if frac_src and frac_gpu:
+            r *= frac_src / frac_gpu
         f = self.exp_share(op, mine)
         return r if f == 0.0 else (1.0 - f) * r + f * self.source_exp / self.gpu_exp
 
@@ -153,12 +242,13 @@ class Transfer:
         return fixed + (t_source_ns - fixed) * self.ratio(op, dtype, gpu)
 
 
-def source_transfer(gpu_exp: float | None = None) -> tuple[Transfer, str]:
-    """The transfer from :data:`~sim.models.compute.TRANSFER_SOURCE`'s catalogue entry to a GPU
-    whose exponential rate is ``gpu_exp`` (1e12/s; ``None``: none published) and the name of
-    the source's shipped kernel table."""
+def source_transfer(gpu: CatalogGpu) -> tuple[Transfer, str]:
+    """The transfer from :data:`~sim.models.compute.TRANSFER_SOURCE`'s catalogue entry to
+    catalogue GPU ``gpu`` (its exponential and achievable matmul rates, where it has them) and
+    the name of the source's shipped kernel table."""
     from sim.kernels.gpus import catalog
 
     src = next(g for g in catalog() if g.family == TRANSFER_SOURCE and g.status == "measured")
     spec = GpuSpec(src.name, dict(src.peak_tflops), src.hbm_GB, src.hbm_GBps)
-    return Transfer(spec, source_exp=src.exp_tera_per_s, gpu_exp=gpu_exp), src.kernel_table
+    return Transfer(spec, source_exp=src.exp_tera_per_s, gpu_exp=gpu.exp_tera_per_s,
+                    source_mamf=Mamf.of(src), gpu_mamf=Mamf.of(gpu)), src.kernel_table
