@@ -1,12 +1,16 @@
 """The transfer rule (sim/models/compute_transfer.py) as it runs: a GPU without its own kernel
-table times each operator by H100 SXM's table, rescaled per kernel by the datasheet peaks or
-HBM bandwidth, H100's fitted per-kernel overhead kept unscaled.
+table times each operator by H100 SXM's table, rescaled per kernel by the measured achievable
+matmul rates (MAMF) where both GPUs have one, else the datasheet peaks, or by the HBM
+bandwidth, H100's fitted per-kernel overhead kept unscaled.
 
 Expected values are worked by hand from rows of sim/data/kernels/h100-sxm.csv (named per test),
-the catalogue's datasheet figures (sim/data/gpus.csv: H100 SXM bf16 989.4, fp8 1979 TFLOP/s,
-3350 GB/s; GB200 bf16 2500, fp8 5000, fp4 10000, 8000 GB/s; H200 H100's peaks, 4800 GB/s) and
-H100's per-kernel overheads (sim/models/compute.py H100: 6 µs GEMMs and attention, 2 µs
-element-wise): t = o + (t_H100 − o) · r.
+the catalogue's figures (sim/data/gpus.csv: H100 SXM bf16 989.4, fp8 1979 TFLOP/s, 3350 GB/s,
+MAMF bf16 794.5, fp8 1402.6; GB200 bf16 2500, fp8 5000, fp4 10000, 8000 GB/s, MAMF bf16 1822,
+fp8 3615.6; B200 bf16 2250, fp8 4500, fp4 9000, MAMF bf16 1745, fp8 3432.5; GB300 MAMF bf16
+1769 (B300 SXM's); H200 H100's peaks, 4800 GB/s, MAMF bf16 794.5, fp8 1453.4; H100 PCIe bf16
+756, fp8 1513, no MAMF; MI300X bf16 1300, fp8 2600, MAMF bf16 668.4, no fp8 MAMF) and H100's
+per-kernel overheads (sim/models/compute.py H100: 6 µs GEMMs and attention, 2 µs element-wise):
+t = o + (t_H100 − o) · r.
 """
 
 from __future__ import annotations
@@ -39,10 +43,60 @@ def _rmsnorm() -> Op:
     return elementwise("norm", 4 * 8192 * 4096, "rmsnorm_fwd", (8192, 4096))
 
 
-def test_a_bf16_gemm_on_gb200_is_h100s_table_time_rescaled_by_the_bf16_peaks():
+B200 = GpuSpec("B200", {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp4": 9000.0,
+                        "tf32": 1100.0, "fp32": 80.0}, 180, 8000)
+H100_PCIE = GpuSpec("H100-PCIe-80GB", {"bf16": 756.0, "fp16": 756.0, "fp8": 1513.0,
+                                       "tf32": 378.0, "fp32": 51.0}, 80, 2000)
+MI300X = GpuSpec("MI300X", {"bf16": 1300.0, "fp16": 1300.0, "fp8": 2600.0}, 192, 5300)
+R_GB200_BF16 = 0.4360593  # 794.5 / 1822
+
+
+def test_a_bf16_gemm_on_gb200_is_h100s_table_time_rescaled_by_the_achievable_rates():
     t, how = _timer(GB200).op_ns(gemm("g", 512, 4096, 16384), "bf16")
-    # 6000 + (96900 − 6000) × 989.4 / 2500 = 6000 + 90900 × 0.39576
-    assert t == pytest.approx(6000 + 35974.584) and how == "measured shape"
+    # 6000 + (96900 − 6000) × 794.5 / 1822 = 6000 + 90900 × 0.4360593 = 6000 + 39637.79
+    assert t == pytest.approx(6000 + 39637.79, rel=1e-6) and how == "measured shape"
+
+
+def test_bf16_and_fp8_gemms_on_b200_and_gb200_by_the_mamf_ratio_in_their_precision():
+    op = gemm("g", 512, 4096, 16384)
+    b200, gb200 = _timer(B200), _timer(GB200)
+    # B200 bf16: 6000 + 90900 × 794.5 / 1745 (0.4553009) = 6000 + 41386.85
+    assert b200.op_ns(op, "bf16")[0] == pytest.approx(6000 + 41386.85, rel=1e-6)
+    # B200 fp8 (split-accumulator row 58430 ns): 6000 + 52430 × 1402.6 / 3432.5 (0.4086235)
+    assert b200.op_ns(op, "fp8")[0] == pytest.approx(6000 + 21424.13, rel=1e-6)
+    # GB200 fp8: 6000 + 52430 × 1402.6 / 3615.6 (0.3879301) = 6000 + 20339.17
+    assert gb200.op_ns(op, "fp8")[0] == pytest.approx(6000 + 20339.17, rel=1e-6)
+    # fp16 at the bf16 rate's fraction of the fp16 peak (equal peaks: the bf16 ratio)
+    assert gb200.op_ns(op, "fp16")[0] == pytest.approx(6000 + 39637.79, rel=1e-6)
+
+
+def test_gpus_without_an_achievable_rate_keep_the_peak_ratio():
+    """H100 PCIe has no MAMF row: the datasheet peaks; MI300X has a bf16 rate (TunableOp on)
+    but no fp8 one: its fp8 GEMMs keep the fp8 peaks."""
+    op = gemm("g", 512, 4096, 16384)
+    pcie, mi = _timer(H100_PCIE), _timer(MI300X)
+    # 6000 + 90900 × 989.4 / 756 (1.3087302) = 6000 + 118963.57
+    assert pcie.op_ns(op, "bf16")[0] == pytest.approx(6000 + 118963.57, rel=1e-6)
+    # 6000 + 52430 × 1979 / 1513 (1.3079974) = 6000 + 68578.30
+    assert pcie.op_ns(op, "fp8")[0] == pytest.approx(6000 + 68578.30, rel=1e-6)
+    # MI300X bf16: 6000 + 90900 × 794.5 / 668.4 (1.1886595) = 6000 + 108049.15
+    assert mi.op_ns(op, "bf16")[0] == pytest.approx(6000 + 108049.15, rel=1e-6)
+    # MI300X fp8: 6000 + 52430 × 1979 / 2600 (0.7611538) = 6000 + 39907.30
+    assert mi.op_ns(op, "fp8")[0] == pytest.approx(6000 + 39907.30, rel=1e-6)
+    pcie_rule = next(n for n in resolve_compute(H100_PCIE).notes if "transferred from" in n)
+    assert "x peak_H100 / peak_GPU for GEMMs" in pcie_rule
+    assert "no achievable matmul rate for this GPU" in pcie_rule
+    mi_rule = next(n for n in resolve_compute(MI300X).notes if "transferred from" in n)
+    assert "(tf32, fp32, fp8 on this GPU) x peak_H100 / peak_GPU" in mi_rule
+    assert "PYTORCH_TUNABLEOP_ENABLED=1" in mi_rule
+
+
+def test_a_peak_set_for_the_run_keeps_the_gpus_measured_fraction():
+    """GB200 at bf16 2000 (--set): its rate is 1822 / 2500 of it, 1457.6 TFLOP/s."""
+    gpu = GpuSpec("GB200", {**GB200.peak_tflops, "bf16": 2000.0}, 192, 8000)
+    # 6000 + 90900 × 794.5 / 1457.6 (0.5450741) = 6000 + 49547.24
+    assert _timer(gpu).op_ns(gemm("g", 512, 4096, 16384), "bf16")[0] == pytest.approx(
+        6000 + 49547.24, rel=1e-6)
 
 
 def test_an_elementwise_kernel_on_gb200_is_rescaled_by_the_hbm_bandwidths():
@@ -51,18 +105,20 @@ def test_an_elementwise_kernel_on_gb200_is_rescaled_by_the_hbm_bandwidths():
     assert t == pytest.approx(2000 + 24865.375)
 
 
-def test_fp8_gemms_by_the_fp8_peaks_and_nvfp4_ones_from_h100s_fp8_time_at_the_fp4_peak():
+def test_fp8_gemms_by_the_fp8_rates_and_nvfp4_ones_at_the_fp4_peak_times_the_fp8_fraction():
     timer = _timer(GB200)
     op = gemm("g", 512, 4096, 16384)
-    # a dgrad-like GEMM (no role): the split-accumulator gemm_fp8 row, × 1979 / 5000
-    assert timer.op_ns(op, "fp8")[0] == pytest.approx(6000 + 52430 * 0.3958)
-    # a forward GEMM: TE's fast-accumulation row, as in an H100 fp8 run
+    # a dgrad-like GEMM (no role): the split-accumulator gemm_fp8 row, × 1402.6 / 3615.6
+    assert timer.op_ns(op, "fp8")[0] == pytest.approx(6000 + 52430 * 0.3879301, rel=1e-6)
+    # a forward GEMM: TE's fast-accumulation row, as in an H100 fp8 run, the same ratio
     fprop = gemm("f", 512, 4096, 16384, role=FPROP)
-    assert timer.op_ns(fprop, "fp8")[0] == pytest.approx(6000 + 48814 * 0.3958)
-    # NVFP4: H100's fp8 time × 1979 / 10000 (sim/models/features/nvfp4.py: H100's FP8 GEMM
-    # efficiency at the fp4 peak)
+    assert timer.op_ns(fprop, "fp8")[0] == pytest.approx(6000 + 48814 * 0.3879301, rel=1e-6)
+    # NVFP4: H100's fp8 time × 1402.6 / (10000 × 3615.6 / 5000 = 7231.2) = × 0.1939650
     assert timer.op_ns(gemm("q", 512, 4096, 16384, dtype="fp4"), "bf16")[0] == pytest.approx(
-        6000 + 52430 * 0.1979)
+        6000 + 52430 * 0.1939650, rel=1e-6)
+    # B200: × 1402.6 / (9000 × 3432.5 / 4500 = 6865) = × 0.2043117
+    assert _timer(B200).op_ns(gemm("q", 512, 4096, 16384, dtype="fp4"), "bf16")[
+        0] == pytest.approx(6000 + 52430 * 0.2043117, rel=1e-6)
 
 
 ATTN_SHAPE = (1, 32, 8, 4096, 128, 1)  # b, hq, hkv, s, d, causal
@@ -79,28 +135,29 @@ GB300 = GpuSpec("GB300", {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp4": 
 #                      f = 0.2587322 / 0.7762175 = 0.3333243
 #   backward (m = 10): 1280 / 989.4 : 1 / 3.865 = 1.2937134 : 0.2587322, f = 0.1666611
 F_FWD, F_BWD = 0.3333243, 0.1666611
-PEAK_R = 989.4 / 2500  # 0.39576, GB200 and GB300 alike
+# the tensor-core part by the bf16 achievable rates: GB200 794.5 / 1822 = 0.4360593, GB300
+# (B300 SXM's rate) 794.5 / 1769 = 0.4491238
 
 
-def test_attention_in_an_fp8_run_is_rescaled_by_the_bf16_peaks_and_the_exponential_rates():
+def test_attention_in_an_fp8_run_is_rescaled_by_the_bf16_rates_and_the_exponential_rates():
     op = Op("attn", OpKind.FLASH_FWD, 1, 1, kernel="attn_fwd", shape=ATTN_SHAPE)
     t, how = _timer(GB200).op_ns(op, "fp8")
-    # r = (1 − f) × 989.4 / 2500 + f × 3.865 / 5 = 0.6666757 × 0.39576 + 0.3333243 × 0.773
-    #   = 0.2638436 + 0.2576597 = 0.5215033;  6000 + 253380 × 0.5215033
+    # r = (1 − f) × 794.5 / 1822 + f × 3.865 / 5 = 0.6666757 × 0.4360593 + 0.3333243 × 0.773
+    #   = 0.2907101 + 0.2576597 = 0.5483698;  6000 + 253380 × 0.5483698
     assert how == "measured shape"
-    assert t == pytest.approx(6000 + 253380 * 0.5215033, rel=1e-6)
+    assert t == pytest.approx(6000 + 253380 * 0.5483698, rel=1e-6)
 
 
-def test_gb300s_doubled_exponential_rate_shortens_attention_against_gb200s_at_equal_peaks():
+def test_gb300s_doubled_exponential_rate_shortens_attention_against_gb200s():
     fwd = Op("attn", OpKind.FLASH_FWD, 1, 1, kernel="attn_fwd", shape=ATTN_SHAPE)
     bwd = Op("attn_grad", OpKind.FLASH_BWD, 1, 1, kernel="attn_bwd", shape=ATTN_SHAPE)
     gb300, gb200 = _timer(GB300), _timer(GB200)
-    # forward: 0.6666757 × 0.39576 + 0.3333243 × 3.865 / 10.7 (0.3612150) = 0.3842453
-    assert gb300.op_ns(fwd, "bf16")[0] == pytest.approx(6000 + 253380 * 0.3842453, rel=1e-6)
-    # backward, H100's 821970 ns: GB200 0.8333389 × 0.39576 + 0.1666611 × 0.773 = 0.4586312;
-    # GB300 0.8333389 × 0.39576 + 0.1666611 × 0.3612150 = 0.3900027
-    assert gb200.op_ns(bwd, "bf16")[0] == pytest.approx(6000 + 815970 * 0.4586312, rel=1e-6)
-    assert gb300.op_ns(bwd, "bf16")[0] == pytest.approx(6000 + 815970 * 0.3900027, rel=1e-6)
+    # forward: 0.6666757 × 0.4491238 + 0.3333243 × 3.865 / 10.7 (0.3612150) = 0.4198216
+    assert gb300.op_ns(fwd, "bf16")[0] == pytest.approx(6000 + 253380 * 0.4198216, rel=1e-6)
+    # backward, H100's 821970 ns: GB200 0.8333389 × 0.4360593 + 0.1666611 × 0.773 = 0.4922142;
+    # GB300 0.8333389 × 0.4491238 + 0.1666611 × 0.3612150 = 0.4344728
+    assert gb200.op_ns(bwd, "bf16")[0] == pytest.approx(6000 + 815970 * 0.4922142, rel=1e-6)
+    assert gb300.op_ns(bwd, "bf16")[0] == pytest.approx(6000 + 815970 * 0.4344728, rel=1e-6)
     assert resolve_compute(GB300).transfer.exp_share(fwd, "bf16") == pytest.approx(F_FWD, 1e-6)
     assert resolve_compute(GB300).transfer.exp_share(bwd, "bf16") == pytest.approx(F_BWD, 1e-6)
 
@@ -114,7 +171,8 @@ def test_a_gpu_without_a_published_exponential_rate_keeps_the_peak_ratio_for_att
     assert setup.transfer.exp_share(op, "bf16") == 0.0
     assert any("no published rate for this GPU" in n for n in setup.notes)
     g = gemm("g", 512, 4096, 16384)
-    assert resolve_compute(GB200).transfer.ratio(g, "bf16", GB200) == pytest.approx(PEAK_R)
+    assert resolve_compute(GB200).transfer.ratio(g, "bf16", GB200) == pytest.approx(
+        R_GB200_BF16, rel=1e-6)
 
 
 def test_a_kernel_shorter_than_the_overhead_keeps_h100s_time():
@@ -126,9 +184,13 @@ def test_a_kernel_shorter_than_the_overhead_keeps_h100s_time():
         2000 + 2000 * 0.41875)
 
 
-def test_h200_keeps_h100s_gemm_times_and_scales_memory_bound_ones():
+def test_h200_keeps_h100s_bf16_gemm_times_and_scales_memory_bound_ones():
+    """bf16: H200's rate is H100's row ('H200 is the same'); fp8: measured on H200, 1453.4."""
     timer = _timer(H200)
     assert timer.op_ns(gemm("g", 512, 4096, 16384), "bf16")[0] == pytest.approx(GEMM_BF16_NS)
+    # 6000 + 52430 × 1402.6 / 1453.4 (0.9650475) = 6000 + 50597.44
+    assert timer.op_ns(gemm("g", 512, 4096, 16384), "fp8")[0] == pytest.approx(
+        6000 + 50597.44, rel=1e-6)
     # 2000 + 59380 × 3350 / 4800
     assert timer.op_ns(_rmsnorm(), "bf16")[0] == pytest.approx(2000 + 41442.291667)
 
@@ -161,14 +223,22 @@ def test_the_report_tallies_the_transferred_table_and_states_the_rule():
     setup = resolve_compute(GB200)
     assert setup.transfer is not None and setup.lookup.table.gpu == "H100-SXM5-80GB"
     rule = next(n for n in setup.notes if "transferred from H100 SXM" in n)
-    assert "t = o + (t_H100 - o) x peak_H100 / peak_GPU" in rule and "6 µs" in rule
+    assert "t = o + (t_H100 - o) x MAMF_H100 / MAMF_GPU" in rule and "6 µs" in rule
+    assert "stas00/ml-engineering 744d01e1" in rule
+    assert "Maximum Achievable Matmul FLOPS comparison table" in rule
+    assert "H100 SXM bf16 794.5, fp8 1402.6, GB200 bf16 1822, fp8 3615.6" in rule
+    assert "MXFP8 block scaling assumed to reach the same fraction" in rule
     assert "f x exp_H100 / exp_GPU with exp 3.865 / 5 1e12 exponentials/s" in rule
+    gb300 = next(n for n in resolve_compute(GB300).notes if "transferred from" in n)
+    assert "GB300 bf16 1769, fp8 3353.3 (ASSUMED, not measured on GB300" in gb300
+    assert "NVIDIA B300 SXM rows stand for it" in gb300
     timer = timer_for(GB200, setup, "fused")
     timer.ops_ns((gemm("g", 512, 4096, 16384), gemm("tiny", 64, 64, 64)), "bf16")
     line = timer.summary()
     assert "from the kernel table of H100-SXM5-80GB, transferred to GB200" in line
     roof = op_time_ns(gemm("tiny", 64, 64, 64), GB200, H100, "bf16")
-    assert timer.table_ns == pytest.approx(6000 + 35974.584) and timer.roofline_ns == roof
+    assert timer.table_ns == pytest.approx(6000 + 39637.79, rel=1e-6)
+    assert timer.roofline_ns == roof
 
 
 def test_kernel_table_none_keeps_the_roofline_and_says_so():

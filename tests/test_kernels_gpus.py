@@ -43,7 +43,20 @@ def test_known_gpus_get_their_family_and_h100_its_measured_table():
     # no table measured on B200: H100's measured efficiencies transferred, the rule printed
     assert replace(b.cm, family="x") == replace(H100, family="x")
     assert "transferred from H100" in b.cm.family and "not measured" in b.cm.family
-    assert any("transferred from H100 SXM" in n and "peak_H100 / peak_GPU" in n for n in b.notes)
+    assert any("transferred from H100 SXM" in n and "MAMF_H100 / MAMF_GPU" in n for n in b.notes)
+
+
+def test_catalogue_achievable_matmul_rates():
+    """mamf_bf16 / mamf_fp8 as read in stas00/ml-engineering 744d01e1, compute/accelerator/
+    README.md 'Maximum Achievable Matmul FLOPS comparison table' (TFLOP/s)."""
+    want = {"H100-SXM5-80GB": {"bf16": 794.5, "fp8": 1402.6},
+            "H200-SXM-141GB": {"bf16": 794.5, "fp8": 1453.4},
+            "B200": {"bf16": 1745.0, "fp8": 3432.5}, "GB200": {"bf16": 1822.0, "fp8": 3615.6},
+            "GB300": {"bf16": 1769.0, "fp8": 3353.3}, "MI300X": {"bf16": 668.4}}
+    assert {g.name: g.mamf_tflops for g in catalog() if g.mamf_tflops} == want
+    assert find("GB300").mamf_from.startswith("ASSUMED") and "B300 SXM" in find("GB300").mamf_from
+    assert "PYTORCH_TUNABLEOP_ENABLED=1" in find("MI300X").mamf_from
+    assert "'H200 is the same'" in find("H200").mamf_from
 
 
 def test_unknown_gpu_is_refused_or_needs_compute_efficiency():

@@ -137,10 +137,10 @@ def op_time_ns(op: Op, gpu: GpuSpec, cm: ComputeModel, dtype: str) -> float:
         t_s = cm.causal_fraction * op.flops / (peak * eff)
         return t_s * 1e9 + count * cm.gemm_overhead_ns
     if op.kind is OpKind.GEMM:
-        # NVFP4 GEMMs (sim.models.features.nvfp4): no FP4 GEMM is measured; they keep the
-        # fraction of the (fp4) peak that H100's measured FP8 GEMMs reach, the lowest precision
-        # measured, as every FP8 GEMM on Blackwell keeps it of the fp8 peak
-        # (sim.models.compute_transfer)
+        # NVFP4 GEMMs (sim.models.features.nvfp4): no FP4 GEMM is measured; where no table
+        # answers they keep the fraction of the (fp4) peak that H100's measured FP8 GEMMs
+        # reach, the lowest precision measured (the roofline part of
+        # sim.models.compute_transfer, on datasheet peaks)
         eff = cm.fp8_gemm_efficiency if dtype in ("fp8", "fp4") else cm.gemm_efficiency
         if eff <= 0:
             raise ValueError(f"compute model {cm.family} has no {dtype} GEMM efficiency")

@@ -122,8 +122,8 @@ def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
     GPU's achievable matmul rates, or ``None`` when the GPU has none)."""
     exp = ("fused attention is not split by exponential throughput (no published rate for this "
            "GPU in sim/data/gpus.csv): its tensor-core ratio alone" if exp_rates is None else
-           "fused attention as two parts, r = (1 - f) x r_mma + f x exp_H100 / exp_GPU (r_mma "
-           f"its tensor-core ratio above) with exp {exp_rates[0]:g} / {exp_rates[1]:g} 1e12 "
+           "fused attention as two parts, r = (1 - f) x r_mma (its tensor-core ratio above) + "
+           f"f x exp_H100 / exp_GPU with exp {exp_rates[0]:g} / {exp_rates[1]:g} 1e12 "
            "exponentials/s (special-function units), f = 1 / (1 + m d exp_H100 / peak_H100) "
            "H100's share of the kernel on exponentials (m = 4 forward, 10 backward; d the head "
            "dim), the parts added (no overlap beyond H100's)")

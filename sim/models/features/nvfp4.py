@@ -49,10 +49,11 @@ Megatron-LM (NVIDIA/Megatron-LM d98e8a64dd, ``megatron/training/arguments.py`` l
 ``e2m1``, ``--fp4-recipe`` ``nvfp4`` (default) or ``custom`` (a user quantizer factory:
 refused here), never together with ``--fp8-format``. The parameters stay bf16 (``--bf16``):
 simrun's ``--dtype`` stays ``bf16`` and names the parameters' and the untouched layers'
-precision; the TE linears' GEMMs run at the GPU's dense ``fp4`` peak, timed by the transfer
+precision; the TE linears' GEMMs run on the GPU's dense ``fp4`` peak, timed by the transfer
 rule as H100's measured FP8 GEMM of the same shape (the lowest precision measured) rescaled by
-H100's fp8 peak over the fp4 peak (:mod:`sim.models.compute_transfer`; the roofline at H100's
-FP8 GEMM efficiency where the table has no answer, :func:`sim.models.compute.op_time_ns`);
+H100's achievable fp8 rate over the fp4 peak times the GPU's measured fraction of its fp8 peak
+(:mod:`sim.models.compute_transfer`, step 2; the roofline at H100's FP8 GEMM efficiency where
+the table has no answer, :func:`sim.models.compute.op_time_ns`);
 their operand bytes in the roofline's memory bound stay
 the bf16 count (every transformer GEMM here is compute-bound either way).
 """
