@@ -85,7 +85,8 @@ def describe(sp: bool) -> str:
             "iteration in the first microbatch's forward (with --fp8-param-gather: "
             "Megatron-Bridge's reuse_grad_buf_for_mxfp8_param_ag path, bf16 all-gather of the "
             "weights then this quantisation, the same bytes and place); no amax pass, "
-            "history or reduction; GEMMs timed as every FP8 GEMM (the transfer rule's fp8 rates)" + (
+            "history or reduction; GEMMs timed as every FP8 GEMM (the transfer rule's fp8 "
+            "rates)" + (
                 "; with sequence parallelism the gathered operands are quantised both ways on "
                 "the local rows before the gather, no transpose after it; the qkv/fc1 input "
                 "all-gathers and their backward re-gathers carry one MXFP8 copy (1 + 1/32 B "
