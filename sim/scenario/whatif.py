@@ -175,7 +175,8 @@ def _why(path: tuple, topo: Topology, rs, sources) -> str:
         roof = sources.get("roofline", 0.0) / total if total > 0 else 0.0
         what = "peaks" if path[2] == "peak_tflops" else "HBM bandwidth"
         if "transferred_table" in sources:  # sim.models.compute_transfer rescales by them
-            kinds = ("GEMMs and attention" if path[2] == "peak_tflops"
+            kinds = ("GEMMs and attention (at the GPU's measured fraction of its catalogue "
+                     "peak where it has an achievable matmul rate)" if path[2] == "peak_tflops"
                      else "memory-bound kernels")
             return (f"the GPU's datasheet {what} rescale the times of its {kinds} taken from "
                     f"H100's transferred kernel table ({(1 - roof) * 100:.1f}% of compute, all "
