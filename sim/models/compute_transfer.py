@@ -80,6 +80,8 @@ _MMA_FLOPS_PER_SCORE = {OpKind.FLASH_FWD: 4, OpKind.FLASH_BWD: 10}
 #: the measured rate an operator's precision is timed by: fp16 by bf16's (the same tensor-core
 #: path), NVFP4 by fp8's (no fp4 rate measured); others have none (the peak ratio)
 _MEASURED_AS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp8"}
+#: a GPU whose fp8 rate is not measured (MI300X) runs fp8 (and fp4) at its bf16 fraction
+_FALLBACK = {"fp8": "bf16"}
 #: where the achievable rates come from (sim/data/gpus.csv header, docs/hardware.md)
 MAMF_SOURCE = ("stas00/ml-engineering 744d01e1, compute/accelerator/README.md 'Maximum "
                "Achievable Matmul FLOPS comparison table' (mamf-finder.py: per GPU the best "
@@ -103,9 +105,18 @@ class Mamf:
 
     def fraction(self, dtype: str) -> float | None:
         """Measured rate over the catalogue peak (0..1) by which an operator in ``dtype`` is
-        timed (fp16 by the bf16 rate, fp4 by the fp8 rate), ``None`` when none is measured."""
+        timed (fp16 by the bf16 rate, fp4 by the fp8 rate; fp8 and fp4 by the bf16 fraction
+        where no fp8 rate is measured), ``None`` when none is measured."""
         key = _MEASURED_AS.get(dtype)
-        return next((v / peak for d, v, peak in self.rates if d == key), None)
+        for k in (key, _FALLBACK.get(key)):
+            frac = next((v / peak for d, v, peak in self.rates if d == k), None)
+            if frac is not None:
+                return frac
+        return None
+
+    def measured(self, dtype: str) -> bool:
+        """Whether ``dtype``'s own rate (not a fallback) is in the catalogue."""
+        return any(d == dtype for d, _, _ in self.rates)
 
     def text(self) -> str:
         """``"bf16 794.5, fp8 1402.6"`` (TFLOP/s)."""
@@ -142,10 +153,11 @@ def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
             "by the fp8 rates (measured with per-tensor scales; MXFP8 block scaling assumed to "
             "reach the same fraction), NVFP4 GEMMs by H100's fp8 rate over this GPU's fp4 peak "
             "x its fp8 rate / fp8 peak (no fp4 rate measured), attention and batched matmuls "
-            "by the bf16 rates; a precision without a rate on both GPUs (tf32, fp32"
-            + ("" if gpu.fraction("fp8") else ", fp8 on this GPU")
-            + ") x peak_H100 / peak_GPU; a peak set for the run keeps the GPU's measured "
-            "fraction of its catalogue peak")
+            "by the bf16 rates"
+            + ("" if gpu.measured("fp8") else "; no fp8 rate measured on this GPU: its fp8 and "
+               "NVFP4 GEMMs at its bf16 rate's fraction of those peaks (assumed)")
+            + "; a precision without a rate on both GPUs (tf32, fp32) x peak_H100 / peak_GPU; "
+            "a peak set for the run keeps the GPU's measured fraction of its catalogue peak")
     return (
         "no kernel table measured on this GPU: each operator is timed as on H100 SXM (its "
         "measured kernel table sim/data/kernels/h100-sxm.csv, same lookup and interpolation as "
