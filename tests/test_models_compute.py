@@ -63,6 +63,35 @@ def test_table_4_layer_is_read_off_the_timeline_of_the_middle_layer():
     assert fwd == sum(s.end_ns - s.start_ns for s in mine)
 
 
+def test_table_4_baseline_forward_is_the_operators_plus_two_isolated_all_reduces():
+    """The same forward from the product's functions directly: the generator's layer operators
+    timed by the A100 roofline (``ops_time_ns``) plus two 96 MiB all-reduces in the 8-GPU TP
+    group, each costed by the network model's ``isolated`` (what the engine merges with
+    compute for TP collectives)."""
+    from sim import api
+    from sim.comm import CollKind, GroupKind
+    from sim.models.compute import ops_time_ns
+    from sim.models.layers import Dims, transformer_layer_rows
+    from sim.network.base import CommRequest
+    from sim.parallel.config import Training
+    from sim.scenario import steps
+
+    training = Training(global_batch=4, micro_batch=4, recompute="none", dtype="bf16",
+                        attention_backend="unfused", async_tensor_model_parallel_allreduce=True)
+    prepared = api.prepare_model("gpt-22b", "dgx-a100-1024", api.LayoutRequest(tp=8, pp=1, dp=1),
+                                 training, ignore_memory=True)
+    run = prepared.model_run
+    rows = transformer_layer_rows(run.model, run.par, Dims.of(run.model, run.par), table4.LAYER)
+    compute = sum(ops_time_ns(r.fwd, A100_80, A100, "bf16") for r in rows)
+    comms = [r.fwd_comm for r in rows if r.fwd_comm is not None]
+    size = 4 * 2048 * 6144 * 2  # b·s·h bf16 activations: 96 MiB
+    assert [(c.kind, c.size_bytes) for c in comms] == [(CollKind.ALLREDUCE, size)] * 2
+    ar = steps.network(prepared).isolated(
+        CommRequest(CollKind.ALLREDUCE, GroupKind.TP, tuple(range(8)), size))
+    fwd, _ = table4.layer_times_ns(table4.simulate_row(False, "none").spans)
+    assert fwd == pytest.approx(compute + 2 * ar.duration_ns, abs=len(rows) + 2)
+
+
 def test_22b_recompute_costs_have_the_measured_ordering(shipped_table):
     """Full recompute adds about a forward pass to the backward; selective a small fraction."""
     fwd, base = shipped_table["baseline"]
