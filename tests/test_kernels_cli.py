@@ -72,7 +72,7 @@ def test_a100_aicb_example_on_h100_is_scaled_by_the_stated_rule(tmp_path, capsys
     base = ["--workload", AICB_512, "--topo", H100_TOPO, "--nodes", "64"]
     scaled = _report(tmp_path, capsys, *base)
     note = [a for a in scaled["assumptions"] if a.startswith("compute times measured on")]
-    assert note == [note[0]] and "A100-SXM4-80GB" in note[0] and "scaled by 0.3593" in note[0]
+    assert note == [note[0]] and "A100-SXM4-80GB" in note[0] and "scaled by 0.3099" in note[0]
     as_is = _report(tmp_path, capsys, *base, "--compute-scale", "1")
     assert "compute times of the workload file multiplied by 1 (--compute-scale)" in (
         as_is["assumptions"])

@@ -32,10 +32,13 @@ by Transformer Engine's userbuffers (:mod:`sim.models.features.tp_overlap`). PyT
 
 Why off by default. The A100 calibration measurements (Korthikanti et al., arXiv:2205.05198,
 Table 4: one 22B layer, TP 8, the 2022 Megatron-LM that issues these collectives
-asynchronously) are matched by the blocking model (backward 11.84 ms against 11.9 measured;
-docs/models.md). Timed as an overlap with the SM-share interference of
-:mod:`sim.engine.interference` (24 CTAs of 108 SMs), the same code's end-to-end iterations come
-out 2–7% faster than measured (``simrun validate`` with the option on in the Korthikanti cases:
+asynchronously) were matched by the blocking model when the A100 efficiencies were first set
+(backward 11.84 ms against 11.9 measured, η_gemm 0.80, TP collectives by docs/calibration.md
+§A's formula); since 2026-11-29 η_gemm is fitted to Table 4 with this overlap on, as the run
+had it (0.69, :mod:`sim.validation.table4`), the default not revisited. Timed as an overlap
+with the SM-share interference of :mod:`sim.engine.interference` (24 CTAs of 108 SMs), the
+same code's end-to-end iterations (at η_gemm 0.80) came out 2–7% faster than measured
+(``simrun validate`` with the option on in the Korthikanti cases:
 22B −0.1% → −5.8% and +2.0% → −6.6%, 175B −2.6% → −6.9%, 530B −2.1% → −4.7%, 1T −0.5% →
 −2.6%): the asynchronous issue gains far less than an SM share predicts (an NCCL kernel beside
 a GEMM also takes memory bandwidth and lengthens the GEMM's last wave, which the SM share does
