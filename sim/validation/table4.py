@@ -29,8 +29,12 @@ import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sim.models import compute
+
+if TYPE_CHECKING:
+    from sim.models.compute_setup import ComputeSetup
 
 #: Korthikanti et al. Table 4: (configuration, sequence parallel, recompute, fwd ms, bwd ms)
 TABLE_4 = (
@@ -64,21 +68,40 @@ def a100_gemm_efficiency(eta: float | None) -> Iterator[None]:
         fams["A100"] = shipped
 
 
-def simulate_row(sp: bool, recompute: str):
-    """The engine's result (spans recorded) of one Table 4 configuration, as ``simrun
-    --model`` runs it (module docstring)."""
+def prepare_row(sp: bool, recompute: str, setup: ComputeSetup | None = None):
+    """One Table 4 configuration ready to simulate (spans recorded), as ``simrun --model``
+    prepares it (module docstring). ``setup``: what times its operators (``None``: the
+    topology GPU's shipped model, through :func:`sim.api.prepare_model`; a setup: the same
+    calls that function makes, with the operators timed by it — the transfer-rule check,
+    :mod:`sim.validation.transfer_a100`)."""
     from sim import api
     from sim.parallel.config import Training
     from sim.scenario import steps
+    from sim.scenario.model_run import model_run
+    from sim.topology import load_topology
 
     training = Training(global_batch=MICRO_BATCH, micro_batch=MICRO_BATCH, recompute=recompute,
                         sequence_parallel=sp, dtype="bf16", attention_backend="unfused",
                         async_tensor_model_parallel_allreduce=True)
+    layout = api.LayoutRequest(tp=TP, pp=1, dp=1)
     # the paper timed one layer; 48 layers without recomputation do not fit in 80 GB, and
     # memory does not change a layer's time in simrun
-    prepared = api.prepare_model(MODEL, TOPOLOGY, api.LayoutRequest(tp=TP, pp=1, dp=1),
-                                 training, ignore_memory=True)
-    return steps.simulate(dataclasses.replace(prepared, record_spans=True))
+    if setup is None:
+        prepared = api.prepare_model(MODEL, TOPOLOGY, layout, training, ignore_memory=True)
+    else:
+        topo = load_topology(TOPOLOGY)
+        run_ = model_run(MODEL, layout, training, topo, ignore_memory=True, compute=setup)
+        prepared = steps.prepare(run_.program, topo, model_run=run_, workload=MODEL,
+                                 topology_path=TOPOLOGY)
+    return dataclasses.replace(prepared, record_spans=True)
+
+
+def simulate_row(sp: bool, recompute: str, setup: ComputeSetup | None = None):
+    """The engine's result (spans recorded) of one Table 4 configuration
+    (:func:`prepare_row`)."""
+    from sim.scenario import steps
+
+    return steps.simulate(prepare_row(sp, recompute, setup))
 
 
 def layer_times_ns(spans, layer: int = LAYER) -> tuple[int, int]:
@@ -97,13 +120,15 @@ def layer_times_ns(spans, layer: int = LAYER) -> tuple[int, int]:
     return fwd, bwd
 
 
-def table(eta: float | None = None) -> list[tuple[str, float, float, float, float]]:
+def table(eta: float | None = None, setup: ComputeSetup | None = None,
+          ) -> list[tuple[str, float, float, float, float]]:
     """Rows (configuration, measured fwd, measured bwd, model fwd, model bwd), ms, with the A100
-    ``η_gemm = eta`` (``None``: the shipped value)."""
+    ``η_gemm = eta`` (``None``: the shipped value), operators timed by ``setup``
+    (:func:`prepare_row`)."""
     rows = []
     with a100_gemm_efficiency(eta):
         for label, sp, recompute, fwd_ms, bwd_ms in TABLE_4:
-            res = simulate_row(sp, recompute)
+            res = simulate_row(sp, recompute, setup)
             if len(res.ranks) != 1:
                 raise RuntimeError(f"{label}: expected one simulated rank, got {len(res.ranks)}")
             f, b = layer_times_ns(res.spans)
