@@ -124,3 +124,13 @@ def test_a100_is_still_timed_by_its_roofline():
     assert find("A100-SXM4-80GB").mamf_tflops == {}
     setup = resolve_compute(load_topology(table4.TOPOLOGY).gpu)
     assert setup.transfer is None and setup.lookup is None and setup.cm.family == "A100"
+
+
+def test_a_setup_runs_the_configurations_as_the_api_does():
+    """``table4.prepare_row`` with a compute setup makes the calls ``sim.api.prepare_model``
+    makes: given the setup a plain run resolves, the ten times are the shipped ones."""
+    from sim.models.compute_setup import resolve_compute
+    from sim.topology import load_topology
+
+    setup = resolve_compute(load_topology(table4.TOPOLOGY).gpu)
+    assert table4.table(setup=setup) == table4.table()
