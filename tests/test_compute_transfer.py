@@ -107,7 +107,7 @@ def test_an_elementwise_kernel_on_gb200_is_rescaled_by_the_hbm_bandwidths():
     assert t == pytest.approx(2000 + 24865.375)
 
 
-def test_fp8_gemms_by_the_fp8_rates_and_nvfp4_ones_at_the_fp4_peak_times_the_fp8_fraction():
+def test_fp8_gemms_by_the_fp8_rates_and_nvfp4_ones_by_the_measured_block_scaled_ratios():
     timer = _timer(GB200)
     op = gemm("g", 512, 4096, 16384)
     # a dgrad-like GEMM (no role): the split-accumulator gemm_fp8 row, × 1402.6 / 3615.6
@@ -115,12 +115,90 @@ def test_fp8_gemms_by_the_fp8_rates_and_nvfp4_ones_at_the_fp4_peak_times_the_fp8
     # a forward GEMM: TE's fast-accumulation row, as in an H100 fp8 run, the same ratio
     fprop = gemm("f", 512, 4096, 16384, role=FPROP)
     assert timer.op_ns(fprop, "fp8")[0] == pytest.approx(6000 + 48814 * 0.3879301, rel=1e-6)
-    # NVFP4: H100's fp8 time × 1402.6 / (10000 × 3615.6 / 5000 = 7231.2) = × 0.1939650
+    # NVFP4 (sim/data/blockscaled_gemm.csv, B300 per-layer totals: FP8 current 6.812, MXFP8
+    # 7.161, NVFP4 3.764 ms; Blackwell Ultra fp4 / fp8 peak 3): at the MXFP8 rate (per-tensor
+    # fp8 rate / (7.161 / 6.812)) × the GPU's fp4 / fp8 peak × (7.161 / 3.764 / 3 = 0.6341658):
+    # the per-tensor ratio × 1.0512331 / (2 × 0.6341658) = × 3 × 3.764 / (2 × 6.812) = × 0.8288315
+    # on GB200 (fp4 10000 / fp8 5000): 0.3879301 × 0.8288315 = 0.3215287
     assert timer.op_ns(gemm("q", 512, 4096, 16384, dtype="fp4"), "bf16")[0] == pytest.approx(
-        6000 + 52430 * 0.1939650, rel=1e-6)
-    # B200: × 1402.6 / (9000 × 3432.5 / 4500 = 6865) = × 0.2043117
+        6000 + 52430 * 0.3215287, rel=1e-6)
+    # B200 (fp4 9000 / fp8 4500 = 2): × 1402.6 / 3432.5 = 0.4086235, × 0.8288315 = 0.3386800
     assert _timer(B200).op_ns(gemm("q", 512, 4096, 16384, dtype="fp4"), "bf16")[
-        0] == pytest.approx(6000 + 52430 * 0.2043117, rel=1e-6)
+        0] == pytest.approx(6000 + 52430 * 0.3386800, rel=1e-6)
+
+
+R_GB300_FP8 = 0.4182745  # 1402.6 / 3353.3 (GB300's fp8 MAMF: B300 SXM's row)
+
+
+def test_mxfp8_gemms_take_the_measured_multiple_of_the_per_tensor_fp8_time():
+    """--fp8-recipe mxfp8: the per-tensor ratio × 7.161 / 6.812 = 1.0512331 (the fixed part o
+    unscaled); delayed and tensorwise (FP8 current scaling) keep the per-tensor ratio."""
+    op, fprop = gemm("g", 512, 4096, 16384), gemm("f", 512, 4096, 16384, role=FPROP)
+    for gpu, r in ((GB200, 0.3879301), (GB300, R_GB300_FP8)):
+        mx = timer_for(gpu, resolve_compute(gpu), "fused", "mxfp8")
+        assert mx.op_ns(op, "fp8")[0] == pytest.approx(6000 + 52430 * r * 1.0512331, rel=1e-6)
+        assert mx.op_ns(fprop, "fp8")[0] == pytest.approx(6000 + 48814 * r * 1.0512331,
+                                                           rel=1e-6)
+        for recipe in ("delayed", "tensorwise", ""):
+            t = timer_for(gpu, resolve_compute(gpu), "fused", recipe)
+            assert t.op_ns(op, "fp8")[0] == pytest.approx(6000 + 52430 * r, rel=1e-6)
+    # GB200: 0.3879301 × 1.0512331 = 0.4078049 → 27381.2 ns; GB300: 0.4397040 → 29053.7 ns
+    mx = timer_for(GB200, resolve_compute(GB200), "fused", "mxfp8")
+    assert mx.op_ns(op, "fp8")[0] == pytest.approx(27381.2, abs=0.1)
+    # a bf16 GEMM of an mxfp8 run (the output layer) and its attention do not move
+    bf = _timer(GB200)
+    assert mx.op_ns(gemm("o", 512, 4096, 16384, dtype="bf16"), "fp8") == bf.op_ns(
+        gemm("o", 512, 4096, 16384, dtype="bf16"), "fp8")
+
+
+def test_nvfp4_on_gb300_runs_at_1_902_times_its_mxfp8_rate():
+    """GB300 (fp4 15000 / fp8 5000 = 3, the measuring GPU's ratio): NVFP4 at 3 × 0.6341658 =
+    1.9024973 × the MXFP8 rate, i.e. the per-tensor fp8 time × 3.764 / 6.812 = 0.5525543;
+    GB200 (ratio 2): 1.2683316 × its MXFP8 rate."""
+    q = gemm("q", 512, 4096, 16384, dtype="fp4")
+    t = _timer(GB300).op_ns(q, "bf16")[0]
+    assert t == pytest.approx(6000 + 52430 * R_GB300_FP8 * 0.5525543, rel=1e-6)
+    assert t == pytest.approx(18117.6, abs=0.1)
+    mx = timer_for(GB300, resolve_compute(GB300), "fused", "mxfp8")
+    t_mx = mx.op_ns(gemm("g", 512, 4096, 16384), "fp8")[0]
+    assert (t_mx - 6000) / (t - 6000) == pytest.approx(1.9024973, rel=1e-6)
+    mx = timer_for(GB200, resolve_compute(GB200), "fused", "mxfp8")
+    t_mx = mx.op_ns(gemm("g", 512, 4096, 16384), "fp8")[0]
+    t = _timer(GB200).op_ns(q, "bf16")[0]
+    assert (t_mx - 6000) / (t - 6000) == pytest.approx(1.2683316, rel=1e-6)
+
+
+def test_the_block_scaled_ratios_come_from_the_b300_table_and_are_stated_in_the_rule():
+    from sim.models.blockscaled import measured
+    from sim.models.compute_transfer import rule
+
+    b = measured()
+    assert b.mxfp8_time == pytest.approx(7.161 / 6.812)
+    assert b.nvfp4_efficiency == pytest.approx(7.161 / 3.764 / 3)
+    assert b.peak_ratio == 3.0 and b.gpu == "NVIDIA B300 SXM6 AC"
+    text = rule()
+    for part in ("MXFP8 (--fp8-recipe mxfp8) r_fp8 x 1.0512", "peak_fp8 x 0.634",
+                 "one measurement on one NVIDIA B300 SXM6 AC", "d0067d0da6cb",
+                 "gemm_profiling.rst lines 144-148", "--pre-quantize",
+                 "MXFP8 7.161 ms / FP8 current 6.812 ms", "1.902x the MXFP8 rate",
+                 "assumed for every data-center Blackwell GPU", "sim/data/blockscaled_gemm.csv"):
+        assert part in text, part
+
+
+def test_a_malformed_block_scaled_table_is_refused_naming_line_and_field():
+    from sim.errors import InputError
+    from sim.models.blockscaled import parse
+
+    head = "# c\ngpu,peaks_of,precision,fprop_ms,dgrad_ms,wgrad_ms,total_ms\n"
+    rows = ["B300,GB300,fp8_current,1,1,1,6.812", "B300,GB300,mxfp8,1,1,1,7.161",
+            "B300,GB300,nvfp4,1,1,1,3.764"]
+    assert parse(head + "\n".join(rows)).mxfp8_time == pytest.approx(7.161 / 6.812)
+    with pytest.raises(InputError, match=r"blockscaled_gemm.csv:4: total_ms: not a number"):
+        parse(head + "\n".join([rows[0], rows[1].replace("7.161", "x"), rows[2]]))
+    with pytest.raises(InputError, match=r"precision: no row for nvfp4"):
+        parse(head + "\n".join(rows[:2]))
+    with pytest.raises(InputError, match=r"peaks_of: 'H100-SXM' is not a catalogue GPU"):
+        parse(head + "\n".join(r.replace("GB300", "H100-SXM") for r in rows))
 
 
 ATTN_SHAPE = (1, 32, 8, 4096, 128, 1)  # b, hq, hkv, s, d, causal
@@ -229,7 +307,7 @@ def test_the_report_tallies_the_transferred_table_and_states_the_rule():
     assert "stas00/ml-engineering 744d01e1" in rule
     assert "Maximum Achievable Matmul FLOPS comparison table" in rule
     assert "H100 SXM bf16 794.5, fp8 1402.6, GB200 bf16 1822, fp8 3615.6" in rule
-    assert "MXFP8 block scaling assumed to reach the same fraction" in rule
+    assert "MXFP8 (--fp8-recipe mxfp8) r_fp8 x 1.0512" in rule
     assert "f x exp_H100 / exp_GPU with exp 3.865 / 5 1e12 exponentials/s" in rule
     gb300 = next(n for n in resolve_compute(GB300).notes if "transferred from" in n)
     assert "GB300 bf16 1769, fp8 3353.3 (ASSUMED, not measured on GB300" in gb300

@@ -198,12 +198,16 @@ def scaled_generic(eff: float, field: str = "--compute-efficiency"):
                    flash_bwd_efficiency=GENERIC.flash_bwd_efficiency * f)
 
 
-def timer_for(gpu, setup: ComputeSetup, backend: str) -> Timer:
-    """A fresh :class:`Timer` (tallies at zero) for ``gpu`` under ``setup``."""
+def timer_for(gpu, setup: ComputeSetup, backend: str, fp8_recipe: str = "") -> Timer:
+    """A fresh :class:`Timer` (tallies at zero) for ``gpu`` under ``setup``; ``fp8_recipe``
+    (Megatron-Core's ``--fp8-recipe``): ``"mxfp8"`` times a transferred GPU's fp8 GEMMs as
+    MXFP8 ones (:meth:`sim.models.compute_transfer.Transfer.block_scaled`)."""
     from sim.models.compute import Timer
 
-    return Timer(gpu, setup.cm, setup.lookup, backend, knobs=setup.knobs,
-                 transfer=setup.transfer)
+    transfer = setup.transfer
+    if transfer is not None and fp8_recipe == "mxfp8":
+        transfer = replace(transfer, mxfp8=True)
+    return Timer(gpu, setup.cm, setup.lookup, backend, knobs=setup.knobs, transfer=transfer)
 
 
 REFERENCE_GEMM = (8192, 8192, 8192)  # the op whose time ratio relates two GPUs' compute

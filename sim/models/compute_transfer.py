@@ -22,9 +22,11 @@ from the nearest measured GPU, H100 SXM (:data:`~sim.models.compute.TRANSFER_SOU
    kernel of the table's shapes reaches the same fraction of its GPU's achievable rate on
    both GPUs. Which rate: bf16 GEMMs by the bf16 rates, fp16 at the bf16 rate's fraction of
    the fp16 peak (the same tensor-core path, equal peaks); fp8 GEMMs by the fp8 rates,
-   measured with per-tensor scales (``torch._scaled_mm``), MXFP8 GEMMs too (block scaling
-   assumed to reach the same fraction); NVFP4 GEMMs, no fp4 rate being measured, by H100's fp8
-   rate over the GPU's fp4 peak × its measured fp8 fraction (``MAMF_fp8 / peak_fp8``);
+   measured with per-tensor scales (``torch._scaled_mm``); block-scaled GEMMs by that rate
+   and two ratios measured on one B300 (:mod:`sim.models.blockscaled`, assumed to hold on
+   every data-center Blackwell GPU): an MXFP8 GEMM at the per-tensor rate / 1.0512 (its
+   ratio × 1.0512), an NVFP4 GEMM at the MXFP8 rate × the GPU's fp4 / fp8 peak × 0.634
+   (H100's table looked up as FP8: its ratio × 1.0512 / (peak_fp4 / peak_fp8 × 0.634));
    attention and batched matmuls by the bf16 rates (fp16 for an fp16 run), as Transformer
    Engine runs them in 16 bits under fp8 and NVFP4 recipes. A GPU's rate is kept as its
    fraction of the catalogue's peak, so a run that sets another peak
@@ -61,6 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sim.models.blockscaled import measured
 from sim.models.compute import (
     H100,
     TRANSFER_SOURCE,
@@ -78,7 +81,7 @@ _MEMORY_KINDS = (OpKind.ELEMENTWISE, OpKind.OPTIMIZER)
 #: 2.5× that (dV, dP, dQ, dK and the recomputed QKᵀ: 5 × 2), one exponential per score in each
 _MMA_FLOPS_PER_SCORE = {OpKind.FLASH_FWD: 4, OpKind.FLASH_BWD: 10}
 #: the measured rate an operator's precision is timed by: fp16 by bf16's (the same tensor-core
-#: path), NVFP4 by fp8's (no fp4 rate measured); others have none (the peak ratio)
+#: path), NVFP4 by fp8's (then :meth:`Transfer.block_scaled`); others have none (the peak ratio)
 _MEASURED_AS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp8"}
 #: a GPU whose fp8 rate is not measured (MI300X) runs fp8 (and fp4) at its bf16 fraction
 _FALLBACK = {"fp8": "bf16"}
@@ -123,6 +126,17 @@ class Mamf:
         return ", ".join(f"{d} {v:g}" for d, v, _ in self.rates)
 
 
+def block_scaled_rule() -> str:
+    """The block-scaled part of :func:`rule`: what an MXFP8 and an NVFP4 GEMM's ratio is, with
+    the measurement it rests on (:mod:`sim.models.blockscaled`)."""
+    b = measured()
+    return (f"block-scaled GEMMs from the per-tensor fp8 ratio r_fp8 above: MXFP8 (--fp8-recipe "
+            f"mxfp8) r_fp8 x {b.mxfp8_time:.4f}, NVFP4 r_fp8 x {b.mxfp8_time:.4f} / (peak_fp4 / "
+            f"peak_fp8 x {b.nvfp4_efficiency:.3f}), i.e. at the MXFP8 rate x this GPU's fp4/fp8 "
+            f"peak ratio x {b.nvfp4_efficiency:.3f} ({b.text()}; assumed for every data-center "
+            "Blackwell GPU and every shape; per-tensor fp8 recipes unchanged)")
+
+
 def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
          exp_rates: tuple[float, float] | None = None,
          mamf: tuple[str, Mamf, Mamf] | None = None) -> str:
@@ -140,9 +154,8 @@ def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
            "dim), the parts added (no overlap beyond H100's)")
     if mamf is None:
         compute = ("x peak_H100 / peak_GPU for GEMMs, batched matmuls and attention (fp8 GEMMs "
-                   "by the fp8 peaks, NVFP4 GEMMs by H100's fp8 peak over the fp4 peak, "
-                   "attention by the bf16 peaks; no achievable matmul rate for this GPU in "
-                   "sim/data/gpus.csv: the datasheet peaks)")
+                   "by the fp8 peaks, attention by the bf16 peaks; no achievable matmul rate "
+                   "for this GPU in sim/data/gpus.csv: the datasheet peaks)")
     else:
         name, src, gpu = mamf
         compute = (
@@ -150,9 +163,7 @@ def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
             f"achievable matmul rates, TFLOP/s ({MAMF_SOURCE}; sim/data/gpus.csv mamf_bf16, "
             f"mamf_fp8), H100 SXM {src.text()}, {name} {gpu.text()} ({gpu.source}), in the "
             "operator's precision: fp16 at the bf16 rate's fraction of the fp16 peak, fp8 GEMMs "
-            "by the fp8 rates (measured with per-tensor scales; MXFP8 block scaling assumed to "
-            "reach the same fraction), NVFP4 GEMMs by H100's fp8 rate over this GPU's fp4 peak "
-            "x its fp8 rate / fp8 peak (no fp4 rate measured), attention and batched matmuls "
+            "by the fp8 rates (measured with per-tensor scales), attention and batched matmuls "
             "by the bf16 rates"
             + ("" if gpu.measured("fp8") else "; no fp8 rate measured on this GPU: its fp8 and "
                "NVFP4 GEMMs at its bf16 rate's fraction of those peaks (assumed)")
@@ -162,7 +173,8 @@ def rule(cm: ComputeModel = H100, roofline: str = "at H100's efficiencies",
         "no kernel table measured on this GPU: each operator is timed as on H100 SXM (its "
         "measured kernel table sim/data/kernels/h100-sxm.csv, same lookup and interpolation as "
         "an H100 run; an NVFP4 GEMM as H100's FP8 GEMM of that shape), then rescaled per "
-        f"kernel: t = o + (t_H100 - o) {compute}, and x HBM_H100 / HBM_GPU for memory-bound "
+        f"kernel: t = o + (t_H100 - o) {compute}; {block_scaled_rule()}; and x HBM_H100 / "
+        "HBM_GPU for memory-bound "
         "kernels (element-wise, norms, optimizer, casts and quantisation), with o = min(t_H100, "
         f"H100's fitted per-kernel overhead: {cm.gemm_overhead_ns / 1e3:g} µs GEMMs and "
         f"attention, {cm.elementwise_overhead_ns / 1e3:g} µs memory-bound) kept unscaled; {exp}; "
@@ -186,7 +198,8 @@ class Transfer:
     ``source_exp`` / ``gpu_exp``: the two GPUs' exponential rates (1e12 exponentials/s,
     ``exp_tera_per_s`` of sim/data/gpus.csv) that split fused attention in two;
     ``source_mamf`` / ``gpu_mamf``: their achievable matmul rates (module docstring, step 2;
-    none: the peak ratio)."""
+    none: the peak ratio); ``mxfp8``: the run's fp8 GEMMs are MXFP8 (``--fp8-recipe mxfp8``:
+    :meth:`block_scaled`)."""
 
     source: GpuSpec
     cm: ComputeModel = H100
@@ -194,6 +207,7 @@ class Transfer:
     gpu_exp: float | None = None  # the target GPU's (None: attention by the peaks alone)
     source_mamf: Mamf = Mamf()
     gpu_mamf: Mamf = Mamf()
+    mxfp8: bool = False  # fp8 GEMMs block-scaled (MXFP8) rather than per-tensor scaled
 
     @property
     def mamf(self) -> tuple[Mamf, Mamf] | None:
@@ -231,8 +245,21 @@ class Transfer:
         frac_src, frac_gpu = self.source_mamf.fraction(src), self.gpu_mamf.fraction(mine)
         if frac_src and frac_gpu:
             r *= frac_src / frac_gpu
+        if op.kind is OpKind.GEMM:
+            r *= self.block_scaled(mine)
         f = self.exp_share(op, mine)
         return r if f == 0.0 else (1.0 - f) * r + f * self.source_exp / self.gpu_exp
+
+    def block_scaled(self, dtype: str) -> float:
+        """Factor (dimensionless) on a GEMM's ratio in ``dtype`` for its block scaling
+        (:mod:`sim.models.blockscaled`): ``mxfp8_time`` for an MXFP8 GEMM (``dtype`` fp8 with
+        :attr:`mxfp8`); ``mxfp8_time / nvfp4_efficiency`` for an NVFP4 one (``dtype`` fp4,
+        whose ratio already runs at the fp8 fraction of the fp4 peak: the product is the
+        per-tensor fp8 ratio × ``mxfp8_time / (peak_fp4 / peak_fp8 · nvfp4_efficiency)``);
+        1 otherwise."""
+        if dtype == "fp4":
+            return measured().mxfp8_time / measured().nvfp4_efficiency
+        return measured().mxfp8_time if dtype == "fp8" and self.mxfp8 else 1.0
 
     def exp_share(self, op: Op, dtype: str) -> float:
         """H100's share (0..1) of fused attention kernel ``op``'s time spent on exponentials,

@@ -64,7 +64,8 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
                          f"{', '.join(sorted(gpu.peak_tflops))})", field="dtype")
     check_precision(par, gpu.name, gpu_family(gpu), gpu.peak_tflops)  # MXFP8, NVFP4
     setup = compute or resolve_compute(gpu)
-    timer = timer_for(gpu, setup, attention_kernel(par.training, gpu_family(gpu)))
+    timer = timer_for(gpu, setup, attention_kernel(par.training, gpu_family(gpu)),
+                      par.fp8_recipe)
     # Megatron's gradient-accumulation fusion adds weight gradients into fp32 main grads;
     # ZeRO/FSDP and --grad-reduce-in-bf16 keep 16-bit ones (sim.models.optimizer.grad_bytes)
     timer.main_grad_fp32 = not par.zero and grad_bytes(par.dtype, par.grad_reduce_in_bf16) == 4

@@ -99,7 +99,8 @@ def layer_ops(sp: bool, recompute: str, setup: ComputeSetup | None = None,
 
     run = table4.prepare_row(sp, recompute, setup).model_run
     par, gpu = run.par, run.gpu
-    timer = timer_for(gpu, run.compute, attention_kernel(par.training, gpu_family(gpu)))
+    timer = timer_for(gpu, run.compute, attention_kernel(par.training, gpu_family(gpu)),
+                      par.fp8_recipe)
     timer.main_grad_fp32 = not par.zero and grad_bytes(par.dtype, par.grad_reduce_in_bf16) == 4
     timer.sustained = run.compute.sustained(par.dtype)[0]
     prefix = f"layer{layer}_"

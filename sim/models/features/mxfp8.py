@@ -40,9 +40,10 @@ NVIDIA/Megatron-LM at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
   bf16 weights' once-per-iteration quantisation, so simrun runs ``--fp8-param-gather`` with
   mxfp8 as that path (the assumption line says so).
 * **GEMM rate**: MXFP8 GEMMs run on Blackwell's FP8 tensor cores (TE user guide "MXFP8":
-  hardware-native block scaling of the 5th-generation tensor cores), timed as every FP8 GEMM:
-  by the transfer rule's fp8 ratio, the GPU's measured achievable fp8 rate (per-tensor
-  scaled; block scaling assumed to reach the same fraction, :mod:`sim.models.compute_transfer`).
+  hardware-native block scaling of the 5th-generation tensor cores), timed by the transfer
+  rule's per-tensor fp8 ratio × 1.0512, the MXFP8 / FP8-current per-layer GEMM time measured
+  kernel-only on one B300 (:mod:`sim.models.blockscaled`; applied through
+  :func:`sim.models.compute_setup.timer_for`, :mod:`sim.models.compute_transfer`).
 * **hardware**: MXFP8 (and NVFP4) run only on data-center Blackwell, compute capability
   10.0 / 10.3 (TE "Datatype and hardware support matrix",
   nvidia.github.io/TransformerEngine/support_matrix.html); Hopper has no MXFP8 tensor-core
@@ -85,8 +86,9 @@ def describe(sp: bool) -> str:
             "iteration in the first microbatch's forward (with --fp8-param-gather: "
             "Megatron-Bridge's reuse_grad_buf_for_mxfp8_param_ag path, bf16 all-gather of the "
             "weights then this quantisation, the same bytes and place); no amax pass, "
-            "history or reduction; GEMMs timed as every FP8 GEMM (the transfer rule's fp8 "
-            "rates)" + (
+            "history or reduction; GEMMs at the transfer rule's per-tensor fp8 ratio x 1.0512 "
+            "(MXFP8 / FP8-current GEMM time, one B300 measurement: the rule's block-scaled "
+            "part)" + (
                 "; with sequence parallelism the gathered operands are quantised both ways on "
                 "the local rows before the gather, no transpose after it; the qkv/fc1 input "
                 "all-gathers and their backward re-gathers carry one MXFP8 copy (1 + 1/32 B "

@@ -49,11 +49,12 @@ Megatron-LM (NVIDIA/Megatron-LM d98e8a64dd, ``megatron/training/arguments.py`` l
 ``e2m1``, ``--fp4-recipe`` ``nvfp4`` (default) or ``custom`` (a user quantizer factory:
 refused here), never together with ``--fp8-format``. The parameters stay bf16 (``--bf16``):
 simrun's ``--dtype`` stays ``bf16`` and names the parameters' and the untouched layers'
-precision; the TE linears' GEMMs run on the GPU's dense ``fp4`` peak, timed by the transfer
-rule as H100's measured FP8 GEMM of the same shape (the lowest precision measured) rescaled by
-H100's achievable fp8 rate over the fp4 peak times the GPU's measured fraction of its fp8 peak
-(:mod:`sim.models.compute_transfer`, step 2; the roofline at H100's FP8 GEMM efficiency where
-the table has no answer, :func:`sim.models.compute.op_time_ns`);
+precision; the TE linears' GEMMs run on the GPU's dense ``fp4`` tensor cores, timed by the
+transfer rule as H100's measured FP8 GEMM of the same shape (the lowest precision measured)
+rescaled to the GPU's MXFP8 rate × its fp4 / fp8 peak ratio × 0.634, the fraction NVFP4
+reached of that on one B300, kernel-only (:mod:`sim.models.blockscaled`,
+:mod:`sim.models.compute_transfer` step 2; the roofline at H100's FP8 GEMM efficiency on the
+fp4 peak where the table has no answer, :func:`sim.models.compute.op_time_ns`);
 their operand bytes in the roofline's memory bound stay
 the bf16 count (every transformer GEMM here is compute-bound either way).
 """
@@ -245,9 +246,10 @@ def describe(par) -> str:
     return (
         "--fp4-format e2m1 --fp4-recipe nvfp4 (Transformer Engine NVFP4BlockScaling: E2M1 "
         "values, an E4M3 scale per 16 values, an FP32 scale per tensor): the TE linears' "
-        "fprop, dgrad and wgrad GEMMs (qkv, proj, fc1, fc2) at the GPU's dense fp4 peak, "
-        "timed as H100's measured FP8 GEMMs rescaled to the fp4 peak (no FP4 GEMM is "
-        "measured); per linear "
+        "fprop, dgrad and wgrad GEMMs (qkv, proj, fc1, fc2) on the GPU's fp4 tensor cores, "
+        "timed as H100's measured FP8 GEMMs rescaled to the GPU's MXFP8 rate x its fp4/fp8 "
+        "peak ratio x 0.634 (measured kernel-only on one B300: the transfer rule's "
+        "block-scaled part); per linear "
         "and microbatch the input (before the GEMM) and the output gradient (before the dgrad "
         "GEMM) each get an RHT amax pass (2 B/element read) and one quantise kernel writing "
         "the row-wise and the Hadamard-transformed column-wise FP4 copies with their scales "
