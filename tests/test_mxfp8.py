@@ -107,7 +107,9 @@ def test_quantise_time_at_hbm_bandwidth():
 
 
 def test_gemms_at_the_fp8_peak():
-    """An MXFP8 GEMM is timed as any FP8 GEMM: flops / (fp8 peak × fp8 efficiency)."""
+    """Where no table answers, an MXFP8 GEMM is timed by the roofline as any FP8 GEMM: flops /
+    (fp8 peak × fp8 efficiency) (the table's times carry the block-scaled ratio:
+    tests/test_compute_transfer.py)."""
     rows = _layer()
     gemm = next(o for r in rows for o in r.fwd if o.kernel == "gemm")
     assert gemm.flops == 2 * 64 * 64 * QKV

@@ -55,7 +55,9 @@ from the nearest measured GPU, H100 SXM (:data:`~sim.models.compute.TRANSFER_SOU
 5. where H100's table has no answer, the roofline at H100's efficiencies on the GPU's own
    peaks and bandwidth (:func:`sim.models.compute.family_model`) — H100's roofline time with
    each of its two terms rescaled by its own ratio of datasheet figures (not the achievable
-   rates of step 2), the per-kernel overhead unscaled.
+   rates of step 2), the per-kernel overhead unscaled; MXFP8 and NVFP4 GEMMs there at H100's
+   FP8 GEMM efficiency (on the fp8 and fp4 peaks: the B300 block-scaled ratios of step 2 are
+   not applied to the roofline).
 """
 
 from __future__ import annotations
