@@ -88,7 +88,7 @@ def describe(sp: bool) -> str:
             "weights then this quantisation, the same bytes and place); no amax pass, "
             "history or reduction; GEMMs at the transfer rule's per-tensor fp8 ratio x 1.0512 "
             "(MXFP8 / FP8-current GEMM time, one B300 measurement: the rule's block-scaled "
-            "part)" + (
+            "part; where the roofline times them, as any FP8 GEMM)" + (
                 "; with sequence parallelism the gathered operands are quantised both ways on "
                 "the local rows before the gather, no transpose after it; the qkv/fc1 input "
                 "all-gathers and their backward re-gathers carry one MXFP8 copy (1 + 1/32 B "
