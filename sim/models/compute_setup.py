@@ -84,8 +84,11 @@ class ComputeSetup:
             + "; --sustained-slowdown 1 turns it off)")
 
 
-def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
-    """The compute model for topology GPU ``gpu`` (a :class:`~sim.topology.gpu.GpuSpec`).
+def resolve_compute(gpu, opts: ComputeOptions | None = None,
+                    entry: CatalogGpu | None = None) -> ComputeSetup:
+    """The compute model for topology GPU ``gpu`` (a :class:`~sim.topology.gpu.GpuSpec`);
+    ``entry``: the catalogue entry to time it as (default: the catalogue's entry of its name;
+    :mod:`sim.validation.transfer_a100` passes an edited one).
 
     Known GPU: its family's roofline efficiencies, plus its shipped kernel table (when it has
     one) or ``--kernel-table``; a datasheet-only GPU outside the A100 family without
@@ -102,7 +105,7 @@ def resolve_compute(gpu, opts: ComputeOptions | None = None) -> ComputeSetup:
     from sim.kernels.table import read_table, shipped_table
     from sim.models.compute import TRANSFER_SOURCE, family_model
 
-    entry = find(gpu.name)
+    entry = entry or find(gpu.name)
     notes: list[str] = []
     declared = gpu.compute_efficiency
     transferred = (entry is not None and entry.status != "measured"

@@ -46,32 +46,22 @@ PARTS = ("GEMM", "attention BMM", "memory-bound")
 
 def transfer_setup() -> ComputeSetup:
     """How a run on Table 4's topology GPU (A100 SXM4 80 GB) would time its operators were A100
-    a transferred GPU with bf16 MAMF :data:`A100_MAMF_BF16`: the pieces
-    :func:`~sim.models.compute_setup.resolve_compute` puts together for one (module
-    docstring)."""
+    a transferred GPU with bf16 MAMF :data:`A100_MAMF_BF16`:
+    :func:`~sim.models.compute_setup.resolve_compute` with the GPU's catalogue entry given
+    that rate and a family other than A100's (the one family the rule never transfers), so
+    the setup is the one any transferred GPU gets — H100's table and rates, H100's roofline
+    efficiencies where the table has no answer, no sustained-load factor."""
     from sim.kernels.gpus import find
-    from sim.kernels.lookup import TableLookup
-    from sim.kernels.table import shipped_table
-    from sim.models.compute import TRANSFER_SOURCE, family_model
-    from sim.models.compute_transfer import rule, source_transfer
+    from sim.models.compute_setup import resolve_compute
     from sim.topology import load_topology
 
     gpu = load_topology(table4.TOPOLOGY).gpu
     entry = find(gpu.name)
     if entry is None or entry.family != "A100":
         raise ValueError(f"{table4.TOPOLOGY}: GPU {gpu.name} is not an A100 of the catalogue")
-    entry = dataclasses.replace(entry, mamf_tflops={"bf16": A100_MAMF_BF16}, mamf_from=MAMF_ROW)
-    transfer, name = source_transfer(entry)
-    table = shipped_table(name)
-    # the attention tile model's SM count: the table's sms header, as resolve_compute takes it
-    lookup = TableLookup(table, slots=int(table.meta["sms"]))
-    cm = dataclasses.replace(family_model(TRANSFER_SOURCE),
-                             family=f"{entry.name}: {TRANSFER_SOURCE}'s efficiencies (the "
-                                    "transfer rule's roofline, transfer check only)")
-    said = rule(exp_rates=transfer.exp_rates, mamf=(entry.name, *transfer.mamf))
-    return ComputeSetup(cm, lookup, [f"compute of {entry.name} transferred from "
-                                     f"{TRANSFER_SOURCE} SXM (check only): {said}"],
-                        entry, transfer=transfer)
+    entry = dataclasses.replace(entry, family="A100 (timed by the transfer rule: check only)",
+                                mamf_tflops={"bf16": A100_MAMF_BF16}, mamf_from=MAMF_ROW)
+    return resolve_compute(gpu, entry=entry)
 
 
 def _part(op) -> str:
