@@ -7,8 +7,9 @@ their sources: docs/data/cudnn-sdpa-blackwell.csv).
 Prints, per published run and length (batch 1, 128 query heads, 8 KV heads, head dim 128,
 causal, bf16): the published forward / backward ms, simrun's, the error simrun / published − 1
 and how H100's kernel table answered; then the spread of the errors per run over the compared
-lengths (s ≥ 8192), the ratio of GB300's to GB200's times published (cuDNN 9.17 both) and in
-simrun, and the share of fused attention in one layer of the Llama 3 8B validation cases.
+lengths (s ≥ 8192), how the forward time grows from s 8192 to 32768, the ratio of GB300's to
+GB200's times published (cuDNN 9.17 both) and in simrun, and the share of fused attention in
+one layer of the Llama 3 8B validation cases.
 Changes nothing in simrun; deterministic; takes about a second.
 """
 
@@ -54,6 +55,12 @@ def main() -> int:
         print(f"  {src}: forward {_pct(min(fwd))} .. {_pct(max(fwd))}, "
               f"backward {_pct(min(bwd))} .. {_pct(max(bwd))}")
     pub = {(r.pub.source, r.pub.s): r for r in rows}
+    print(f"\nforward time s 32768 / s {COMPARED_FROM} (x16 the scores), published -> simrun:")
+    for src in SOURCES:
+        a, b = pub.get((src, 32768)), pub.get((src, COMPARED_FROM))
+        if a is not None and b is not None:
+            print(f"  {src}: {a.pub.forward_ms / b.pub.forward_ms:.2f} -> "
+                  f"{a.simrun[0] / b.simrun[0]:.2f}")
     print("\nGB300 / GB200 time (cuDNN 9.17 both), published -> simrun:")
     for s in sorted({r.pub.s for r in rows if r.compared}):
         a, b = pub.get(("GB300 cuDNN 9.17", s)), pub.get(("GB200 cuDNN 9.17", s))
