@@ -115,7 +115,7 @@ def _check_modelled(moe: bool, sc: list[str]) -> None:
         no("simrun's models have no Mamba layers: the mamba scope captures nothing here")
     if "full_iteration" in sc and len(sc) > 1:
         no("full_iteration with other scopes is not modelled (the whole step is one graph)")
-    if moe and [s for s in sc if s != "attn"]:
+    if moe and (not sc or any(s != "attn" for s in sc)):
         no("not modelled for MoE models: CUDA graphs of MoE layers or of the whole step (the "
            "alltoall dispatcher's host sync of the routing counts cannot be inside a graph; "
            "Megatron-Core then captures the router and the expert MLP apart); attn only")
