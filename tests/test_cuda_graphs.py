@@ -209,3 +209,16 @@ def test_report_line_says_it_changes_nothing_with_host_dispatch_off():
     assert "21.5 µs per graph launch" in on and "one launch per iteration" in on
     assert "static buffers and memory pool are not modelled" in off
     assert cuda_graphs.describe(make_par(), 0) is None
+
+
+def test_megatron_lm_arguments_join_the_scopes(tmp_path):
+    # Megatron-LM's --cuda-graph-scope takes its scopes space-separated (nargs='+'); the
+    # reader hands them on comma-separated, simrun's form
+    from conftest import ROOT, run_json  # noqa: PLC0415
+
+    args = tmp_path / "a.args"
+    args.write_text((ROOT / "tests/data/megatron/gpt2-medium-tp2.args").read_text()
+                    + "\n--cuda-graph-impl transformer_engine --cuda-graph-scope attn mlp\n")
+    rep = run_json(["--megatron-args", str(args), "--topo", "tiny-2x2"], tmp_path, "args")
+    line = next(a for a in rep["assumptions"] if a.startswith("CUDA graphs"))
+    assert "--cuda-graph-impl transformer_engine, --cuda-graph-scope attn,mlp" in line
