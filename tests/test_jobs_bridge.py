@@ -89,8 +89,6 @@ def test_the_dump_with_delayed_scaling_equals_the_model_flags_to_the_ns(tmp_path
 @pytest.mark.parametrize(("change", "where"), [
     (("  num_layers: 32", "  num_layers: thirty"), ":439: model.num_layers: expected a "
                                                      "positive integer"),
-    (("  cuda_graph_impl: none", "  cuda_graph_impl: local"),
-     ":283: model.cuda_graph_impl: not modelled with the value 'local'"),
     (("  qk_l2_norm: false", "  qk_l2_norm: true"), ":467: model.qk_l2_norm: not modelled: "
                                                     "True is not Megatron's default"),
     (("  optimizer: adam", "  optimizer: muon"), ":586: optimizer.optimizer: not modelled"),
@@ -98,6 +96,26 @@ def test_the_dump_with_delayed_scaling_equals_the_model_flags_to_the_ns(tmp_path
 def test_bad_keys_exit_2_naming_file_line_and_key(tmp_path, capsys, change, where):
     path = _variant(tmp_path, *MODELLED, change)
     assert f"{path}{where}" in _error(["--job-config", str(path), *TOPO], capsys)
+
+
+def test_cuda_graphs_map_to_megatron_cores_flags(tmp_path, capsys):
+    """model.cuda_graph_impl / model.cuda_graph_scope (the dump's scope is [mlp], unused while
+    the impl is none) → --cuda-graph-impl local --cuda-graph-scope mlp: the same iteration as
+    those flags, and as the eager dump (no host launch cost: --host-dispatch-us 0)."""
+    graphs = ("  cuda_graph_impl: none", "  cuda_graph_impl: local")
+    dump = _run(["--job-config", str(_variant(tmp_path, *MODELLED, graphs)), *TOPO], tmp_path,
+                "graphs")
+    eager = _run(["--job-config", str(_variant(tmp_path, *MODELLED)), *TOPO], tmp_path, "eager")
+    flags = _by_hand(tmp_path, "delayed", "--cuda-graph-impl", "local", "--cuda-graph-scope",
+                     "mlp")
+    assert dump["iteration_time_s"] == flags["iteration_time_s"] == eager["iteration_time_s"]
+    line = next(a for a in dump["assumptions"] if a.startswith("CUDA graphs"))
+    assert "--cuda-graph-scope mlp" in line and "changes nothing here" in line
+    # a scope Megatron-Core refuses for a dense model
+    path = _variant(tmp_path, *MODELLED, graphs, ("  - mlp\n", "  - moe\n"))
+    assert _error(["--job-config", str(path), *TOPO], capsys) == (
+        "simrun: error: --cuda-graph-scope: moe cuda graph is only supported for MoE. "
+        "(Megatron-Core)")
 
 
 # Megatron-Bridge's bf16_with_nvfp4_mixed (mixed_precision.py at 067f987df0): fp8 None, fp4

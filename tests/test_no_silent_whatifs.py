@@ -264,6 +264,15 @@ EXAMPLES: dict[str, dict[str, list[str]]] = {
                                 "aicb-csv": ["--comm-overlap-slowdown", "4"]},
     # variability: every sample simulates every rank (64 of the AICB file's, at DP 1)
     "--host-dispatch-us": {"*": ["--host-dispatch-us", "200"]},
+    # CUDA graphs change host launch costs only: compared with --host-dispatch-us 200 in both
+    # runs (CONTEXT; at 0 the report line says it changes nothing)
+    "--cuda-graph-impl": {"*": ["--cuda-graph-impl", "transformer_engine"]},
+    "--enable-cuda-graph": {"*": ["--enable-cuda-graph"]},
+    "--external-cuda-graph": {"*": ["--external-cuda-graph"]},
+    "--cuda-graph-scope": {"model": (["--cuda-graph-scope", "attn"],
+                                     ["--cuda-graph-impl", "local", "--cuda-graph-scope",
+                                      "full_iteration"]),
+                           "*": ["--cuda-graph-scope", "attn"]},
     "--jitter": {"aicb": ["--jitter", "0.05", "--gpus", "64"], "*": ["--jitter", "0.05"]},
     "--samples": {"aicb": (["--samples", "2"], None),
                   "*": (["--samples", "2"], ["--jitter", "0.05", "--samples", "2"])},
@@ -289,6 +298,9 @@ PP_MODEL = ["--pp", "2", "--tp", "1"]
 PP5_MODEL = ["--pp", "5", "--tp", "1", "--nodes", "3", "--gpus", "5"]
 # arguments given to both runs of a comparison (kind, flag) -> args; "base:" replaces the input
 CONTEXT: dict[tuple[str, str], list[str]] = {
+    **{("model", f): ["--host-dispatch-us", "200"] for f in (
+        "--cuda-graph-impl", "--enable-cuda-graph", "--external-cuda-graph",
+        "--cuda-graph-scope")},
     ("aicb", "--vpp"): ["--microbatches", "8"], ("aicb", "--schedule"): ["--microbatches", "8"],
     ("aicb", "--microbatch-group-size"): ["--vpp", "2", "--microbatches", "16"],
     ("optable", "--pp"): ["--pp-comm-bytes", "1048576"],
@@ -331,6 +343,7 @@ BEFORE: dict[tuple[str, str], list[str]] = {
     ("model", "--defer-embedding-wgrad-compute"): ["--pp", "2"],
     ("model", "--fp4-param-gather"): ["--distributed-optimizer"],
     ("model", "--wgrad-deferral-limit"): ["--defer-embedding-wgrad-compute", "--pp", "2"],
+    ("model", "--cuda-graph-scope"): ["--cuda-graph-impl", "local"],  # whole layers
 }
 BASE: dict[tuple[str, str], list[str]] = {  # another input of the same kind
     ("model", "--megatron-args"): ["--topo", "tiny-2x2"],  # the model from the arguments

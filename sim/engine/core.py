@@ -130,7 +130,8 @@ class _Engine:
         self.groups = Groups(pl, sim_set)
         self.rdv = Rendezvous(env, net, self.groups, self.ledger, jitter)
         self.sharing = ComputeSharing(env, interference) if interference is not None else None
-        self.host = HostDispatch(env, self.ledger, host_ns) if host_ns > 0 else None
+        self.host = (HostDispatch(env, self.ledger, host_ns, prog.cuda_graphs) if host_ns > 0
+                     else None)
         self.streams = AsyncStreams(env, self.rdv, self.ledger, self.sharing)
         # (rank, bucket) -> the issued parameter all-gather and its group
         self.param_gathers: dict[tuple[int, int], tuple[simpy.Process, GroupKind]] = {}

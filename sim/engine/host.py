@@ -31,7 +31,17 @@ GEMM-overlapped collective two; stream waits none. A part whose phase has no ker
 workload file's row) runs without host time. The time the GPU waits is idle time (``bubble``,
 also counted in ``host_wait_ns``), placed before the step in the timeline: the step's end, and
 so every later event, is exact for its kernel times; inside the step the waits are drawn
-together at its start. Not modelled: prologue/epilogue tasks (optimizer, gradient buckets),
+together at its start.
+
+CUDA graphs (``program.cuda_graphs``, :class:`~sim.program.graphs.GraphCapture`): the kernels of
+one captured region, pass direction, microbatch and chunk are replayed by one graph launch,
+which costs the host ``t_host``; its other kernels cost the host nothing to issue and start as
+soon as the GPU is free, in order (a segment of ``n`` captured kernels right after a sync lasts
+``t_host + Σ d`` instead of ``max_i((i+1)·t_host + Σ_{j≥i} d_j)``). Eager kernels between two
+kernels of one replay (a gradient bucket's reduction) cost their launch and leave it open. The
+GPU times are the eager kernels' (a graph replays the same kernels).
+
+Not modelled: prologue/epilogue tasks (optimizer, gradient buckets),
 pipeline send/receive launches, the framework's uncounted small kernels
 (:mod:`sim.models.launches`), and the device-to-host copy and the dispatcher's small all-gather
 of the routing counts (their latency would lengthen each wait).
@@ -43,10 +53,14 @@ import simpy
 
 from sim.engine.ledger import Ledger
 from sim.engine.segments import AsyncIssue, Blocking, Fused, OverlapBlocking, Step
+from sim.program.graphs import GraphCapture
+from sim.program.workload import PhaseKind
 
 # a flattened fused step: (GPU ns, launches: 0 or 1, back); back > 0 marks no kernel but the
 # host's wait for the end of the kernel ``back`` entries before it
 Kernel = tuple[int, int, int]
+# a kernel's captured region and pass (backward?), None where it is issued eagerly
+Region = tuple[str, bool] | None
 
 
 def scaled_kernels(kernels_ns: tuple[int, ...], duration_ns: int) -> list[int]:
@@ -64,19 +78,30 @@ def scaled_kernels(kernels_ns: tuple[int, ...], duration_ns: int) -> list[int]:
     return out
 
 
-def flatten(step: Fused) -> tuple[Kernel, ...]:
-    """The kernels of a fused step in issue order (see the module docstring)."""
+def flatten(step: Fused, capture: GraphCapture | None = None
+            ) -> tuple[tuple[Kernel, ...], tuple[Region, ...]]:
+    """The kernels of a fused step in issue order (see the module docstring) and the captured
+    region of each (all ``None`` without ``capture``)."""
     out: list[Kernel] = []
+    regions: list[Region] = []
     for p in step.parts:
         if p.group is not None:
-            out.append((p.duration_ns, 1, False))
+            ks = [(p.duration_ns, 1, 0)]
         elif not p.kernels_ns:
-            out.append((p.duration_ns, 0, False))
+            ks = [(p.duration_ns, 0, 0)]
         else:
-            out += [(d, 1, 0) for d in scaled_kernels(p.kernels_ns, p.duration_ns)]
+            ks = [(d, 1, 0) for d in scaled_kernels(p.kernels_ns, p.duration_ns)]
             if p.sync_kernels:  # after issuing the part, wait for its first sync_kernels
-                out.append((0, 0, len(p.kernels_ns) - p.sync_kernels + 1))
-    return tuple(out)
+                ks.append((0, 0, len(p.kernels_ns) - p.sync_kernels + 1))
+        out += ks
+        regions += [region_of(capture, p.layer, p.group, p.phase)] * len(ks)
+    return tuple(out), tuple(regions)
+
+
+def region_of(capture: GraphCapture | None, layer: str, group, phase: PhaseKind) -> Region:
+    """The captured region of a step of ``layer`` (``None``: eager)."""
+    label = capture.label(layer, group) if capture is not None else None
+    return None if label is None else (label, phase is not PhaseKind.FORWARD)
 
 
 def issue(kernels, t_host_ns: int, gpu_ns: int, ready_ns: int) -> tuple[int, int, list]:
@@ -107,23 +132,42 @@ def segment_after_sync_ns(kernels_ns, t_host_ns: int) -> int:
 class HostDispatch:
     """The per-rank host issue clock of one simulation (``t_host_ns`` > 0)."""
 
-    def __init__(self, env: simpy.Environment, ledger: Ledger, t_host_ns: int) -> None:
+    def __init__(self, env: simpy.Environment, ledger: Ledger, t_host_ns: int,
+                 capture: GraphCapture | None = None) -> None:
         if t_host_ns <= 0:
             raise ValueError("host dispatch time must be positive (0: leave the model off)")
-        self.env, self.ledger, self.t = env, ledger, t_host_ns
+        self.env, self.ledger, self.t, self.capture = env, ledger, t_host_ns, capture
         self.ready: dict[int, int] = {}
-        self._flat: dict[int, tuple[Fused, tuple[Kernel, ...]]] = {}
+        self.replay: dict[int, tuple] = {}  # rank -> the graph replay it last launched
+        self._flat: dict[int, tuple[Fused, tuple[Kernel, ...], tuple[Region, ...]]] = {}
 
-    def gap_ns(self, rank: int, step: Step, now: int) -> int:
-        """How long the GPU of ``rank`` waits for the host before ``step`` (and the host's
-        clock advanced past its launches)."""
+    def _replayed(self, rank: int, kernels, regions, mb: int, chunk: int) -> list[Kernel]:
+        """``kernels`` with the launch of each captured kernel but the first of its graph
+        replay taken off (:meth:`GraphCapture.key`; the rank's open replay carries over)."""
+        cur, out = self.replay.get(rank), []
+        for k, r in zip(kernels, regions, strict=True):
+            if r is not None and k[1]:
+                key = self.capture.key(r[0], r[1], mb, chunk)
+                if key == cur:
+                    k = (k[0], 0, k[2])
+                cur = key
+            out.append(k)
+        if cur is not None:
+            self.replay[rank] = cur
+        return out
+
+    def gap_ns(self, rank: int, step: Step, now: int, mb: int = 0, chunk: int = 0) -> int:
+        """How long the GPU of ``rank`` waits for the host before ``step`` of microbatch ``mb``
+        and model chunk ``chunk`` (and the host's clock advanced past its launches)."""
         t, ready = self.t, self.ready.get(rank, 0)
         kind = type(step)
         if kind is Fused:
             got = self._flat.get(id(step))
             if got is None or got[0] is not step:
-                got = self._flat[id(step)] = (step, flatten(step))
+                got = self._flat[id(step)] = (step, *flatten(step, self.capture))
             kernels = got[1]
+            if self.capture is not None:
+                kernels = self._replayed(rank, kernels, got[2], mb, chunk)
             launches = sum(k[1] for k in kernels)
             if ready + launches * t <= now and not any(k[2] for k in kernels):
                 self.ready[rank] = ready + launches * t  # the host is ahead throughout
@@ -133,13 +177,20 @@ class HostDispatch:
         n = 2 if kind is OverlapBlocking else 1 if kind in (Blocking, AsyncIssue) else 0
         if not n:
             return 0
+        if self.capture is not None:  # a comm step: one graph launch at most
+            comm = step.overlap.comm if kind is OverlapBlocking else step.comm
+            r = region_of(self.capture, step.layer, comm.group, step.phase)
+            if r is not None:
+                n = self._replayed(rank, [(0, 1, 0)], [r], mb, chunk)[0][1]
+                if not n:  # its graph replay is already launched
+                    return 0
         ready += n * t
         self.ready[rank] = ready
         return max(0, ready - now)
 
     def before(self, rank: int, step: Step, mb: int, chunk: int):
         """Wait (GPU idle) until the host has issued ``step``'s first kernel(s)."""
-        gap = self.gap_ns(rank, step, self.env.now)
+        gap = self.gap_ns(rank, step, self.env.now, mb, chunk)
         if gap <= 0:
             return
         t0 = self.env.now

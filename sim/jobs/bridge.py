@@ -219,7 +219,19 @@ def _seq_length(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
     return [] if v is None else [("--seq-length", [str(v)])]
 
 
-_SPECIAL = {"model.activation_func": _activation, "mixed_precision.fp8": _fp8,
+def _graph_scope(r: _Reader, key: str, v: Any) -> list[tuple[str, list[str]]]:
+    """The scope, where CUDA graphs are on (Megatron-Core's transformer_config.py at d98e8a64:
+    "cuda_graph_modules has no effect when cuda_graph_impl="none""; Bridge's dumps carry a
+    scope either way)."""
+    on = (r.flat.get("model.cuda_graph_impl") not in (None, "none")
+          or r.flat.get("model.enable_cuda_graph") is True
+          or r.flat.get("model.external_cuda_graph") is True)
+    words = BY_KEY[key].how(v) if on else None
+    return [] if words is None else [("--cuda-graph-scope", words)]
+
+
+_SPECIAL = {"model.activation_func": _activation, "model.cuda_graph_scope": _graph_scope,
+            "mixed_precision.fp8": _fp8,
             "mixed_precision.fp8_recipe": _fp8_recipe, "model.num_query_groups": _query_groups,
             "mixed_precision.grad_reduce_in_fp32": _grad_reduce,
             "mixed_precision.fp4": _fp4, "model.fp4": _fp4,

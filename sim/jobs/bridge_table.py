@@ -25,6 +25,12 @@ _DEFAULT_FUSION = ("true only: Megatron-LM's default fused kernel (its --no-* fl
                    "simrun's kernel model times; false refused")
 _SAME_AS = "the same setting as the {} key (Bridge copies one into the other)"
 
+
+def _scopes(v) -> list[str] | None:
+    """``model.cuda_graph_scope``: a list (Bridge's dump) or one string of scopes."""
+    words = [str(x) for x in v] if isinstance(v, list) else [] if v is None else [str(v)]
+    return words or None
+
 KEYS: tuple[NemoKey, ...] = (
     # the model (Megatron-Core TransformerConfig via Bridge's GPTModelProvider)
     NemoKey("model.activation_func", "megatron", "torch.nn.functional.silu with "
@@ -53,7 +59,17 @@ KEYS: tuple[NemoKey, ...] = (
     only("model.gradient_accumulation_fusion", (True,), _DEFAULT_FUSION),
     only("model.deallocate_pipeline_outputs", (True, False), "memory only: the pipeline "
          "output's storage freed once sent; the same kernels and sends run"),
-    only("model.cuda_graph_impl", ("none",), "none only (CUDA graphs refused)"),
+    arg("model.cuda_graph_impl", "--cuda-graph-impl", why="Megatron-Core's CUDA graphs: "
+        "--cuda-graph-impl (none, local, transformer_engine; one host launch per graph "
+        "replay)"),
+    NemoKey("model.cuda_graph_scope", "megatron", "a list or a string of Megatron-Core "
+            "scopes → --cuda-graph-scope (full or empty: the whole layer)", "--cuda-graph-scope",
+            _scopes),
+    *irrelevant(("model.cuda_graph_warmup_steps", "model.cuda_graph_retain_backward_graph",
+                 "model.cuda_graph_use_single_mempool"),
+                "how CUDA graphs are captured (warm-up steps before the measured ones, the "
+                "backward's retain_graph, one memory pool or several): the replayed kernels "
+                "are the same; graph memory is not modelled"),
     only("model.should_pad_vocab", (True,), "true only: the vocabulary padded as Megatron-LM "
          "pads it (make_vocab_size_divisible_by · TP)"),
     only("model.mtp_enabled", (False,), "false only (multi-token prediction refused)"),
@@ -74,11 +90,10 @@ KEYS: tuple[NemoKey, ...] = (
                  "model.yarn_mscale_all_dim", "model.yarn_rotary_scaling_factor",
                  "model.rotary_scaling_factor", "model.inference_grouped_gemm_backend",
                  "model.min_offloaded_tensor_size", "model.offload_modules",
-                 "model.cuda_graph_scope", "model.cuda_graph_use_single_mempool",
                  "model.moe_deepep_num_sms", "model.moe_hybridep_num_sms",
                  "model.num_layers_at_start_in_bf16", "model.num_layers_at_end_in_bf16"),
                 "read only by a feature this config leaves off (inference, rope scaling, "
-                "offloading, CUDA graphs, DeepEP, first/last layers in bf16) or the source "
+                "offloading, DeepEP, first/last layers in bf16) or the source "
                 "of the weights; the model's sizes come from the other keys"),
     # mixed precision (Bridge's MixedPrecisionConfig, copied into the model and optimizer)
     arg("mixed_precision.bf16", "--bf16", switch),

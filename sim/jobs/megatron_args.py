@@ -142,7 +142,8 @@ class _Context:
         v = values[0].text if values else ""
         flag = arg.name
         if arg.to == flag and flag != "--sequence-parallel":
-            job.argv += [flag, *(w.text for w in values)]
+            words = [w.text for w in values]
+            job.argv += [flag, *([",".join(words)] if arg.nargs == "+" else words)]
             return True
         handler = _TRANSLATE[flag]
         out = handler(self, v)

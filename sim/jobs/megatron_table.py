@@ -32,7 +32,7 @@ class MegatronArg:
 
 #: Megatron-LM arguments simrun's run takes under the same name (their own declarations say
 #: what they do), each with its arity
-SAME_NAME: dict[str, int] = {
+SAME_NAME: dict[str, int | str] = {
     **dict.fromkeys((
         "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
         "--virtual-pipeline-model-parallel-size", "--context-parallel-size",
@@ -52,7 +52,10 @@ SAME_NAME: dict[str, int] = {
         "--account-for-loss-in-pipeline-split", "--defer-embedding-wgrad-compute",
         "--overlap-moe-expert-parallel-comm", "--no-rope-fusion", "--use-flash-attn",
         "--async-tensor-model-parallel-allreduce", "--cross-entropy-loss-fusion",
-        "--fp4-param-gather"), 0),
+        "--fp4-param-gather", "--enable-cuda-graph", "--external-cuda-graph"), 0),
+    "--cuda-graph-impl": 1,
+    # Megatron-LM's nargs='+' scopes: handed on comma-separated, simrun's form of the list
+    "--cuda-graph-scope": "+",
 }
 
 

@@ -20,7 +20,7 @@ from sim.kernels.gpus import describe
 from sim.models.assumptions import assumptions, gpu_family, gpu_sms
 from sim.models.compute import ComputeModel, Timer
 from sim.models.compute_setup import ComputeSetup, resolve_compute, timer_for
-from sim.models.features import defer_wgrad, param_gather_step, tp_overlap
+from sim.models.features import cuda_graphs, defer_wgrad, param_gather_step, tp_overlap
 from sim.models.features.grad_sync import delays, launch_points
 from sim.models.features.nvfp4_params import check_precision, quantized_weights
 from sim.models.features.zero import BYTES_16, zero3_layers
@@ -82,8 +82,7 @@ def generate(model: ModelSpec, par: ParallelConfig, gpu: GpuSpec, *,
         etp=par.layout.etp, microbatches=par.microbatches, pp_bytes=pp_bytes, stages=stages,
         schedule=par.schedule_name, source=source or f"model {model.name}",
         microbatch_group_size=par.microbatch_group_size,
-        ep_a2a_overlap=par.overlap_moe_expert_parallel_comm,
-    )
+        ep_a2a_overlap=par.overlap_moe_expert_parallel_comm, cuda_graphs=cuda_graphs.capture(par))
     program.assumptions = assumptions(plan, gpu, cm, optimizer)
     table_key = "kernel_table" if timer.transfer is None else "transferred_table"
     program.compute_sources = {table_key: timer.table_ns, "roofline": timer.roofline_ns}

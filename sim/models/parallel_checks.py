@@ -6,7 +6,7 @@ flag."""
 from __future__ import annotations
 
 from sim.errors import UsageError
-from sim.models.features import eager, nvfp4, qk_norm, rope
+from sim.models.features import cuda_graphs, eager, nvfp4, qk_norm, rope
 from sim.models.features.fp8 import check_recipe
 from sim.models.features.moe import check_ep_a2a_overlap
 from sim.models.vocab.spec import ModelSpec
@@ -42,6 +42,7 @@ def validate(model: ModelSpec, par: ParallelConfig) -> None:
     rope.check(model, par)
     qk_norm.check(model, par)
     _check_tp_comm_overlap(par)
+    cuda_graphs.check(model, par)
     check_recipe(par.fp8_recipe)
     if par.fp4:  # NVFP4 in TE's GroupedLinear (routed experts) is not modelled
         nvfp4.check_model(model.moe is not None)

@@ -17,6 +17,27 @@ _NO_PIPELINE = ("refused", "Megatron-Core's pipeline flush; the log is one DeepS
                            "and backward (no pipeline stages); leave it out")
 
 
+def _scope_unused(_model, par) -> str | None:
+    if par.cuda_graph_impl == "none":
+        return "the scope of CUDA graphs, which are off (--cuda-graph-impl none)"
+    return None
+
+
+def _parse_scope(text: str) -> str:
+    from sim.models.features.cuda_graphs import parse_scope  # on use: the parser loads no feature
+
+    return parse_scope(text)
+
+
+_GRAPHS = "sim.models.features.cuda_graphs"
+_GRAPH_LOG = ("refused", "the log's rows carry no kernel launches (no host-dispatch model); "
+                         "leave it out")
+_GRAPH_MODEL = ("changes", "the host's launches: one per graph replay instead of one per kernel "
+                           "(assumption 'CUDA graphs ...'; nothing with --host-dispatch-us 0, "
+                           "as the line says); Megatron-Core's refusals, and MoE layers' graphs "
+                           "refused")
+
+
 def _all_deferred(_model, par) -> str | None:
     if 0 < par.wgrad_deferral_limit >= par.microbatches:
         return f"every one of the {par.microbatches} microbatches is deferred, as with 0"
@@ -137,4 +158,32 @@ OPTIONS = (
                                          "entropy-loss-fusion"),
                     log=_CE_LOG, aicb=_FILE, optable=_FILE, refuse=_impl_unused),),
            assumption="cross-entropy"),
+    Option("cuda_graph_impl", "Megatron-Core --cuda-graph-impl (TransformerConfig."
+                              "cuda_graph_impl)", _GRAPHS, (
+        Flag("--cuda-graph-impl",
+             "Megatron-Core's CUDA graphs: none, local (Megatron-Core's CudaGraphManager; "
+             "full_iteration possible) or transformer_engine (TE make_graphed_callables): the "
+             "host issues one launch per graph replay instead of one per kernel; only host "
+             "launch costs change (--host-dispatch-us; default {default})", kind="choice",
+             choices=("none", "local", "transformer_engine"), exclusive="cuda_graph_impl",
+             model=_GRAPH_MODEL, log=_GRAPH_LOG, aicb=_FILE, optable=_FILE),
+        Flag("--enable-cuda-graph", "deprecated Megatron-Core name of --cuda-graph-impl local",
+             value="local", exclusive="cuda_graph_impl", model=_GRAPH_MODEL, log=_GRAPH_LOG,
+             aicb=_FILE, optable=_FILE),
+        Flag("--external-cuda-graph",
+             "deprecated Megatron-Core name of --cuda-graph-impl transformer_engine",
+             value="transformer_engine", exclusive="cuda_graph_impl", model=_GRAPH_MODEL,
+             log=_GRAPH_LOG, aicb=_FILE, optable=_FILE)),
+        assumption="cuda-graphs", check=None),
+    Option("cuda_graph_scope", "Megatron-Core --cuda-graph-scope (TransformerConfig."
+                               "cuda_graph_scope)", _GRAPHS, (
+        Flag("--cuda-graph-scope",
+             "with --cuda-graph-impl: what one graph captures, comma-separated Megatron-Core "
+             "scopes (full_iteration: the whole step, local only; attn; mlp; moe, moe_router, "
+             "moe_preprocess, mamba: refused, see docs/engine.md); empty or full: the whole "
+             "transformer layer (default)", kind="parse", parse=_parse_scope, metavar="SCOPES",
+             model=("refused-if", "which kernels one graph launch replays (assumption 'CUDA "
+                                  "graphs ...'); refused with --cuda-graph-impl none"),
+             log=_GRAPH_LOG, aicb=_FILE, optable=_FILE, refuse=_scope_unused),),
+        assumption="cuda-graphs"),
 )

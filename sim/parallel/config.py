@@ -98,6 +98,9 @@ class Training:
     (``--fp4-recipe``, ``nvfp4``: Transformer Engine's NVFP4BlockScaling) and
     ``fp4_param_gather`` (``--fp4-param-gather``): the TE linears' GEMMs in NVFP4 on
     data-center Blackwell beside ``dtype`` bf16 (:mod:`sim.models.features.nvfp4`).
+    ``cuda_graph_impl`` / ``cuda_graph_scope``: Megatron-Core's CUDA graphs (``none``, ``local``
+    or ``transformer_engine``; the scope comma-separated, empty: the whole layer): one host
+    launch per graph replay (:mod:`sim.models.features.cuda_graphs`).
     """
 
     global_batch: int | None = None
@@ -137,6 +140,8 @@ class Training:
     fp4: str = ""
     fp4_recipe: str = "nvfp4"
     fp4_param_gather: bool = False
+    cuda_graph_impl: str = "none"
+    cuda_graph_scope: str = ""
 
     @property
     def backend(self) -> str:

@@ -25,6 +25,7 @@ from sim.comm import CollKind, Comm, GroupKind
 from sim.parallel.layout import Layout
 from sim.pipeline.registry import schedule_type
 from sim.pipeline.types import Schedule
+from sim.program.graphs import GraphCapture
 from sim.program.workload import Layer, Workload
 
 
@@ -132,6 +133,8 @@ class PipelineProgram:
     only; ``None`` = pipeline size). ``etp``: expert tensor-parallel size (``None``: TP).
     ``ep_a2a_overlap``: Megatron-Core's ``--overlap-moe-expert-parallel-comm`` (combined 1F1B:
     :meth:`sim.pipeline.types.Schedule.combined_ops`, :mod:`sim.engine.paired`).
+    ``cuda_graphs``: the regions Megatron-Core's CUDA graphs capture (``None``: eager launches;
+    only the host-dispatch model reads it: :mod:`sim.program.graphs`).
     """
 
     tp: int
@@ -149,6 +152,7 @@ class PipelineProgram:
     cp: int = 1
     etp: int | None = None
     ep_a2a_overlap: bool = False
+    cuda_graphs: GraphCapture | None = None
     # the rows a workload file's program was built from (after compute scaling), for writers
     # that re-emit them (--chakra: sim.workload.chakra_write); None for generated programs
     rows: Workload | None = field(default=None, compare=False, repr=False)

@@ -29,6 +29,7 @@ from sim.engine.result import SimResult
 from sim.errors import UsageError
 from sim.faults import Faults, faults_with, simulation_plan
 from sim.kernels.gpus import find
+from sim.models.features.cuda_graphs import describe as graphs_describe
 from sim.network import build_network
 from sim.network.factory import OPS, parse_algorithm
 from sim.parallel.config import ParallelConfig
@@ -288,6 +289,8 @@ def report(prepared: Prepared, result: SimResult, *, healthy: SimResult | None =
                                      result.nccl_ctas)] + list(p.notes) + \
         ([host_describe(sim.host_dispatch_ns)] if sim.host_dispatch_ns else [])
     prog, run = p.program, p.model_run
+    if run is not None and (line := graphs_describe(run.par, sim.host_dispatch_ns)):
+        extra.append(line)
     if prog.world_size < topo.num_gpus:
         extra.append(f"the layout uses {prog.world_size} of the topology's {topo.num_gpus} GPUs")
     if topo.node.nvlink is not None and (line := domains.describe(p.placement,
