@@ -210,3 +210,16 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return lines
+
+
+def positive_field(row: dict, key: str, *, file: str, line: int, kind=float):
+    """``row[key]`` of a data file's CSV row as a positive ``kind`` (float or int); a value that
+    is not one is refused naming ``file``, ``line`` and the field."""
+    try:
+        v = kind(row[key])
+    except (TypeError, ValueError):
+        raise InputError(f"not a number: {row[key]!r}", file=file, line=line,
+                         field=key) from None
+    if not v > 0:
+        raise InputError(f"must be > 0, got {v:g}", file=file, line=line, field=key)
+    return v

@@ -30,6 +30,7 @@ from functools import lru_cache
 from importlib import resources
 
 from sim.errors import InputError
+from sim.files.inputs import positive_field
 
 FILE = "sim/data/blockscaled_gemm.csv"
 _FIELDS = ("gpu", "peaks_of", "precision", "fprop_ms", "dgrad_ms", "wgrad_ms", "total_ms")
@@ -62,13 +63,7 @@ class BlockScaled:
 
 
 def _number(r: dict, key: str, line: int) -> float:
-    try:
-        v = float(r[key])
-    except (TypeError, ValueError):
-        raise InputError(f"not a number: {r[key]!r}", file=FILE, line=line, field=key) from None
-    if not v > 0:
-        raise InputError(f"must be > 0, got {v:g}", file=FILE, line=line, field=key)
-    return v
+    return positive_field(r, key, file=FILE, line=line)
 
 
 @lru_cache(maxsize=1)

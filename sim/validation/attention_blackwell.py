@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.files.inputs import positive_field
 
 #: the published rows (repository-relative; the check runs from the checkout)
 DATA = "docs/data/cudnn-sdpa-blackwell.csv"
@@ -69,13 +70,7 @@ class Published:
 
 
 def _positive(r: dict, key: str, line: int, kind=float):
-    try:
-        v = kind(r[key])
-    except (TypeError, ValueError):
-        raise InputError(f"not a number: {r[key]!r}", file=DATA, line=line, field=key) from None
-    if not v > 0:
-        raise InputError(f"must be > 0, got {v}", file=DATA, line=line, field=key)
-    return v
+    return positive_field(r, key, file=DATA, line=line, kind=kind)
 
 
 def parse(text: str) -> list[Published]:
