@@ -62,10 +62,6 @@ class BlockScaled:
                 f"{self.nvfp4_efficiency:.3f}")
 
 
-def _number(r: dict, key: str, line: int) -> float:
-    return positive_field(r, key, file=FILE, line=line)
-
-
 @lru_cache(maxsize=1)
 def measured() -> BlockScaled:
     """The ratios from :data:`FILE`."""
@@ -84,7 +80,7 @@ def parse(text: str) -> BlockScaled:
         raise InputError(f"columns must be {','.join(_FIELDS)}", file=FILE, line=start + 1)
     totals, gpu, peaks_of = {}, "", ""
     for n, r in enumerate(reader, start=start + 2):
-        totals[r["precision"]] = _number(r, "total_ms", n)
+        totals[r["precision"]] = positive_field(r, "total_ms", file=FILE, line=n)
         gpu, peaks_of = r["gpu"], r["peaks_of"]
     missing = [p for p in _NEEDED if p not in totals]
     if missing:
